@@ -1,0 +1,37 @@
+# Shoal: the two commands that matter are `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+PORT   ?= 9092
+DATA_DIR ?= ./data
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test test-slow test-all bench kcat clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Start a broker in the foreground on 127.0.0.1:$(PORT) with data in $(DATA_DIR).
+run: $(STAMP)
+	$(BIN)/shoal broker --listen 127.0.0.1:$(PORT) --data-dir $(DATA_DIR)
+
+## kcat is a real client used by the integration tests (Debian package).
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+## The whole fast suite (slow soak runs are excluded; see test-slow).
+test: $(STAMP) kcat
+	$(BIN)/pytest -m "not slow" -p no:cacheprovider
+
+test-slow: $(STAMP) kcat
+	$(BIN)/pytest -m slow -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) data .pytest_cache
