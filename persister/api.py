@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,8 +50,10 @@ class SharePartitionKey:
     partition: int
 
     def coordinator_key(self) -> str:
-        """The FindCoordinator(SHARE) key Kafka uses: ``group:topicId:partition``."""
-        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+        """The FindCoordinator(SHARE) key Kafka uses: ``group:topicId:partition``, with the topic
+        id in Kafka's string form (URL-safe base64, no padding)."""
+        topic = base64.urlsafe_b64encode(self.topic_id.bytes).decode().rstrip("=")
+        return f"{self.group_id}:{topic}:{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,352 @@
+"""Broker and topic configuration, using Kafka's config names.
+
+Configs come from (lowest to highest precedence) the built-in defaults below, a Java-style
+``.properties`` file (``--config``), and command-line options. Each broker config is declared once
+in ``BROKER_CONFIGS`` with its type, default, validator and a line of documentation; the same table
+feeds DescribeConfigs and validates IncrementalAlterConfigs. Topic configs
+(``TOPIC_CONFIGS``) fall back to the broker config named in ``synonym`` as in Kafka.
+
+Invariant: a ``BrokerConfig`` only ever holds validated values of the declared type.
+"""
+
+from __future__ import annotations
+
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """An unknown name or an invalid value; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: str  # "int" | "long" | "bool" | "string" | "list" | "double"
+    default: Any
+    doc: str
+    validator: Callable[[Any], str | None] | None = None
+    dynamic: bool = False  # may be changed at runtime with IncrementalAlterConfigs
+    synonym: str | None = None  # for topic configs: the broker config that supplies the default
+    sensitive: bool = False
+
+
+def at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def between(lo: int, hi: int) -> Callable[[Any], str | None]:
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
+def one_of(*allowed: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
+
+
+def _minus_one_or_at_least(n: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v == -1 or v >= n else f"must be -1 (unlimited) or at least {n}"
+
+
+_BROKER_DEFS: list[ConfigDef] = [
+    ConfigDef("node.id", "int", 1, "Id of this broker in Metadata responses.", at_least(0)),
+    ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
+              "Address to listen on (PLAINTEXT://host:port or host:port)."),
+    ConfigDef("advertised.listeners", "string", "",
+              "Address clients are told to connect to; defaults to the listener."),
+    ConfigDef("log.dirs", "string", "./data", "Directory holding all partition logs and state."),
+    ConfigDef("num.partitions", "int", 1, "Partitions of auto-created topics and of CreateTopics "
+              "requests that ask for the default (-1).", at_least(1), dynamic=True),
+    ConfigDef("default.replication.factor", "int", 1,
+              "Only 1 is possible on a single broker.", between(1, 1)),
+    ConfigDef("auto.create.topics.enable", "bool", True,
+              "Create unknown topics on Metadata/Produce requests that allow it.", dynamic=True),
+    ConfigDef("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
+    ConfigDef("log.segment.bytes", "int", 1024 * 1024 * 1024,
+              "Maximum size of one segment file.", at_least(1024), dynamic=True),
+    ConfigDef("log.roll.ms", "long", 7 * 24 * 3600 * 1000,
+              "Roll a new segment after this long even if not full.", at_least(1), dynamic=True),
+    ConfigDef("log.retention.ms", "long", 7 * 24 * 3600 * 1000,
+              "Delete segments older than this (-1: keep forever).", _minus_one_or_at_least(1),
+              dynamic=True),
+    ConfigDef("log.retention.bytes", "long", -1,
+              "Delete old segments while a partition is larger than this (-1: no limit).",
+              _minus_one_or_at_least(0), dynamic=True),
+    ConfigDef("log.retention.check.interval.ms", "long", 300_000,
+              "How often retention is enforced.", at_least(1)),
+    ConfigDef("log.index.interval.bytes", "int", 4096,
+              "Bytes between offset-index entries.", at_least(0), dynamic=True),
+    ConfigDef("log.flush.interval.messages", "long", LONG_MAX,
+              "fsync a partition after this many messages (default: leave it to the OS, as "
+              "Kafka does; acknowledged data then survives a process crash but not power loss).",
+              at_least(1), dynamic=True),
+    ConfigDef("log.flush.interval.ms", "long", -1,
+              "fsync a partition when its oldest unflushed message is this old (-1: never "
+              "by time).", _minus_one_or_at_least(0), dynamic=True),
+    ConfigDef("log.flush.scheduler.interval.ms", "long", 1000,
+              "How often the time-based flush policy is checked.", at_least(1)),
+    ConfigDef("socket.request.max.bytes", "int", 100 * 1024 * 1024,
+              "Largest request frame accepted; larger frames close the connection.", at_least(1)),
+    ConfigDef("message.max.bytes", "int", 1024 * 1024 + 12,
+              "Largest record batch accepted (after compression).", at_least(0), dynamic=True),
+    ConfigDef("queued.max.requests", "int", 500,
+              "Requests a single connection may have in flight before the broker stops reading "
+              "from it (backpressure).", at_least(1)),
+    ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024,
+              "Cap on a Fetch response's MaxBytes.", at_least(1024), dynamic=True),
+    ConfigDef("shutdown.timeout.ms", "long", 5000,
+              "How long a graceful shutdown waits for in-flight requests.", at_least(0)),
+    ConfigDef("compression.type", "string", "producer",
+              "Only 'producer' (keep batches as produced) is supported.", one_of("producer")),
+    ConfigDef("offsets.topic.num.partitions", "int", 50,
+              "Partitions of __consumer_offsets.", between(1, 1000)),
+    ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50,
+              "Partitions of __share_group_state; never change after deployment.",
+              between(1, 1000)),
+    ConfigDef("transactional.id.expiration.ms", "int", 604_800_000, "Unused: no transactions.",
+              at_least(1)),
+]
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+
+_TOPIC_DEFS: list[ConfigDef] = [
+    ConfigDef("cleanup.policy", "list", "delete", "Only 'delete' is supported.", one_of("delete")),
+    ConfigDef("retention.ms", "long", None, "Per-topic log.retention.ms.",
+              _minus_one_or_at_least(1), synonym="log.retention.ms"),
+    ConfigDef("retention.bytes", "long", None, "Per-topic log.retention.bytes.",
+              _minus_one_or_at_least(0), synonym="log.retention.bytes"),
+    ConfigDef("segment.bytes", "int", None, "Per-topic log.segment.bytes.", at_least(1024),
+              synonym="log.segment.bytes"),
+    ConfigDef("segment.ms", "long", None, "Per-topic log.roll.ms.", at_least(1),
+              synonym="log.roll.ms"),
+    ConfigDef("max.message.bytes", "int", None, "Per-topic message.max.bytes.", at_least(0),
+              synonym="message.max.bytes"),
+    ConfigDef("flush.messages", "long", None, "Per-topic log.flush.interval.messages.",
+              at_least(1), synonym="log.flush.interval.messages"),
+    ConfigDef("flush.ms", "long", None, "Per-topic log.flush.interval.ms.",
+              _minus_one_or_at_least(0), synonym="log.flush.interval.ms"),
+    ConfigDef("index.interval.bytes", "int", None, "Per-topic log.index.interval.bytes.",
+              at_least(0), synonym="log.index.interval.bytes"),
+    ConfigDef("message.timestamp.type", "string", "CreateTime",
+              "CreateTime: batches keep the producer's timestamps (LogAppendTime is not supported yet).",
+              one_of("CreateTime")),
+    ConfigDef("min.insync.replicas", "int", 1, "Single broker: always 1.", between(1, 1)),
+    ConfigDef("compression.type", "string", "producer", "Only 'producer' is supported.",
+              one_of("producer")),
+]
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _TOPIC_DEFS}
+
+
+def parse_value(d: ConfigDef, raw: Any) -> Any:
+    """Convert a raw (usually string) value to the config's type and validate it.
+
+    Raises:
+        ConfigError: the value has the wrong type or fails the validator.
+    """
+    try:
+        if raw is None:
+            value: Any = None
+        elif d.type in ("int", "long"):
+            value = int(str(raw).strip())
+        elif d.type == "double":
+            value = float(str(raw).strip())
+        elif d.type == "bool":
+            s = str(raw).strip().lower()
+            if s not in ("true", "false"):
+                raise ValueError(raw)
+            value = s == "true"
+        else:
+            value = str(raw).strip()
+    except ValueError:
+        raise ConfigError(f"{d.name}: {raw!r} is not a valid {d.type}") from None
+    if value is not None and d.validator is not None:
+        problem = d.validator(value)
+        if problem:
+            raise ConfigError(f"{d.name}={raw}: {problem}")
+    return value
+
+
+def format_value(value: Any) -> str | None:
+    """How a config value is shown in DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java-style properties file (``key=value`` or ``key: value``; ``#``/``!`` comments).
+
+    Raises:
+        ConfigError: a non-comment line has no separator.
+    """
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in s:
+                k, v = s.split(sep, 1)
+                out[k.strip()] = v.strip()
+                break
+        else:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {s!r}")
+    return out
+
+
+class BrokerConfig:
+    """Validated broker configs; dynamic ones can change while the broker runs."""
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = {d.name: d.default for d in _BROKER_DEFS}
+        self._explicit: set[str] = set()
+        # Where a value came from, for DescribeConfigs (Kafka's STATIC_BROKER_CONFIG vs
+        # DYNAMIC_BROKER_CONFIG): values given at startup, and names changed while running.
+        self._static: dict[str, Any] = {}
+        self._dynamic: set[str] = set()
+        self._listeners: list[Callable[[str], None]] = []
+        for name, raw in (overrides or {}).items():
+            self.set(name, raw, initial=True)
+
+    def set(self, name: str, raw: Any, *, initial: bool = False) -> None:
+        """Set a config from its raw value.
+
+        Raises:
+            ConfigError: unknown name, invalid value, or not dynamic (after startup).
+        """
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            if name.startswith(("group.share.", "share.", "group.", "offsets.", "share")) \
+                    or name in _IGNORED_KAFKA_CONFIGS:
+                # Accepted for compatibility with Kafka properties files; see README.
+                self._values[name] = raw
+                self._explicit.add(name)
+                return
+            raise ConfigError(f"unknown broker config {name!r}")
+        if not initial and not d.dynamic:
+            raise ConfigError(f"{name} cannot be changed while the broker runs; restart with it set")
+        value = parse_value(d, raw)
+        self._values[name] = value
+        self._explicit.add(name)
+        if initial:
+            self._static[name] = value
+        else:
+            self._dynamic.add(name)
+        for cb in self._listeners:
+            cb(name)
+
+    def reset(self, name: str) -> None:
+        """Drop a runtime change: back to the startup value, or the default if none was given.
+
+        Raises:
+            ConfigError: unknown or not dynamic.
+        """
+        d = BROKER_CONFIGS.get(name)
+        if d is None or not d.dynamic:
+            raise ConfigError(f"{name} is not a dynamic broker config")
+        self._dynamic.discard(name)
+        if name in self._static:
+            self._values[name] = self._static[name]
+        else:
+            self._values[name] = d.default
+            self._explicit.discard(name)
+        for cb in self._listeners:
+            cb(name)
+
+    def source(self, name: str) -> str:
+        """``"dynamic"`` (changed at runtime), ``"static"`` (given at startup) or ``"default"``."""
+        if name in self._dynamic:
+            return "dynamic"
+        if name in self._static:
+            return "static"
+        return "default"
+
+    def static_value(self, name: str) -> Any:
+        """The value given at startup, or None if the config was not given."""
+        return self._static.get(name)
+
+    def dynamic_names(self) -> list[str]:
+        """Names of the configs changed while the broker runs."""
+        return sorted(self._dynamic)
+
+    def on_change(self, cb: Callable[[str], None]) -> None:
+        self._listeners.append(cb)
+
+    def get(self, name: str) -> Any:
+        return self._values[name]
+
+    def is_default(self, name: str) -> bool:
+        return name not in self._explicit
+
+    def items(self) -> list[tuple[str, Any]]:
+        return sorted((k, v) for k, v in self._values.items() if k in BROKER_CONFIGS)
+
+    # Typed accessors for the hot paths.
+    @property
+    def node_id(self) -> int:
+        return int(self._values["node.id"])
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self._values["log.dirs"].split(",")[0])
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        return parse_listener(self._values["listeners"])
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        adv = self._values["advertised.listeners"]
+        return parse_listener(adv) if adv else self.listen
+
+
+# Kafka configs with no effect on a single-process broker; accepted so that Kafka
+# properties files can be reused (README lists them).
+_IGNORED_KAFKA_CONFIGS = frozenset({
+    "process.roles", "controller.quorum.voters", "controller.listener.names",
+    "inter.broker.listener.name", "listener.security.protocol.map", "num.network.threads",
+    "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
+    "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "broker.id", "controller.quorum.bootstrap.servers",
+})
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` or ``host:port`` to (host, port).
+
+    Raises:
+        ConfigError: no port, or a port outside 0..65535.
+    """
+    s = value.split(",")[0].strip()
+    if "://" in s:
+        s = s.split("://", 1)[1]
+    host, sep, port = s.rpartition(":")
+    if not sep:
+        raise ConfigError(f"listener {value!r} has no port (expected host:port)")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ConfigError(f"listener {value!r}: port {port!r} is not a number") from None
+    if not 0 <= p <= 65535:
+        raise ConfigError(f"listener {value!r}: port {p} is out of range")
+    return (host.strip("[]") or "0.0.0.0", p)
+
+
+def topic_config_value(name: str, topic_configs: Mapping[str, Any], broker: BrokerConfig) -> Any:
+    """Effective value of a topic config: the topic's override, else the broker synonym/default."""
+    if name in topic_configs:
+        return topic_configs[name]
+    d = TOPIC_CONFIGS[name]
+    if d.synonym is not None:
+        return broker.get(d.synonym)
+    return d.default
+
+

@@ -1,0 +1,61 @@
+"""AlterConfigs (33) v0-2, the legacy whole-set replacement, for TOPIC and BROKER resources.
+
+Unlike IncrementalAlterConfigs, the request gives the complete set of overrides: every config
+named is set, and every existing override that is not named is removed (a topic's per-topic
+configs; the broker's runtime changes). It is translated into SET and DELETE operations and goes
+through the same checks and atomic application as IncrementalAlterConfigs (``alter``), so the
+error codes are the same. Other resource types are INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.app import Broker
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.handlers.describe_configs import ResourceType
+from broker.handlers.incremental_alter_configs import AlterOp, OpType, alter, duplicate_resources
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 33
+VERSIONS = (0, 2)
+
+
+def _current_overrides(broker: Broker, resource_type: int, name: str) -> list[str]:
+    if resource_type == ResourceType.TOPIC:
+        topic = broker.topics.get(name)
+        return sorted(topic.configs) if topic is not None else []
+    return broker.config.dynamic_names()
+
+
+def replace_ops(broker: Broker, resource_type: int, name: str, given: Any) -> list[AlterOp]:
+    """The SET/DELETE operations that turn the current overrides into exactly ``given``."""
+    ops = [AlterOp(c.name, OpType.SET, c.value) for c in given]
+    named = {c.name for c in given}
+    ops += [AlterOp(n, OpType.DELETE, None)
+            for n in _current_overrides(broker, resource_type, name) if n not in named]
+    return ops
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    dups = duplicate_resources(req.resources)
+    responses = []
+    for r in req.resources:
+        if (r.resource_type, r.resource_name) in dups:
+            error, message = ErrorCode.invalid_request, "resource appears more than once"
+        elif r.resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
+            error, message = (ErrorCode.invalid_request,
+                              f"unsupported resource type {r.resource_type} for AlterConfigs")
+        else:
+            ops = replace_ops(ctx.broker, r.resource_type, r.resource_name, r.configs)
+            error, message = alter(ctx.broker, r.resource_type, r.resource_name, ops,
+                                   req.validate_only)
+        responses.append(make(m.AlterConfigsResourceResponse, error_code=error,
+                              error_message=message, resource_type=r.resource_type,
+                              resource_name=r.resource_name))
+    return make(m.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))

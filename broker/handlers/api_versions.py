@@ -1,0 +1,49 @@
+"""ApiVersions (18) v0-4: the versions we serve, straight from the dispatch table.
+
+A request at a version above 4 gets the v0 response with UNSUPPORTED_VERSION (handled in the
+connection, which cannot parse such a request; KIP-511). We also advertise the ``share.version``
+feature at level 1, as a Kafka 4.2+ cluster with share groups enabled does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from protocol.codec import response_module
+from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+API_KEY = 18
+VERSIONS = (0, 4)
+
+_FEATURES = (("share.version", 0, 1),)
+
+
+def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
+    m = response_module(API_KEY, version)
+    keys = tuple(m.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                 for k, lo, hi in broker.dispatcher.ranges())
+    fields: dict[str, Any] = {"error_code": error, "api_keys": keys, "throttle_time": NO_THROTTLE}
+    if version >= 3:
+        fields["supported_features"] = tuple(
+            m.SupportedFeatureKey(name=n, min_version=lo, max_version=hi) for n, lo, hi in _FEATURES)
+        fields["finalized_features_epoch"] = 1
+        fields["finalized_features"] = tuple(
+            m.FinalizedFeatureKey(name=n, max_version_level=hi, min_version_level=hi)
+            for n, _lo, hi in _FEATURES)
+    return make(m.ApiVersionsResponse, **fields)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _response(ctx.broker, ctx.api_version, ErrorCode.none)
+
+
+def unsupported_version_response(broker: Broker) -> Any:
+    """The v0 response sent to an ApiVersions request of a version we do not know."""
+    return _response(broker, 0, ErrorCode.unsupported_version)

@@ -1,0 +1,83 @@
+"""CreatePartitions (37) v0-3: raise a topic's partition count.
+
+Per topic: a name given twice -> INVALID_REQUEST (not changed); unknown topic ->
+UNKNOWN_TOPIC_OR_PARTITION; a count not above the current one -> INVALID_PARTITIONS (partitions
+are never removed); internal topics -> INVALID_REQUEST (their partition count fixes which
+partition holds a group's state, so changing it would lose state). Manual assignments are
+optional; when given they must list one entry per new partition, each on exactly this broker
+(the replication factor is 1), else INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks without
+changing anything. New partitions start empty; existing partitions keep their data and offsets.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.app import Broker
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, OK, err_message
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 37
+VERSIONS = (0, 3)
+
+
+def _assignment_problem(broker: Broker, added: int, assignments: Any) -> str | None:
+    if assignments is None:
+        return None
+    if len(assignments) != added:
+        return (f"{added} partition(s) would be added but {len(assignments)} assignment(s) "
+                "were given")
+    node = broker.node_id
+    for i, a in enumerate(assignments):
+        if list(a.broker_ids) != [node]:
+            return (f"new partition {i} is assigned to brokers {list(a.broker_ids)}; "
+                    f"the replication factor is 1 and the only broker is {node}")
+    return None
+
+
+def create_partitions(broker: Broker, name: str, count: int, assignments: Any,
+                      validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Check and (unless ``validate_only``) raise one topic's partition count."""
+    topic = broker.topics.get(name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+    if topic.internal:
+        return (ErrorCode.invalid_request,
+                f"the partition count of internal topic {name} cannot be changed")
+    current = topic.partitions
+    if count < current:
+        return (ErrorCode.invalid_partitions,
+                f"topic has {current} partitions, more than the requested {count}; "
+                "partitions cannot be removed")
+    if count == current:
+        return ErrorCode.invalid_partitions, f"topic already has {current} partitions"
+    problem = _assignment_problem(broker, count - current, assignments)
+    if problem:
+        return ErrorCode.invalid_replica_assignment, problem
+    if not validate_only:
+        broker.add_partitions(name, count)
+    return OK, None
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    counts = Counter(t.name for t in req.topics)
+    results = []
+    for t in req.topics:
+        if counts[t.name] > 1:
+            continue
+        error, message = create_partitions(ctx.broker, t.name, t.count, t.assignments,
+                                           req.validate_only)
+        results.append(make(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
+                            error_message=err_message(error, message)))
+    for name, n in counts.items():
+        if n > 1:
+            results.append(make(m.CreatePartitionsTopicResult, name=name,
+                                error_code=ErrorCode.invalid_request,
+                                error_message="duplicate topic name"))
+    return make(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

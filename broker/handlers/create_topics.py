@@ -1,0 +1,138 @@
+"""CreateTopics (19) v2-7: create topics with a partition count and per-topic configs.
+
+Per topic, in this order (the first failing check is the answer; other topics are unaffected):
+
+- a name given twice in one request -> INVALID_REQUEST for that name, which is not created
+  (Kafka's controller answers duplicates the same way, once per name);
+- an illegal name -> INVALID_TOPIC_EXCEPTION; a name taken -> TOPIC_ALREADY_EXISTS; a name that
+  differs from an existing one only by '.' vs '_' -> INVALID_TOPIC_EXCEPTION (the two would
+  collide in metric names, so Kafka refuses it too);
+- partitions: -1 means ``num.partitions``; 0 or below -1 -> INVALID_PARTITIONS;
+- replication factor -1 or 1 only (one broker) -> else INVALID_REPLICATION_FACTOR;
+- manual assignments: only with partitions and replication factor both -1 (else
+  INVALID_REQUEST); honoured when they list partitions 0..n-1, each on exactly this broker,
+  else INVALID_REPLICA_ASSIGNMENT;
+- configs: unknown names, invalid values and null values -> INVALID_CONFIG naming the config.
+
+``validate_only`` runs every check and answers as if created, creating nothing. v5+ answers
+also carry the partition count, replication factor and the resulting configs (as DescribeConfigs
+would report them), and v7+ the new topic id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.app import Broker, TopicError
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, OK, err_message
+from broker.handlers.describe_configs import topic_entries
+from protocol.codec import response_module
+from protocol.messages import has_field, make
+
+API_KEY = 19
+VERSIONS = (2, 7)
+
+
+@dataclass(slots=True)
+class Created:
+    """The outcome for one requested topic."""
+
+    name: str
+    error: ErrorCode = OK
+    message: str | None = None
+    topic_id: Any = None
+    partitions: int = -1
+    replication: int = -1
+    configs: dict[str, Any] = field(default_factory=dict)
+
+
+def _collision(broker: Broker, name: str) -> str | None:
+    key = name.replace(".", "_")
+    for t in broker.topics.all():
+        if t.name != name and t.name.replace(".", "_") == key:
+            return f"topic {name!r} collides with existing topic {t.name!r} ('.' and '_' clash)"
+    return None
+
+
+def _partitions_from_assignments(broker: Broker, t: Any) -> int:
+    """The partition count a manual assignment asks for.
+
+    Raises:
+        TopicError: the assignment is combined with counts, or places replicas elsewhere.
+    """
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        raise TopicError(ErrorCode.invalid_request,
+                         "give either num_partitions/replication_factor or a replica "
+                         "assignment, not both")
+    indexes = sorted(a.partition_index for a in t.assignments)
+    if indexes != list(range(len(indexes))):
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         f"assigned partitions must be 0..{len(indexes) - 1} each exactly once, "
+                         f"got {indexes}")
+    node = broker.node_id
+    for a in t.assignments:
+        if list(a.broker_ids) != [node]:
+            raise TopicError(ErrorCode.invalid_replica_assignment,
+                             f"partition {a.partition_index} is assigned to brokers "
+                             f"{list(a.broker_ids)}; the only broker is {node}")
+    return len(indexes)
+
+
+def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
+    """Check and (unless ``validate_only``) create one topic; failures are in the result."""
+    out = Created(t.name)
+    try:
+        partitions = t.num_partitions
+        replication = t.replication_factor
+        if t.assignments:
+            partitions = _partitions_from_assignments(broker, t)
+            replication = -1
+        partitions = broker.check_new_topic(t.name, partitions, replication)
+        collision = _collision(broker, t.name)
+        if collision:
+            raise TopicError(ErrorCode.invalid_topic_exception, collision)
+        for c in t.configs:
+            if c.value is None:
+                raise TopicError(ErrorCode.invalid_config,
+                                 f"null value is not allowed for topic config {c.name!r}")
+        configs = broker.validate_topic_configs({c.name: c.value for c in t.configs})
+    except TopicError as exc:
+        out.error, out.message = exc.error, exc.message
+        return out
+    out.partitions, out.replication, out.configs = partitions, 1, configs
+    if not validate_only:
+        out.topic_id = broker.create_topic(t.name, partitions, configs).topic_id
+    return out
+
+
+def _result(m: Any, broker: Broker, c: Created) -> Any:
+    configs: tuple[Any, ...] = ()
+    if c.error == OK and has_field(m.CreatableTopicResult, "configs"):  # v5+
+        configs = tuple(
+            make(m.CreatableTopicConfigs, name=e.name, value=e.value, read_only=e.read_only,
+                 config_source=int(e.source), is_sensitive=e.sensitive)
+            for e in topic_entries(broker, c.configs))
+    return make(m.CreatableTopicResult, name=c.name, topic_id=c.topic_id, error_code=c.error,
+                error_message=err_message(c.error, c.message), topic_config_error_code=0,
+                num_partitions=c.partitions, replication_factor=c.replication, configs=configs)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    m = response_module(API_KEY, ctx.api_version)
+    counts = Counter(t.name for t in req.topics)
+    results: list[Created] = []
+    for t in req.topics:
+        if counts[t.name] == 1:
+            results.append(create_one(broker, t, req.validate_only))
+    # Duplicates last and once per name, as Kafka's controller answers them.
+    for name, n in counts.items():
+        if n > 1:
+            results.append(Created(name, ErrorCode.invalid_request, "duplicate topic name"))
+    return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE,
+                topics=tuple(_result(m, broker, c) for c in results))

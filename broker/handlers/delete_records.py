@@ -1,0 +1,110 @@
+"""DeleteRecords (21) v0-2: move partitions' log start offsets forward (admin ``delete_records``).
+
+For each partition, records below the requested offset become unreadable and whole segments
+below it are deleted; the answer's ``low_watermark`` is the resulting log start offset. Offset -1
+means the high watermark (the log end: one broker, nothing unreplicated). An offset at or below
+the current start changes nothing and answers the current start (the start never moves back).
+
+- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
+- internal topics -> INVALID_TOPIC_EXCEPTION (their records are coordinator state; Kafka
+  refuses too);
+- an offset above the log end, or negative other than -1 -> OFFSET_OUT_OF_RANGE;
+- a disk error -> KAFKA_STORAGE_ERROR (logged).
+
+The checkpoint write and segment unlinks block, so they run in a worker thread, as retention
+does (``PartitionLog`` is safe for that). Nothing is woken: readers find out on their next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.app import Broker
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, OK
+from persister.log import LogClosedError, OffsetOutOfRangeError
+from persister.log import PartitionLogLike as PartitionLog
+from protocol.codec import response_module
+from protocol.messages import make
+
+log = logging.getLogger("shoal.admin")
+
+API_KEY = 21
+VERSIONS = (0, 2)
+
+HIGH_WATERMARK = -1
+
+
+@dataclass(slots=True)
+class Deletion:
+    """One requested partition: its log (if found) and then the outcome."""
+
+    topic: str
+    partition: int
+    offset: int
+    log: PartitionLog | None = None
+    error: ErrorCode = OK
+    low_watermark: int = -1
+
+
+def plan(broker: Broker, topic: str, partition: int, offset: int) -> Deletion:
+    """Find the partition's log and check what can be checked without touching it."""
+    d = Deletion(topic, partition, offset)
+    t = broker.topics.get(topic)
+    lg = broker.logs.get(topic, partition) if t is not None else None
+    if t is None or lg is None:
+        d.error = ErrorCode.unknown_topic_or_partition
+    elif t.internal:
+        d.error = ErrorCode.invalid_topic_exception
+    elif offset < 0 and offset != HIGH_WATERMARK:
+        d.error = ErrorCode.offset_out_of_range
+    else:
+        d.log = lg
+    return d
+
+
+def apply(d: Deletion) -> None:
+    """Move one log's start offset (blocking: run in a worker thread)."""
+    lg = d.log
+    if lg is None:
+        return
+    target = lg.log_end_offset if d.offset == HIGH_WATERMARK else d.offset
+    try:
+        d.low_watermark = lg.delete_records_before(target)
+    except OffsetOutOfRangeError:
+        d.error = ErrorCode.offset_out_of_range
+    except LogClosedError:  # the topic was deleted meanwhile
+        d.error = ErrorCode.unknown_topic_or_partition
+    except OSError:
+        log.exception("DeleteRecords on %s-%d failed", d.topic, d.partition)
+        d.error = ErrorCode.kafka_storage_error
+
+
+def _apply_all(deletions: list[Deletion]) -> None:
+    for d in deletions:
+        apply(d)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _delete_records(ctx, req)
+
+
+async def _delete_records(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    planned = [[plan(ctx.broker, t.name, p.partition_index, p.offset) for p in t.partitions]
+               for t in req.topics]
+    todo = [d for ds in planned for d in ds if d.log is not None]
+    if todo:
+        await asyncio.to_thread(_apply_all, todo)
+    topics = tuple(
+        make(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
+            make(m.DeleteRecordsPartitionResult, partition_index=d.partition,
+                 low_watermark=d.low_watermark if d.error == OK else -1, error_code=d.error)
+            for d in ds))
+        for t, ds in zip(req.topics, planned))
+    return make(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=topics)

@@ -1,0 +1,96 @@
+"""Fetch (1) v4-17: read whole batches from the logs, long-polling for MinBytes up to MaxWaitMs.
+
+Batches are returned exactly as stored (no decoding). Limits follow KIP-74: the response stays
+under MaxBytes (capped by ``fetch.max.bytes``) and each partition under its PartitionMaxBytes,
+except that the first batch of the first non-empty partition is always returned whole so a
+consumer can make progress. A fetch waiting for data is woken by any append to one of its
+partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which every client
+treats as "send full requests". No transactions exist, so the last stable offset is the high
+watermark and there are never aborted transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.watch import wait_for_any
+from persister.log import OffsetOutOfRangeError
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 1
+VERSIONS = (4, 17)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _fetch(ctx, req)
+
+
+async def _fetch(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    clock = broker.clock
+    max_wait_ms = max(0, int(req.max_wait.total_seconds() * 1000))
+    deadline = clock.monotonic_ms() + max_wait_ms
+    while True:
+        resp, total, errors, keys = _read(ctx, req)
+        remaining = deadline - clock.monotonic_ms()
+        if total >= req.min_bytes or errors or remaining <= 0 or not keys:
+            return resp
+        fut = broker.logs.watch.watch(keys)
+        await wait_for_any(fut, remaining / 1000)
+        await asyncio.sleep(0)
+
+
+def _read(ctx: RequestContext, req: Any) -> tuple[Any, int, bool, list[tuple[str, int]]]:
+    broker = ctx.broker
+    m = response_module(API_KEY, ctx.api_version)
+    by_id = ctx.api_version >= 13
+    budget = min(req.max_bytes, broker.config.get("fetch.max.bytes"))
+    total = 0
+    errors = False
+    keys: list[tuple[str, int]] = []
+    topics = []
+    for ft in req.topics:
+        topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
+        parts = []
+        for fp in ft.partitions:
+            p = fp.partition
+            lg = broker.logs.get(topic.name, p) if topic is not None else None
+            if lg is None:
+                errors = True
+                err = ErrorCode.unknown_topic_id if by_id and topic is None \
+                    else ErrorCode.unknown_topic_or_partition
+                parts.append(_pdata(m, p, err, -1, -1, b""))
+                continue
+            keys.append((topic.name, p))
+            hwm = lg.log_end_offset
+            data = b""
+            err = ErrorCode.none
+            limit = min(fp.partition_max_bytes, budget)
+            if limit > 0 or total == 0:
+                try:
+                    data = lg.read(fp.fetch_offset, max(limit, 1), hwm).data
+                except OffsetOutOfRangeError:
+                    err = ErrorCode.offset_out_of_range
+                    errors = True
+                if data and len(data) > limit and total > 0:
+                    data = b""  # over budget: only the very first batch may exceed the limit
+            total += len(data)
+            budget -= len(data)
+            parts.append(_pdata(m, p, err, hwm, lg.log_start_offset, data))
+        topics.append(make(m.FetchableTopicResponse, topic=getattr(ft, "topic", None),
+                           topic_id=getattr(ft, "topic_id", None), partitions=tuple(parts)))
+    resp = make(m.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                session_id=0, responses=tuple(topics), node_endpoints=())
+    return resp, total, errors, keys
+
+
+def _pdata(m: Any, p: int, err: ErrorCode, hwm: int, log_start: int, data: bytes) -> Any:
+    return make(m.PartitionData, partition_index=p, error_code=err, high_watermark=hwm,
+                last_stable_offset=hwm, log_start_offset=log_start, aborted_transactions=(),
+                preferred_read_replica=-1, records=data)

@@ -1,0 +1,209 @@
+"""IncrementalAlterConfigs (44) v0-1: SET, DELETE, APPEND and SUBTRACT topic and broker configs.
+
+Each resource is changed atomically: every operation is checked first (known name, alterable,
+valid value, the whole resulting set valid) and only then is anything applied, so a resource is
+either fully changed or untouched. ``validate_only`` stops after the checks. Resources are
+independent: one failing does not stop the others. Expected failures are response data:
+
+- unknown config name, invalid value, APPEND/SUBTRACT on a non-list config -> INVALID_CONFIG;
+- a broker config that is not dynamic -> INVALID_CONFIG, saying a restart is needed;
+- an unknown operation, a null value for SET/APPEND/SUBTRACT, the same config twice in one
+  resource, the same resource twice in one request, an unsupported resource type -> INVALID_REQUEST;
+- unknown topic -> UNKNOWN_TOPIC_OR_PARTITION.
+
+Topic changes go through ``Broker.set_topic_configs`` and take effect on the live logs; broker
+changes through ``BrokerConfig.set``/``reset`` (DELETE falls back to the startup value, else the
+default). Dynamic broker configs are kept in memory only: a restart goes back to the config file.
+
+Resources are altered by functions in ``ALTERERS``, keyed by resource type; the share-group work
+registers the GROUP (32) alterer there. Legacy AlterConfigs (33) reuses ``alter``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.app import Broker, TopicError
+from broker.config import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigError,
+    format_value,
+    parse_value,
+    topic_config_value,
+)
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, OK
+from broker.handlers.describe_configs import ResourceType, broker_resource_problem
+from broker.topics import topic_name_problem
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 44
+VERSIONS = (0, 1)
+
+
+class OpType(IntEnum):
+    """Kafka's ``AlterConfigOp.OpType`` ids."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+_OPS = frozenset(int(o) for o in OpType)
+
+@dataclass(frozen=True, slots=True)
+class AlterOp:
+    name: str
+    op: int
+    value: str | None
+
+
+Altered = tuple[ErrorCode, str | None]
+Alterer = Callable[[Broker, str, Sequence[AlterOp], bool], Altered]
+
+
+def _items(value: str | None) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()] if value else []
+
+
+def apply_list_op(op: AlterOp, current: str | None) -> str:
+    """APPEND adds the items not already present; SUBTRACT removes the given items."""
+    have = _items(current)
+    given = _items(op.value)
+    if op.op == OpType.APPEND:
+        return ",".join(have + [x for x in given if x not in have])
+    return ",".join(x for x in have if x not in given)
+
+
+def _list_op_problem(op: AlterOp, type_: str) -> str | None:
+    if op.op in (OpType.APPEND, OpType.SUBTRACT) and type_ != "list":
+        return (f"{OpType(op.op).name} is only allowed for list configs; {op.name} is "
+                f"a {type_} config")
+    return None
+
+
+def alter_topic(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+    problem = topic_name_problem(name)
+    if problem:
+        return ErrorCode.invalid_topic_exception, problem
+    topic = broker.topics.get(name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+    raw: dict[str, str | None] = {k: format_value(v) for k, v in topic.configs.items()}
+    for op in ops:
+        d = TOPIC_CONFIGS.get(op.name)
+        if d is None:
+            return ErrorCode.invalid_config, f"unknown topic config {op.name!r}"
+        problem = _list_op_problem(op, d.type)
+        if problem:
+            return ErrorCode.invalid_config, problem
+        if op.op == OpType.SET:
+            raw[op.name] = op.value
+        elif op.op == OpType.DELETE:
+            raw.pop(op.name, None)
+        else:
+            current = raw.get(op.name)
+            if current is None:
+                current = format_value(topic_config_value(op.name, {}, broker.config))
+            raw[op.name] = apply_list_op(op, current)
+    try:
+        parsed = broker.validate_topic_configs(raw)
+    except TopicError as exc:
+        return exc.error, exc.message
+    if not validate_only:
+        broker.set_topic_configs(name, parsed)
+    return OK, None
+
+
+def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+    problem = broker_resource_problem(broker, name)
+    if problem:
+        return ErrorCode.invalid_request, problem
+    sets: dict[str, Any] = {}
+    resets: list[str] = []
+    for op in ops:
+        d = BROKER_CONFIGS.get(op.name)
+        if d is None:
+            return ErrorCode.invalid_config, f"unknown broker config {op.name!r}"
+        if not d.dynamic:
+            return (ErrorCode.invalid_config,
+                    f"{op.name} cannot be changed while the broker runs; set it in the config "
+                    "file and restart the broker")
+        problem = _list_op_problem(op, d.type)
+        if problem:
+            return ErrorCode.invalid_config, problem
+        if op.op == OpType.DELETE:
+            resets.append(op.name)
+            continue
+        value = op.value
+        if op.op != OpType.SET:
+            value = apply_list_op(op, format_value(broker.config.get(op.name)))
+        try:
+            parse_value(d, value)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        sets[op.name] = value
+    if not validate_only:
+        for n in resets:
+            broker.config.reset(n)
+        for n, v in sets.items():
+            broker.config.set(n, v)
+    return OK, None
+
+
+# Resource type -> alterer. GROUP (32) is registered by the share-group work.
+ALTERERS: dict[int, Alterer] = {
+    ResourceType.TOPIC: alter_topic,
+    ResourceType.BROKER: alter_broker,
+}
+
+
+def alter(broker: Broker, resource_type: int, name: str, ops: Sequence[AlterOp],
+          validate_only: bool) -> Altered:
+    """Check the request-level rules for one resource, then hand it to its alterer."""
+    alterer = ALTERERS.get(resource_type)
+    if alterer is None:
+        return ErrorCode.invalid_request, f"unsupported resource type {resource_type}"
+    seen: set[str] = set()
+    for op in ops:
+        if op.op not in _OPS:
+            return ErrorCode.invalid_request, f"unknown config operation {op.op} for {op.name}"
+        if op.name in seen:
+            return ErrorCode.invalid_request, f"config {op.name} appears more than once"
+        seen.add(op.name)
+        if op.value is None and op.op != OpType.DELETE:
+            return ErrorCode.invalid_request, f"null value is not allowed for {op.name}"
+    return alterer(broker, name, ops, validate_only)
+
+
+def duplicate_resources(resources: Sequence[Any]) -> set[tuple[int, str]]:
+    """(type, name) pairs named more than once in a request; none of them is altered."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    return {k for k, n in counts.items() if n > 1}
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    dups = duplicate_resources(req.resources)
+    responses = []
+    for r in req.resources:
+        if (r.resource_type, r.resource_name) in dups:
+            error, message = ErrorCode.invalid_request, "resource appears more than once"
+        else:
+            ops = [AlterOp(c.name, c.config_operation, c.value) for c in r.configs]
+            error, message = alter(ctx.broker, r.resource_type, r.resource_name, ops,
+                                   req.validate_only)
+        responses.append(make(m.AlterConfigsResourceResponse, error_code=error,
+                              error_message=message, resource_type=r.resource_type,
+                              resource_name=r.resource_name))
+    return make(m.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE,
+                responses=tuple(responses))

@@ -1,0 +1,60 @@
+"""ListOffsets (2) v1-10: earliest, latest, max-timestamp and by-timestamp lookups.
+
+Special timestamps: -1 latest (the high watermark; the last stable offset under read_committed,
+which is the same here as there are no transactions), -2 earliest (log start offset), -3 the
+offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
+(v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
+if there is none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 2
+VERSIONS = (1, 10)
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def lookup(lg: Any, ts: int) -> tuple[int, int]:
+    """(offset, timestamp) for a ListOffsets timestamp on one log."""
+    if ts == LATEST:
+        return lg.log_end_offset, -1
+    if ts in (EARLIEST, EARLIEST_LOCAL):
+        return lg.log_start_offset, -1
+    if ts == LATEST_TIERED:
+        return -1, -1
+    if ts == MAX_TIMESTAMP:
+        found = lg.max_timestamp_offset()
+        return found if found is not None else (-1, -1)
+    found = lg.offset_for_timestamp(ts)
+    return found if found is not None else (-1, -1)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    m = response_module(API_KEY, ctx.api_version)
+    topics = []
+    for t in req.topics:
+        topic = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            lg = broker.logs.get(t.name, p.partition_index) if topic is not None else None
+            if lg is None:
+                parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                                  error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1,
+                                  offset=-1, leader_epoch=-1))
+                continue
+            offset, ts = lookup(lg, p.timestamp)
+            parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                              error_code=ErrorCode.none, timestamp=ts, offset=offset, leader_epoch=0))
+        topics.append(make(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

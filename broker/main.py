@@ -1,0 +1,123 @@
+"""The ``shoal`` command line.
+
+``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
+until SIGTERM/SIGINT, then shuts down gracefully. Options override the properties file, which
+overrides built-in defaults. uvloop is used when installed (``--no-uvloop`` to opt out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from broker.config import BrokerConfig, ConfigError, read_properties
+
+
+def _setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
+               "msg": record.getMessage()}
+        for k in ("group", "topic", "partition", "member"):
+            if hasattr(record, k):
+                doc[k] = getattr(record, k)
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    """Merge defaults, the properties file and command-line options.
+
+    Raises:
+        ConfigError: an unknown or invalid config.
+    """
+    values: dict[str, str] = {}
+    if args.config:
+        values.update(read_properties(Path(args.config)))
+    for item in args.override or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--override expects name=value, got {item!r}")
+        values[k.strip()] = v.strip()
+    if args.listen:
+        values["listeners"] = args.listen
+    if args.data_dir:
+        values["log.dirs"] = args.data_dir
+    return BrokerConfig(values)
+
+
+async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
+    from broker.app import Broker
+    from broker.server import Server
+
+    server = Server(Broker(config))
+    await server.start()
+    if ready_file:
+        Path(ready_file).write_text(f"{server.host}:{server.port}\n")
+    print(f"shoal: listening on {server.host}:{server.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger("shoal").info("shutting down (signal received)")
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shoal", description="Shoal: a Kafka-compatible "
+                                     "broker for share groups")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("broker", help="run a broker in the foreground")
+    b.add_argument("--listen", help="HOST:PORT to listen on (Kafka: listeners)")
+    b.add_argument("--data-dir", help="directory for logs and state (Kafka: log.dirs)")
+    b.add_argument("--config", help="a Kafka-style .properties file")
+    b.add_argument("--override", "-o", action="append", metavar="NAME=VALUE",
+                   help="set any broker config (repeatable)")
+    b.add_argument("--log-level", default="INFO")
+    b.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    b.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
+    b.add_argument("--ready-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.command == "broker":
+        _setup_logging(args.log_level, args.log_format)
+        try:
+            config = build_config(args)
+        except (ConfigError, OSError) as exc:
+            print(f"shoal: configuration error: {exc}", file=sys.stderr)
+            return 2
+        if not args.no_uvloop:
+            try:
+                import uvloop
+
+                asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            except ImportError:
+                pass
+        try:
+            asyncio.run(run_broker(config, args.ready_file))
+        except OSError as exc:
+            print(f"shoal: could not start: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

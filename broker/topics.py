@@ -1,0 +1,119 @@
+"""The topic registry: names, stable topic IDs, partition counts and per-topic configs.
+
+Kept in ``<data>/topics.json``, rewritten atomically (write a temp file, fsync, rename, fsync the
+directory) on every change, so a crash leaves either the old or the new registry, never a torn one.
+Topic IDs are UUIDs chosen at creation and never change, including across restarts.
+
+Topic-name rules are Kafka's: 1-249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``.
+Names starting with ``__`` are internal (hidden from Metadata unless asked for by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_NAME_LENGTH = 249
+
+INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")
+
+
+def topic_name_problem(name: str | None) -> str | None:
+    """Why a topic name is illegal, or None if it is fine."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name {name!r} is not allowed"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"topic name is longer than {MAX_NAME_LENGTH} characters"
+    if not _LEGAL.match(name):
+        return f"topic name {name!r} contains characters other than ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class TopicRegistry:
+    def __init__(self, data_dir: Path) -> None:
+        self._path = data_dir / "topics.json"
+        self._by_name: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        if self._path.exists():
+            raw = json.loads(self._path.read_text(encoding="utf-8"))
+            for t in raw["topics"]:
+                topic = Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]),
+                              dict(t.get("configs", {})))
+                self._by_name[topic.name] = topic
+                self._by_id[topic.topic_id] = topic
+
+    def get(self, name: str | None) -> Topic | None:
+        return self._by_name.get(name) if name is not None else None
+
+    def by_id(self, topic_id: uuid.UUID | None) -> Topic | None:
+        return self._by_id.get(topic_id) if topic_id is not None else None
+
+    def all(self) -> list[Topic]:
+        return sorted(self._by_name.values(), key=lambda t: t.name)
+
+    def create(self, name: str, partitions: int, configs: dict[str, Any] | None = None) -> Topic:
+        """Register a new topic; the caller checked the name is legal and unused."""
+        assert name not in self._by_name
+        topic = Topic(name, uuid.uuid4(), partitions, dict(configs or {}))
+        self._by_name[name] = topic
+        self._by_id[topic.topic_id] = topic
+        self._save()
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        topic = self._by_name.pop(name)
+        del self._by_id[topic.topic_id]
+        self._save()
+        return topic
+
+    def set_partitions(self, name: str, count: int) -> None:
+        self._by_name[name].partitions = count
+        self._save()
+
+    def set_configs(self, name: str, configs: dict[str, Any]) -> None:
+        self._by_name[name].configs = dict(configs)
+        self._save()
+
+    def _save(self) -> None:
+        doc = {"version": 1, "topics": [
+            {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions,
+             "configs": t.configs}
+            for t in self.all()
+        ]}
+        atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace a file's contents so that a crash leaves the old or the new version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,1186 @@
+"""One Kafka partition on disk: segment files of record batches, sparse indexes and checkpoints.
+
+Layout of a partition directory::
+
+    00000000000000000000.log        batches byte-for-byte as produced, base offsets assigned
+    00000000000000000000.index      sparse offset index: (relative offset int32, position int32)
+    00000000000000000000.timeindex  time index: (running max timestamp int64, relative offset int32)
+    log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
+    recovery-point.checkpoint       offset below which everything is fsynced
+    .clean-shutdown                 written by close(); removed by open()
+
+Invariants:
+- Offsets are dense: the first batch of a segment starts at the segment's base offset (its file
+  name) and each batch starts at the previous batch's last offset + 1. Segment *k+1* starts at the
+  end offset of segment *k*; only the last segment (the active one) is appended to.
+- A segment file holds whole batches only; ``size`` (in memory) is where the next batch goes.
+  Recovery truncates anything after the last batch with a valid header and CRC.
+- Index entry *j* of a segment describes the batch starting at ``position[j]`` with base offset
+  ``base + rel[j]``; ``ts[j]`` is the largest batch max-timestamp of that batch and every batch
+  before it in the segment (non-decreasing, so it can be bisected). Entries go in when more than
+  ``index_interval_bytes`` were appended since the previous one, and once more for the last batch
+  when a segment is sealed (rolled or closed); a sealed segment's last ``ts`` is its largest
+  timestamp. The ``.index`` and ``.timeindex`` files always hold the same entries.
+- Everything below the recovery point is fsynced (data and index files). Startup after a crash
+  validates only the batches after the last index entry below the recovery point, so its cost
+  follows the unflushed tail, not the log size; older segments are loaded lazily on first use.
+- ``log_start_offset`` only moves forward; whole segments below it are deleted.
+
+Threads: every method is synchronous. ``flush`` (and ``enforce_retention``) may run in a worker
+thread while the owner keeps appending and reading: one ``threading.Lock`` guards the segment list,
+file descriptors and counters and is never held across an fsync. Reads hold it during their
+``pread``s so a concurrent segment deletion cannot close a descriptor under them.
+
+I/O errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog``, ``LogSegment``,
+``OffsetIndex``/``TimeIndex`` and ``LogLoader`` (behaviour only).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import struct
+import threading
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
+from protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    HEADER_STRUCT,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    CorruptRecordError,
+    RecordTooLargeError,
+)
+
+_log = logging.getLogger("shoal.log")
+
+GIB = 1 << 30
+DAY_MS = 24 * 3600 * 1000
+INT32_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
+_TMP_SUFFIX = ".tmp"
+_CHECKPOINT_VERSION = 0
+
+_INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_INT16 = struct.Struct(">h")
+# Header walks read this much at a time (an index interval plus slack).
+_WALK_CHUNK = 16 * 1024
+# Recovery reads this much at a time to check CRCs.
+_RECOVERY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-partition log settings (Kafka topic config names in the comments)."""
+
+    segment_bytes: int = GIB  # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * DAY_MS  # segment.ms / log.roll.ms
+    retention_ms: int = 7 * DAY_MS  # retention.ms / log.retention.ms; -1 unlimited
+    retention_bytes: int = -1  # retention.bytes / log.retention.bytes; -1 unlimited
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    flush_interval_messages: int = LONG_MAX  # flush.messages; the default leaves it to the OS
+    flush_interval_ms: int | None = None  # flush.ms; None leaves it to the OS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.segment_bytes <= INT32_MAX:
+            raise ValueError(f"segment_bytes must be in [1, {INT32_MAX}]: {self.segment_bytes}")
+        if self.segment_ms < 1:
+            raise ValueError(f"segment_ms must be positive: {self.segment_ms}")
+        if self.retention_ms < -1 or self.retention_bytes < -1:
+            raise ValueError("retention_ms and retention_bytes must be >= -1")
+        if self.index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0: {self.index_interval_bytes}")
+        if self.flush_interval_messages < 1:
+            raise ValueError(f"flush_interval_messages must be >= 1: {self.flush_interval_messages}")
+        if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
+            raise ValueError(f"flush_interval_ms must be >= 0: {self.flush_interval_ms}")
+
+
+class _Segment:
+    """One segment's files and in-memory index. Mutated only under ``PartitionLog._lock``."""
+
+    __slots__ = (
+        "base_offset",
+        "log_path",
+        "index_path",
+        "time_path",
+        "fd",
+        "size",
+        "loaded",
+        "rel",
+        "pos",
+        "ts",
+        "max_timestamp",
+        "last_batch_pos",
+        "last_batch_rel",
+        "bytes_since_index",
+        "created_ms",
+        "dirty",
+        "index_fds",
+    )
+
+    def __init__(self, directory: Path, base_offset: int) -> None:
+        stem = os.path.join(directory, f"{base_offset:020d}")
+        self.base_offset = base_offset
+        self.log_path = stem + LOG_SUFFIX
+        self.index_path = stem + INDEX_SUFFIX
+        self.time_path = stem + TIME_INDEX_SUFFIX
+        self.fd = -1
+        self.size = 0
+        self.loaded = False
+        self.rel = array("i")
+        self.pos = array("i")
+        self.ts = array("q")
+        self.max_timestamp = NO_TIMESTAMP
+        # Append state, kept for the active segment (and sealed ones recovered in this process).
+        self.last_batch_pos = -1
+        self.last_batch_rel = -1
+        self.bytes_since_index = 0
+        self.created_ms = 0
+        self.dirty = False
+        # (index, time index) write descriptors, held while the segment is active.
+        self.index_fds: tuple[int, int] | None = None
+
+    def paths(self) -> tuple[str, str, str]:
+        return self.log_path, self.index_path, self.time_path
+
+    def open_index_files(self) -> None:
+        if self.index_fds is None:
+            fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                self.index_fds = (fd, os.open(self.time_path, os.O_WRONLY | os.O_CREAT, 0o644))
+            except OSError:
+                os.close(fd)
+                raise
+
+    def close_index_files(self) -> None:
+        if self.index_fds is not None:
+            fds, self.index_fds = self.index_fds, None
+            for fd in fds:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.close_index_files()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def add_entries(self, entries: list[tuple[int, int, int]]) -> None:
+        """Write index entries after the existing ones (explicit positions: a failed earlier
+        write can never misalign the file) and record them in memory."""
+        count = len(self.rel)
+        idx = b"".join(_INDEX_ENTRY.pack(rel, pos) for rel, pos, _ in entries)
+        tix = b"".join(_TIME_ENTRY.pack(ts, rel) for rel, _, ts in entries)
+        if self.index_fds is not None:
+            _pwrite_all(self.index_fds[0], idx, count * _INDEX_ENTRY.size)
+            _pwrite_all(self.index_fds[1], tix, count * _TIME_ENTRY.size)
+        else:
+            _pwrite_file(self.index_path, idx, count * _INDEX_ENTRY.size)
+            _pwrite_file(self.time_path, tix, count * _TIME_ENTRY.size)
+        for rel, pos, ts in entries:
+            self.rel.append(rel)
+            self.pos.append(pos)
+            self.ts.append(ts)
+
+    def truncate_index(self, count: int) -> None:
+        """Keep the first ``count`` entries, in memory and on disk."""
+        del self.rel[count:], self.pos[count:], self.ts[count:]
+        _truncate_file(self.index_path, count * _INDEX_ENTRY.size)
+        _truncate_file(self.time_path, count * _TIME_ENTRY.size)
+
+
+class PartitionLog:
+    """A partition stored as segment files in one directory. Create with ``PartitionLog.open``.
+
+    ``config`` may be replaced at any time (dynamic topic configs); the next operation uses it.
+    """
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._leo = 0
+        self._size_bytes = 0
+        self._recovery_point = 0
+        self._closed = False
+        self._dir_dirty = False
+        self._rolled_unflushed = False
+        # Offsets appended / covered by a completed flush, for the flush.messages policy.
+        self._appended = 0
+        self._flushed = 0
+        self._unflushed_since_ms: int | None = None
+        self._since_snapshot_ms: int | None = None
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._retention_lock = threading.Lock()
+
+    # -- opening and recovery ----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open the partition in ``directory``, creating it or recovering it after a crash.
+
+        Without a clean-shutdown marker, batches after the recovery point are checked (header
+        sanity, dense offsets, CRC-32C); the segment is truncated at the first bad batch and any
+        later segments are deleted. Their index entries are rebuilt.
+
+        Raises:
+            OSError: the directory or its files cannot be read or written.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(directory.parent)
+        log = cls(directory, config)
+        log._recover(now_ms)
+        return log
+
+    def _recover(self, now_ms: int) -> None:
+        names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith(_TMP_SUFFIX):
+                os.unlink(self.directory / name)
+        bases = sorted(_base_of(n) for n in names if n.endswith(LOG_SUFFIX) and _base_of(n) >= 0)
+        base_set = set(bases)
+        for name in names:
+            if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                stem = name.rsplit(".", 1)[0]
+                if not (len(stem) == 20 and stem.isdigit() and int(stem) in base_set):
+                    os.unlink(self.directory / name)
+        marker = self.directory / CLEAN_SHUTDOWN_MARKER
+        clean_leo = _read_checkpoint(marker)
+        if marker.exists():
+            # Any crash from here on must be recovered by scanning.
+            os.unlink(marker)
+            _fsync_dir(self.directory)
+        lso = _read_checkpoint(self.directory / LOG_START_CHECKPOINT)
+        rp = _read_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT)
+
+        segments = []
+        for base in bases:
+            seg = _Segment(self.directory, base)
+            seg.size = os.stat(seg.log_path).st_size
+            segments.append(seg)
+        if lso is not None:
+            # Finish deletions interrupted by a crash: whole segments below the start offset.
+            while len(segments) > 1 and segments[1].base_offset <= lso:
+                _unlink_segment(segments.pop(0))
+        self._segments = segments
+        if not segments:
+            self._create_active(0 if lso is None else lso, now_ms)
+        elif clean_leo is None or not self._recover_clean(clean_leo):
+            self._recover_tail(segments[0].base_offset if rp is None else rp)
+            rp = min(rp if rp is not None else 0, self._leo)
+        else:
+            rp = self._leo
+        first_base = self._segments[0].base_offset
+        self._log_start_offset = max(first_base, lso if lso is not None else first_base)
+        if self._log_start_offset > self._leo:
+            # The start offset checkpoint is ahead of what survived: start over there (Kafka does
+            # the same rather than reuse offsets below a start offset it already advertised).
+            for seg in self._segments:
+                seg.close()
+                _unlink_segment(seg)
+            self._segments = []
+            self._create_active(self._log_start_offset, now_ms)
+        self._recovery_point = max(self._segments[0].base_offset, rp or 0)
+        self._bases = [s.base_offset for s in self._segments]
+        self._size_bytes = sum(s.size for s in self._segments)
+        active = self._segments[-1]
+        if active.fd < 0:
+            active.fd = os.open(active.log_path, os.O_RDWR)
+        active.open_index_files()
+        active.created_ms = now_ms
+
+    def _create_active(self, base: int, now_ms: int) -> None:
+        seg = _Segment(self.directory, base)
+        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        for path in (seg.index_path, seg.time_path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg.loaded = True
+        seg.created_ms = now_ms
+        self._segments.append(seg)
+        self._leo = base
+        self._dir_dirty = True
+
+    def _recover_clean(self, marker_leo: int) -> bool:
+        """After a clean shutdown, take the active segment's state from its seal entry.
+
+        Checks one header: the seal entry must point at a batch that ends the file and ends at
+        the offset the marker recorded. Returns False (scan instead) otherwise.
+        """
+        seg = self._segments[-1]
+        self._read_index(seg)
+        seg.fd = os.open(seg.log_path, os.O_RDWR)
+        if seg.size == 0:
+            ok = not seg.rel and marker_leo == seg.base_offset
+        elif seg.rel:
+            f = _header_at(seg.fd, seg.pos[-1])
+            ok = (
+                f is not None
+                and f[0] == seg.base_offset + seg.rel[-1]
+                and seg.pos[-1] + f[1] + LOG_OVERHEAD == seg.size
+                and f[0] + f[6] + 1 == marker_leo
+            )
+            if ok and f is not None:
+                seg.last_batch_pos = seg.pos[-1]
+                seg.last_batch_rel = seg.rel[-1]
+                seg.bytes_since_index = f[1] + LOG_OVERHEAD
+                seg.max_timestamp = seg.ts[-1]
+        else:
+            ok = False
+        if not ok:
+            _log.warning("%s: clean-shutdown marker does not match the files; recovering", self.directory)
+            return False
+        seg.loaded = True
+        self._leo = marker_leo
+        return True
+
+    def _recover_tail(self, recovery_point: int) -> None:
+        """Validate every batch from the recovery point on; truncate at the first bad one."""
+        segments = self._segments
+        k = max(0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1)
+        expected = segments[k].base_offset
+        for j in range(k, len(segments)):
+            seg = segments[j]
+            if seg.base_offset != expected:
+                _log.warning("%s: segment %d does not follow offset %d; deleting it and later ones",
+                             self.directory, seg.base_offset, expected)
+                self._drop_segments_from(j)
+                break
+            self._read_index(seg)
+            # Keep only entries for batches that start below the recovery point: those batches
+            # and entries were fsynced by the flush that wrote it.
+            keep = bisect.bisect_left(seg.rel, recovery_point - seg.base_offset) if j == k else 0
+            seg.truncate_index(keep)
+            end, expected = self._scan_segment(seg)
+            self._dir_dirty = True
+            seg.dirty = True
+            if end < seg.size or (seg.size == 0 and j < len(segments) - 1):
+                _log.warning("%s: truncating segment %d at position %d of %d (torn or corrupt batch)",
+                             self.directory, seg.base_offset, end, seg.size)
+                os.ftruncate(seg.fd, end)
+                seg.size = end
+                seg.truncate_index(bisect.bisect_left(seg.pos, end))
+                self._drop_segments_from(j + 1)
+                break
+        for seg in self._segments[k:-1]:
+            self._seal(seg)
+        self._leo = expected
+
+    def _drop_segments_from(self, j: int) -> None:
+        for seg in self._segments[j:]:
+            seg.close()
+            _unlink_segment(seg)
+        del self._segments[j:]
+
+    def _scan_segment(self, seg: _Segment) -> tuple[int, int]:
+        """CRC-check batches from the last index entry on and rebuild entries after it.
+
+        Returns the end of the last valid batch and the offset after it.
+        """
+        if seg.fd < 0:
+            seg.fd = os.open(seg.log_path, os.O_RDWR)
+        interval = self.config.index_interval_bytes
+        if seg.rel:
+            pos = seg.pos[-1]
+            expected = seg.base_offset + seg.rel[-1]
+            running = seg.ts[-1]
+        else:
+            pos, expected, running = 0, seg.base_offset, NO_TIMESTAMP
+        resumed_at = pos if seg.rel else -1
+        since = 0
+        entries: list[tuple[int, int, int]] = []
+        buf = b""
+        buf_start = pos
+        end = seg.size
+        while end - pos >= BATCH_HEADER_SIZE:
+            if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
+                buf, buf_start = os.pread(seg.fd, min(_RECOVERY_CHUNK, end - pos), pos), pos
+            f = HEADER_STRUCT.unpack_from(buf, pos - buf_start)
+            size = f[1] + LOG_OVERHEAD
+            if (
+                f[3] != MAGIC_V2
+                or f[1] < MIN_BATCH_LENGTH
+                or pos + size > end
+                or f[0] != expected
+                or f[6] < 0
+                or f[0] + f[6] - seg.base_offset > INT32_MAX
+            ):
+                break
+            if pos + size > buf_start + len(buf):
+                buf, buf_start = os.pread(seg.fd, min(max(_RECOVERY_CHUNK, size), end - pos), pos), pos
+            off = pos - buf_start
+            if crc32c.crc32c(memoryview(buf)[off + ATTRIBUTES_OFFSET : off + size]) != f[4]:
+                break
+            if f[8] > running:
+                running = f[8]
+            if since > interval and pos != resumed_at:
+                entries.append((f[0] - seg.base_offset, pos, running))
+                since = 0
+            since += size
+            seg.last_batch_pos = pos
+            seg.last_batch_rel = f[0] - seg.base_offset
+            expected = f[0] + f[6] + 1
+            pos += size
+        if entries:
+            seg.add_entries(entries)
+        seg.max_timestamp = running
+        seg.bytes_since_index = since
+        seg.loaded = True
+        return pos, expected
+
+    def _read_index(self, seg: _Segment) -> None:
+        """Read a segment's index files, keeping the longest consistent prefix of entries."""
+        idx = _read_file(seg.index_path)
+        tix = _read_file(seg.time_path)
+        n = min(len(idx) // _INDEX_ENTRY.size, len(tix) // _TIME_ENTRY.size)
+        rel, pos, ts = array("i"), array("i"), array("q")
+        prev_rel = prev_pos = -1
+        prev_ts = NO_TIMESTAMP
+        for i in range(n):
+            r, p = _INDEX_ENTRY.unpack_from(idx, i * _INDEX_ENTRY.size)
+            t, r2 = _TIME_ENTRY.unpack_from(tix, i * _TIME_ENTRY.size)
+            if r <= prev_rel or p <= prev_pos or p >= seg.size or r2 != r or t < prev_ts:
+                break
+            rel.append(r)
+            pos.append(p)
+            ts.append(t)
+            prev_rel, prev_pos, prev_ts = r, p, t
+        seg.rel, seg.pos, seg.ts = rel, pos, ts
+
+    def _load_index(self, seg: _Segment) -> None:
+        """Make a sealed segment's index and largest timestamp available (lazily, once)."""
+        if seg.loaded:
+            return
+        self._read_index(seg)
+        seg.loaded = True
+        if seg.size == 0:
+            return
+        # The seal entry makes the last ``ts`` the segment maximum; walk whatever follows the
+        # last entry in case the seal is missing.
+        self._ensure_open(seg)
+        running = seg.ts[-1] if seg.ts else NO_TIMESTAMP
+        for _, f in _walk(seg.fd, seg.pos[-1] if seg.pos else 0, seg.size):
+            if f[8] > running:
+                running = f[8]
+        seg.max_timestamp = running
+
+    def _ensure_open(self, seg: _Segment) -> None:
+        if seg.fd < 0:
+            seg.fd = os.open(seg.log_path, os.O_RDONLY)
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._leo
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is fsynced."""
+        return self._recovery_point
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
+        """Append already-validated v2 batches at the log end offset, assigning their offsets.
+
+        All batches go into one segment with one write to the page cache (never an fsync). A new
+        segment is rolled first when the active one would grow past ``segment_bytes``, is older
+        than ``segment_ms``, or would need a relative offset beyond int32.
+
+        Raises:
+            CorruptRecordError: ``data`` is empty or is not a sequence of whole v2 batches.
+            RecordTooLargeError: ``data`` is larger than a segment can address (2 GiB).
+            LogClosedError: the log is closed.
+            OSError: the write failed (the segment is left as it was).
+        """
+        buf = bytearray(data)
+        n = len(buf)
+        if n == 0:
+            raise CorruptRecordError("nothing to append")
+        if n > INT32_MAX:
+            raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
+        unpack = HEADER_STRUCT.unpack_from
+        metas: list[tuple[int, int, int, int]] = []
+        offsets = 0
+        p = 0
+        while p < n:
+            if n - p < BATCH_HEADER_SIZE:
+                raise CorruptRecordError(f"truncated batch header at position {p}")
+            f = unpack(buf, p)
+            size = f[1] + LOG_OVERHEAD
+            if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH or f[6] < 0 or p + size > n:
+                raise CorruptRecordError(f"malformed batch at position {p}")
+            metas.append((p, size, f[6], f[8]))
+            offsets += f[6] + 1
+            p += size
+        first_attributes = _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.directory} is closed")
+            cfg = self.config
+            seg = self._segments[-1]
+            leo = self._leo
+            if seg.size > 0 and (
+                seg.size + n > cfg.segment_bytes
+                or leo + offsets - 1 - seg.base_offset > INT32_MAX
+                or now_ms - seg.created_ms > cfg.segment_ms
+            ):
+                seg = self._roll(now_ms)
+            if seg.size == 0:
+                seg.created_ms = now_ms
+            start = seg.size
+            seg_base = seg.base_offset
+            interval = cfg.index_interval_bytes
+            since = seg.bytes_since_index
+            running = seg.max_timestamp
+            entries: list[tuple[int, int, int]] = []
+            offset = leo
+            pack_offset = _INT64.pack_into
+            for p, size, delta, max_ts in metas:
+                pack_offset(buf, p, offset)
+                if max_ts > running:
+                    running = max_ts
+                if since > interval:
+                    entries.append((offset - seg_base, start + p, running))
+                    since = 0
+                since += size
+                offset += delta + 1
+            _pwrite_all(seg.fd, buf, start)
+            seg.size = start + n
+            seg.dirty = True
+            seg.max_timestamp = running
+            seg.bytes_since_index = since
+            seg.last_batch_pos = start + metas[-1][0]
+            seg.last_batch_rel = offset - metas[-1][2] - 1 - seg_base
+            self._leo = offset
+            self._size_bytes += n
+            self._appended += offset - leo
+            if self._unflushed_since_ms is None:
+                self._unflushed_since_ms = now_ms
+            if self._since_snapshot_ms is None:
+                self._since_snapshot_ms = now_ms
+            if entries:
+                # Index entries are hints: if this write fails the data is still there.
+                try:
+                    seg.add_entries(entries)
+                except OSError:
+                    _log.exception("%s: index write failed; lookups will scan further", self.directory)
+                    seg.truncate_index(len(seg.rel))
+            lso = self._log_start_offset
+        append_time = -1
+        if first_attributes & TIMESTAMP_TYPE_MASK:
+            append_time = metas[0][3]
+        return AppendResult(leo, offset - 1, append_time, lso, seg_base, start)
+
+    def _roll(self, now_ms: int) -> _Segment:
+        old = self._segments[-1]
+        self._seal(old)
+        old.close_index_files()
+        seg = _Segment(self.directory, self._leo)
+        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        for path in (seg.index_path, seg.time_path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg.open_index_files()
+        seg.loaded = True
+        seg.created_ms = now_ms
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        self._rolled_unflushed = True
+        return seg
+
+    def _seal(self, seg: _Segment) -> None:
+        """Index the last batch so the segment's largest timestamp is its last ``ts``."""
+        if seg.last_batch_pos < 0 or (seg.pos and seg.pos[-1] == seg.last_batch_pos):
+            return
+        seg.add_entries([(seg.last_batch_rel, seg.last_batch_pos, seg.max_timestamp)])
+        seg.dirty = True
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one).
+
+        Batches whose base offset is at or above ``upper_bound`` (high watermark or last stable
+        offset; default the log end offset) are never returned. Continues into later segments.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below the log start or above the log end offset.
+            LogClosedError: the log is closed.
+            LogError: the segment file does not parse where its index says.
+            OSError: a read failed.
+        """
+        with self._lock:
+            lso, leo = self._check_range(offset)
+            bound = leo if upper_bound is None else min(upper_bound, leo)
+            if offset >= bound:
+                return ReadResult(b"", offset, offset, lso, leo)
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            pos, first = self._locate(seg, offset)
+            start_offset = first
+            parts: list[bytes] = []
+            remaining = max(1, max_bytes)
+            while True:
+                seg_end = self._bases[i + 1] if i + 1 < len(self._bases) else leo
+                avail = seg.size - pos
+                buf = os.pread(seg.fd, min(remaining, avail), pos)
+                if len(buf) == avail and bound >= seg_end:
+                    cut, next_offset = avail, seg_end
+                else:
+                    cut, next_offset = _cut(seg, buf, pos, start_offset, bound)
+                if cut == 0:
+                    if not parts:
+                        # KIP-74: the first batch goes out whole even if larger than max_bytes.
+                        h = _header_at(seg.fd, pos)
+                        if h is None:
+                            raise LogError(f"{seg.log_path}: no batch at position {pos}")
+                        parts.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
+                        next_offset = h[0] + h[6] + 1
+                    break
+                parts.append(buf if cut == len(buf) else buf[:cut])
+                remaining -= cut
+                if cut < avail or remaining <= 0 or next_offset >= bound or i + 1 >= len(self._segments):
+                    break
+                i += 1
+                seg = self._segments[i]
+                self._load_index(seg)
+                self._ensure_open(seg)
+                pos, start_offset = 0, seg.base_offset
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return ReadResult(data, first, next_offset, lso, leo)
+
+    def batch_headers(
+        self, from_offset: int, to_offset: int | None = None, max_batches: int | None = None
+    ) -> list[BatchHeader]:
+        """Headers of the batches holding offsets ``[from_offset, to_offset)`` without their records.
+
+        Starts with the batch containing ``from_offset``; stops before the first batch whose base
+        offset is at or past ``to_offset`` (default the log end offset) or after ``max_batches``.
+
+        Raises:
+            OffsetOutOfRangeError: ``from_offset`` is outside ``[log_start_offset, log_end_offset]``.
+            LogClosedError: the log is closed.
+            OSError: a read failed.
+        """
+        with self._lock:
+            _, leo = self._check_range(from_offset)
+            end = leo if to_offset is None else min(to_offset, leo)
+            out: list[BatchHeader] = []
+            if from_offset >= end or max_batches == 0:
+                return out
+            i = bisect.bisect_right(self._bases, from_offset) - 1
+            seg = self._segments[i]
+            pos, _ = self._locate(seg, from_offset)
+            while True:
+                for _, f in _walk(seg.fd, pos, seg.size):
+                    if f[0] >= end:
+                        return out
+                    out.append(BatchHeader(*f))
+                    if max_batches is not None and len(out) >= max_batches:
+                        return out
+                i += 1
+                if i >= len(self._segments):
+                    return out
+                seg = self._segments[i]
+                self._ensure_open(seg)
+                pos = 0
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` for ListOffsets by timestamp, or None if no batch is that late.
+
+        Batch granularity: the base offset of the first batch (at or after the log start offset)
+        whose max timestamp is ``>= timestamp_ms``, with that max timestamp. Kafka answers with
+        the first such record; the records of that batch before it come along. A batch that
+        straddles the log start offset answers with the log start offset.
+
+        Raises:
+            LogClosedError: the log is closed.
+            LogError, OSError: a segment could not be read.
+        """
+        with self._lock:
+            self._check_open()
+            return self._first_batch_at_or_after(timestamp_ms)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` for ListOffsets MAX_TIMESTAMP (-3), or None for an empty log.
+
+        Batch granularity, like ``offset_for_timestamp``: the first readable batch carrying the
+        largest max timestamp.
+
+        Raises:
+            LogClosedError: the log is closed.
+            LogError, OSError: a segment could not be read.
+        """
+        with self._lock:
+            self._check_open()
+            lso = self._log_start_offset
+            if lso >= self._leo:
+                return None
+            i = bisect.bisect_right(self._bases, lso) - 1
+            best = NO_TIMESTAMP
+            for seg in self._segments[i + 1 :]:
+                self._load_index(seg)
+                best = max(best, seg.max_timestamp)
+            first = self._segments[i]
+            self._load_index(first)
+            if lso == first.base_offset:
+                best = max(best, first.max_timestamp)
+            else:
+                # Batches below the start offset do not count: walk the readable part.
+                start, _ = self._locate(first, lso)
+                for _, f in _walk(first.fd, start, first.size):
+                    best = max(best, f[8])
+            return self._first_batch_at_or_after(best)
+
+    def _first_batch_at_or_after(self, target: int) -> tuple[int, int] | None:
+        """The first readable batch with max timestamp ``>= target`` (needs ``_lock``).
+
+        Segments whose largest timestamp is below the target are skipped; inside a segment the
+        time index narrows the walk: ``ts`` is a running maximum, so every batch up to the entry
+        before the first ``ts >= target`` is too early.
+        """
+        lso = self._log_start_offset
+        if lso >= self._leo:
+            return None
+        i = bisect.bisect_right(self._bases, lso) - 1
+        for k in range(i, len(self._segments)):
+            seg = self._segments[k]
+            self._load_index(seg)
+            if seg.size == 0 or seg.max_timestamp < target:
+                continue
+            j = bisect.bisect_left(seg.ts, target)
+            start = seg.pos[j - 1] if j > 0 else 0
+            if k == i:
+                start = max(start, self._locate(seg, lso)[0])
+            for _, f in _walk(seg.fd, start, seg.size):
+                if f[8] >= target and f[0] + f[6] >= lso:
+                    return max(f[0], lso), f[8]
+        return None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.directory} is closed")
+
+    def _check_range(self, offset: int) -> tuple[int, int]:
+        self._check_open()
+        lso, leo = self._log_start_offset, self._leo
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRangeError(f"offset {offset} outside [{lso}, {leo}] of {self.directory}")
+        return lso, leo
+
+    def _locate(self, seg: _Segment, offset: int) -> tuple[int, int]:
+        """Position and base offset of the batch holding ``offset`` in ``seg`` (index bisect, then
+        a short walk)."""
+        self._load_index(seg)
+        self._ensure_open(seg)
+        j = bisect.bisect_right(seg.rel, offset - seg.base_offset) - 1
+        start = seg.pos[j] if j >= 0 else 0
+        for pos, f in _walk(seg.fd, start, seg.size):
+            if f[0] + f[6] >= offset:
+                return pos, f[0]
+        raise LogError(f"{seg.log_path}: offset {offset} not found")
+
+    # -- durability --------------------------------------------------------------------------
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """Whether the flush policy (``flush_interval_messages``/``flush_interval_ms``) is due.
+
+        Stays True until a flush that covers the data completes, so a caller that waits for
+        durability after checking it never answers early.
+        """
+        unflushed = self._appended - self._flushed
+        if unflushed <= 0:
+            return False
+        cfg = self.config
+        if unflushed >= cfg.flush_interval_messages:
+            return True
+        since = self._unflushed_since_ms
+        return cfg.flush_interval_ms is not None and since is not None and now_ms - since >= cfg.flush_interval_ms
+
+    def needs_background_flush(self, now_ms: int) -> bool:
+        """``needs_flush``, or a segment was rolled since the last flush.
+
+        Kafka flushes a segment when it is rolled, which keeps the unflushed tail (and so the
+        recovery time after a crash) to about one segment even when flushing is left to the OS.
+        A background flusher should use this; producers should wait only for ``needs_flush``.
+        """
+        return self._rolled_unflushed or self.needs_flush(now_ms)
+
+    def flush(self) -> None:
+        """fsync the segments (data and index files) written since the last flush, then advance
+        and checkpoint the recovery point. Blocking; safe to run in a worker thread while the
+        owner appends. A no-op on a closed log.
+
+        Raises:
+            OSError: an fsync or the checkpoint write failed (the data stays marked unflushed).
+        """
+        with self._flush_lock:
+            if not self._closed:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        with self._lock:
+            target = self._leo
+            appended = self._appended
+            dirty = [s for s in self._segments if s.dirty]
+            for seg in dirty:
+                seg.dirty = False
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            rolled, self._rolled_unflushed = self._rolled_unflushed, False
+            self._since_snapshot_ms = None
+        try:
+            for seg in dirty:
+                for path in seg.paths():
+                    _fsync_path(path)
+            if dir_dirty:
+                _fsync_dir(self.directory)
+            if target > self._recovery_point:
+                _write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
+        except OSError:
+            with self._lock:
+                for seg in dirty:
+                    seg.dirty = True
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                self._rolled_unflushed = self._rolled_unflushed or rolled
+            raise
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, target)
+            self._flushed = max(self._flushed, appended)
+            more = self._appended > self._flushed
+            self._unflushed_since_ms = self._since_snapshot_ms if more else None
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete whole non-active segments past ``retention_ms`` (by their largest timestamp) or
+        while the log exceeds ``retention_bytes`` by at least that segment, plus segments wholly
+        below the log start offset. Only segments whose successor starts at or below
+        ``high_watermark`` (default the log end offset) go. Returns the number deleted.
+
+        Segments without any timestamp fall back to the file's modification time (as Kafka does).
+        A no-op on a closed log (a retention pass may race a topic deletion).
+
+        Raises:
+            OSError: reading an index, the checkpoint write or an unlink failed.
+        """
+        with self._retention_lock:
+            with self._lock:
+                if self._closed:
+                    return 0
+                cfg = self.config
+                hw = self._leo if high_watermark is None else min(high_watermark, self._leo)
+                excess = self._size_bytes - cfg.retention_bytes if cfg.retention_bytes >= 0 else None
+                count = 0
+                for k in range(len(self._segments) - 1):
+                    seg = self._segments[k]
+                    next_base = self._segments[k + 1].base_offset
+                    if next_base > hw:
+                        break
+                    below_start = next_base <= self._log_start_offset
+                    too_big = excess is not None and excess >= seg.size
+                    if not (below_start or too_big or self._expired(seg, now_ms)):
+                        break
+                    if excess is not None:
+                        excess -= seg.size
+                    count += 1
+                victims = self._remove_head(count)
+            self._finish_deletion(victims)
+        return len(victims)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` and delete the segments wholly
+        below it. Returns the (possibly unchanged) log start offset.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is negative or above the log end offset.
+            LogClosedError: the log is closed.
+            OSError: the checkpoint write or an unlink failed.
+        """
+        with self._retention_lock:
+            with self._lock:
+                self._check_open()
+                if offset < 0 or offset > self._leo:
+                    raise OffsetOutOfRangeError(f"cannot delete records before {offset}: log end is {self._leo}")
+                if offset <= self._log_start_offset:
+                    return self._log_start_offset
+                self._log_start_offset = offset
+                count = 0
+                while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
+                    count += 1
+                victims = self._remove_head(count)
+            self._finish_deletion(victims, force_checkpoint=True)
+            return offset
+
+    def _expired(self, seg: _Segment, now_ms: int) -> bool:
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return False
+        self._load_index(seg)
+        largest = seg.max_timestamp
+        if largest < 0:
+            largest = os.stat(seg.log_path).st_mtime_ns // 1_000_000
+        return now_ms - largest > retention_ms
+
+    def _remove_head(self, count: int) -> list[_Segment]:
+        """Drop the first ``count`` segments from the log (under ``_lock``)."""
+        victims = self._segments[:count]
+        if victims:
+            del self._segments[:count], self._bases[:count]
+            self._size_bytes -= sum(s.size for s in victims)
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            for seg in victims:
+                seg.close()
+        return victims
+
+    def _finish_deletion(self, victims: list[_Segment], force_checkpoint: bool = False) -> None:
+        # Checkpoint first: a crash before the unlinks leaves segments that open() removes.
+        if victims or force_checkpoint:
+            _write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
+        for seg in victims:
+            _unlink_segment(seg)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the active segment, flush, write the clean-shutdown marker and close the files.
+
+        Raises:
+            OSError: the final flush failed (files are closed anyway; no marker is written, so the
+                next open recovers by scanning).
+        """
+        with self._flush_lock, self._retention_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                active = self._segments[-1]
+                try:
+                    self._seal(active)
+                except OSError:
+                    _log.exception("%s: sealing the active segment failed", self.directory)
+            try:
+                self._flush_locked()
+                _write_checkpoint(self.directory / CLEAN_SHUTDOWN_MARKER, self._leo)
+            finally:
+                with self._lock:
+                    for seg in self._segments:
+                        seg.close()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory (topic deletion).
+
+        Raises:
+            OSError: the directory could not be removed.
+        """
+        with self._flush_lock, self._retention_lock:
+            with self._lock:
+                self._closed = True
+                for seg in self._segments:
+                    seg.close()
+            try:
+                shutil.rmtree(self.directory)
+            except FileNotFoundError:
+                pass
+            _fsync_dir(self.directory.parent)
+
+
+# -- file helpers -----------------------------------------------------------------------------
+
+
+def _walk(fd: int, start: int, end: int) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """Yield ``(position, header fields)`` for the batches in ``[start, end)``, headers only."""
+    pos = start
+    buf = b""
+    buf_start = start
+    while pos < end:
+        if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
+            buf, buf_start = os.pread(fd, min(_WALK_CHUNK, end - pos), pos), pos
+            if len(buf) < BATCH_HEADER_SIZE:
+                raise LogError(f"truncated batch header at position {pos}")
+        f = HEADER_STRUCT.unpack_from(buf, pos - buf_start)
+        if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH or pos + f[1] + LOG_OVERHEAD > end:
+            raise LogError(f"malformed batch header at position {pos}")
+        yield pos, f
+        pos += f[1] + LOG_OVERHEAD
+
+
+def _cut(seg: _Segment, buf: bytes, pos: int, start_offset: int, bound: int) -> tuple[int, int]:
+    """How much of ``buf`` (read at ``pos``, where offset ``start_offset`` begins) is whole batches
+    with base offsets below ``bound``; returns that length and the offset after it.
+
+    The index jumps close to the end: an entry at or before the end of ``buf`` whose batch starts
+    below ``bound`` is preceded only by batches that qualify, so only the last few are parsed.
+    """
+    n = len(buf)
+    j = min(
+        bisect.bisect_right(seg.pos, pos + n) - 1,
+        bisect.bisect_left(seg.rel, bound - seg.base_offset) - 1,
+    )
+    p, next_offset = 0, start_offset
+    if j >= 0 and seg.pos[j] > pos:
+        p, next_offset = seg.pos[j] - pos, seg.base_offset + seg.rel[j]
+    unpack = _BASE_AND_LENGTH.unpack_from
+    while p + BATCH_HEADER_SIZE <= n:
+        base, length = unpack(buf, p)
+        size = length + LOG_OVERHEAD
+        if base >= bound or p + size > n:
+            break
+        next_offset = base + _INT32.unpack_from(buf, p + LAST_OFFSET_DELTA_OFFSET)[0] + 1
+        p += size
+    return p, next_offset
+
+
+def _header_at(fd: int, pos: int) -> tuple[int, ...] | None:
+    buf = os.pread(fd, BATCH_HEADER_SIZE, pos)
+    if len(buf) < BATCH_HEADER_SIZE:
+        return None
+    f = HEADER_STRUCT.unpack(buf)
+    if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH:
+        return None
+    return f
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
+    view = memoryview(data)
+    written = os.pwrite(fd, view, pos)
+    while written < len(view):
+        written += os.pwrite(fd, view[written:], pos + written)
+
+
+def _pwrite_file(path: str, data: bytes, pos: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        _pwrite_all(fd, data, pos)
+    finally:
+        os.close(fd)
+
+
+def _truncate_file(path: str, size: int) -> None:
+    try:
+        if os.stat(path).st_size == size:
+            return
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _fsync_path(path: str) -> None:
+    """fsync a file by name (an fsync through any descriptor flushes the file); gone is fine."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_checkpoint(path: Path, value: int) -> None:
+    """Replace ``path`` atomically with ``value`` (tmp file, fsync, rename, fsync directory)."""
+    tmp = path.with_name(path.name + _TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _pwrite_all(fd, f"{_CHECKPOINT_VERSION}\n{value}\n".encode(), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _read_checkpoint(path: Path) -> int | None:
+    try:
+        text = path.read_text("ascii")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        _log.warning("%s is unreadable; ignoring it", path)
+        return None
+    lines = text.split("\n")
+    if len(lines) != 3 or lines[0] != str(_CHECKPOINT_VERSION) or lines[2] or not lines[1].isdigit():
+        _log.warning("%s is malformed; ignoring it", path)
+        return None
+    return int(lines[1])
+
+
+def _base_of(name: str) -> int:
+    stem = name[: -len(LOG_SUFFIX)]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else -1
+
+
+def _unlink_segment(seg: _Segment) -> None:
+    for path in seg.paths():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+

@@ -1,0 +1,223 @@
+"""The one adapter between raw frames and kio's typed messages (STYLE.md 1.11).
+
+Only this module imports ``kio.serial``. It decodes a request frame into ``(RequestHeader, body)``
+and encodes a typed response body into a complete size-prefixed frame. Readers and writers are
+looked up once per (api key, version) and cached.
+
+Faults are ``protocol.errors`` exceptions: an unknown key or version is ``UnsupportedApiError``, a
+body that does not parse is ``MalformedRequestError``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from protocol import guard
+from protocol.errors import LocalProtocolError, MalformedRequestError, UnsupportedApiError
+from protocol.headers import response_header_version
+
+_PEEK = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
+_CORRELATION_V1_EMPTY_TAGS = b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPreamble:
+    """The first fields of every request header, readable without knowing the schema."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek(frame: bytes) -> RequestPreamble:
+    """Read api key, version and correlation id from a request frame.
+
+    Raises:
+        MalformedRequestError: the frame is shorter than the fixed header fields.
+    """
+    if len(frame) < _PEEK.size:
+        raise MalformedRequestError(f"request frame of {len(frame)} bytes has no header")
+    key, version, correlation_id = _PEEK.unpack_from(frame, 0)
+    return RequestPreamble(key, version, correlation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestCodec:
+    header_reader: Any
+    body_reader: Any
+    request_type: type
+
+
+@dataclass(frozen=True, slots=True)
+class _ResponseCodec:
+    writer: Any
+    header_version: int
+    response_type: type
+
+
+@lru_cache(maxsize=None)
+def _request_codec(api_key: int, api_version: int) -> _RequestCodec:
+    try:
+        module = load_payload_module(api_key, api_version, EntityType.request)
+    except Exception as exc:  # kio raises its own index errors; all mean "unknown here"
+        raise UnsupportedApiError(
+            f"api key {api_key} version {api_version} is not known"
+        ) from exc
+    request_type = _payload_type(module, "Request")
+    header_type = RequestHeaderV2 if request_type.__flexible__ else RequestHeaderV1
+    return _RequestCodec(entity_reader(header_type), entity_reader(request_type), request_type)
+
+
+@lru_cache(maxsize=None)
+def _response_codec(api_key: int, api_version: int) -> _ResponseCodec:
+    try:
+        module = load_payload_module(api_key, api_version, EntityType.response)
+    except Exception as exc:
+        raise LocalProtocolError(f"no response schema for api {api_key} v{api_version}") from exc
+    response_type = _payload_type(module, "Response")
+    return _ResponseCodec(
+        entity_writer(response_type),
+        response_header_version(api_key, response_type.__flexible__),
+        response_type,
+    )
+
+
+def _payload_type(module: Any, suffix: str) -> type:
+    for name in dir(module):
+        obj = getattr(module, name)
+        if (
+            isinstance(obj, type)
+            and name.endswith(suffix)
+            and getattr(obj, "__type__", None)
+            in (EntityType.request, EntityType.response)
+            and obj.__module__ == module.__name__
+        ):
+            return obj
+    raise LocalProtocolError(f"{module.__name__} has no {suffix} type")
+
+
+def response_type(api_key: int, api_version: int) -> type:
+    """The kio response dataclass for an API version (for handlers building responses)."""
+    return _response_codec(api_key, api_version).response_type
+
+
+def response_module(api_key: int, api_version: int) -> Any:
+    """The kio module holding the response types of an API version."""
+    return load_payload_module(api_key, api_version, EntityType.response)
+
+
+def request_module(api_key: int, api_version: int) -> Any:
+    """The kio module holding the request types of an API version."""
+    return load_payload_module(api_key, api_version, EntityType.request)
+
+
+def decode_request(frame: bytes) -> DecodedRequest:
+    """Decode a whole request frame (without its size prefix).
+
+    Raises:
+        UnsupportedApiError: kio has no schema for the key/version.
+        MalformedRequestError: the header or body does not decode.
+    """
+    pre = peek(frame)
+    codec = _request_codec(pre.api_key, pre.api_version)
+    try:
+        header, pos = codec.header_reader(frame, 0)
+        if guard.needs_check(frame, pos):
+            guard.check_body(codec.request_type, frame, pos)
+        body, size = codec.body_reader(frame, pos)
+    except MalformedRequestError:
+        raise
+    except Exception as exc:  # the native reader raises assorted errors on garbage
+        raise MalformedRequestError(
+            f"could not decode api {pre.api_key} v{pre.api_version} "
+            f"(correlation id {pre.correlation_id}): {exc}"
+        ) from exc
+    return DecodedRequest(
+        pre.api_key, pre.api_version, pre.correlation_id, header.client_id, body
+    )
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """Encode a typed response into a size-prefixed frame.
+
+    Raises:
+        LocalProtocolError: the body does not fit the schema (a broker bug).
+    """
+    codec = _response_codec(api_key, api_version)
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    buf.write(_I32.pack(correlation_id))
+    if codec.header_version == 1:
+        buf.write(_CORRELATION_V1_EMPTY_TAGS)
+    try:
+        codec.writer(buf, body)
+    except Exception as exc:
+        raise LocalProtocolError(
+            f"could not encode api {api_key} v{api_version} response: {exc}"
+        ) from exc
+    data = buf.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    data.release()
+    return out
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """Encode a typed request into a size-prefixed frame (used by tests and the CLI client)."""
+    module = load_payload_module(api_key, api_version, EntityType.request)
+    request_type = _payload_type(module, "Request")
+    flexible = request_type.__flexible__
+    header_type = RequestHeaderV2 if flexible else RequestHeaderV1
+    header = header_type(
+        request_api_key=api_key,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(b"\x00\x00\x00\x00")
+    entity_writer(header_type)(buf, header)
+    entity_writer(request_type)(buf, body)
+    data = buf.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    data.release()
+    return out
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """Decode a response frame (without size prefix) into (correlation id, body).
+
+    Raises:
+        MalformedRequestError: the frame does not decode.
+    """
+    module = load_payload_module(api_key, api_version, EntityType.response)
+    resp_type = _payload_type(module, "Response")
+    (correlation_id,) = _I32.unpack_from(frame, 0)
+    pos = 4 + (1 if response_header_version(api_key, resp_type.__flexible__) == 1 else 0)
+    try:
+        body, _ = entity_reader(resp_type)(frame, pos)
+    except Exception as exc:
+        raise MalformedRequestError(f"could not decode api {api_key} v{api_version} response") from exc
+    return correlation_id, body
