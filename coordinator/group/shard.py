@@ -1,0 +1,480 @@
+"""``GroupCoordinatorShard``: the share groups of one ``__consumer_offsets`` partition.
+
+Concept (STYLE.md 1.3, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
+group whose id maps to its partition. Write ops (heartbeat, topic changes, timers, share-state
+initialisation, delete) validate against the committed state and return
+``CoordinatorResult(records, response)`` without touching group state; ``replay(key, value)`` is
+the only mutator and is called by the runtime after the records are durable (and by the loader
+on every record of the partition at load time).
+
+Driving it from the shell:
+- after each write op: append ``result.records`` (``serde.encode_record``), then call
+  ``replay`` for each, then send ``result.response``; if the append fails, do not replay.
+- ``initializations(result)`` lists share-partition state to initialize (InitializeShareGroupState,
+  StartOffset -1, StateEpoch = the given epoch). When the persister answers, run
+  ``mark_initialized`` or ``mark_initialization_failed`` (also write ops).
+- timers: after every op call ``next_deadline()`` and arm ``loop.call_at`` for it; when it fires
+  run ``on_timer(now_ms, topics)`` as a write op.
+- topic metadata: on create/delete/partition growth run ``on_topics_changed(topics, now_ms)``.
+
+Soft state (not in records, rebuilt by ``on_loaded``): the timer. Timer keys are tuples, not
+``"session:<group>:<member>"`` strings, because group and member ids may contain ``:``:
+``("session", group_id, member_id)`` and ``("init-retry", group_id)``. Scheduling a timer from a
+write op is the one permitted side effect (as in Kafka); expiry handlers re-check the committed
+state, so a timer left behind by a failed append is harmless.
+
+Two-phase share-partition initialisation (reference section 5): heartbeats and topic changes mark
+subscribed partitions that are neither initialized nor initializing as Initializing (record 15)
+and hand them out via ``initializations(result)``; only Initialized partitions are assignable.
+``mark_initialized`` moves them to Initialized, bumps the group epoch and recomputes the target,
+so members receive them on their next heartbeat. ``mark_initialization_failed`` drops them from
+Initializing so the next heartbeat retries. An ``("init-retry", group)`` timer
+(``initialize_retry_interval_ms``, Kafka's group.share.initialize.retry.interval.ms, 30 s) clears
+Initializing entries whose answer never came (e.g. the shell crashed), so they are retried too.
+Re-initializing a partition that never became Initialized is safe: it was never assigned, so
+nobody consumed from it. With ``require_share_state_initialization=False`` (no persister wired
+yet) every subscribed partition is assignable and record 15 is never written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import heartbeat as hb
+from coordinator.group import records as r
+from coordinator.group.assignor import TopicsImage
+from coordinator.group.heartbeat import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ShareGroupSettings,
+    ShareStateInitialization,
+    Txn,
+)
+from coordinator.group.share_group import GroupState, PartitionSet, ShareGroup, apply_record
+from coordinator.runtime.result import CoordinatorResult
+from coordinator.runtime.timer import Timer
+
+TimerKey: TypeAlias = tuple[str, str] | tuple[str, str, str]
+SESSION = "session"
+INIT_RETRY = "init-retry"
+INITIALIZE_EXTRA = "initialize"  # CoordinatorResult.extra key; see initializations()
+
+ASSIGNOR_NAME = "simple"  # ShareGroupDescribe AssignorName; the only share assignor
+GROUP_TYPE = "share"  # ListGroups GroupType
+PROTOCOL_TYPE = "share"  # ListGroups ProtocolType
+
+
+def initializations(result: CoordinatorResult[Any, Any]) -> tuple[ShareStateInitialization, ...]:
+    """Share-state initialisations requested by a write op (empty if none)."""
+    value = result.extra.get(INITIALIZE_EXTRA, ())
+    assert isinstance(value, tuple)
+    return value
+
+
+# --------------------------------------------------------------------------- responses
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeResult:
+    """``group`` is the committed ShareGroup value (members, epochs, assignments by topic id)."""
+
+    error_code: ErrorCode
+    group: ShareGroup | None = None
+    error_message: str | None = None
+    assignor_name: str = ASSIGNOR_NAME
+
+    @property
+    def state(self) -> str:
+        return self.group.state.value if self.group is not None else GroupState.DEAD.value
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    state: str  # "Empty" | "Stable"
+    group_type: str = GROUP_TYPE
+    protocol_type: str = PROTOCOL_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class TimerOutcome:
+    expired_members: tuple[tuple[str, str], ...] = ()  # (group id, member id) fenced
+    retried_initializations: tuple[str, ...] = ()  # group ids whose Initializing was cleared
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupResponse:
+    error_code: ErrorCode
+    error_message: str | None = None
+    # Initialized share-partitions whose durable state the caller should delete
+    # (DeleteShareGroupState via the persister).
+    share_state_to_delete: Mapping[uuid.UUID, frozenset[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InitializeResponse:
+    error_code: ErrorCode
+    error_message: str | None = None
+    initialization: ShareStateInitialization | None = None
+
+
+def _default_settings(_group_id: str) -> ShareGroupSettings:
+    return ShareGroupSettings()
+
+
+def _no_foreign_groups(_group_id: str) -> bool:
+    return False
+
+
+class GroupCoordinatorShard:
+    """All share groups of one coordinator partition (sans-IO; see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        group_config: Callable[[str], ShareGroupSettings] = _default_settings,
+        is_non_share_group: Callable[[str], bool] = _no_foreign_groups,
+        timer: Timer[TimerKey] | None = None,
+        require_share_state_initialization: bool = True,
+        initialize_retry_interval_ms: int = 30_000,
+        loading: bool = False,
+    ) -> None:
+        """
+        Args:
+            group_config: settings for a group id, called on every op (dynamic configs).
+            is_non_share_group: True if the id is taken by a classic/consumer/streams group;
+                such ids get GROUP_ID_NOT_FOUND, as Kafka answers.
+            timer: the timer to use (tests may inject one); a fresh one by default.
+            require_share_state_initialization: gate assignment on the two-phase initialisation.
+            initialize_retry_interval_ms: how long a partition may stay Initializing.
+            loading: start in the loading state (ops answer COORDINATOR_LOAD_IN_PROGRESS until
+                ``on_loaded``); the runtime's loader replays the log first.
+        """
+        self._groups: dict[str, ShareGroup] = {}
+        self._group_config = group_config
+        self._is_non_share_group = is_non_share_group
+        self._timer: Timer[TimerKey] = timer if timer is not None else Timer()
+        self._gated = require_share_state_initialization
+        self._init_retry_ms = initialize_retry_interval_ms
+        self._loaded = not loading
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def groups(self) -> Mapping[str, ShareGroup]:
+        """Committed groups by id (a copy; values are immutable)."""
+        return dict(self._groups)
+
+    def group(self, group_id: str) -> ShareGroup | None:
+        return self._groups.get(group_id)
+
+    @property
+    def loaded(self) -> bool:
+        """False between construction with ``loading=True`` and ``on_loaded`` (ListGroups should
+        then answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        return self._loaded
+
+    @property
+    def timer(self) -> Timer[TimerKey]:
+        return self._timer
+
+    def next_deadline(self) -> int | None:
+        """Earliest timer deadline (ms), or None: the shell arms ``loop.call_at`` for it."""
+        return self._timer.next_deadline()
+
+    def describe(self, group_id: str) -> DescribeResult:
+        """ShareGroupDescribe for one group id (GROUP_ID_NOT_FOUND if absent or not share)."""
+        if not self._loaded:
+            return DescribeResult(ErrorCode.coordinator_load_in_progress)
+        group = self._groups.get(group_id)
+        if group is None:
+            return DescribeResult(
+                ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found."
+            )
+        return DescribeResult(ErrorCode.none, group)
+
+    def list_groups(self, states_filter: Iterable[str] | None = None) -> list[ListedGroup]:
+        """Share groups sorted by id; ``states_filter`` matches state names case-insensitively
+        (ListGroups v4+ StatesFilter; empty or None = all)."""
+        wanted = {s.lower() for s in states_filter} if states_filter else None
+        out = []
+        for gid in sorted(self._groups):
+            state = self._groups[gid].state.value
+            if wanted is None or state.lower() in wanted:
+                out.append(ListedGroup(gid, state))
+        return out
+
+    def partitions_needing_initialization(
+        self, group_id: str, topics: TopicsImage
+    ) -> dict[uuid.UUID, frozenset[int]]:
+        """Subscribed partitions of the group that are neither initialized nor initializing."""
+        group = self._groups.get(group_id)
+        return hb.partitions_needing_initialization(group, topics) if group else {}
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, key: r.RecordKey, value: r.RecordValue | None) -> None:
+        """Apply one committed record: the only way group state changes."""
+        record = r.Record(key, value)
+        new = apply_record(self._groups.get(key.group_id), record)
+        if new is None:
+            self._groups.pop(key.group_id, None)
+        else:
+            self._groups[key.group_id] = new
+
+    def replay_record(self, record: r.Record) -> None:
+        self.replay(record.key, record.value)
+
+    def on_loaded(self, now_ms: int) -> None:
+        """The log has been replayed: re-arm soft timers and start answering."""
+        self._loaded = True
+        for gid in sorted(self._groups):
+            group = self._groups[gid]
+            settings = self._group_config(gid)
+            for mid in sorted(group.members):
+                self._timer.schedule((SESSION, gid, mid), now_ms + settings.session_timeout_ms)
+            if group.initializing:
+                self._timer.schedule((INIT_RETRY, gid), now_ms + self._init_retry_ms)
+
+    def on_unloaded(self) -> None:
+        """The partition moved away: drop everything (the next owner replays the log)."""
+        self._groups.clear()
+        self._timer = Timer()
+        self._loaded = False
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def share_group_heartbeat(
+        self, req: HeartbeatRequest, topics: TopicsImage, now_ms: int
+    ) -> CoordinatorResult[r.Record, HeartbeatResponse]:
+        """Handle one ShareGroupHeartbeat (see ``heartbeat.py`` for the rules).
+
+        Re-arms the member's session timer on success (cancels it on leave).
+        """
+        if not self._loaded:
+            return CoordinatorResult(
+                response=hb.error_response(ErrorCode.coordinator_load_in_progress, "Loading.")
+            )
+        settings = self._group_config(req.group_id)
+        outcome = hb.share_group_heartbeat(
+            self._groups.get(req.group_id),
+            req,
+            topics,
+            now_ms,
+            settings,
+            gated=self._gated,
+            is_non_share_group=bool(req.group_id) and self._is_non_share_group(req.group_id),
+        )
+        response = outcome.response
+        if response.error_code == ErrorCode.none:
+            key: TimerKey = (SESSION, req.group_id, req.member_id)
+            if response.member_epoch == hb.LEAVE_GROUP_MEMBER_EPOCH:
+                self._timer.cancel(key)
+            else:
+                self._timer.schedule(key, now_ms + settings.session_timeout_ms)
+        extra: dict[str, object] = {}
+        if outcome.initialization is not None:
+            extra[INITIALIZE_EXTRA] = (outcome.initialization,)
+            self._timer.schedule((INIT_RETRY, req.group_id), now_ms + self._init_retry_ms)
+        return CoordinatorResult(records=outcome.records, response=response, extra=extra)
+
+    # ------------------------------------------------------------------ topic metadata
+
+    def on_topics_changed(
+        self, topics: TopicsImage, now_ms: int
+    ) -> CoordinatorResult[r.Record, None]:
+        """Topic created/deleted/grown: bump the epoch of every group whose subscribed-topic
+        metadata hash changed and compute its new target; plan initialisation of new
+        partitions. Members receive the change on their next heartbeat."""
+        records: list[r.Record] = []
+        inits: list[ShareStateInitialization] = []
+        for gid in sorted(self._groups):
+            txn = Txn(gid, self._groups[gid], records)
+            if self._gated:
+                hb.prune_state_metadata(txn, topics)
+            hb.bump_group_epoch(txn, topics, force=False)
+            hb.maybe_compute_target(txn, topics, now_ms, gated=self._gated)
+            init = hb.plan_initialization(txn, topics) if self._gated else None
+            if init is not None:
+                inits.append(init)
+                self._timer.schedule((INIT_RETRY, gid), now_ms + self._init_retry_ms)
+        return CoordinatorResult(records=tuple(records), extra=_init_extra(inits))
+
+    # ------------------------------------------------------------------ timers
+
+    def on_timer(
+        self, now_ms: int, topics: TopicsImage | None = None
+    ) -> CoordinatorResult[r.Record, TimerOutcome]:
+        """Handle every timer due at ``now_ms``.
+
+        Session expiry fences the member (records as for a leave). Pass the current ``topics``
+        to recompute the target assignment at once; without it the remaining members'
+        next heartbeat does.
+        """
+        records: list[r.Record] = []
+        txns: dict[str, Txn] = {}
+        expired: list[tuple[str, str]] = []
+        retried: list[str] = []
+        for key in self._timer.poll(now_ms):
+            gid = key[1]
+            if gid not in self._groups:
+                continue
+            txn = txns.setdefault(gid, Txn(gid, self._groups[gid], records))
+            if key[0] == SESSION and len(key) == 3:
+                mid = key[2]
+                if mid in txn.current.members:
+                    hb.fence_member(txn, mid, topics, now_ms, gated=self._gated)
+                    expired.append((gid, mid))
+            elif key[0] == INIT_RETRY and txn.current.initializing:
+                group = txn.current
+                txn.emit(hb.state_metadata_record(gid, {}, group.initialized, group.deleting))
+                retried.append(gid)
+        return CoordinatorResult(
+            records=tuple(records), response=TimerOutcome(tuple(expired), tuple(retried))
+        )
+
+    # ------------------------------------------------------------------ initialisation
+
+    def mark_initializing(
+        self,
+        group_id: str,
+        partitions: Mapping[uuid.UUID, Iterable[int]],
+        topics: TopicsImage,
+        now_ms: int,
+    ) -> CoordinatorResult[r.Record, InitializeResponse]:
+        """Phase 1 by hand: record ``partitions`` as Initializing and return the request.
+
+        Heartbeats and ``on_topics_changed`` already do this for subscribed partitions; this
+        op is for explicit (re)initialisation. Partitions of unknown topics are ignored.
+        """
+        error = self._group_error(group_id)
+        if error is not None:
+            return CoordinatorResult(response=InitializeResponse(*error))
+        txn = Txn(group_id, self._groups[group_id], [])
+        init = hb.mark_initializing(txn, _frozen(partitions), topics)
+        if init is not None:
+            self._timer.schedule((INIT_RETRY, group_id), now_ms + self._init_retry_ms)
+        return CoordinatorResult(
+            records=tuple(txn.records),
+            response=InitializeResponse(ErrorCode.none, initialization=init),
+            extra=_init_extra([init] if init else []),
+        )
+
+    def mark_initialized(
+        self,
+        group_id: str,
+        partitions: Mapping[uuid.UUID, Iterable[int]],
+        topics: TopicsImage,
+        now_ms: int,
+    ) -> CoordinatorResult[r.Record, ErrorCode]:
+        """Phase 2 success: the partitions' share state exists; make them assignable.
+
+        Moves them from Initializing to Initialized (record 15), bumps the group epoch and
+        recomputes the target assignment. Partitions of topics gone from ``topics`` are ignored.
+        """
+        error = self._group_error(group_id)
+        if error is not None:
+            return CoordinatorResult(response=error[0])
+        group = self._groups[group_id]
+        ids = topics.ids()
+        initializing = dict(group.initializing)
+        initialized = dict(group.initialized)
+        for tid, parts in _frozen(partitions).items():
+            info = ids.get(tid)
+            if info is None:
+                continue
+            parts = frozenset(p for p in parts if 0 <= p < info.num_partitions)
+            busy = initializing.pop(tid, None)
+            if busy is not None and busy.partitions - parts:
+                initializing[tid] = PartitionSet(info.name, busy.partitions - parts)
+            done = initialized.get(tid)
+            merged = parts | (done.partitions if done else frozenset())
+            if merged:
+                initialized[tid] = PartitionSet(info.name, merged)
+        if not initializing:
+            self._timer.cancel((INIT_RETRY, group_id))  # nothing left to retry
+        if initializing == dict(group.initializing) and initialized == dict(group.initialized):
+            return CoordinatorResult(response=ErrorCode.none)
+        txn = Txn(group_id, group, [])
+        txn.emit(hb.state_metadata_record(group_id, initializing, initialized, group.deleting))
+        if initialized != dict(group.initialized):
+            # The assignable set grew: a new group epoch and target (reference section 5 step 3).
+            hb.bump_group_epoch(txn, topics, force=True)
+            hb.maybe_compute_target(txn, topics, now_ms, gated=self._gated)
+        return CoordinatorResult(records=tuple(txn.records), response=ErrorCode.none)
+
+    def mark_initialization_failed(
+        self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]
+    ) -> CoordinatorResult[r.Record, ErrorCode]:
+        """Phase 2 failure: drop the partitions from Initializing; a later heartbeat retries."""
+        error = self._group_error(group_id)
+        if error is not None:
+            return CoordinatorResult(response=error[0])
+        group = self._groups[group_id]
+        initializing = dict(group.initializing)
+        for tid, parts in _frozen(partitions).items():
+            busy = initializing.pop(tid, None)
+            if busy is not None and busy.partitions - parts:
+                initializing[tid] = PartitionSet(busy.topic_name, busy.partitions - parts)
+        if not initializing:
+            self._timer.cancel((INIT_RETRY, group_id))  # the next heartbeat re-plans
+        if initializing == dict(group.initializing):
+            return CoordinatorResult(response=ErrorCode.none)
+        record = hb.state_metadata_record(group_id, initializing, group.initialized, group.deleting)
+        return CoordinatorResult(records=(record,), response=ErrorCode.none)
+
+    # ------------------------------------------------------------------ delete
+
+    def delete_group(self, group_id: str) -> CoordinatorResult[r.Record, DeleteGroupResponse]:
+        """DeleteGroups for a share group: only an Empty group (else NON_EMPTY_GROUP).
+
+        Tombstones every remaining record of the group, group metadata last (as Kafka orders
+        them). The response lists the initialized share-partitions whose durable state the
+        caller should delete through the persister.
+        """
+        error = self._group_error(group_id)
+        if error is not None:
+            return CoordinatorResult(response=DeleteGroupResponse(*error))
+        group = self._groups[group_id]
+        if group.members:
+            return CoordinatorResult(
+                response=DeleteGroupResponse(
+                    ErrorCode.non_empty_group, f"Share group {group_id} is not empty."
+                )
+            )
+        records = [
+            r.new_target_assignment_member_tombstone(group_id, m)
+            for m in sorted(group.target_assignment)
+        ]
+        records.append(r.new_target_assignment_metadata_tombstone(group_id))
+        records.append(r.new_state_partition_metadata_tombstone(group_id))
+        records.append(r.new_share_group_metadata_tombstone(group_id))
+        self._timer.cancel((INIT_RETRY, group_id))
+        return CoordinatorResult(
+            records=tuple(records),
+            response=DeleteGroupResponse(
+                ErrorCode.none, share_state_to_delete=group.initialized_partitions()
+            ),
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _group_error(self, group_id: str) -> tuple[ErrorCode, str] | None:
+        if not self._loaded:
+            return ErrorCode.coordinator_load_in_progress, "Loading."
+        if group_id not in self._groups:
+            return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        return None
+
+
+def _frozen(partitions: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
+    return {tid: frozenset(parts) for tid, parts in partitions.items()}
+
+
+def _init_extra(inits: list[ShareStateInitialization]) -> dict[str, object]:
+    return {INITIALIZE_EXTRA: tuple(inits)} if inits else {}
