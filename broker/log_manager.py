@@ -135,7 +135,9 @@ class LogManager:
         """Flush every partition whose time/message policy is due (the flush scheduler)."""
         now = self._clock.now_ms()
         for (topic, p), lg in list(self._logs.items()):
-            if lg.needs_flush(now):
+            # Also after a segment roll, as Kafka does, so the recovery point keeps moving and
+            # a crash never means scanning more than the active segment.
+            if lg.needs_background_flush(now):
                 try:
                     await self.flush(topic, p)
                 except OSError:

@@ -157,12 +157,14 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
         header = parse_header(buf, pos)
         size = header.batch_length + LOG_OVERHEAD
         if pos + size > end:
-            raise CorruptRecordError(f"incomplete batch at position {pos}: {end - pos} of {size} bytes")
+            raise CorruptRecordError(f"incomplete batch at {pos}: {end - pos} of {size} bytes")
         yield pos, header
         pos += size
 
 
-def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[BatchHeader]:
+def validate_batches(
+    buf: bytes | bytearray | memoryview, max_batch_bytes: int
+) -> list[BatchHeader]:
     """Check produced batches before they are appended; return their headers in order.
 
     Checks per batch: well-formed header, size within ``max_batch_bytes``, complete, CRC matches,
@@ -182,14 +184,14 @@ def validate_batches(buf: bytes | bytearray | memoryview, max_batch_bytes: int) 
             size = header.batch_length + LOG_OVERHEAD
             if size > max_batch_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {size} bytes at position {pos} exceeds the maximum of {max_batch_bytes}"
+                    f"batch of {size} bytes at {pos} exceeds the maximum of {max_batch_bytes}"
                 )
             if pos + size > end:
-                raise CorruptRecordError(f"incomplete batch at position {pos}: {end - pos} of {size} bytes")
+                raise CorruptRecordError(f"incomplete batch at {pos}: {end - pos} of {size} bytes")
             if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
                 raise CorruptRecordError(f"CRC mismatch in batch at position {pos}")
             if header.attributes & COMPRESSION_MASK > MAX_COMPRESSION_CODEC:
-                raise CorruptRecordError(f"unknown compression codec {header.compression} at position {pos}")
+                raise CorruptRecordError(f"unknown compression {header.compression} at {pos}")
             if header.last_offset_delta < 0 or header.record_count != header.last_offset_delta + 1:
                 raise CorruptRecordError(
                     f"batch at position {pos} has {header.record_count} records but offset delta "

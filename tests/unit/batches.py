@@ -40,7 +40,7 @@ def make_batch(
     base_sequence: int = -1,
     partition_leader_epoch: int = 0,
 ) -> bytes:
-    """One batch of ``(key, value)`` records; ``timestamps`` (per record) default to ``timestamp_ms``.
+    """One batch of ``(key, value)`` records; per-record ``timestamps`` default to ``timestamp_ms``.
 
     ``compression`` 0 (none) or 1 (gzip); ``attributes`` bits are OR-ed into the attributes.
     """
@@ -50,7 +50,8 @@ def make_batch(
     base_ts = stamps[0]
     body = bytearray()
     for delta, ((key, value), ts) in enumerate(zip(records, stamps, strict=True)):
-        rec = b"\x00" + _varint(ts - base_ts) + _varint(delta) + _nullable(key) + _nullable(value) + _varint(0)
+        rec = b"\x00" + _varint(ts - base_ts) + _varint(delta)
+        rec += _nullable(key) + _nullable(value) + _varint(0)  # no headers
         body += _varint(len(rec)) + rec
     if compression == 1:
         payload = gzip.compress(bytes(body), mtime=0)
@@ -70,10 +71,13 @@ def make_batch(
     ) + payload
     crc = crc32c.crc32c(after_crc)
     batch_length = 4 + 1 + 4 + len(after_crc)
-    return struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc) + after_crc
+    head = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc)
+    return head + after_crc
 
 
-def make_value_batch(n_records: int, value_size: int, timestamp_ms: int = DEFAULT_TS, tag: int = 0) -> bytes:
+def make_value_batch(
+    n_records: int, value_size: int, timestamp_ms: int = DEFAULT_TS, tag: int = 0
+) -> bytes:
     """``n_records`` records with distinct values of ``value_size`` bytes (``tag`` varies them)."""
     records = []
     for i in range(n_records):

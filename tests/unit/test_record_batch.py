@@ -8,7 +8,6 @@ import struct
 
 import crc32c
 import pytest
-from .batches import DEFAULT_TS, make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
@@ -31,6 +30,8 @@ from protocol.record_batch import (
     with_base_offset,
     with_partition_leader_epoch,
 )
+
+from .batches import DEFAULT_TS, make_batch
 
 RECORDS = [(b"k0", b"value-0"), (None, b"value-1"), (b"k2", None)]
 
@@ -62,7 +63,8 @@ def test_parse_header_matches_kio_reader() -> None:
     data = make_batch(RECORDS, base_offset=7, producer_id=42, producer_epoch=3, base_sequence=9)
     batch, size = read_batch(data, 0)
     h = parse_header(data)
-    assert (h.base_offset, h.batch_length, h.crc, h.attributes) == (7, batch.batch_length, batch.crc, 0)
+    assert (h.base_offset, h.batch_length, h.crc) == (7, batch.batch_length, batch.crc)
+    assert h.attributes == 0
     assert (h.last_offset_delta, h.base_timestamp, h.max_timestamp) == (2, DEFAULT_TS, DEFAULT_TS)
     assert (h.producer_id, h.producer_epoch, h.base_sequence, h.record_count) == (42, 3, 9, 3)
     assert h.magic == 2 and h.total_size == size == len(data) and h.last_offset == 9
@@ -147,7 +149,11 @@ def test_crc_ok_flipped_crc_field() -> None:
 
 
 def test_iter_batches_positions() -> None:
-    batches = [make_batch(RECORDS), make_batch([(None, b"a" * 300)]), make_batch([(b"k", b"v")] * 5)]
+    batches = [
+        make_batch(RECORDS),
+        make_batch([(None, b"a" * 300)]),
+        make_batch([(b"k", b"v")] * 5),
+    ]
     buf = b"".join(batches)
     got = list(iter_batches(buf))
     positions = [0, len(batches[0]), len(batches[0]) + len(batches[1])]
