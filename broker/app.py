@@ -56,6 +56,7 @@ class Broker:
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._close_listeners: list[Callable[[int], None]] = []
+        self._topic_listeners: list[Callable[[str], None]] = []
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -68,6 +69,27 @@ class Broker:
         for topic in self.topics.all():
             self.logs.open_topic(topic)
         self._load_producer_ids()
+        from broker.share_state import open_share_coordinator
+        from persister.coordinator_persister import CoordinatorPersister
+
+        self.share_coordinator = await open_share_coordinator(self)
+        if getattr(self, "persister", None) is None:
+            self.persister = CoordinatorPersister(self.share_coordinator)
+        if getattr(self, "persister", None) is None:
+            from persister.memory import InMemoryPersister
+
+            self.persister = InMemoryPersister(clock_ms=self.clock.now_ms)
+        from broker.group_configs import GroupConfigs
+        from broker.group_service import ShareGroupService
+
+        self.group_configs = GroupConfigs(self.data_dir, self.config)
+        self.share_groups = ShareGroupService(
+            clock=self.clock, broker_config=self.config, group_configs=self.group_configs,
+            persister=self.persister, topics=self.topics.all)
+        self.add_topic_listener(self.share_groups.topics_changed)
+        from broker.share.service import ShareService
+
+        self.shares = ShareService(self, self.persister)
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
         self.config.on_change(self._on_broker_config_change)
@@ -82,6 +104,12 @@ class Broker:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
+        if getattr(self, "share_groups", None) is not None:
+            await self.share_groups.stop()
+        if getattr(self, "shares", None) is not None:
+            await self.shares.stop()
+        if getattr(self, "share_coordinator", None) is not None:
+            await self.share_coordinator.close()
         if self.started:
             await asyncio.to_thread(self.logs.close)
         self.started = False
@@ -115,6 +143,17 @@ class Broker:
 
     def add_close_listener(self, cb: Callable[[int], None]) -> None:
         self._close_listeners.append(cb)
+
+    def add_topic_listener(self, cb: Callable[[str], None]) -> None:
+        """Call ``cb(topic name)`` after a topic is created, deleted or gets more partitions."""
+        self._topic_listeners.append(cb)
+
+    def _topics_changed(self, name: str) -> None:
+        for cb in self._topic_listeners:
+            try:
+                cb(name)
+            except Exception:
+                log.exception("topic listener failed for topic %s", name)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -161,6 +200,7 @@ class Broker:
         topic = self.topics.create(name, partitions, configs)
         self.logs.open_topic(topic)
         log.info("created topic %s (id %s) with %d partition(s)", name, topic.topic_id, partitions)
+        self._topics_changed(name)
         return topic
 
     def auto_create(self, name: str) -> Topic | None:
@@ -181,6 +221,7 @@ class Broker:
         for p in range(topic.partitions):
             self._producer_states.pop((name, p), None)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        self._topics_changed(name)
         return topic
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -190,6 +231,7 @@ class Broker:
         self.topics.set_partitions(name, total)
         self.logs.open_topic(topic, first_partition=old)
         log.info("topic %s now has %d partitions (was %d)", name, total, old)
+        self._topics_changed(name)
 
     def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
         topic = self.topics.get(name)

@@ -107,9 +107,111 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50,
               "Partitions of __share_group_state; never change after deployment.",
               between(1, 1000)),
+    ConfigDef("share.coordinator.append.fsync", "bool", True,
+              "fsync __share_group_state before answering a share-state write (group commit: "
+              "writes appended during an fsync share the next one). false: answer once the "
+              "write is in the page cache; survives a process crash, not a power loss."),
+    ConfigDef("share.coordinator.snapshot.update.records.per.snapshot", "int", 500,
+              "ShareUpdate records per share-partition before a full ShareSnapshot is written.",
+              between(0, 500)),
+    ConfigDef("share.coordinator.state.topic.segment.bytes", "int", 1024 * 1024,
+              "segment.bytes of __share_group_state when it is created (Kafka: 100 MiB). "
+              "Pruning deletes whole segments, so this bounds the redundant bytes kept.",
+              at_least(1024)),
+    ConfigDef("share.coordinator.state.topic.prune.interval.ms", "long", 10_000,
+              "Least time between two prunes of a __share_group_state partition (Kafka: 5 min).",
+              at_least(0)),
+    ConfigDef("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300_000,
+              "How often share-partitions not snapshotted since the previous run are "
+              "re-snapshotted, so an idle share-partition does not stop pruning.", at_least(1)),
     ConfigDef("transactional.id.expiration.ms", "int", 604_800_000, "Unused: no transactions.",
               at_least(1)),
+    # Share groups (KIP-932; reference section 2). Each group.share.X without "min."/"max." is
+    # the default of the per-group config share.X (broker/group_configs.py), which must lie in
+    # [group.share.min.X, group.share.max.X]; share_bounds_problem() checks the broker values.
+    ConfigDef("group.share.max.size", "int", 200,
+              "Maximum number of members of one share group.", between(1, 1000)),
+    ConfigDef("group.share.session.timeout.ms", "int", 45_000,
+              "Default share.session.timeout.ms: a member that does not heartbeat this long "
+              "is removed.", at_least(1)),
+    ConfigDef("group.share.min.session.timeout.ms", "int", 45_000,
+              "Lowest share.session.timeout.ms a group may set.", at_least(1)),
+    ConfigDef("group.share.max.session.timeout.ms", "int", 60_000,
+              "Highest share.session.timeout.ms a group may set.", at_least(1)),
+    ConfigDef("group.share.heartbeat.interval.ms", "int", 5_000,
+              "Default share.heartbeat.interval.ms, the interval members are told to heartbeat "
+              "at.", at_least(1)),
+    ConfigDef("group.share.min.heartbeat.interval.ms", "int", 5_000,
+              "Lowest share.heartbeat.interval.ms a group may set.", at_least(1)),
+    ConfigDef("group.share.max.heartbeat.interval.ms", "int", 15_000,
+              "Highest share.heartbeat.interval.ms a group may set.", at_least(1)),
+    ConfigDef("group.share.record.lock.duration.ms", "int", 30_000,
+              "Default share.record.lock.duration.ms: how long an acquired record stays locked "
+              "to its consumer.", between(1000, 3_600_000)),
+    ConfigDef("group.share.min.record.lock.duration.ms", "int", 15_000,
+              "Lowest share.record.lock.duration.ms a group may set.", between(1000, 30_000)),
+    ConfigDef("group.share.max.record.lock.duration.ms", "int", 60_000,
+              "Highest share.record.lock.duration.ms a group may set.",
+              between(30_000, 3_600_000)),
+    ConfigDef("group.share.delivery.count.limit", "int", 5,
+              "Default share.delivery.count.limit: deliveries before a record is archived.",
+              between(2, 10)),
+    ConfigDef("group.share.min.delivery.count.limit", "int", 2,
+              "Lowest share.delivery.count.limit a group may set.", between(2, 5)),
+    ConfigDef("group.share.max.delivery.count.limit", "int", 10,
+              "Highest share.delivery.count.limit a group may set.", between(5, 25)),
+    ConfigDef("group.share.partition.max.record.locks", "int", 2000,
+              "Default share.partition.max.record.locks: in-flight records per share-partition.",
+              between(100, 10_000)),
+    ConfigDef("group.share.min.partition.max.record.locks", "int", 100,
+              "Lowest share.partition.max.record.locks a group may set.", between(100, 2000)),
+    ConfigDef("group.share.max.partition.max.record.locks", "int", 4000,
+              "Highest share.partition.max.record.locks a group may set.",
+              between(2000, 10_000)),
+    ConfigDef("group.share.assignment.interval.ms", "int", 1000,
+              "Default share.assignment.interval.ms (accepted and described; assignments are "
+              "currently computed at once, as in Kafka 4.2).", at_least(0), dynamic=True),
+    ConfigDef("group.share.min.assignment.interval.ms", "int", 0,
+              "Lowest share.assignment.interval.ms a group may set.", at_least(0)),
+    ConfigDef("group.share.max.assignment.interval.ms", "int", 15_000,
+              "Highest share.assignment.interval.ms a group may set.", at_least(0)),
+    ConfigDef("group.share.initialize.retry.interval.ms", "int", 30_000,
+              "How long a share-partition may stay Initializing before a heartbeat retries "
+              "its state initialization.", at_least(1)),
+    ConfigDef("group.share.initialize.wait.ms", "int", 500,
+              "Shoal extension: how long a heartbeat that starts share-state initialization "
+              "waits for it, so that a joining member gets its partitions in the join answer "
+              "instead of one heartbeat interval later. 0: answer at once, as Kafka does.",
+              at_least(0), dynamic=True),
+    ConfigDef("group.share.max.share.sessions", "int", 2000,
+              "Maximum number of share sessions on this broker.", at_least(1)),
+    ConfigDef("group.share.assignors", "list", "simple",
+              "Share-group assignor; only 'simple' exists.", one_of("simple")),
 ]
+
+
+# (default, min, max) broker config names of each bounded share-group setting.
+SHARE_BOUNDED = {
+    suffix: (f"group.share.{suffix}", f"group.share.min.{suffix}", f"group.share.max.{suffix}")
+    for suffix in ("session.timeout.ms", "heartbeat.interval.ms", "record.lock.duration.ms",
+                   "delivery.count.limit", "partition.max.record.locks", "assignment.interval.ms")
+}
+
+
+def share_bounds_problem(get: Callable[[str], Any]) -> str | None:
+    """Why the group.share.* broker configs are inconsistent, or None (Kafka checks the same when
+    it builds its group-coordinator and share-group configs)."""
+    for default, lo, hi in SHARE_BOUNDED.values():
+        if get(lo) > get(hi):
+            return f"{lo}={get(lo)} must not be greater than {hi}={get(hi)}"
+        if not get(lo) <= get(default) <= get(hi):
+            return f"{default}={get(default)} must be between {lo}={get(lo)} and {hi}={get(hi)}"
+    if get("group.share.heartbeat.interval.ms") >= get("group.share.session.timeout.ms"):
+        return ("group.share.heartbeat.interval.ms must be less than "
+                "group.share.session.timeout.ms")
+    if get("group.share.max.share.sessions") < get("group.share.max.size"):
+        return "group.share.max.share.sessions must be at least group.share.max.size"
+    return None
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
 
@@ -214,6 +316,9 @@ class BrokerConfig:
         self._listeners: list[Callable[[str], None]] = []
         for name, raw in (overrides or {}).items():
             self.set(name, raw, initial=True)
+        problem = share_bounds_problem(self.get)
+        if problem:
+            raise ConfigError(problem)
 
     def set(self, name: str, raw: Any, *, initial: bool = False) -> None:
         """Set a config from its raw value.
@@ -232,7 +337,7 @@ class BrokerConfig:
             raise ConfigError(f"unknown broker config {name!r}")
         if not initial and not d.dynamic:
             raise ConfigError(f"{name} cannot be changed while the broker runs; restart with it set")
-        value = parse_value(d, raw)
+        value = parse_value(d, raw) if initial else self.check(name, raw)
         self._values[name] = value
         self._explicit.add(name)
         if initial:
@@ -241,6 +346,22 @@ class BrokerConfig:
             self._dynamic.add(name)
         for cb in self._listeners:
             cb(name)
+
+    def check(self, name: str, raw: Any) -> Any:
+        """The parsed value ``set`` would store for a runtime change, without storing it.
+
+        Raises:
+            ConfigError: unknown name, invalid value, or inconsistent with related configs.
+        """
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"unknown broker config {name!r}")
+        value = parse_value(d, raw)
+        if name.startswith("group.share."):
+            problem = share_bounds_problem(lambda n: value if n == name else self._values[n])
+            if problem:
+                raise ConfigError(f"{name}={raw}: {problem}")
+        return value
 
     def reset(self, name: str) -> None:
         """Drop a runtime change: back to the startup value, or the default if none was given.

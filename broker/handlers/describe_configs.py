@@ -8,8 +8,9 @@ Kafka does. Synonyms (when asked) list every level that supplies a value, highes
 first, so a client can tell what a DELETE would fall back to.
 
 Resources are described by functions in ``DESCRIBERS``, keyed by resource type. A describer
-returns data, never raises: ``(error code, message, entries)``. The share-group work registers the
-GROUP (32) describer there (KIP-932 group configs such as ``share.record.lock.duration.ms``).
+returns data, never raises: ``(error code, message, entries)``. GROUP (32) resources list the
+KIP-932 share group configs (``broker/group_configs.py``), source GROUP_CONFIG when set on the
+group, else that of the broker config they fall back to.
 Unknown resource types are answered with INVALID_REQUEST, per resource.
 
 Broker resources are named ``""`` (Kafka: the cluster-wide default) or our node id. A single
@@ -193,10 +194,37 @@ def describe_broker(broker: Broker, name: str) -> Described:
     return ErrorCode.none, None, broker_entries(broker)
 
 
-# Resource type -> describer. GROUP (32) is registered by the share-group work.
+_GROUP_SOURCES = {"group": ConfigSource.GROUP_CONFIG, **_BROKER_SOURCES}
+
+
+def describe_group(broker: Broker, name: str) -> Described:
+    """Every share group config of a group (existing or not, as Kafka answers) with its effective
+    value; synonyms: the group's own value, then the broker config it falls back to."""
+    if not name:
+        return ErrorCode.invalid_request, "group id must not be empty", []
+    out = []
+    own = broker.group_configs.overrides(name)
+    for c in broker.group_configs.describe(name):
+        d = c.definition
+        synonyms: list[Synonym] = []
+        if d.name in own:
+            synonyms.append(Synonym(d.name, _shown(d, own[d.name]), ConfigSource.GROUP_CONFIG))
+        if d.synonym is not None:
+            synonyms.extend(broker_synonyms(broker, d.synonym))
+        else:
+            synonyms.append(Synonym(d.name, _shown(d, d.default), ConfigSource.DEFAULT_CONFIG))
+        out.append(ConfigEntry(
+            name=d.name, value=_shown(d, c.value), source=_GROUP_SOURCES[c.source],
+            read_only=False, sensitive=False, type=config_type(d), documentation=d.doc,
+            synonyms=tuple(synonyms)))
+    return ErrorCode.none, None, out
+
+
+# Resource type -> describer.
 DESCRIBERS: dict[int, Describer] = {
     ResourceType.TOPIC: describe_topic,
     ResourceType.BROKER: describe_broker,
+    ResourceType.GROUP: describe_group,
 }
 
 

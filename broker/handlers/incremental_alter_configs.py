@@ -15,8 +15,9 @@ Topic changes go through ``Broker.set_topic_configs`` and take effect on the liv
 changes through ``BrokerConfig.set``/``reset`` (DELETE falls back to the startup value, else the
 default). Dynamic broker configs are kept in memory only: a restart goes back to the config file.
 
-Resources are altered by functions in ``ALTERERS``, keyed by resource type; the share-group work
-registers the GROUP (32) alterer there. Legacy AlterConfigs (33) reuses ``alter``.
+Resources are altered by functions in ``ALTERERS``, keyed by resource type. GROUP (32) resources
+take the KIP-932 share group configs (``broker/group_configs.py``; out-of-bounds values ->
+INVALID_CONFIG naming the allowed range), persisted in ``<data>/group-configs.json``. Legacy AlterConfigs (33) reuses ``alter``.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from broker.config import (
     TOPIC_CONFIGS,
     ConfigError,
     format_value,
-    parse_value,
     topic_config_value,
 )
 from broker.context import RequestContext
+from broker.group_configs import GROUP_CONFIGS
 from broker.handlers._common import NO_THROTTLE, OK
 from broker.handlers.describe_configs import ResourceType, broker_resource_problem
 from broker.topics import topic_name_problem
@@ -148,7 +149,7 @@ def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_onl
         if op.op != OpType.SET:
             value = apply_list_op(op, format_value(broker.config.get(op.name)))
         try:
-            parse_value(d, value)
+            broker.config.check(op.name, value)
         except ConfigError as exc:
             return ErrorCode.invalid_config, str(exc)
         sets[op.name] = value
@@ -160,10 +161,30 @@ def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_onl
     return OK, None
 
 
-# Resource type -> alterer. GROUP (32) is registered by the share-group work.
+def alter_group(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+    """Share group configs (``broker/group_configs.py``); the group need not exist yet."""
+    if not name:
+        return ErrorCode.invalid_request, "group id must not be empty"
+    changes: dict[str, str | None] = {}
+    for op in ops:
+        d = GROUP_CONFIGS.get(op.name)
+        if d is not None:
+            problem = _list_op_problem(op, d.type)
+            if problem:
+                return ErrorCode.invalid_config, problem
+        changes[op.name] = None if op.op == OpType.DELETE else op.value
+    try:
+        broker.group_configs.alter(name, changes, validate_only=validate_only)
+    except ConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    return OK, None
+
+
+# Resource type -> alterer.
 ALTERERS: dict[int, Alterer] = {
     ResourceType.TOPIC: alter_topic,
     ResourceType.BROKER: alter_broker,
+    ResourceType.GROUP: alter_group,
 }
 
 

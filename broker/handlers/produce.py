@@ -91,6 +91,12 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                     else ErrorCode.unknown_topic_or_partition
                 parts.append(_partition(m, pd.index, err))
                 continue
+            if topic.internal:
+                # Coordinator logs are written only by their coordinators; a stray record would
+                # break replay (Kafka answers InvalidTopicException too).
+                parts.append(_partition(m, pd.index, ErrorCode.invalid_topic_exception,
+                                        message=f"cannot produce to internal topic {topic.name}"))
+                continue
             err, base, start, msg = append_partition(broker, topic.name, topic.configs, pd.index,
                                                      pd.records)
             if err == ErrorCode.none:

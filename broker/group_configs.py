@@ -1,0 +1,375 @@
+"""Per-group share configs (KIP-932 dynamic group configs; reference section 2).
+
+A group's ``share.*`` configs are set with IncrementalAlterConfigs on a GROUP resource (type 32)
+and described with DescribeConfigs. A group without an override uses the broker default: the
+``group.share.*`` broker config named as the group config's ``synonym`` (e.g.
+``share.record.lock.duration.ms`` -> ``group.share.record.lock.duration.ms``), or the built-in
+default for the four configs that have no broker counterpart.
+
+Invariants:
+- Only validated values are stored: known name, right type, and, for the bounded numeric configs,
+  inside the broker's ``[group.share.min.X, group.share.max.X]`` range at the time they were set
+  (INVALID_CONFIG names the config and the range otherwise). ``share.heartbeat.interval.ms`` must
+  stay below ``share.session.timeout.ms`` (effective values).
+- ``share.auto.offset.reset`` is stored normalized: ``latest``, ``earliest`` or
+  ``by_duration:<ISO-8601 duration>`` with the duration (millisecond resolution) written as
+  Java's ``Duration.toString`` writes it (``PT1H30M``, ``PT48H``, ``PT0.5S``), so every reader
+  parses one form; ``ShareGroupConfig.auto_offset_reset_duration_ms`` has it in milliseconds.
+- ``get(group_id)`` is computed on every call from the stored overrides and the broker configs, so
+  a change applies to the next operation of every share-partition (Kafka reads lock duration,
+  delivery count limit and record-lock limit per call, reference section 2). If the broker's
+  bounds changed across a restart, a stored value outside them is clamped into them when read.
+- Overrides live in ``<data>/group-configs.json``, rewritten atomically on every change (as
+  ``topics.json``), so they survive restarts. Kafka keeps them in the cluster metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.config import (
+    SHARE_BOUNDED,
+    BrokerConfig,
+    ConfigDef,
+    ConfigError,
+    at_least,
+    format_value,
+    one_of,
+    parse_value,
+)
+from broker.topics import atomic_write
+
+log = logging.getLogger("shoal.group_configs")
+
+FILE_NAME = "group-configs.json"
+
+LATEST = "latest"
+EARLIEST = "earliest"
+BY_DURATION = "by_duration"
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+
+
+# --------------------------------------------------------------------------- ISO-8601 durations
+
+# The grammar java.time.Duration.parse accepts (Kafka parses by_duration with it): an optional
+# sign, "P", optional whole days, then optionally "T" followed by at least one of whole hours,
+# whole minutes and seconds with up to nine fraction digits ("." or ","). Every number may carry
+# its own sign. Letters are case-insensitive. "P", "PT" and "P1DT" are invalid.
+_ISO_DURATION = re.compile(
+    r"(?P<sign>[-+]?)P(?:(?P<d>[-+]?\d+)D)?"
+    r"(?P<t>T(?:(?P<h>[-+]?\d+)H)?(?:(?P<m>[-+]?\d+)M)?"
+    r"(?:(?P<s>[-+]?\d+)(?:[.,](?P<f>\d{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
+_NANOS_PER_SECOND = 1_000_000_000
+
+
+def parse_iso_duration_nanos(text: str) -> int:
+    """Nanoseconds of an ISO-8601 duration such as ``PT1H30M``, ``P2D`` or ``PT0.5S`` (may be
+    negative).
+
+    Raises:
+        ValueError: ``text`` is not a duration in that grammar.
+    """
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT12H")
+    d, h, mi, s = m.group("d"), m.group("h"), m.group("m"), m.group("s")
+    if d is None and m.group("t") is None:
+        raise ValueError(f"{text!r} has no duration components")
+    if m.group("t") is not None and h is None and mi is None and s is None:
+        raise ValueError(f"{text!r} has no components after 'T'")
+    seconds = int(d or 0) * 86_400 + int(h or 0) * 3_600 + int(mi or 0) * 60 + int(s or 0)
+    nanos = seconds * _NANOS_PER_SECOND
+    fraction = m.group("f")
+    if fraction:
+        frac_nanos = int(fraction.ljust(9, "0"))
+        # The fraction takes the sign of its seconds ("PT-1.5S" is -1.5 s).
+        nanos += -frac_nanos if (s or "").startswith("-") else frac_nanos
+    return -nanos if m.group("sign") == "-" else nanos
+
+
+def parse_iso_duration_ms(text: str) -> int:
+    """Milliseconds of an ISO-8601 duration, truncated towards zero.
+
+    Raises:
+        ValueError: ``text`` is not a duration in that grammar.
+    """
+    nanos = parse_iso_duration_nanos(text)
+    return -(-nanos // 1_000_000) if nanos < 0 else nanos // 1_000_000
+
+
+def format_iso_duration_ms(ms: int) -> str:
+    """A non-negative millisecond count as Java's ``Duration.toString`` writes it (``PT1H30M``,
+    ``PT48H``, ``PT0.25S``, ``PT0S``)."""
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    out = "PT"
+    if hours:
+        out += f"{hours}H"
+    if minutes:
+        out += f"{minutes}M"
+    if seconds or millis or out == "PT":
+        out += f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") + "S"
+    return out
+
+
+def parse_auto_offset_reset(value: str) -> tuple[str, int | None]:
+    """The normalized ``share.auto.offset.reset`` value and its duration in ms (by_duration only).
+
+    ``latest`` and ``earliest`` are case-insensitive; ``by_duration:<ISO-8601 duration>`` needs a
+    non-negative duration (Kafka ``ShareGroupAutoOffsetResetStrategy``).
+
+    Raises:
+        ConfigError: anything else.
+    """
+    s = value.strip()
+    lower = s.lower()
+    if lower in (LATEST, EARLIEST):
+        return lower, None
+    prefix = BY_DURATION + ":"
+    if lower.startswith(prefix):
+        try:
+            nanos = parse_iso_duration_nanos(s[len(prefix):])
+        except ValueError as exc:
+            raise ConfigError(f"share.auto.offset.reset={value}: {exc}") from None
+        if nanos < 0:
+            raise ConfigError(f"share.auto.offset.reset={value}: the duration must not be "
+                              "negative")
+        ms = nanos // 1_000_000
+        return f"{prefix}{format_iso_duration_ms(ms)}", ms
+    raise ConfigError(f"share.auto.offset.reset={value}: must be latest, earliest or "
+                      "by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)")
+
+
+def _auto_offset_reset_problem(value: Any) -> str | None:
+    try:
+        parse_auto_offset_reset(str(value))
+    except ConfigError as exc:
+        return str(exc).split(": ", 1)[1]
+    return None
+
+
+# --------------------------------------------------------------------------- the table
+
+_DEFS: list[ConfigDef] = [
+    ConfigDef("share.session.timeout.ms", "int", None,
+              "A member that does not heartbeat this long is removed from the group.",
+              at_least(1), dynamic=True, synonym="group.share.session.timeout.ms"),
+    ConfigDef("share.heartbeat.interval.ms", "int", None,
+              "How often members are told to heartbeat; below share.session.timeout.ms.",
+              at_least(1), dynamic=True, synonym="group.share.heartbeat.interval.ms"),
+    ConfigDef("share.record.lock.duration.ms", "int", None,
+              "How long a record acquired by a consumer stays locked to it.",
+              at_least(1), dynamic=True, synonym="group.share.record.lock.duration.ms"),
+    ConfigDef("share.auto.offset.reset", "string", LATEST,
+              "Where a share-partition with no consumption history starts: latest, earliest or "
+              "by_duration:<ISO-8601 duration> (the first record at most that old).",
+              _auto_offset_reset_problem, dynamic=True),
+    ConfigDef("share.isolation.level", "string", READ_UNCOMMITTED,
+              "read_uncommitted, or read_committed to deliver committed transactional records "
+              "only.", one_of(READ_UNCOMMITTED, READ_COMMITTED), dynamic=True),
+    ConfigDef("share.delivery.count.limit", "int", None,
+              "Deliveries of a record before it is archived (never delivered again).",
+              at_least(1), dynamic=True, synonym="group.share.delivery.count.limit"),
+    ConfigDef("share.partition.max.record.locks", "int", None,
+              "Maximum in-flight records of one share-partition.",
+              at_least(1), dynamic=True, synonym="group.share.partition.max.record.locks"),
+    ConfigDef("share.renew.acknowledge.enable", "bool", True,
+              "Whether consumers may renew record locks (RENEW acknowledgements, KIP-1222).",
+              dynamic=True),
+    ConfigDef("share.assignment.interval.ms", "int", None,
+              "Minimum time between target assignment computations (accepted and described; "
+              "assignments are currently computed at once).",
+              at_least(0), dynamic=True, synonym="group.share.assignment.interval.ms"),
+    ConfigDef("share.record.locks.count.inflight.only", "bool", False,
+              "Shoal extension: count only non-terminal (available/acquired) records toward "
+              "share.partition.max.record.locks, so one slow record does not stall a partition.",
+              dynamic=True),
+]
+
+GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+
+# Group config -> (min, max) broker configs bounding it.
+_BOUNDS: dict[str, tuple[str, str]] = {
+    f"share.{suffix}": (lo, hi) for suffix, (_default, lo, hi) in SHARE_BOUNDED.items()
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupConfig:
+    """Every effective share config of one group (attribute = config name in snake case)."""
+
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    record_lock_duration_ms: int
+    auto_offset_reset: str  # "latest" | "earliest" | "by_duration:PT..."
+    auto_offset_reset_duration_ms: int | None  # set for by_duration only
+    isolation_level: str  # "read_uncommitted" | "read_committed"
+    delivery_count_limit: int
+    partition_max_record_locks: int
+    renew_acknowledge_enable: bool
+    assignment_interval_ms: int
+    record_locks_count_inflight_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroupConfig:
+    """One group config for DescribeConfigs. ``source``: ``"group"`` (set on the group), else the
+    source of the broker synonym (``"dynamic"``/``"static"``/``"default"``), or ``"default"``."""
+
+    definition: ConfigDef
+    value: Any
+    source: str
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+class GroupConfigs:
+    """The share configs of every group, persisted in ``<data>/group-configs.json``."""
+
+    def __init__(self, data_dir: Path, broker_config: BrokerConfig) -> None:
+        """Load stored overrides; invalid entries are logged and dropped, not fatal.
+
+        Raises:
+            OSError, ValueError: the file exists but cannot be read or is not JSON.
+        """
+        self._path = data_dir / FILE_NAME
+        self._broker = broker_config
+        self._overrides: dict[str, dict[str, Any]] = {}
+        if self._path.exists():
+            doc = json.loads(self._path.read_text(encoding="utf-8"))
+            for group_id, configs in doc.get("groups", {}).items():
+                for name, raw in configs.items():
+                    d = GROUP_CONFIGS.get(name)
+                    try:
+                        if d is None:
+                            raise ConfigError(f"unknown group config {name!r}")
+                        # Bounds may have changed since: value() clamps instead of dropping.
+                        value = self._parse(d, raw, check_bounds=False)
+                    except ConfigError as exc:
+                        log.warning("ignoring stored config of group %s: %s", group_id, exc)
+                        continue
+                    self._overrides.setdefault(group_id, {})[name] = value
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, group_id: str) -> ShareGroupConfig:
+        """The group's effective share configs (computed now; live changes apply)."""
+        v = self.value
+        reset = v(group_id, "share.auto.offset.reset")
+        _, reset_ms = parse_auto_offset_reset(reset)
+        return ShareGroupConfig(
+            session_timeout_ms=v(group_id, "share.session.timeout.ms"),
+            heartbeat_interval_ms=v(group_id, "share.heartbeat.interval.ms"),
+            record_lock_duration_ms=v(group_id, "share.record.lock.duration.ms"),
+            auto_offset_reset=reset,
+            auto_offset_reset_duration_ms=reset_ms,
+            isolation_level=v(group_id, "share.isolation.level"),
+            delivery_count_limit=v(group_id, "share.delivery.count.limit"),
+            partition_max_record_locks=v(group_id, "share.partition.max.record.locks"),
+            renew_acknowledge_enable=v(group_id, "share.renew.acknowledge.enable"),
+            assignment_interval_ms=v(group_id, "share.assignment.interval.ms"),
+            record_locks_count_inflight_only=v(group_id, "share.record.locks.count.inflight.only"),
+        )
+
+    def value(self, group_id: str, name: str) -> Any:
+        """The effective value of one group config (override, else broker default, clamped into
+        the broker bounds)."""
+        d = GROUP_CONFIGS[name]
+        value = self._overrides.get(group_id, {}).get(name)
+        if value is None:
+            value = self._broker.get(d.synonym) if d.synonym is not None else d.default
+        bounds = _BOUNDS.get(name)
+        if bounds is not None:
+            value = min(max(value, self._broker.get(bounds[0])), self._broker.get(bounds[1]))
+        return value
+
+    def overrides(self, group_id: str) -> dict[str, Any]:
+        """The configs set on the group (parsed values)."""
+        return dict(self._overrides.get(group_id, {}))
+
+    def describe(self, group_id: str) -> list[DescribedGroupConfig]:
+        """Every group config with its effective value and where it comes from."""
+        out = []
+        own = self._overrides.get(group_id, {})
+        for name, d in GROUP_CONFIGS.items():
+            if name in own:
+                source = "group"
+            elif d.synonym is not None:
+                source = self._broker.source(d.synonym)
+            else:
+                source = "default"
+            out.append(DescribedGroupConfig(d, self.value(group_id, name), source))
+        return out
+
+    # ------------------------------------------------------------------ writes
+
+    def alter(self, group_id: str, changes: Mapping[str, str | None], *,
+              validate_only: bool = False) -> None:
+        """Set (value) or remove (None) group configs, all or nothing.
+
+        Raises:
+            ConfigError: an unknown name, an invalid or out-of-bounds value, or a heartbeat
+                interval not below the session timeout; nothing is changed.
+        """
+        new = dict(self._overrides.get(group_id, {}))
+        for name, raw in changes.items():
+            d = GROUP_CONFIGS.get(name)
+            if d is None:
+                raise ConfigError(f"unknown group config {name!r}; the group configs are "
+                                  f"{', '.join(GROUP_CONFIGS)}")
+            if raw is None:
+                new.pop(name, None)
+            else:
+                new[name] = self._parse(d, raw)
+        self._check_heartbeat(new)
+        if validate_only:
+            return
+        if new:
+            self._overrides[group_id] = new
+        else:
+            self._overrides.pop(group_id, None)
+        self._save()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _parse(self, d: ConfigDef, raw: Any, *, check_bounds: bool = True) -> Any:
+        value = parse_value(d, raw)
+        if d.name == "share.auto.offset.reset":
+            value, _ = parse_auto_offset_reset(value)
+        bounds = _BOUNDS.get(d.name)
+        if bounds is not None and check_bounds:
+            lo, hi = self._broker.get(bounds[0]), self._broker.get(bounds[1])
+            if not lo <= value <= hi:
+                raise ConfigError(f"{d.name}={raw}: must be between {lo} and {hi} "
+                                  f"(broker configs {bounds[0]} and {bounds[1]})")
+        return value
+
+    def _check_heartbeat(self, overrides: Mapping[str, Any]) -> None:
+        def effective(name: str) -> Any:
+            d = GROUP_CONFIGS[name]
+            return overrides.get(name, self._broker.get(d.synonym) if d.synonym else d.default)
+
+        hb = effective("share.heartbeat.interval.ms")
+        session = effective("share.session.timeout.ms")
+        if hb >= session:
+            raise ConfigError(f"share.heartbeat.interval.ms ({hb}) must be less than "
+                              f"share.session.timeout.ms ({session})")
+
+    def _save(self) -> None:
+        doc = {"version": 1, "groups": {
+            gid: {name: format_value(value) for name, value in sorted(configs.items())}
+            for gid, configs in sorted(self._overrides.items())
+        }}
+        atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())

@@ -1,0 +1,78 @@
+"""What the five share-state RPC handlers (83-87) share: flattening and regrouping.
+
+Each request is ``group_id`` plus topics (topic id + partitions). A handler turns every partition
+entry into persister params, the share coordinator service answers the whole list at once (split
+per ``__share_group_state`` partition, one append per partition), and the replies are regrouped
+under their topics in request order.
+
+Checks made here, before the service: an empty group id or a missing (zero) topic id answers
+INVALID_REQUEST for the entries concerned. Everything else (negative partition, unknown topic or
+partition, fencing, uninitialized state) is the shard's to answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from coordinator.share.runtime_service import ShareCoordinatorService
+from persister.api import SharePartitionKey
+
+P = TypeVar("P")
+Res = TypeVar("Res")
+
+TopicReplies = list[tuple[uuid.UUID | None, list[tuple[int, Res]]]]
+
+
+def service(ctx: RequestContext) -> ShareCoordinatorService:
+    svc: ShareCoordinatorService = ctx.broker.share_coordinator
+    return svc
+
+
+def _problem(group_id: str, topic_id: uuid.UUID | None) -> str | None:
+    if not group_id:
+        return "The group id must not be empty."
+    if topic_id is None:
+        return "The topic id must be set."
+    return None
+
+
+async def answer(
+    req: Any,
+    to_params: Callable[[SharePartitionKey, Any], P],
+    call: Callable[[Sequence[P]], Awaitable[list[Res]]],
+    invalid: Callable[[ErrorCode, str], Res],
+) -> TopicReplies[Res]:
+    """Run one state RPC: ``to_params(key, partition entry)`` per entry, ``call`` once for all the
+    valid ones, ``invalid(code, message)`` for the rest. Returns ``[(topic id, [(partition, reply)])]``."""
+    params: list[P] = []
+    # Per entry: (partition, index into params, or -1 with the reply already decided).
+    layout: list[tuple[uuid.UUID | None, list[tuple[int, int, Res | None]]]] = []
+    for topic in req.topics:
+        entries: list[tuple[int, int, Res | None]] = []
+        problem = _problem(req.group_id, topic.topic_id)
+        for p in topic.partitions:
+            if problem is not None:
+                entries.append((p.partition, -1, invalid(ErrorCode.invalid_request, problem)))
+                continue
+            entries.append((p.partition, len(params), None))
+            params.append(to_params(SharePartitionKey(req.group_id, topic.topic_id, p.partition), p))
+        layout.append((topic.topic_id, entries))
+    replies = await call(params) if params else []
+    out: TopicReplies[Res] = []
+    for topic_id, entries in layout:
+        rows: list[tuple[int, Res]] = []
+        for partition, slot, decided in entries:
+            reply = replies[slot] if decided is None else decided
+            rows.append((partition, reply))
+        out.append((topic_id, rows))
+    return out
+
+
+def message(error: ErrorCode, text: str | None) -> str | None:
+    """Only send an error message alongside an error."""
+    return text if error != ErrorCode.none else None

@@ -1,0 +1,39 @@
+"""DeleteShareGroupState (86) v0: drop the state of share-partitions (DeleteGroups,
+DeleteShareGroupOffsets).
+
+Per partition: a tombstone if the key has state, nothing otherwise (still success). The answer
+waits until the tombstone is durable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.context import RequestContext
+from broker.handlers._share_state import answer, message, service
+from persister.api import DeleteParams, SharePartitionKey, WriteResult
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 86
+VERSIONS = (0, 0)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _delete(ctx, req)
+
+
+def _params(key: SharePartitionKey, _p: Any) -> DeleteParams:
+    return DeleteParams(key)
+
+
+async def _delete(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    replies = await answer(req, _params, service(ctx).delete_state,
+                           lambda code, text: WriteResult(code, text))
+    return make(m.DeleteShareGroupStateResponse, results=tuple(
+        make(m.DeleteStateResult, topic_id=topic_id, partitions=tuple(
+            make(m.PartitionResult, partition=partition, error_code=r.error,
+                 error_message=message(r.error, r.error_message))
+            for partition, r in rows))
+        for topic_id, rows in replies))

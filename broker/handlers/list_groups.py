@@ -1,0 +1,31 @@
+"""ListGroups (16) v0-5: the groups this broker coordinates (share groups only, for now).
+
+Share groups are listed with protocol type ``share`` and, in v5, group type ``share`` (Kafka's
+``kafka-groups.sh --list`` shows them as Share). v4+ ``StatesFilter`` matches state names
+case-insensitively; v5 ``TypesFilter`` matches group types case-insensitively (Kafka parses them
+with ``Group.GroupType.parse``); empty filters match everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, OK
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 16
+VERSIONS = (0, 5)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    states = tuple(getattr(req, "states_filter", ()) or ())
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    groups = tuple(
+        make(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
+             group_state=g.state, group_type=g.group_type)
+        for g in ctx.broker.share_groups.list_groups(states or None)
+        if not types or g.group_type.lower() in types)
+    return make(m.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=OK, groups=groups)

@@ -1,0 +1,69 @@
+"""ShareAcknowledge (79) v1-2: acknowledge records of a share session without fetching.
+
+Epoch 0 is INVALID_SHARE_SESSION_EPOCH (a session is opened by ShareFetch); a missing session is
+SHARE_SESSION_NOT_FOUND; a wrong epoch INVALID_SHARE_SESSION_EPOCH. Success increments the
+session's epoch (the same counter ShareFetch uses). Epoch -1 acknowledges, then closes the session
+and releases the member's remaining records. Each partition's result is answered only after its
+state write completed. v2 carries IsRenewAck and returns AcquisitionLockTimeoutMs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.share.service import ShareService, request_problem
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 79
+VERSIONS = (1, 2)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _share_acknowledge(ctx, req)
+
+
+async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+    svc: ShareService = ctx.broker.shares
+    m = response_module(API_KEY, ctx.api_version)
+    group, member = req.group_id, req.member_id
+    lock_ms = svc.partitions.lock_duration_ms(group) if group else 0
+
+    def top(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
+        return make(m.ShareAcknowledgeResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
+                    responses=responses, node_endpoints=())
+
+    problem = request_problem(group, member)
+    if problem:
+        return top(ErrorCode.invalid_request, problem)
+    epoch = req.share_session_epoch
+    if epoch == 0:
+        return top(ErrorCode.invalid_share_session_epoch,
+                   "ShareAcknowledge cannot open a share session (use ShareFetch with epoch 0)")
+    error, session = svc.sessions.check(group, member, epoch)
+    if error != ErrorCode.none or session is None:
+        return top(error)
+    if epoch != -1:
+        session.bump()
+    is_renew = bool(getattr(req, "is_renew_ack", False))
+    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew)
+    if epoch == -1:
+        svc.sessions.close(group, member)
+        svc.release_session(session)
+        ctx.broker.logs.watch.notify(("share-session-freed",))
+    leader = m.LeaderIdAndEpoch(leader_id=ctx.broker.node_id, leader_epoch=0)
+    by_topic: dict[Any, list[Any]] = {}
+    for (topic_id, p), ack in acks.items():
+        by_topic.setdefault(topic_id, []).append(make(
+            m.PartitionData, partition_index=p, error_code=ack.error,
+            error_message=ack.message if ack.error != ErrorCode.none else None,
+            current_leader=leader))
+    return top(ErrorCode.none, None, tuple(
+        m.ShareAcknowledgeTopicResponse(topic_id=t, partitions=tuple(ps))
+        for t, ps in by_topic.items()))

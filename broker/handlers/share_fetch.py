@@ -1,0 +1,173 @@
+"""ShareFetch (78) v1-2: share-session epochs, piggybacked acknowledgements, acquisition, long poll.
+
+Follows reference section 4. Epoch 0 opens (or replaces) the member's share session and must not
+carry acknowledgements; epoch n continues it; -1 applies acknowledgements, closes the session and
+releases the member's records. Acknowledgements are applied first (each answered only after its
+state write), then records are acquired from the session's partitions in rotated order, sharing
+one MaxRecords budget. With nothing acquired, the request waits up to MaxWaitMs, woken by produce
+and by records becoming available again (release, lock expiry). Responses carry the log's own
+batches covering the acquired ranges plus the AcquiredRecords list; the client ignores offsets
+not listed. v2 adds ShareAcquireMode (record_limit) and IsRenewAck (acknowledge only, no fetch).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.share.acquisition import AcquireMode
+from broker.share.partition import SharePartition
+from broker.share.partition_manager import share_watch_key
+from broker.share.service import AckResult, ShareService, request_problem
+from broker.watch import wait_for_any
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 78
+VERSIONS = (1, 2)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _share_fetch(ctx, req)
+
+
+def _ms(td: Any) -> int:
+    return max(0, int(td.total_seconds() * 1000)) if isinstance(td, timedelta) else int(td)
+
+
+async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    svc: ShareService = broker.shares
+    m = response_module(API_KEY, ctx.api_version)
+    group, member = req.group_id, req.member_id
+    lock_ms = svc.partitions.lock_duration_ms(group) if group else 0
+    max_wait_ms = _ms(req.max_wait)
+
+    def top(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
+        return make(m.ShareFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
+                    responses=responses, node_endpoints=())
+
+    problem = request_problem(group, member)
+    if problem:
+        return top(ErrorCode.invalid_request, problem)
+    epoch = req.share_session_epoch
+    is_renew = bool(getattr(req, "is_renew_ack", False))
+    has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
+    if is_renew and (req.max_bytes or req.min_bytes or req.max_records or max_wait_ms):
+        return top(ErrorCode.invalid_request,
+                   "IsRenewAck requires MaxBytes, MinBytes, MaxRecords and MaxWaitMs to be 0")
+    requested = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]
+
+    if epoch == 0:
+        if has_acks:
+            return top(ErrorCode.invalid_request, "a share session opened with epoch 0 cannot "
+                                                  "carry acknowledgements")
+        session = svc.sessions.open(group, member, ctx.connection_id, requested)
+        if session is None:
+            # Kafka waits MaxWaitMs before answering, so a client does not spin on the error.
+            fut = broker.logs.watch.watch([("share-session-freed",)])
+            await wait_for_any(fut, max_wait_ms / 1000)
+            return top(ErrorCode.share_session_limit_reached,
+                       f"this broker already has {svc.sessions.max_sessions} share sessions "
+                       "(group.share.max.share.sessions)")
+    else:
+        error, session = svc.sessions.check(group, member, epoch)
+        if error != ErrorCode.none or session is None:
+            return top(error)
+        if epoch != -1:
+            for tp in requested:
+                session.partitions[tp] = None
+            for ft in req.forgotten_topics_data:
+                for p in ft.partitions:
+                    session.partitions.pop((ft.topic_id, p), None)
+            session.bump()
+
+    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew)
+
+    if epoch == -1:
+        svc.sessions.close(group, member)
+        svc.release_session(session)
+        broker.logs.watch.notify(("share-session-freed",))
+        return top(ErrorCode.none, None, _responses(m, ctx, {}, acks, (), full=False))
+    if is_renew or req.max_records <= 0 or req.max_bytes <= 0:
+        return top(ErrorCode.none, None, _responses(m, ctx, {}, acks, (), full=epoch == 0))
+
+    mode = AcquireMode(getattr(req, "share_acquire_mode", 0) or 0)
+    deadline = broker.clock.monotonic_ms() + max_wait_ms
+    order = list(session.partitions)
+    if order:
+        shift = session.rotation % len(order)
+        order = order[shift:] + order[:shift]
+        session.rotation += 1
+    while True:
+        fetched, errors, keys = await _acquire(ctx, svc, group, member, order, req, mode)
+        remaining = deadline - broker.clock.monotonic_ms()
+        if fetched or errors or remaining <= 0 or req.min_bytes <= 0 and not max_wait_ms:
+            break
+        fut = broker.logs.watch.watch(keys)
+        await wait_for_any(fut, remaining / 1000)
+        if session is not svc.sessions.get(group, member):
+            break  # the session was closed or replaced while we waited
+    results = {**{tp: v for tp, v in errors.items()}, **fetched}
+    return top(ErrorCode.none, None, _responses(m, ctx, results, acks, order, full=epoch == 0))
+
+
+async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,
+                   order: list[tuple[uuid.UUID, int]], req: Any, mode: AcquireMode
+                   ) -> tuple[dict, dict, list]:
+    broker = ctx.broker
+    budget = req.max_records
+    per_partition_bytes = max(1, req.max_bytes // max(1, len(order)))
+    fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
+    errors: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
+    keys: list[Any] = []
+    for topic_id, p in order:
+        topic = broker.topics.by_id(topic_id)
+        if topic is None:
+            errors[(topic_id, p)] = (ErrorCode.unknown_topic_id, b"", [])
+            continue
+        if not 0 <= p < topic.partitions:
+            errors[(topic_id, p)] = (ErrorCode.unknown_topic_or_partition, b"", [])
+            continue
+        keys.append((topic.name, p))
+        keys.append(share_watch_key(group, topic.name, p))
+        if budget <= 0:
+            continue
+        sp = await svc.partitions.get(group, topic, p)
+        if not isinstance(sp, SharePartition):
+            errors[(topic_id, p)] = (sp, b"", [])
+            continue
+        data, acquired = svc.partitions.acquire(sp, member, budget, req.batch_size or budget,
+                                                mode, per_partition_bytes)
+        if acquired:
+            budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            fetched[(topic_id, p)] = (ErrorCode.none, data, acquired)
+    return fetched, errors, keys
+
+
+def _responses(m: Any, ctx: RequestContext, results: dict, acks: dict[Any, AckResult],
+               order: Any, *, full: bool) -> tuple[Any, ...]:
+    node = ctx.broker.node_id
+    leader = m.LeaderIdAndEpoch(leader_id=node, leader_epoch=0)
+    keys = list(dict.fromkeys([*(order if full else ()), *results, *acks]))
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for tp in keys:
+        error, data, acquired = results.get(tp, (ErrorCode.none, b"", []))
+        ack = acks.get(tp)
+        by_topic.setdefault(tp[0], []).append(make(
+            m.PartitionData, partition_index=tp[1], error_code=error, error_message=None,
+            acknowledge_error_code=(ack.error.value if ack else 0),
+            acknowledge_error_message=(ack.message if ack and ack.error != ErrorCode.none else None),
+            current_leader=leader, records=data,
+            acquired_records=tuple(m.AcquiredRecords(first_offset=a.first_offset,
+                                                     last_offset=a.last_offset,
+                                                     delivery_count=a.delivery_count)
+                                   for a in acquired)))
+    return tuple(m.ShareFetchableTopicResponse(topic_id=t, partitions=tuple(ps))
+                 for t, ps in by_topic.items())

@@ -1,0 +1,54 @@
+"""ShareGroupHeartbeat (76) v1: join, stay in, or leave a share group (KIP-932).
+
+The request is handed to ``broker.share_groups`` (``broker/group_service.py``), whose shard
+applies the rules of reference section 5 (``coordinator/group/heartbeat.py``). Expected
+outcomes (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST) are
+error codes in the response. The assignment is null unless the shard sends one; the client host
+is reported as Kafka reports it (``/127.0.0.1``). A member leaving (epoch -1) releases the records
+it holds on this broker.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, err_message
+from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 76
+VERSIONS = (1, 1)
+
+
+def _response(m: Any, resp: HeartbeatResponse) -> Any:
+    assignment = None
+    if resp.assignment is not None:
+        assignment = make(m.Assignment, topic_partitions=tuple(
+            make(m.TopicPartitions, topic_id=tid, partitions=tuple(parts))
+            for tid, parts in resp.assignment.items()))
+    return make(m.ShareGroupHeartbeatResponse, throttle_time=NO_THROTTLE,
+                error_code=resp.error_code,
+                error_message=err_message(resp.error_code, resp.error_message),
+                member_id=resp.member_id, member_epoch=resp.member_epoch,
+                heartbeat_interval=timedelta(milliseconds=resp.heartbeat_interval_ms),
+                assignment=assignment)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    names = req.subscribed_topic_names
+    resp = await ctx.broker.share_groups.heartbeat(HeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+        rack_id=req.rack_id,
+        subscribed_topic_names=tuple(names) if names is not None else None,
+        client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}"))
+    if req.member_epoch == -1 and resp.error_code == ErrorCode.none:
+        # A member that leaves gives its acquired records back at once (session expiry does
+        # not: as in Kafka, those wait for their acquisition locks to time out).
+        ctx.broker.shares.release_member_in_group(req.group_id, req.member_id)
+    return _response(m, resp)

@@ -1,0 +1,670 @@
+"""SharePartition: the sans-IO state machine of one share-partition (group, topic, partition).
+
+The leader of a topic-partition keeps, per share group, the in-flight window between the
+share-partition start offset (SPSO) and end offset (SPEO): every offset there is AVAILABLE,
+ACQUIRED by one member under a time-limited lock, ACKNOWLEDGED or ARCHIVED, with a delivery count
+(KIP-932; reference section 3). This class owns that window and nothing else: the shell reads the
+log, talks to the persister and arms timers; every method here takes what happened (log batch
+boundaries, acknowledgements, ``now_ms``) and returns what to do (acquired ranges, state writes).
+
+Driving it (one serial executor per partition, STYLE.md 1.5):
+
+1. ``next_fetch_offset()`` -> the shell reads whole log batches from there -> ``acquire(...)``.
+2. ``acknowledge(...)`` validates and applies an ack *tentatively* and returns a write plus a
+   token; the shell persists the write and then calls ``complete_write(token, ok, now_ms)``,
+   which commits or rolls back, and only then answers the client (respond after commit).
+3. ``next_deadline()`` / ``on_timer(now_ms)`` expire acquisition locks; ``release_member`` handles
+   a closed share session. Both return a write whose in-memory effect already stands.
+4. ``take_wakeup()`` says whether parked ShareFetches should retry.
+
+Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
+- a record is ACQUIRED by at most one member, and only ACQUIRED records have an owner and a lock;
+- delivery counts never decrease, and grow only by AVAILABLE -> ACQUIRED;
+- the SPSO only moves past terminal (ACKNOWLEDGED/ARCHIVED) records, or to a moved log start;
+- every state change is checked against ``record_state.LEGAL_TRANSITIONS``;
+- an acknowledgement is all-or-nothing per partition: an error leaves no trace, and a pending
+  (not yet durable) transition never shows as committed; a second ack touching a pending record
+  gets INVALID_RECORD_STATE, as in Kafka.
+- only AVAILABLE/ACKNOWLEDGED/ARCHIVED are written; acquisition is never persisted, so after a
+  crash an acquired record comes back AVAILABLE with its last persisted delivery count.
+
+Config is read through a callable on every operation so live group-config changes apply at once
+(reference section 2: lock duration, delivery count limit and record-lock limit are per call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kio.schema.errors import ErrorCode
+
+from broker.share.acknowledgement import (
+    AckBatch,
+    AckOutcome,
+    AckSegment,
+    ack_error_for_write_failure,
+    plan_acknowledgement,
+)
+from broker.share.acquisition import (
+    AcquiredRecords,
+    AcquireMode,
+    acquire_budget,
+    apply_plan,
+    archive_aborted,
+    archive_missing,
+    candidates,
+    log_spans,
+    records_holding_locks,
+    select,
+)
+from broker.share.inflight import (
+    InFlightBatch,
+    InFlightCache,
+    LockIndex,
+    PendingAck,
+    RecordInfo,
+    advance_start,
+    archive_available_below,
+    first_fetchable,
+    merge_ranges,
+    oldest_acquired_at,
+    scan_prefix,
+    state_batches,
+    trim_below,
+)
+from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
+from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
+from persister.api import (
+    PERSISTED_STATES,
+    UNINITIALIZED_START_OFFSET,
+    ReadResult,
+    SharePartitionKey,
+    WriteParams,
+)
+
+__all__ = [
+    "AckOutcome",
+    "AcquireMode",
+    "AcquiredRecords",
+    "ConfigSource",
+    "OffsetView",
+    "ShareMetrics",
+    "SharePartition",
+    "SharePartitionConfig",
+    "ack_error_for_write_failure",
+]
+
+
+class SharePartition:
+    """In-flight records of one share-partition. Construct with :meth:`load`."""
+
+    def __init__(
+        self,
+        key: SharePartitionKey,
+        leader_epoch: int,
+        state_epoch: int,
+        start_offset: int,
+        config: ConfigSource,
+    ) -> None:
+        if start_offset < 0:
+            raise ValueError("start offset must be resolved (share.auto.offset.reset) first")
+        self.key = key
+        self.leader_epoch = leader_epoch
+        self.state_epoch = state_epoch
+        self._config = config
+        self._start = start_offset
+        self._cache = InFlightCache()
+        self._locks = LockIndex()
+        # Kafka's findNextFetchOffset: something below SPEO may be fetchable (released, expired,
+        # record_limit remainder, gap window). Without it the next fetch is simply SPEO + 1.
+        self._find_next = False
+        self._wakeup = False
+        self._next_token = 1
+        # token -> (offset ranges of the pending ack, start offset its write carries, ranges of
+        # earlier failed writes it carries again)
+        self._pending: dict[int, tuple[list[tuple[int, int]], int, list[tuple[int, int]]]] = {}
+        # Ranges whose fire-and-forget write failed: the next write describes them again.
+        self._dirty: list[tuple[int, int]] = []
+        # Highest start offset in any write issued (timer/release) or committed (acks), to tell
+        # when the SPSO moved further than the persister knows (then a follow-up write).
+        self._written_start = start_offset
+        self._lock_timeouts = 0
+        self._limit_archives = 0
+        self._acks: dict[AckType, int] = {t: 0 for t in AckType}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        key: SharePartitionKey,
+        leader_epoch: int,
+        read: ReadResult,
+        config: ConfigSource,
+    ) -> SharePartition | ErrorCode:
+        """Build from a ReadShareGroupState result.
+
+        Returns the read's error if it failed, or UNKNOWN_SERVER_ERROR when the persisted batches
+        are inconsistent (below the start offset, empty, overlapping, or an unknown state), which
+        fails initialisation as in Kafka. Holes between persisted batches become gap windows:
+        those offsets were never delivered and are fetched before new data.
+
+        Raises:
+            ValueError: ``read.start_offset`` is still -1; the caller resolves
+                ``share.auto.offset.reset`` before loading.
+        """
+        if read.error != ErrorCode.none:
+            return read.error
+        if read.start_offset == UNINITIALIZED_START_OFFSET:
+            raise ValueError("resolve share.auto.offset.reset before loading")
+        part = cls(key, leader_epoch, read.state_epoch, read.start_offset, config)
+        prev_last: int | None = None
+        for b in sorted(read.state_batches, key=lambda b: b.first_offset):
+            if (
+                b.last_offset < b.first_offset
+                or b.first_offset < read.start_offset
+                or b.delivery_state not in PERSISTED_STATES
+                or b.delivery_count < 0
+                or (prev_last is not None and b.first_offset <= prev_last)
+            ):
+                return ErrorCode.unknown_server_error
+            prev_last = b.last_offset
+            info = RecordInfo(RecordState(b.delivery_state), b.delivery_count)
+            part._cache.add(InFlightBatch(b.first_offset, b.last_offset, info))
+        part._find_next = len(part._cache) > 0
+        part._start = advance_start(part._cache, part._start)
+        trim_below(part._cache, part._start)
+        return part
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def start_offset(self) -> int:
+        """SPSO: every offset below it is done."""
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        """SPEO as Kafka reports it: the last cached offset, or the SPSO when none is cached."""
+        last = self._cache.last_offset
+        return last if last is not None and last >= self._start else self._start
+
+    def _new_data_offset(self) -> int:
+        last = self._cache.last_offset
+        return self._start if last is None or last < self._start else last + 1
+
+    def next_fetch_offset(self) -> int:
+        """Where the shell should start reading the log for the next acquisition."""
+        new_data = self._new_data_offset()
+        if not self._find_next:
+            return new_data
+        found = first_fetchable(self._cache, self._start)
+        if found is None:
+            self._find_next = False
+            return new_data
+        return found
+
+    def can_acquire(self) -> bool:
+        """Whether a fetch could acquire anything under the record-lock limit."""
+        cfg = self._config()
+        last = self._cache.last_offset
+        if last is not None and last >= self._start and self.next_fetch_offset() <= last:
+            return True  # re-delivery inside the window is always allowed
+        held = records_holding_locks(
+            self._cache, self._start, cfg.count_only_inflight_toward_lock_limit
+        )
+        return held < cfg.max_record_locks
+
+    # ------------------------------------------------------------------ acquire
+
+    def acquire(
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        max_records: int,
+        batch_size: int,
+        acquire_mode: AcquireMode,
+        now_ms: int,
+        *,
+        fetch_offset: int | None = None,
+        aborted: Sequence[tuple[int, int]] = (),
+    ) -> list[AcquiredRecords]:
+        """Acquire records for ``member_id`` from log batches read at the next fetch offset.
+
+        ``log_batches`` are the (base_offset, last_offset) of whole log batches as read;
+        ``fetch_offset`` is the offset the read started at: offsets from there up to the first
+        returned batch no longer exist (compaction) and are archived so the window can move.
+        ``aborted`` are offset ranges of aborted transactional batches (read_committed): they
+        are archived instead of delivered. Returns the ranges to put in the response; the shell
+        subtracts their total size from the request's MaxRecords budget. ``batch_size`` <= 0
+        means no BatchSize splitting.
+
+        Raises:
+            ValueError: ``log_batches`` are not ascending, disjoint ranges (a shell bug).
+        """
+        if max_records <= 0 or not log_batches:
+            return []
+        cfg = self._config()
+        # Compaction (Kafka maybeArchiveStaleBatches): nothing exists from the fetch offset up
+        # to the first batch returned, so those records are done (in memory only).
+        if (
+            fetch_offset is not None
+            and log_batches[0][0] > fetch_offset
+            and archive_missing(
+                self._cache, max(fetch_offset, self._start), log_batches[0][0] - 1
+            )
+        ):
+            self._after_change(found_available=False)
+        start = fetch_offset if fetch_offset is not None else log_batches[0][0]
+        budget, clamp = acquire_budget(
+            self._cache,
+            self._start,
+            max_records,
+            cfg.max_record_locks,
+            cfg.count_only_inflight_toward_lock_limit,
+            start,
+        )
+        if budget <= 0:
+            return []
+        spans = log_spans(log_batches, self._start, clamp)
+        plan = select(
+            candidates(self._cache, spans), budget, acquire_mode, cfg.delivery_count_limit
+        )
+        deadline = now_ms + cfg.record_lock_duration_ms
+        ranges, left_available = apply_plan(
+            self._cache, self._locks, plan, member_id, now_ms, deadline, batch_size
+        )
+        if left_available:
+            self._find_next = self._wakeup = True
+        self._locks.maybe_compact(self._cache)
+        if aborted:
+            kept = archive_aborted(self._cache, ranges, aborted)
+            if kept != ranges:
+                self._after_change(found_available=False)
+            ranges = kept
+        return ranges
+
+    # ------------------------------------------------------------------ acknowledge
+
+    def acknowledge(
+        self, member_id: str, batches: Sequence[AckBatch], now_ms: int
+    ) -> AckOutcome:
+        """Validate and tentatively apply one partition's acknowledgement batches.
+
+        Each batch is (first_offset, last_offset, ack_types) with one type for the whole range or
+        one per offset; see :mod:`broker.share.acknowledgement` for which error is returned when.
+        On any error nothing changes. RENEW restarts the lock at once and is never written.
+        """
+        cfg = self._config()
+        plan = plan_acknowledgement(
+            self._cache, self._start, member_id, batches, now_ms, cfg.renew_enabled
+        )
+        if isinstance(plan, AckOutcome):
+            return plan
+        return self._apply_ack(plan, now_ms, cfg)
+
+    def _apply_ack(
+        self, plan: list[AckSegment], now_ms: int, cfg: SharePartitionConfig
+    ) -> AckOutcome:
+        token = self._next_token
+        renewed_deadline = now_ms + cfg.record_lock_duration_ms
+        changed: list[tuple[int, int]] = []
+        renewed: list[tuple[int, int]] = []
+        for lo, hi, types in plan:
+            if len(types) == 1:
+                self._acks[types[0]] += hi - lo + 1
+                units = self._cache.units(lo, hi)
+            else:
+                for t in types:
+                    self._acks[t] += 1
+                # Per-offset types: work offset by offset (explodes partly covered batches).
+                for batch in self._cache.overlapping(lo, hi):
+                    batch.explode()
+                units = self._cache.runs(lo, hi)
+            for u_lo, u_hi, info in units:
+                ack_type = types[0] if len(types) == 1 else types[u_lo - lo]
+                target = ACK_TARGET_STATE[ack_type]
+                if target is None:
+                    # KIP-1222 RENEW: restart the lock for the full duration; never persisted.
+                    info.deadline_ms = renewed_deadline
+                    renewed.append((u_lo, u_hi))
+                    continue
+                at_limit = (
+                    target is RecordState.AVAILABLE
+                    and info.delivery_count >= cfg.delivery_count_limit
+                )
+                info.pending = PendingAck(
+                    token, RecordState.ARCHIVED if at_limit else target, at_limit
+                )
+                changed.append((u_lo, u_hi))
+        for r_lo, r_hi in merge_ranges(renewed):
+            self._locks.push(renewed_deadline, r_lo, r_hi)
+        if renewed:
+            self._locks.maybe_compact(self._cache)
+        if not changed:
+            return AckOutcome(ErrorCode.none)
+        self._next_token += 1
+        merged = merge_ranges(changed)
+        dirty, self._dirty = self._dirty, []
+        write = self._build_write(merge_ranges(merged + dirty), token)
+        self._pending[token] = (merged, write.start_offset, dirty)
+        return AckOutcome(ErrorCode.none, write=write, token=token)
+
+    def complete_write(self, token: int, ok: bool, now_ms: int) -> WriteParams | None:
+        """Finish an acknowledgement's state write: commit it (``ok``) or roll it back.
+
+        Commit applies the pending transitions, then the SPSO moves over the terminal prefix
+        and the cache is trimmed. Rollback leaves the records ACQUIRED by their member, except
+        those whose lock expired meanwhile, which are released as on a timeout. Returns a
+        follow-up write to persist (fire and forget, like a timer write), or None.
+
+        Raises:
+            KeyError: ``token`` is unknown or already completed (a shell bug).
+        """
+        ranges, write_start, dirty = self._pending.pop(token)
+        if ok:
+            self._written_start = max(self._written_start, write_start)
+            found_available = self._commit(token, ranges)
+            self._after_change(found_available)
+            return self._committed_write([])
+        self._dirty = merge_ranges(self._dirty + dirty)
+        self._roll_back(token, ranges, now_ms)
+        # A lock that expired while the write was in flight is released now, as the timer
+        # would have done (reference section 3: roll back to AVAILABLE/ARCHIVED).
+        released = self._release_where(
+            ranges,
+            lambda info: info.holds_lock()
+            and info.deadline_ms is not None
+            and info.deadline_ms <= now_ms,
+            self._config(),
+            timeout=True,
+        )
+        if not released:
+            return None
+        self._after_change(found_available=True)
+        return self._committed_write(released)
+
+    def _pending_units(
+        self, token: int, ranges: list[tuple[int, int]]
+    ) -> list[tuple[int, int, RecordInfo]]:
+        """(first, last, info) of every record waiting on write ``token``."""
+        out: list[tuple[int, int, RecordInfo]] = []
+        for lo, hi in ranges:
+            for batch in self._cache.overlapping(lo, hi):
+                if not batch.exploded:
+                    # A whole batch only ever gets a pending ack that covers all of it.
+                    units = [(batch.first_offset, batch.last_offset, batch.whole)]
+                else:
+                    units = list(batch.runs(lo, hi))
+                out.extend(
+                    u for u in units if u[2].pending is not None and u[2].pending.token == token
+                )
+        return out
+
+    def _commit(self, token: int, ranges: list[tuple[int, int]]) -> bool:
+        """Apply the transitions of write ``token``; True if any record became AVAILABLE."""
+        found_available = False
+        for lo, hi, info in self._pending_units(token, ranges):
+            pending = info.pending
+            assert pending is not None
+            info.settle(pending.target)
+            found_available |= pending.target is RecordState.AVAILABLE
+            if pending.at_limit:
+                self._limit_archives += hi - lo + 1
+        return found_available
+
+    def _roll_back(self, token: int, ranges: list[tuple[int, int]], now_ms: int) -> None:
+        """Forget the transitions of write ``token``: the records are ACQUIRED as before."""
+        restored: list[tuple[int, int, int]] = []  # (deadline, first, last) of kept locks
+        for lo, hi, info in self._pending_units(token, ranges):
+            info.pending = None
+            deadline = info.deadline_ms
+            assert deadline is not None
+            if deadline <= now_ms:
+                continue  # expired meanwhile: released by the caller
+            if restored and restored[-1][0] == deadline and restored[-1][2] + 1 == lo:
+                restored[-1] = (deadline, restored[-1][1], hi)
+            else:
+                restored.append((deadline, lo, hi))
+        for deadline, lo, hi in restored:
+            # The timer skipped these while the write was in flight; they are locked again.
+            self._locks.push(deadline, lo, hi)
+
+    # ------------------------------------------------------------------ release and locks
+
+    def release_member(self, member_id: str, now_ms: int) -> WriteParams | None:
+        """Release everything ``member_id`` holds here (share session closed or dropped).
+
+        ACQUIRED records of the member go back to AVAILABLE, or ARCHIVED at the delivery limit
+        or below the SPSO; delivery counts are kept. Records with an ack in flight are left to
+        that ack. The in-memory change stands; the returned write should be persisted.
+        """
+        del now_ms  # releasing does not depend on time; kept for a uniform shell API
+        first, last = self._cache.first(), self._cache.last()
+        if first is None or last is None:
+            return None
+        released = self._release_where(
+            [(first.first_offset, last.last_offset)],
+            lambda info: info.holds_lock() and info.member_id == member_id,
+            self._config(),
+            timeout=False,
+        )
+        if not released:
+            return None
+        self._after_change(found_available=True)
+        return self._committed_write(released)
+
+    def next_deadline(self) -> int | None:
+        """Earliest live acquisition-lock deadline, for the shell's ``loop.call_at``."""
+        while (top := self._locks.peek()) is not None:
+            deadline, lo, hi = top
+            live = next(
+                (
+                    u_lo
+                    for u_lo, _u_hi, info in self._cache.runs(lo, hi)
+                    if info.holds_lock() and info.deadline_ms == deadline
+                ),
+                None,
+            )
+            if live is None:
+                self._locks.pop()
+                continue
+            if live > lo:
+                # Nothing before ``live`` holds this lock any more (a new lock on those offsets
+                # pushes its own entry), so the next check can start there.
+                self._locks.narrow_top(live)
+            return deadline
+        return None
+
+    def on_timer(self, now_ms: int) -> WriteParams | None:
+        """Expire every lock due at ``now_ms``: ACQUIRED -> AVAILABLE, or ARCHIVED at the limit.
+
+        The in-memory transition stands even if the returned write then fails (reference 3).
+        """
+        due: list[tuple[int, int]] = []
+        while (top := self._locks.peek()) is not None and top[0] <= now_ms:
+            _deadline, lo, hi = self._locks.pop()
+            due.append((lo, hi))
+        if not due:
+            return None
+        released = self._release_where(
+            merge_ranges(due),
+            lambda info: info.holds_lock()
+            and info.deadline_ms is not None
+            and info.deadline_ms <= now_ms,
+            self._config(),
+            timeout=True,
+        )
+        if not released:
+            return None
+        self._after_change(found_available=True)
+        return self._committed_write(released)
+
+    def _release_where(
+        self,
+        ranges: list[tuple[int, int]],
+        predicate: Callable[[RecordInfo], bool],
+        cfg: SharePartitionConfig,
+        *,
+        timeout: bool,
+    ) -> list[tuple[int, int]]:
+        """Move matching ACQUIRED records in ``ranges`` to AVAILABLE/ARCHIVED; return ranges."""
+        released: list[tuple[int, int]] = []
+        for lo, hi in ranges:
+            for batch in self._cache.overlapping(lo, hi):
+                if not batch.exploded:
+                    if not predicate(batch.whole):
+                        continue
+                    straddles = batch.first_offset < self._start <= batch.last_offset
+                    inside = lo <= batch.first_offset and batch.last_offset <= hi
+                    if inside and not straddles:
+                        self._release_unit(batch.first_offset, batch.last_offset, batch.whole, cfg)
+                        released.append((batch.first_offset, batch.last_offset))
+                        if timeout:
+                            self._lock_timeouts += batch.size
+                        continue
+                    batch.explode()
+                for u_lo, u_hi, info in batch.runs(lo, hi):
+                    if predicate(info):
+                        self._release_unit(u_lo, u_hi, info, cfg)
+                        released.append((u_lo, u_hi))
+                        if timeout:
+                            self._lock_timeouts += 1
+        return merge_ranges(released)
+
+    def _release_unit(self, lo: int, hi: int, info: RecordInfo, cfg: SharePartitionConfig) -> None:
+        if info.delivery_count >= cfg.delivery_count_limit:
+            self._limit_archives += hi - lo + 1
+            info.settle(RecordState.ARCHIVED)
+        elif hi < self._start:
+            info.settle(RecordState.ARCHIVED)
+        else:
+            info.settle(RecordState.AVAILABLE)
+
+    # ------------------------------------------------------------------ log start offset
+
+    def on_log_start_offset_moved(self, log_start_offset: int) -> None:
+        """The log start moved (retention, DeleteRecords): jump the SPSO to it.
+
+        AVAILABLE records below it are archived in memory only; ACQUIRED ones stay until their
+        lock expires or their member is released (then ARCHIVED), and acks for them are skipped.
+        The next write carries the new start offset (reference section 3, SPSO movement).
+        """
+        if log_start_offset <= self._start:
+            return
+        self._start = log_start_offset
+        self._find_next = True
+        self._after_change(found_available=False)
+
+    # ------------------------------------------------------------------ SPSO and writes
+
+    def _after_change(self, found_available: bool) -> None:
+        """Common tail of every committed change: archive, move SPSO, trim, wake fetches."""
+        archive_available_below(self._cache, self._start)
+        self._start = advance_start(self._cache, self._start)
+        trim_below(self._cache, self._start)
+        if found_available:
+            self._find_next = True
+        self._wakeup = True
+
+    def _committed_write(self, changed: list[tuple[int, int]]) -> WriteParams | None:
+        """A write for already-applied changes, or None if it would tell the persister nothing
+        new (no persistable batch at/after the SPSO and no start offset beyond the last sent)."""
+        if not changed and not self._dirty and self._start <= self._written_start:
+            return None  # nothing the persister does not know already (skip the scan)
+        dirty, self._dirty = self._dirty, []
+        write = self._build_write(merge_ranges(changed + dirty), None)
+        if not write.state_batches and write.start_offset <= self._written_start:
+            return None
+        self._written_start = max(self._written_start, write.start_offset)
+        return write
+
+    def on_write_failed(self, write: WriteParams) -> None:
+        """A write from ``on_timer``/``release_member``/``complete_write`` failed.
+
+        The in-memory state stands (reference section 3); the ranges it described, and its
+        start offset, are carried again by the next write this partition produces. Ack writes
+        are not reported here: their failure goes to ``complete_write(token, False, ...)``.
+        """
+        ranges = [(b.first_offset, b.last_offset) for b in write.state_batches]
+        self._dirty = merge_ranges(self._dirty + ranges)
+        self._written_start = min(self._written_start, write.start_offset - 1)
+
+    def _build_write(self, changed: list[tuple[int, int]], token: int | None) -> WriteParams:
+        """A WriteShareGroupState for ``changed`` (as it will be if ``token`` commits)."""
+        start, complete = scan_prefix(self._cache, self._start, token)
+        return WriteParams(
+            key=self.key,
+            state_epoch=self.state_epoch,
+            leader_epoch=self.leader_epoch,
+            start_offset=start,
+            delivery_complete_count=complete,
+            state_batches=tuple(state_batches(self._cache, changed, start, token)),
+        )
+
+    # ------------------------------------------------------------------ observation
+
+    def take_wakeup(self) -> bool:
+        """True once after anything that could let a parked fetch make progress."""
+        woke, self._wakeup = self._wakeup, False
+        return woke
+
+    @property
+    def pending_tokens(self) -> frozenset[int]:
+        return frozenset(self._pending)
+
+    @property
+    def delivery_complete_count(self) -> int:
+        """Terminal records at or after the SPSO (KIP-1226 lag = LEO - SPSO - this)."""
+        return scan_prefix(self._cache, self._start, None)[1]
+
+    def oldest_unacked_acquired_at_ms(self) -> int | None:
+        """Acquisition time of the oldest record still ACQUIRED (acks in flight included)."""
+        return oldest_acquired_at(self._cache)
+
+    def metrics(self) -> ShareMetrics:
+        in_flight = acquired = 0
+        last = self._cache.last_offset
+        for lo, hi, info in self._cache.runs(self._start, -1 if last is None else last):
+            in_flight += hi - lo + 1
+            if info.state is RecordState.ACQUIRED:
+                acquired += hi - lo + 1
+        return ShareMetrics(
+            start_offset=self._start,
+            end_offset=self.end_offset,
+            in_flight_records=in_flight,
+            in_flight_batches=len(self._cache),
+            acquired_records=acquired,
+            delivery_complete_count=self.delivery_complete_count,
+            oldest_unacked_acquired_at_ms=self.oldest_unacked_acquired_at_ms(),
+            lock_timeouts=self._lock_timeouts,
+            delivery_limit_archives=self._limit_archives,
+            acks=dict(self._acks),
+        )
+
+    def offset_view(self, offset: int) -> OffsetView | None:
+        batch = self._cache.containing(offset)
+        if batch is None:
+            return None
+        info = batch.info(offset)
+        return OffsetView(
+            info.state,
+            info.delivery_count,
+            info.member_id,
+            info.pending.target if info.pending is not None else None,
+            info.deadline_ms,
+        )
+
+    def snapshot(self) -> dict[int, OffsetView]:
+        """Every cached offset (including straddling ones below the SPSO) -> its view."""
+        out: dict[int, OffsetView] = {}
+        for batch in self._cache:
+            for offset in range(batch.first_offset, batch.last_offset + 1):
+                view = self.offset_view(offset)
+                assert view is not None
+                out[offset] = view
+        return out
+
+    def cached_batches(self) -> list[tuple[int, int, bool]]:
+        """(first, last, exploded) of every cached batch, in order."""
+        return [(b.first_offset, b.last_offset, b.exploded) for b in self._cache]

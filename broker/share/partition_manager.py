@@ -1,0 +1,312 @@
+"""Owns the SharePartitions of this broker and drives them: loading, timers, writes, wake-ups.
+
+One ``SharePartition`` per (group, topic id, partition), created on the first ShareFetch that
+touches it: its state is read from the persister, and a start offset of -1 (never consumed) is
+resolved from the group's ``share.auto.offset.reset``. The sans-IO partition decides; this class
+reads the log for it, persists its state writes, answers acknowledgements only after their write
+completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry, and
+wakes parked ShareFetches (watch key ``("share", group, topic, partition)``) when records become
+available again.
+
+Everything runs on the event loop, so each partition's operations are serial (STYLE.md 1.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
+from broker.share.acquisition import AcquiredRecords, AcquireMode
+from broker.share.partition import SharePartition
+from broker.share.views import SharePartitionConfig
+from broker.topics import Topic
+from persister.api import (
+    UNINITIALIZED_START_OFFSET,
+    InitializeParams,
+    Persister,
+    ReadParams,
+    ReadResult,
+    SharePartitionKey,
+    WriteParams,
+)
+from persister.log import OffsetOutOfRangeError
+from protocol.record_batch import iter_batches
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+log = logging.getLogger("shoal.share")
+
+LEADER_EPOCH = 0
+
+
+def share_watch_key(group_id: str, topic: str, partition: int) -> tuple[str, str, str, int]:
+    return ("share", group_id, topic, partition)
+
+
+_DURATION = re.compile(
+    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
+    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
+
+
+def duration_ms(iso: str) -> int | None:
+    """Milliseconds of an ISO-8601 duration like ``PT1H30M`` or ``P1D``; None if invalid."""
+    m = _DURATION.match(iso.strip().upper())
+    if not m or iso.strip().upper() in ("P", "PT"):
+        return None
+    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
+    return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
+
+
+class SharePartitionManager:
+    def __init__(self, broker: Broker, persister: Persister) -> None:
+        self._broker = broker
+        self._persister = persister
+        self._parts: dict[SharePartitionKey, SharePartition] = {}
+        self._names: dict[SharePartitionKey, tuple[str, int]] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
+        self._timers: dict[SharePartitionKey, tuple[int, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- config ------------------------------------------------------------------------------
+
+    def group_config(self, group_id: str) -> SharePartitionConfig:
+        gc = getattr(self._broker, "group_configs", None)
+        if gc is None:
+            return SharePartitionConfig()
+        c = gc.get(group_id)
+        return SharePartitionConfig(
+            record_lock_duration_ms=c.record_lock_duration_ms,
+            delivery_count_limit=c.delivery_count_limit,
+            max_record_locks=c.partition_max_record_locks,
+            renew_enabled=c.renew_acknowledge_enable,
+            count_only_inflight_toward_lock_limit=c.record_locks_count_inflight_only,
+        )
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        return self.group_config(group_id).record_lock_duration_ms
+
+    def _auto_offset_reset(self, group_id: str) -> str:
+        gc = getattr(self._broker, "group_configs", None)
+        return gc.get(group_id).auto_offset_reset if gc is not None else "latest"
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def get_loaded(self, key: SharePartitionKey) -> SharePartition | None:
+        return self._parts.get(key)
+
+    async def get(self, group_id: str, topic: Topic, partition: int) -> SharePartition | ErrorCode:
+        """The share-partition, loading it from the persister on first use."""
+        key = SharePartitionKey(group_id, topic.topic_id, partition)
+        sp = self._parts.get(key)
+        if sp is not None:
+            return sp
+        fut = self._loading.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._loading[key] = fut
+            try:
+                result = await self._load(key, topic.name, partition)
+            except Exception as exc:  # a persister bug must not wedge every later fetch
+                log.exception("loading share-partition %s/%s-%d failed", group_id, topic.name,
+                              partition)
+                result = ErrorCode.unknown_server_error
+                fut.set_exception(exc)
+                fut.exception()
+            else:
+                fut.set_result(result)
+            finally:
+                del self._loading[key]
+            return result
+        return await asyncio.shield(fut)
+
+    async def _load(self, key: SharePartitionKey, topic: str, partition: int) -> SharePartition | ErrorCode:
+        read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
+        if read.error == ErrorCode.invalid_request:
+            # Not initialised yet (a fetch before the group coordinator initialised it):
+            # initialise with "start offset unknown", as the group coordinator would.
+            init = await self._persister.initialize(InitializeParams(key, 0, UNINITIALIZED_START_OFFSET))
+            if init.error != ErrorCode.none:
+                return init.error
+            read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
+        if read.error != ErrorCode.none:
+            log.warning("reading share state of group %s %s-%d failed: %s", key.group_id, topic,
+                        partition, read.error.name)
+            return read.error
+        if read.start_offset == UNINITIALIZED_START_OFFSET:
+            read = ReadResult(read.error, read.state_epoch, self._resolve_start(key.group_id, topic, partition),
+                              read.state_batches)
+        sp = SharePartition.load(key, LEADER_EPOCH, read, lambda: self.group_config(key.group_id))
+        if isinstance(sp, ErrorCode):
+            log.error("share state of group %s %s-%d is inconsistent; the partition cannot be "
+                      "consumed until it is reset (shoal share-groups --reset-offsets)",
+                      key.group_id, topic, partition)
+            return sp
+        self._parts[key] = sp
+        self._names[key] = (topic, partition)
+        log.info("share-partition initialised: group %s %s-%d at start offset %d",
+                 key.group_id, topic, partition, sp.start_offset,
+                 extra={"group": key.group_id, "topic": topic, "partition": partition})
+        return sp
+
+    def _resolve_start(self, group_id: str, topic: str, partition: int) -> int:
+        lg = self._broker.logs.get(topic, partition)
+        if lg is None:
+            return 0
+        reset = self._auto_offset_reset(group_id)
+        if reset == "earliest":
+            return lg.log_start_offset
+        if reset.startswith("by_duration:"):
+            ms = duration_ms(reset.split(":", 1)[1]) or 0
+            found = lg.offset_for_timestamp(self._broker.clock.now_ms() - ms)
+            return found[0] if found is not None else lg.log_end_offset
+        return lg.log_end_offset
+
+    # -- acquire -----------------------------------------------------------------------------
+
+    def acquire(self, sp: SharePartition, member_id: str, max_records: int, batch_size: int,
+                mode: AcquireMode, max_bytes: int) -> tuple[bytes, list[AcquiredRecords]]:
+        """Read the log at the partition's next fetch offset and acquire records for a member."""
+        topic, partition = self._names[sp.key]
+        lg = self._broker.logs.get(topic, partition)
+        if lg is None or max_records <= 0 or not sp.can_acquire():
+            return b"", []
+        offset = sp.next_fetch_offset()
+        if offset < lg.log_start_offset:
+            sp.on_log_start_offset_moved(lg.log_start_offset)
+            offset = sp.next_fetch_offset()
+        if offset >= lg.log_end_offset:
+            return b"", []
+        try:
+            data = lg.read(offset, max(max_bytes, 1), lg.log_end_offset).data
+        except OffsetOutOfRangeError:
+            sp.on_log_start_offset_moved(lg.log_start_offset)
+            return b"", []
+        if not data:
+            return b"", []
+        headers = list(iter_batches(data))
+        log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
+        acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
+                              self._broker.clock.now_ms(), fetch_offset=offset)
+        self._arm(sp)
+        if not acquired:
+            return b"", []
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        start = end = None
+        for pos, h in headers:
+            if h.last_offset >= first and start is None:
+                start = pos
+            if h.base_offset <= last:
+                end = pos + h.total_size
+        return bytes(data[start:end]), acquired
+
+    # -- acknowledge and release -------------------------------------------------------------
+
+    async def acknowledge(self, key: SharePartitionKey, member_id: str,
+                          batches: Sequence[AckBatch]) -> tuple[ErrorCode, str | None]:
+        sp = self._parts.get(key)
+        if sp is None:
+            return ErrorCode.invalid_record_state, "no records of this partition are acquired here"
+        outcome = sp.acknowledge(member_id, batches, self._broker.clock.now_ms())
+        if outcome.error != ErrorCode.none or outcome.token is None:
+            self._after(sp)
+            return outcome.error, outcome.error_message
+        assert outcome.write is not None
+        result = await self._persister.write(outcome.write)
+        ok = result.error == ErrorCode.none
+        follow = sp.complete_write(outcome.token, ok, self._broker.clock.now_ms())
+        if follow is not None:
+            self._write_later(follow)
+        self._after(sp)
+        if not ok:
+            log.warning("persisting an acknowledgement for group %s failed (%s); the records "
+                        "stay acquired and the client is told to retry", key.group_id,
+                        result.error.name)
+            return ack_error_for_write_failure(result.error), result.error_message
+        return ErrorCode.none, None
+
+    def release_member(self, group_id: str, member_id: str,
+                       partitions: Sequence[tuple[object, int]]) -> None:
+        """Release a member's acquired records in these partitions (session closed)."""
+        now = self._broker.clock.now_ms()
+        for topic_id, p in partitions:
+            sp = self._parts.get(SharePartitionKey(group_id, topic_id, p))  # type: ignore[arg-type]
+            if sp is None:
+                continue
+            write = sp.release_member(member_id, now)
+            if write is not None:
+                self._write_later(write)
+            self._after(sp)
+
+    # -- timers, writes, wake-ups ------------------------------------------------------------
+
+    def _after(self, sp: SharePartition) -> None:
+        self._arm(sp)
+        if sp.take_wakeup():
+            topic, p = self._names[sp.key]
+            self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p))
+
+    def _arm(self, sp: SharePartition) -> None:
+        deadline = sp.next_deadline()
+        current = self._timers.get(sp.key)
+        if deadline is None:
+            if current is not None:
+                current[1].cancel()
+                del self._timers[sp.key]
+            return
+        if current is not None and current[0] == deadline:
+            return
+        if current is not None:
+            current[1].cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline - self._broker.clock.now_ms()) / 1000)
+        self._timers[sp.key] = (deadline, loop.call_later(delay, self._on_timer, sp.key))
+
+    def _on_timer(self, key: SharePartitionKey) -> None:
+        self._timers.pop(key, None)
+        sp = self._parts.get(key)
+        if sp is None:
+            return
+        write = sp.on_timer(self._broker.clock.now_ms())
+        if write is not None:
+            self._write_later(write)
+        self._after(sp)
+
+    def _write_later(self, write: WriteParams) -> None:
+        task = asyncio.get_running_loop().create_task(self._write(write))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, write: WriteParams) -> None:
+        result = await self._persister.write(write)
+        if result.error != ErrorCode.none:
+            sp = self._parts.get(write.key)
+            if sp is not None:
+                sp.on_write_failed(write)  # the next write re-sends these ranges
+            log.warning("persisting share state of group %s partition %d failed: %s; the "
+                        "in-memory state stands and the next write carries it",
+                        write.key.group_id, write.key.partition, result.error.name)
+
+    async def stop(self) -> None:
+        for _deadline, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
+
+    def partitions(self) -> dict[SharePartitionKey, SharePartition]:
+        return dict(self._parts)
+
+    def forget_topic(self, topic_id: object) -> None:
+        for key in [k for k in self._parts if k.topic_id == topic_id]:
+            self._parts.pop(key, None)
+            self._names.pop(key, None)
+            t = self._timers.pop(key, None)
+            if t is not None:
+                t[1].cancel()

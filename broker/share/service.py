@@ -1,0 +1,131 @@
+"""The share-group request path shared by ShareFetch and ShareAcknowledge.
+
+``ShareService`` holds the session cache and the partition manager, validates the parts of a
+request that do not depend on its RPC (group and member ids, acknowledgement batches per version),
+applies acknowledgements partition by partition, and releases a member's records when its share
+session ends (epoch -1, a new epoch 0 does *not* release, or the connection drops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.share.partition_manager import SharePartitionManager
+from broker.share.session import ShareSession, ShareSessionCache
+from persister.api import Persister, SharePartitionKey
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+log = logging.getLogger("shoal.share")
+
+MAX_MEMBER_ID_LENGTH = 36
+RENEW = 4
+
+
+@dataclass(slots=True)
+class AckResult:
+    error: ErrorCode
+    message: str | None = None
+
+
+def request_problem(group_id: str | None, member_id: str | None) -> str | None:
+    """Why a share request's ids are invalid (INVALID_REQUEST), or None."""
+    if not group_id:
+        return "GroupId must be set"
+    if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
+        return f"MemberId must be 1-{MAX_MEMBER_ID_LENGTH} characters"
+    return None
+
+
+def batch_problem(batches: Sequence[Any], version: int, is_renew: bool) -> str | None:
+    """Per-partition acknowledgement checks done before the share-partition sees them."""
+    previous_last = -1
+    for b in batches:
+        if b.first_offset > b.last_offset:
+            return f"batch {b.first_offset}-{b.last_offset}: first offset after last offset"
+        if b.first_offset < previous_last:
+            return "acknowledgement batches are not in ascending order"
+        previous_last = b.last_offset
+        types = b.acknowledge_types
+        if not types:
+            return f"batch {b.first_offset}-{b.last_offset} has no acknowledge types"
+        if len(types) > 1 and len(types) != b.last_offset - b.first_offset + 1:
+            return f"batch {b.first_offset}-{b.last_offset} has {len(types)} types"
+        top = 4 if version >= 2 else 3
+        for t in types:
+            if not 0 <= t <= top:
+                return f"acknowledge type {t} is not valid in version {version}"
+            if t == RENEW and not is_renew:
+                return "RENEW acknowledgements need IsRenewAck"
+    return None
+
+
+class ShareService:
+    def __init__(self, broker: Broker, persister: Persister) -> None:
+        self.broker = broker
+        self.partitions = SharePartitionManager(broker, persister)
+        try:
+            max_sessions = int(broker.config.get("group.share.max.share.sessions"))
+        except KeyError:
+            max_sessions = 2000  # Kafka's default
+        self.sessions = ShareSessionCache(max_sessions)
+        broker.add_close_listener(self._on_connection_closed)
+
+    async def acknowledge(self, group_id: str, member_id: str, topic_id: uuid.UUID,
+                          partition: int, batches: Sequence[Any], version: int,
+                          is_renew: bool) -> AckResult:
+        problem = batch_problem(batches, version, is_renew)
+        if problem:
+            return AckResult(ErrorCode.invalid_request, problem)
+        topic = self.broker.topics.by_id(topic_id)
+        if topic is None:
+            return AckResult(ErrorCode.unknown_topic_id)
+        if not 0 <= partition < topic.partitions:
+            return AckResult(ErrorCode.unknown_topic_or_partition)
+        key = SharePartitionKey(group_id, topic_id, partition)
+        plain = [(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
+        error, message = await self.partitions.acknowledge(key, member_id, plain)
+        return AckResult(error, message)
+
+    async def acknowledge_all(self, group_id: str, member_id: str, topics: Sequence[Any],
+                              version: int, is_renew: bool) -> dict[tuple[uuid.UUID, int], AckResult]:
+        """Apply every partition's acknowledgements of a request concurrently."""
+        jobs: dict[tuple[uuid.UUID, int], Any] = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.acknowledgement_batches:
+                    jobs[(t.topic_id, p.partition_index)] = self.acknowledge(
+                        group_id, member_id, t.topic_id, p.partition_index,
+                        p.acknowledgement_batches, version, is_renew)
+        if not jobs:
+            return {}
+        results = await asyncio.gather(*jobs.values())
+        return dict(zip(jobs.keys(), results))
+
+    def release_session(self, session: ShareSession) -> None:
+        self.partitions.release_member(session.group_id, session.member_id,
+                                       list(session.partitions))
+
+    def release_member_in_group(self, group_id: str, member_id: str) -> None:
+        """Release a departed member's records in every share-partition of its group."""
+        keys = [(k.topic_id, k.partition) for k in self.partitions.partitions()
+                if k.group_id == group_id]
+        self.partitions.release_member(group_id, member_id, keys)
+
+    def _on_connection_closed(self, connection_id: int) -> None:
+        for s in self.sessions.close_connection(connection_id):
+            log.info("share session of member %s in group %s ended with its connection; "
+                     "releasing its records", s.member_id, s.group_id,
+                     extra={"group": s.group_id, "member": s.member_id})
+            self.release_session(s)
+
+    async def stop(self) -> None:
+        await self.partitions.stop()

@@ -1,0 +1,98 @@
+"""Opening the share coordinator: ``__share_group_state``, its runtime and its service.
+
+The broker is the share coordinator of every key (FindCoordinator SHARE answers with it), so at
+start it creates ``__share_group_state`` if needed, opens a ``CoordinatorRuntime`` over the
+topic's partition logs and loads every partition in parallel before answering requests.
+
+Topic configs (Kafka ``ShareCoordinatorService.shareGroupStateTopicConfigs``): ``retention.ms`` and
+``retention.bytes`` -1 (state must never expire by age or size; only pruning removes records) and
+``segment.bytes`` from ``share.coordinator.state.topic.segment.bytes``, small by default so pruning
+frees disk. An existing topic keeps what it has; missing settings are filled in.
+
+The partition count in use is the topic's: placement hashes keys over it, so changing
+``share.coordinator.state.topic.num.partitions`` after the topic exists has no effect (warned).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from coordinator.runtime.loop import CoordinatorRuntime
+from coordinator.share.runtime_service import ShareCoordinatorService, ShareRecordSerde, ShareStateShard
+from persister.log import PartitionLogLike
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+    from broker.topics import Topic
+
+log = logging.getLogger("shoal.share.coordinator")
+
+SHARE_STATE_TOPIC = "__share_group_state"
+
+
+def _topic_configs(broker: Broker) -> dict[str, Any]:
+    return {
+        "retention.ms": -1,
+        "retention.bytes": -1,
+        "segment.bytes": broker.config.get("share.coordinator.state.topic.segment.bytes"),
+    }
+
+
+def ensure_state_topic(broker: Broker) -> Topic:
+    """``__share_group_state``, created with the share coordinator's configs if missing."""
+    wanted = _topic_configs(broker)
+    partitions = broker.config.get("share.coordinator.state.topic.num.partitions")
+    topic = broker.topics.get(SHARE_STATE_TOPIC)
+    if topic is None:
+        return broker.create_topic(SHARE_STATE_TOPIC, partitions, wanted)
+    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
+    if missing:
+        broker.set_topic_configs(SHARE_STATE_TOPIC, {**topic.configs, **missing})
+    if topic.partitions != partitions:
+        log.warning("%s has %d partitions; share.coordinator.state.topic.num.partitions=%d is "
+                    "ignored (placement depends on the existing count)", SHARE_STATE_TOPIC,
+                    topic.partitions, partitions)
+    return topic
+
+
+async def open_share_coordinator(broker: Broker) -> ShareCoordinatorService:
+    """Create or open ``__share_group_state``, load every partition and return the service."""
+    topic = ensure_state_topic(broker)
+    cfg = broker.config
+
+    def partition_exists(topic_id: uuid.UUID, partition: int) -> bool:
+        t = broker.topics.by_id(topic_id)
+        return t is not None and 0 <= partition < t.partitions
+
+    runtime: CoordinatorRuntime[ShareStateShard] = CoordinatorRuntime(
+        ShareCoordinatorService.shard_factory(
+            snapshot_update_records_per_snapshot=cfg.get(
+                "share.coordinator.snapshot.update.records.per.snapshot"),
+            partition_exists=partition_exists,
+        ),
+        ShareRecordSerde(),
+        clock_ms=broker.clock.now_ms,
+        fsync=cfg.get("share.coordinator.append.fsync"),
+        prune_interval_ms=cfg.get("share.coordinator.state.topic.prune.interval.ms"),
+        name="share-coordinator",
+    )
+    service = ShareCoordinatorService(
+        runtime,
+        num_partitions=topic.partitions,
+        clock_ms=broker.clock.now_ms,
+        cold_snapshot_interval_ms=cfg.get("share.coordinator.cold.partition.snapshot.interval.ms"),
+    )
+
+    def log_for(partition: int) -> PartitionLogLike:
+        lg = broker.logs.get(SHARE_STATE_TOPIC, partition)
+        assert lg is not None, "LogManager opens every partition of a registered topic"
+        return lg
+
+    load_ms = await service.load_all(log_for)
+    records = sum(s.load.records for p in runtime.partitions()
+                  if (s := runtime.stats(p)) is not None and s.load is not None)
+    log.info("share coordinator loaded %d partition(s) of %s (%d records) in %.0f ms; fsync=%s",
+             topic.partitions, SHARE_STATE_TOPIC, records, load_ms, runtime.fsync)
+    return service
