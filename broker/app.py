@@ -19,9 +19,15 @@ from kio.schema.errors import ErrorCode
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_value
 from broker.dispatch import Dispatcher, default_dispatcher
+from broker.group_configs import GroupConfigs
+from broker.group_service import ShareGroupService
 from broker.log_manager import LogManager
 from broker.producer_state import ProducerStates
+from broker.share.service import ShareService
+from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from persister.api import Persister
+from persister.coordinator_persister import CoordinatorPersister
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -57,6 +63,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._close_listeners: list[Callable[[int], None]] = []
         self._topic_listeners: list[Callable[[str], None]] = []
+        self.persister: Persister | None = None
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -69,26 +76,16 @@ class Broker:
         for topic in self.topics.all():
             self.logs.open_topic(topic)
         self._load_producer_ids()
-        from broker.share_state import open_share_coordinator
-        from persister.coordinator_persister import CoordinatorPersister
-
+        # Durable share state: the share coordinator over __share_group_state, reached by the
+        # share-partition leaders through the persister (a test may inject another persister).
         self.share_coordinator = await open_share_coordinator(self)
-        if getattr(self, "persister", None) is None:
+        if self.persister is None:
             self.persister = CoordinatorPersister(self.share_coordinator)
-        if getattr(self, "persister", None) is None:
-            from persister.memory import InMemoryPersister
-
-            self.persister = InMemoryPersister(clock_ms=self.clock.now_ms)
-        from broker.group_configs import GroupConfigs
-        from broker.group_service import ShareGroupService
-
         self.group_configs = GroupConfigs(self.data_dir, self.config)
         self.share_groups = ShareGroupService(
             clock=self.clock, broker_config=self.config, group_configs=self.group_configs,
             persister=self.persister, topics=self.topics.all)
         self.add_topic_listener(self.share_groups.topics_changed)
-        from broker.share.service import ShareService
-
         self.shares = ShareService(self, self.persister)
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
@@ -104,13 +101,10 @@ class Broker:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
-        if getattr(self, "share_groups", None) is not None:
-            await self.share_groups.stop()
-        if getattr(self, "shares", None) is not None:
-            await self.shares.stop()
-        if getattr(self, "share_coordinator", None) is not None:
-            await self.share_coordinator.close()
         if self.started:
+            await self.share_groups.stop()
+            await self.shares.stop()
+            await self.share_coordinator.close()
             await asyncio.to_thread(self.logs.close)
         self.started = False
 
