@@ -6,7 +6,7 @@ DATA_DIR ?= ./data
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-all bench kcat clean
+.PHONY: setup run test test-slow test-crash kcat clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ kcat:
 test: $(STAMP) kcat
 	$(BIN)/pytest -m "not slow" -p no:cacheprovider
 
+## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
 test-slow: $(STAMP) kcat
 	$(BIN)/pytest -m slow -p no:cacheprovider
+
+## The share-state crash test repeated at 20 random kill points.
+test-crash: $(STAMP)
+	$(BIN)/pytest -m slow -k crash -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
