@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_value
+from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import ShareGroupService
 from broker.log_manager import LogManager
+from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
@@ -64,6 +66,8 @@ class Broker:
         self._close_listeners: list[Callable[[int], None]] = []
         self._topic_listeners: list[Callable[[str], None]] = []
         self.persister: Persister | None = None
+        self.metrics = BrokerMetrics(self)
+        self.metrics_server: MetricsServer | None = None
         self.started = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -90,9 +94,13 @@ class Broker:
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
         self.config.on_change(self._on_broker_config_change)
+        await self._start_metrics_server()
         self.started = True
 
     async def stop(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+            self.metrics_server = None
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -107,6 +115,21 @@ class Broker:
             await self.share_coordinator.close()
             await asyncio.to_thread(self.logs.close)
         self.started = False
+
+    async def _start_metrics_server(self) -> None:
+        """Serve /metrics when ``metrics.listen`` is set.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        listen = self.config.get("metrics.listen")
+        if not listen:
+            return
+        host, port = parse_listener(listen)
+        server = MetricsServer(self.metrics.render)
+        await server.start(host, port)
+        self.metrics_server = server
+        log.info("Prometheus metrics at http://%s:%d/metrics", server.host, server.port)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro))

@@ -187,7 +187,18 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Maximum number of share sessions on this broker.", at_least(1)),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
+    ConfigDef("metrics.listen", "string", "",
+              "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
+              "off.", lambda v: _listener_problem(v) if v else None),
 ]
+
+
+def _listener_problem(value: str) -> str | None:
+    try:
+        parse_listener(value)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 # (default, min, max) broker config names of each bounded share-group setting.

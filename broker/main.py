@@ -33,7 +33,7 @@ class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
                "msg": record.getMessage()}
-        for k in ("group", "topic", "partition", "member"):
+        for k in ("event", "group", "topic", "partition", "member"):
             if hasattr(record, k):
                 doc[k] = getattr(record, k)
         if record.exc_info:
@@ -59,6 +59,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         values["listeners"] = args.listen
     if args.data_dir:
         values["log.dirs"] = args.data_dir
+    if getattr(args, "metrics_listen", None):
+        values["metrics.listen"] = args.metrics_listen
     return BrokerConfig(values)
 
 
@@ -90,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--config", help="a Kafka-style .properties file")
     b.add_argument("--override", "-o", action="append", metavar="NAME=VALUE",
                    help="set any broker config (repeatable)")
+    b.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (config "
+                   "metrics.listen; off by default)")
     b.add_argument("--log-level", default="INFO")
     b.add_argument("--log-format", choices=("plain", "json"), default="plain")
     b.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")

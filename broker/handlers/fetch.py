@@ -37,16 +37,21 @@ async def _fetch(ctx: RequestContext, req: Any) -> Any:
     max_wait_ms = max(0, int(req.max_wait.total_seconds() * 1000))
     deadline = clock.monotonic_ms() + max_wait_ms
     while True:
-        resp, total, errors, keys = _read(ctx, req)
+        resp, total, errors, keys, sent = _read(ctx, req)
         remaining = deadline - clock.monotonic_ms()
         if total >= req.min_bytes or errors or remaining <= 0 or not keys:
+            for topic_name, n in sent:
+                broker.metrics.fetch_bytes.inc(topic_name, n)
             return resp
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
         await asyncio.sleep(0)
 
 
-def _read(ctx: RequestContext, req: Any) -> tuple[Any, int, bool, list[tuple[str, int]]]:
+def _read(ctx: RequestContext, req: Any
+          ) -> tuple[Any, int, bool, list[tuple[str, int]], list[tuple[str, int]]]:
+    """One pass over the requested partitions: (response, bytes, any error, watch keys,
+    (topic, bytes) of each non-empty partition for the metrics)."""
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
@@ -54,6 +59,7 @@ def _read(ctx: RequestContext, req: Any) -> tuple[Any, int, bool, list[tuple[str
     total = 0
     errors = False
     keys: list[tuple[str, int]] = []
+    sent: list[tuple[str, int]] = []
     topics = []
     for ft in req.topics:
         topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
@@ -80,6 +86,8 @@ def _read(ctx: RequestContext, req: Any) -> tuple[Any, int, bool, list[tuple[str
                     errors = True
                 if data and len(data) > limit and total > 0:
                     data = b""  # over budget: only the very first batch may exceed the limit
+            if data:
+                sent.append((topic.name, len(data)))
             total += len(data)
             budget -= len(data)
             parts.append(_pdata(m, p, err, hwm, lg.log_start_offset, data))
@@ -87,7 +95,7 @@ def _read(ctx: RequestContext, req: Any) -> tuple[Any, int, bool, list[tuple[str
                            topic_id=getattr(ft, "topic_id", None), partitions=tuple(parts)))
     resp = make(m.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 session_id=0, responses=tuple(topics), node_endpoints=())
-    return resp, total, errors, keys
+    return resp, total, errors, keys, sent
 
 
 def _pdata(m: Any, p: int, err: ErrorCode, hwm: int, log_start: int, data: bytes) -> Any:

@@ -73,6 +73,9 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
         states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, offset, last)
         offset = last + 1
     broker.logs.appended(topic_name, p)
+    metrics = broker.metrics
+    metrics.produce_bytes.inc(topic_name, len(records))
+    metrics.produce_records.inc(topic_name, offset - result.base_offset)
     return ErrorCode.none, result.base_offset, lg.log_start_offset, None
 
 
