@@ -278,6 +278,7 @@ class ShareGroupService:
             result = op(self._clock.now_ms())
             if result.records:
                 await self._log.append(result.records)
+                _log_membership(self._shard, result)
                 for record in result.records:
                     self._shard.replay_record(record)
             self._rearm()
@@ -403,3 +404,32 @@ class ShareGroupService:
                     except Exception:
                         log.exception("member listener failed for group %s member %s",
                                       record.key.group_id, record.key.member_id)
+
+
+def _log_membership(shard: GroupCoordinatorShard, result: CoordinatorResult[r.Record, Any]) -> None:
+    """Log members joining, leaving and expiring (operator events, with group/member context).
+
+    Called after the append and before replay, so a member the shard does not know yet is new.
+    """
+    expired = set(getattr(result.response, "expired_members", ()))
+    for record in result.records:
+        key = record.key
+        if not isinstance(key, r.ShareGroupMemberMetadataKey):
+            continue
+        gid, mid = key.group_id, key.member_id
+        value = record.value
+        if value is None:
+            if (gid, mid) in expired:
+                log.warning("member %s of share group %s expired: no heartbeat within the session "
+                            "timeout", mid, gid,
+                            extra={"event": "member_expired", "group": gid, "member": mid})
+            else:
+                log.info("member %s left share group %s", mid, gid,
+                         extra={"event": "member_left", "group": gid, "member": mid})
+            continue
+        group = shard.group(gid)
+        if isinstance(value, r.ShareGroupMemberMetadataValue) and (
+                group is None or mid not in group.members):
+            log.info("member %s joined share group %s (client %s at %s, topics %s)", mid, gid,
+                     value.client_id, value.client_host, ",".join(value.subscribed_topic_names),
+                     extra={"event": "member_joined", "group": gid, "member": mid})

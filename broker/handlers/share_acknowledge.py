@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_metrics import error_label, first_response_error
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.share.service import ShareService, request_problem
@@ -25,7 +26,21 @@ VERSIONS = (1, 2)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    return _share_acknowledge(ctx, req)
+    return _counted(ctx, req)
+
+
+async def _counted(ctx: RequestContext, req: Any) -> Any:
+    metrics = ctx.broker.metrics
+    metrics.share_ack_requests.value += 1
+    try:
+        resp = await _share_acknowledge(ctx, req)
+    except Exception:
+        metrics.share_ack_failed.inc("UNKNOWN_SERVER_ERROR")
+        raise
+    code = first_response_error(resp)
+    if code:
+        metrics.share_ack_failed.inc(error_label(code))
+    return resp
 
 
 async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.broker_metrics import error_label, first_response_error
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.share.acquisition import AcquireMode
@@ -33,7 +34,21 @@ VERSIONS = (1, 2)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    return _share_fetch(ctx, req)
+    return _counted(ctx, req)
+
+
+async def _counted(ctx: RequestContext, req: Any) -> Any:
+    metrics = ctx.broker.metrics
+    metrics.share_fetch_requests.value += 1
+    try:
+        resp = await _share_fetch(ctx, req)
+    except Exception:
+        metrics.share_fetch_failed.inc("UNKNOWN_SERVER_ERROR")
+        raise
+    code = first_response_error(resp)
+    if code:
+        metrics.share_fetch_failed.inc(error_label(code))
+    return resp
 
 
 def _ms(td: Any) -> int:
@@ -108,7 +123,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     while True:
         fetched, errors, keys = await _acquire(ctx, svc, group, member, order, req, mode)
         remaining = deadline - broker.clock.monotonic_ms()
-        if fetched or errors or remaining <= 0 or req.min_bytes <= 0 and not max_wait_ms:
+        if fetched or errors or remaining <= 0 or req.min_bytes <= 0:
             break
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
@@ -146,8 +161,11 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
         data, acquired = svc.partitions.acquire(sp, member, budget, req.batch_size or budget,
                                                 mode, per_partition_bytes)
         if acquired:
-            budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            budget -= n
             fetched[(topic_id, p)] = (ErrorCode.none, data, acquired)
+            broker.metrics.share_fetch_bytes.inc(topic.name, len(data))
+            broker.metrics.share_acquired_records.inc(topic.name, n)
     return fetched, errors, keys
 
 

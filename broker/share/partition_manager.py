@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
 from broker.share.partition import SharePartition
+from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
 from persister.api import (
@@ -34,6 +36,7 @@ from persister.api import (
     ReadResult,
     SharePartitionKey,
     WriteParams,
+    WriteResult,
 )
 from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.share")
 
 LEADER_EPOCH = 0
+_RELEASE = int(AckType.RELEASE)
 
 
 def share_watch_key(group_id: str, topic: str, partition: int) -> tuple[str, str, str, int]:
@@ -73,6 +77,8 @@ class SharePartitionManager:
         self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
         self._timers: dict[SharePartitionKey, tuple[int, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Last (lock timeouts, delivery-limit archives) logged per share-partition.
+        self._logged: dict[SharePartitionKey, tuple[int, int]] = {}
 
     # -- config ------------------------------------------------------------------------------
 
@@ -152,7 +158,8 @@ class SharePartitionManager:
         self._names[key] = (topic, partition)
         log.info("share-partition initialised: group %s %s-%d at start offset %d",
                  key.group_id, topic, partition, sp.start_offset,
-                 extra={"group": key.group_id, "topic": topic, "partition": partition})
+                 extra={"event": "share_partition_initialised", "group": key.group_id,
+                        "topic": topic, "partition": partition})
         return sp
 
     def _resolve_start(self, group_id: str, topic: str, partition: int) -> int:
@@ -218,12 +225,14 @@ class SharePartitionManager:
             self._after(sp)
             return outcome.error, outcome.error_message
         assert outcome.write is not None
-        result = await self._persister.write(outcome.write)
+        result = await self._persist(outcome.write)
         ok = result.error == ErrorCode.none
         follow = sp.complete_write(outcome.token, ok, self._broker.clock.now_ms())
         if follow is not None:
             self._write_later(follow)
         self._after(sp)
+        if follow is not None or any(_RELEASE in types for _f, _l, types in batches):
+            self._log_releases(sp)  # a RELEASE or an expired lock may have hit the limit
         if not ok:
             log.warning("persisting an acknowledgement for group %s failed (%s); the records "
                         "stay acquired and the client is told to retry", key.group_id,
@@ -242,6 +251,7 @@ class SharePartitionManager:
             write = sp.release_member(member_id, now)
             if write is not None:
                 self._write_later(write)
+                self._log_releases(sp)
             self._after(sp)
 
     # -- timers, writes, wake-ups ------------------------------------------------------------
@@ -276,15 +286,53 @@ class SharePartitionManager:
         write = sp.on_timer(self._broker.clock.now_ms())
         if write is not None:
             self._write_later(write)
+            self._log_releases(sp)
         self._after(sp)
+
+    def _log_releases(self, sp: SharePartition) -> None:
+        """Log lock timeouts and delivery-limit archives since the last call (operator events).
+
+        Called only where they can happen (timer, release, RELEASE acks), as reading the
+        counters walks the in-flight window.
+        """
+        m = sp.metrics()
+        seen_timeouts, seen_archives = self._logged.get(sp.key, (0, 0))
+        if m.lock_timeouts == seen_timeouts and m.delivery_limit_archives == seen_archives:
+            return
+        self._logged[sp.key] = (m.lock_timeouts, m.delivery_limit_archives)
+        topic, p = self._names[sp.key]
+        group = sp.key.group_id
+        if m.lock_timeouts > seen_timeouts:
+            log.info("%d acquisition lock(s) of group %s %s-%d expired before acknowledgement; "
+                     "the records are released for redelivery", m.lock_timeouts - seen_timeouts,
+                     group, topic, p,
+                     extra={"event": "acquisition_lock_timeout", "group": group,
+                            "topic": topic, "partition": p})
+        if m.delivery_limit_archives > seen_archives:
+            limit = self.group_config(group).delivery_count_limit
+            log.warning("%d record(s) of group %s %s-%d reached the delivery count limit (%d) "
+                        "and were archived; they will not be delivered again",
+                        m.delivery_limit_archives - seen_archives, group, topic, p, limit,
+                        extra={"event": "records_archived_at_delivery_limit", "group": group,
+                               "topic": topic, "partition": p})
 
     def _write_later(self, write: WriteParams) -> None:
         task = asyncio.get_running_loop().create_task(self._write(write))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write(self, write: WriteParams) -> None:
+    async def _persist(self, write: WriteParams) -> WriteResult:
+        """``persister.write``, timed for shoal_share_state_write_duration_seconds."""
+        metrics = self._broker.metrics
+        started = perf_counter()
         result = await self._persister.write(write)
+        metrics.share_state_write_seconds.observe(perf_counter() - started)
+        if result.error != ErrorCode.none:
+            metrics.share_state_write_errors.inc(result.error.name.upper())
+        return result
+
+    async def _write(self, write: WriteParams) -> None:
+        result = await self._persist(write)
         if result.error != ErrorCode.none:
             sp = self._parts.get(write.key)
             if sp is not None:
@@ -307,6 +355,7 @@ class SharePartitionManager:
         for key in [k for k in self._parts if k.topic_id == topic_id]:
             self._parts.pop(key, None)
             self._names.pop(key, None)
+            self._logged.pop(key, None)
             t = self._timers.pop(key, None)
             if t is not None:
                 t[1].cancel()

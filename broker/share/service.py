@@ -122,9 +122,11 @@ class ShareService:
 
     def _on_connection_closed(self, connection_id: int) -> None:
         for s in self.sessions.close_connection(connection_id):
+            self.broker.metrics.share_session_evictions.value += 1
             log.info("share session of member %s in group %s ended with its connection; "
                      "releasing its records", s.member_id, s.group_id,
-                     extra={"group": s.group_id, "member": s.member_id})
+                     extra={"event": "share_session_evicted", "group": s.group_id,
+                            "member": s.member_id})
             self.release_session(s)
 
     async def stop(self) -> None:

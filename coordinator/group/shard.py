@@ -1,21 +1,32 @@
 """``GroupCoordinatorShard``: the share groups of one ``__consumer_offsets`` partition.
 
-Concept (STYLE.md 1.3, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
+Concept (STYLE.md 1.3-1.5, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
 group whose id maps to its partition. Write ops (heartbeat, topic changes, timers, share-state
-initialisation, delete) validate against the committed state and return
-``CoordinatorResult(records, response)`` without touching group state; ``replay(key, value)`` is
-the only mutator and is called by the runtime after the records are durable (and by the loader
-on every record of the partition at load time).
+initialisation, delete) validate against the latest replayed state and return
+``CoordinatorResult(records, response)`` without touching group state; ``replay(offset, key,
+value)`` is the only mutator. It is the runtime's ``TimedShard`` (``coordinator/runtime/shard.py``;
+records go through ``serde.GroupRecordSerde``):
 
-Driving it from the shell:
-- after each write op: append ``result.records`` (``serde.encode_record``), then call
-  ``replay`` for each, then send ``result.response``; if the append fails, do not replay.
+- the runtime replays an op's records at their log offsets right after the op runs (so the next
+  op sees them), then ``commit(offset)`` once they are durable, or ``revert(offset)`` if the
+  append or fsync failed (``store.GroupStore`` keeps the undo log); responses go out after commit;
+- loading replays the partition's log, commits its end and calls ``on_loaded(now_ms)``, which
+  re-arms the soft timers; ``on_unloaded`` drops everything;
+- timers: the runtime arms ``next_deadline()`` and runs ``on_timer(now_ms)`` as a write op
+  (without a topics image: the target is then recomputed by the next heartbeat);
+- ``last_redundant_offset`` lets the runtime prune the log below the oldest record a reload needs.
+
+Reads that answer clients (``describe``, ``list_groups``, ``committed_group``) use the committed
+view; ``groups``/``group`` are the latest replayed state (what ops see).
+
+Driving it from the shell (``broker/group_service.py``):
 - ``initializations(result)`` lists share-partition state to initialize (InitializeShareGroupState,
-  StartOffset -1, StateEpoch = the given epoch). When the persister answers, run
-  ``mark_initialized`` or ``mark_initialization_failed`` (also write ops).
-- timers: after every op call ``next_deadline()`` and arm ``loop.call_at`` for it; when it fires
-  run ``on_timer(now_ms, topics)`` as a write op.
+  StartOffset -1, StateEpoch = the given epoch), to send once the op's records are committed. When
+  the persister answers, run ``mark_initialized`` or ``mark_initialization_failed`` (write ops).
 - topic metadata: on create/delete/partition growth run ``on_topics_changed(topics, now_ms)``.
+- ``on_member_removed(group id, member id)`` (constructor) is called from ``commit`` for each
+  member whose removal (leave or session expiry) just became durable.
+- ``replay_record(record)`` replays at the next offset and commits at once (callers without a log).
 
 Soft state (not in records, rebuilt by ``on_loaded``): the timer. Timer keys are tuples, not
 ``"session:<group>:<member>"`` strings, because group and member ids may contain ``:``:
@@ -32,7 +43,10 @@ Initializing so the next heartbeat retries. An ``("init-retry", group)`` timer
 (``initialize_retry_interval_ms``, Kafka's group.share.initialize.retry.interval.ms, 30 s) clears
 Initializing entries whose answer never came (e.g. the shell crashed), so they are retried too.
 Re-initializing a partition that never became Initialized is safe: it was never assigned, so
-nobody consumed from it. With ``require_share_state_initialization=False`` (no persister wired
+nobody consumed from it. Initialized partitions are durable (record 15) and never initialized
+again while the group exists, so their consumption progress survives restarts. After a load,
+Initializing entries are retried at once: the answers to their requests died with the previous
+process. With ``require_share_state_initialization=False`` (no persister wired
 yet) every subscribed partition is assignable and record 15 is never written.
 """
 
@@ -55,7 +69,8 @@ from coordinator.group.heartbeat import (
     ShareStateInitialization,
     Txn,
 )
-from coordinator.group.share_group import GroupState, PartitionSet, ShareGroup, apply_record
+from coordinator.group.share_group import GroupState, PartitionSet, ShareGroup
+from coordinator.group.store import GroupStore
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer
 
@@ -131,6 +146,9 @@ def _no_foreign_groups(_group_id: str) -> bool:
     return False
 
 
+MemberRemoved = Callable[[str, str], None]
+
+
 class GroupCoordinatorShard:
     """All share groups of one coordinator partition (sans-IO; see the module docstring)."""
 
@@ -143,6 +161,7 @@ class GroupCoordinatorShard:
         require_share_state_initialization: bool = True,
         initialize_retry_interval_ms: int = 30_000,
         loading: bool = False,
+        on_member_removed: MemberRemoved | None = None,
     ) -> None:
         """
         Args:
@@ -154,24 +173,50 @@ class GroupCoordinatorShard:
             initialize_retry_interval_ms: how long a partition may stay Initializing.
             loading: start in the loading state (ops answer COORDINATOR_LOAD_IN_PROGRESS until
                 ``on_loaded``); the runtime's loader replays the log first.
+            on_member_removed: called with (group id, member id) from ``commit`` once a member's
+                removal is durable; it must not raise (the runtime's commit path calls it).
         """
-        self._groups: dict[str, ShareGroup] = {}
+        self._store = GroupStore(journaling=not loading)
         self._group_config = group_config
         self._is_non_share_group = is_non_share_group
         self._timer: Timer[TimerKey] = timer if timer is not None else Timer()
         self._gated = require_share_state_initialization
         self._init_retry_ms = initialize_retry_interval_ms
         self._loaded = not loading
+        self._on_member_removed = on_member_removed
+
+    @property
+    def _groups(self) -> dict[str, ShareGroup]:
+        return self._store.groups
 
     # ------------------------------------------------------------------ reads
 
     @property
     def groups(self) -> Mapping[str, ShareGroup]:
-        """Committed groups by id (a copy; values are immutable)."""
+        """Latest replayed groups by id, committed or not (a copy; values are immutable)."""
         return dict(self._groups)
 
     def group(self, group_id: str) -> ShareGroup | None:
+        """The latest replayed value of a group (what write ops see)."""
         return self._groups.get(group_id)
+
+    @property
+    def committed_groups(self) -> Mapping[str, ShareGroup]:
+        """Groups by id as of the committed offset (a copy)."""
+        return self._store.committed_groups()
+
+    def committed_group(self, group_id: str) -> ShareGroup | None:
+        """A group as of the committed offset (what clients may be told)."""
+        return self._store.committed_group(group_id)
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the last replayed record."""
+        return self._store.end_offset
+
+    @property
+    def committed_offset(self) -> int:
+        return self._store.committed_offset
 
     @property
     def loaded(self) -> bool:
@@ -191,7 +236,7 @@ class GroupCoordinatorShard:
         """ShareGroupDescribe for one group id (GROUP_ID_NOT_FOUND if absent or not share)."""
         if not self._loaded:
             return DescribeResult(ErrorCode.coordinator_load_in_progress)
-        group = self._groups.get(group_id)
+        group = self._store.committed_group(group_id)
         if group is None:
             return DescribeResult(
                 ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found."
@@ -200,11 +245,12 @@ class GroupCoordinatorShard:
 
     def list_groups(self, states_filter: Iterable[str] | None = None) -> list[ListedGroup]:
         """Share groups sorted by id; ``states_filter`` matches state names case-insensitively
-        (ListGroups v4+ StatesFilter; empty or None = all)."""
+        (ListGroups v4+ StatesFilter; empty or None = all). Committed groups only."""
         wanted = {s.lower() for s in states_filter} if states_filter else None
+        groups = self._store.committed_groups()
         out = []
-        for gid in sorted(self._groups):
-            state = self._groups[gid].state.value
+        for gid in sorted(groups):
+            state = groups[gid].state.value
             if wanted is None or state.lower() in wanted:
                 out.append(ListedGroup(gid, state))
         return out
@@ -218,32 +264,62 @@ class GroupCoordinatorShard:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, key: r.RecordKey, value: r.RecordValue | None) -> None:
-        """Apply one committed record: the only way group state changes."""
-        record = r.Record(key, value)
-        new = apply_record(self._groups.get(key.group_id), record)
-        if new is None:
-            self._groups.pop(key.group_id, None)
-        else:
-            self._groups[key.group_id] = new
+    def replay(self, offset: int, key: r.RecordKey, value: r.RecordValue | None) -> None:
+        """Apply the record at log ``offset``: the only way group state changes.
+
+        Raises:
+            ValueError: ``offset`` is below one already replayed.
+            TypeError: ``key`` is not a share-group record key.
+        """
+        self._store.replay(offset, key, value)
 
     def replay_record(self, record: r.Record) -> None:
-        self.replay(record.key, record.value)
+        """Replay ``record`` at the next offset and commit it at once (no log behind it)."""
+        offset = self._store.end_offset
+        self._store.replay(offset, record.key, record.value)
+        self.commit(offset + 1)
+
+    def commit(self, offset: int) -> None:
+        """Every record below ``offset`` is durable; reports durable member removals."""
+        removed = self._store.commit(offset)
+        if self._on_member_removed is not None:
+            for gid, mid in removed:
+                self._on_member_removed(gid, mid)
+
+    def revert(self, offset: int) -> None:
+        """Undo every record replayed at ``offset`` or later (a failed append or fsync).
+
+        Timers armed by the reverted ops stay armed: their handlers re-check the state.
+
+        Raises:
+            ValueError: ``offset`` is below the committed offset.
+        """
+        self._store.revert(offset)
+
+    def last_redundant_offset(self) -> int | None:
+        """Records below this offset are not needed to rebuild the committed groups."""
+        return self._store.last_redundant_offset()
 
     def on_loaded(self, now_ms: int) -> None:
-        """The log has been replayed: re-arm soft timers and start answering."""
+        """The log has been replayed and committed: re-arm soft timers and start answering.
+
+        Members get a fresh session timeout (as Kafka reschedules them on load), so clients that
+        keep heartbeating carry on at their epochs. Initializing partitions are retried at once.
+        """
         self._loaded = True
+        self._store.journaling = True
         for gid in sorted(self._groups):
             group = self._groups[gid]
             settings = self._group_config(gid)
             for mid in sorted(group.members):
                 self._timer.schedule((SESSION, gid, mid), now_ms + settings.session_timeout_ms)
             if group.initializing:
-                self._timer.schedule((INIT_RETRY, gid), now_ms + self._init_retry_ms)
+                self._timer.schedule((INIT_RETRY, gid), now_ms)
 
     def on_unloaded(self) -> None:
         """The partition moved away: drop everything (the next owner replays the log)."""
-        self._groups.clear()
+        self._store.clear()
+        self._store.journaling = False
         self._timer = Timer()
         self._loaded = False
 
