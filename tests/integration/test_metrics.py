@@ -1,0 +1,327 @@
+"""The Prometheus endpoint and share-group operator logs against a real broker process.
+
+Must-show: /metrics scraped during a ShareConsumer run shows acknowledgement counters > 0 and a
+per-partition lag gauge that is > 0 while records are unacknowledged and falls to 0 once they are.
+The module's broker runs with ``--metrics-listen`` and ``--log-format json`` so the structured
+log lines (event, group, topic, partition, member) can be checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType
+from kio.schema.errors import ErrorCode
+
+from broker.config import BrokerConfig
+from protocol import codec
+from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.integration.helpers import create_topic
+from tests.integration.rawclient import RawClient
+from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:\\.|[^"\\])*)"')
+
+
+class MetricsBroker(BrokerProcess):
+    """A broker started with ``--metrics-listen`` and JSON logs (CLI flags, not overrides)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.metrics_port = free_port()
+
+    def start(self, timeout: float = 20.0) -> None:
+        cmd = [sys.executable, "-m", "broker.main", "broker", "--listen", self.bootstrap,
+               "--data-dir", str(self.data_dir), "--log-format", "json",
+               "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+               "--override", "group.share.min.record.lock.duration.ms=1000",
+               "--override", "group.share.min.session.timeout.ms=1000",
+               "--override", "group.share.min.heartbeat.interval.ms=200"]
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                scrape(self)
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not start within {timeout}s:\n{self.logs()}")
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines that carry an ``event``."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                doc = json.loads(line)
+                if "event" in doc:
+                    out.append(doc)
+        return out
+
+
+class Scrape:
+    """One /metrics page, parsed: samples by name, each a dict of labels and a value."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+        self.types: dict[str, str] = {}
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split()
+                self.types[name] = kind
+                continue
+            if line.startswith("#"):
+                continue
+            m = _SAMPLE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            labels = dict(_LABEL.findall(m.group(2) or ""))
+            self.samples.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for got, v in self.samples.get(name, []):
+            if all(got.get(k) == val for k, val in labels.items()):
+                return v
+        return None
+
+    def total(self, name: str, **labels: str) -> float:
+        return sum(v for got, v in self.samples.get(name, [])
+                   if all(got.get(k) == val for k, val in labels.items()))
+
+
+def scrape(b: MetricsBroker, path: str = "/metrics") -> Scrape:
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}{path}", timeout=5) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        return Scrape(r.read().decode())
+
+
+@pytest.fixture(scope="module")
+def mb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsBroker]:
+    b = MetricsBroker(Path(tmp_path_factory.mktemp("metrics-broker")) / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+def _setup(b: MetricsBroker, name: str, count: int, **configs: str) -> list[bytes]:
+    create_topic(b.bootstrap, name, 1)
+    set_group_configs(b.bootstrap, name, {"share.auto.offset.reset": "earliest", **configs})
+    return produce(b.bootstrap, name, count)
+
+
+def test_scrape_during_share_consumption_shows_acks_and_lag_falling_to_zero(mb, unique) -> None:
+    values = _setup(mb, unique, 500)
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    before = scrape(mb)
+    assert before.value("shoal_produce_records_total", topic=unique) == 500
+    assert before.value("shoal_produce_bytes_total", topic=unique) > 0
+    assert before.value("shoal_share_partition_lag", **where) is None  # not loaded yet
+
+    got: list[bytes] = []
+    c = share_consumer(mb.bootstrap, unique, unique)  # implicit: acks go with the next poll
+    try:
+        poll_until([c], lambda: bool(got), on_message=lambda _i, m: got.append(m.value()))
+        during = scrape(mb)  # the records just polled are acquired and not yet acknowledged
+        assert during.value("shoal_share_partition_lag", **where) > 0
+        assert during.value("shoal_share_partition_acquired_records", **where) > 0
+        assert during.value("shoal_share_group_members", group=unique) == 1
+        assert during.value("shoal_share_groups", state="Stable") >= 1
+        assert during.value("shoal_share_sessions") >= 1
+        assert during.value("shoal_share_partitions", group=unique) == 1
+        poll_until([c], lambda: len(got) >= len(values),
+                   on_message=lambda _i, m: got.append(m.value()))
+        c.poll(0.5)  # acknowledges the last batch
+    finally:
+        c.close()
+    assert sorted(got) == sorted(values)
+
+    deadline = time.monotonic() + 10
+    while True:
+        after = scrape(mb)
+        if after.value("shoal_share_partition_lag", **where) == 0:
+            break
+        assert time.monotonic() < deadline, after.value("shoal_share_partition_lag", **where)
+        time.sleep(0.1)
+    assert after.value("shoal_share_acknowledgements_total", **where, type="accept") == 500
+    assert after.value("shoal_share_acknowledgements_total", **where, type="release") == 0
+    assert after.value("shoal_share_group_lag", group=unique) == 0
+    assert after.value("shoal_share_partition_start_offset", **where) == 500
+    assert after.value("shoal_share_partition_in_flight_records", **where) == 0
+    assert after.value("shoal_share_partition_oldest_unacked_age_seconds", **where) == 0
+    assert after.value("shoal_share_fetch_bytes_total", topic=unique) > 0
+    assert after.value("shoal_share_acquired_records_total", topic=unique) == 500
+    assert after.value("shoal_share_fetch_requests_total") > 0
+    assert after.value("shoal_share_state_write_duration_seconds_count") > 0
+    assert after.value("shoal_share_state_write_duration_seconds_bucket", le="+Inf") == \
+        after.value("shoal_share_state_write_duration_seconds_count")
+    assert after.types["shoal_share_acknowledgements_total"] == "counter"
+    assert after.types["shoal_share_partition_lag"] == "gauge"
+    assert after.types["shoal_share_state_write_duration_seconds"] == "histogram"
+
+
+def test_delivery_limit_archives_show_in_metrics_and_logs(mb, unique) -> None:
+    _setup(mb, unique, 5, **{"share.delivery.count.limit": "2"})
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+    try:
+        for _ in range(2):  # release every record twice: the second release archives it
+            batch: list[Any] = []
+            poll_until([c], lambda: len(batch) >= 5, on_message=lambda _i, m: batch.append(m))
+            for m in batch:
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            c.commit_sync(15)
+    finally:
+        c.close()
+    s = scrape(mb)
+    assert s.value("shoal_share_delivery_limit_archived_records_total", **where) == 5
+    assert s.value("shoal_share_acknowledgements_total", **where, type="release") == 10
+    assert s.value("shoal_share_partition_lag", **where) == 0  # archived records are complete
+
+    deadline = time.monotonic() + 10
+    while True:  # the leave is logged when the member's heartbeat (epoch -1) is handled
+        mine = [e for e in mb.events() if e.get("group") == unique]
+        kinds = {e["event"] for e in mine}
+        if "member_left" in kinds:
+            break
+        assert time.monotonic() < deadline, kinds
+        time.sleep(0.1)
+    assert {"member_joined", "share_partition_initialised",
+            "records_archived_at_delivery_limit", "member_left"} <= kinds
+    (archived,) = [e for e in mine if e["event"] == "records_archived_at_delivery_limit"]
+    assert archived["topic"] == unique and archived["partition"] == 0
+    assert archived["level"] == "WARNING" and "5 record(s)" in archived["msg"]
+    (init,) = [e for e in mine if e["event"] == "share_partition_initialised"]
+    assert init["topic"] == unique and init["partition"] == 0
+    joined = [e for e in mine if e["event"] == "member_joined"]
+    assert len(joined) == 1 and joined[0]["member"]
+
+
+def _topic_id(bootstrap: str, topic: str) -> uuid.UUID:
+    m = codec.request_module(3, 12)
+    with RawClient(bootstrap) as c:
+        resp = c.call(3, 12, m.MetadataRequest(
+            topics=(m.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=topic),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    (t,) = resp.topics
+    return t.topic_id
+
+
+def test_lock_timeouts_unacked_age_and_member_expiry(mb, unique) -> None:
+    """A member that acquires records and then goes silent: the oldest unacknowledged age
+    grows, its locks time out (counter and log), and its session expires (log)."""
+    _setup(mb, unique, 10, **{"share.record.lock.duration.ms": "1000",
+                              "share.session.timeout.ms": "1500",
+                              "share.heartbeat.interval.ms": "500"})
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    tid = _topic_id(mb.bootstrap, unique)
+    hb = codec.request_module(76, 1)
+    sf = codec.request_module(78, 1)
+    with RawClient(mb.bootstrap) as c:
+        joined = c.call(76, 1, hb.ShareGroupHeartbeatRequest(
+            group_id=unique, member_id="silent-member", member_epoch=0, rack_id=None,
+            subscribed_topic_names=(unique,)))
+        assert joined.error_code == ErrorCode.none
+        fetched = c.call(78, 1, sf.ShareFetchRequest(
+            group_id=unique, member_id="silent-member", share_session_epoch=0,
+            max_wait=timedelta(milliseconds=2000), min_bytes=1, max_bytes=1 << 20,
+            max_records=100, batch_size=100, forgotten_topics_data=(),
+            topics=(sf.FetchTopic(topic_id=tid, partitions=(
+                sf.FetchPartition(partition_index=0, acknowledgement_batches=()),)),)))
+        acquired = [a for t in fetched.responses for p in t.partitions
+                    for a in p.acquired_records]
+        assert sum(a.last_offset - a.first_offset + 1 for a in acquired) == 10
+        time.sleep(0.2)  # let the acquisition age
+        held = scrape(mb)
+        assert held.value("shoal_share_partition_acquired_records", **where) == 10
+        assert held.value("shoal_share_partition_oldest_unacked_age_seconds", **where) >= 0.1
+        assert held.value("shoal_share_group_oldest_unacked_age_seconds", group=unique) >= 0.1
+        assert held.value("shoal_share_partition_lag", **where) == 10
+
+        deadline = time.monotonic() + 10
+        while True:  # the locks (1 s) and then the member's session (1.5 s) run out
+            s = scrape(mb)
+            kinds = {e["event"] for e in mb.events() if e.get("group") == unique}
+            if s.value("shoal_share_acquisition_lock_timeouts_total", **where) == 10 \
+                    and "member_expired" in kinds:
+                break
+            assert time.monotonic() < deadline, (kinds, s.value(
+                "shoal_share_acquisition_lock_timeouts_total", **where))
+            time.sleep(0.1)
+    assert s.value("shoal_share_partition_acquired_records", **where) == 0
+    assert s.value("shoal_share_partition_oldest_unacked_age_seconds", **where) == 0
+    assert s.value("shoal_share_partition_lag", **where) == 10  # released, not consumed
+    assert {"member_joined", "acquisition_lock_timeout", "member_expired"} <= kinds
+    expired = [e for e in mb.events() if e.get("event") == "member_expired"
+               and e.get("group") == unique]
+    assert expired[0]["member"] == "silent-member" and expired[0]["level"] == "WARNING"
+
+
+def _share_fetch_without_session(bootstrap: str, group: str, topic_id: uuid.UUID) -> Any:
+    m = codec.request_module(78, 1)
+    body = m.ShareFetchRequest(
+        group_id=group, member_id="no-such-member", share_session_epoch=3,
+        max_wait=timedelta(milliseconds=0), min_bytes=1, max_bytes=1 << 20, max_records=10,
+        batch_size=10, topics=(m.FetchTopic(topic_id=topic_id, partitions=(
+            m.FetchPartition(partition_index=0, acknowledgement_batches=()),)),),
+        forgotten_topics_data=())
+    with RawClient(bootstrap) as c:
+        return c.call(78, 1, body)
+
+
+def _share_ack_without_session(bootstrap: str, group: str) -> Any:
+    m = codec.request_module(79, 1)
+    body = m.ShareAcknowledgeRequest(group_id=group, member_id="no-such-member",
+                                     share_session_epoch=0, topics=())
+    with RawClient(bootstrap) as c:
+        return c.call(79, 1, body)
+
+
+def test_failed_share_requests_are_counted_by_error(mb, unique) -> None:
+    before = scrape(mb)
+    resp = _share_fetch_without_session(mb.bootstrap, unique, uuid.uuid4())
+    assert resp.error_code == ErrorCode.share_session_not_found
+    resp = _share_ack_without_session(mb.bootstrap, unique)
+    assert resp.error_code == ErrorCode.invalid_share_session_epoch
+    after = scrape(mb)
+    key = "shoal_share_fetch_requests_failed_total"
+    assert after.total(key, error="SHARE_SESSION_NOT_FOUND") == \
+        before.total(key, error="SHARE_SESSION_NOT_FOUND") + 1
+    key = "shoal_share_acknowledge_requests_failed_total"
+    assert after.total(key, error="INVALID_SHARE_SESSION_EPOCH") == \
+        before.total(key, error="INVALID_SHARE_SESSION_EPOCH") + 1
+    assert after.value("shoal_share_acknowledge_requests_total") == \
+        before.value("shoal_share_acknowledge_requests_total") + 1
+
+
+@pytest.mark.parametrize("method,path,status", [
+    ("GET", "/", 404), ("GET", "/metrics/extra", 404), ("GET", "/favicon.ico", 404),
+    ("POST", "/metrics", 405),
+])
+def test_other_paths_and_methods_are_refused(mb, method: str, path: str, status: int) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{mb.metrics_port}{path}", method=method,
+                                 data=b"" if method == "POST" else None)
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=5)
+    assert exc.value.code == status
+    exc.value.close()
+
+
+def test_metrics_are_off_by_default(broker) -> None:
+    assert BrokerConfig().get("metrics.listen") == ""
+    assert "Prometheus metrics at" not in broker.logs()
