@@ -21,7 +21,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
-from broker.group_service import ShareGroupService
+from broker.group_service import open_share_groups
 from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
@@ -86,9 +86,8 @@ class Broker:
         if self.persister is None:
             self.persister = CoordinatorPersister(self.share_coordinator)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
-        self.share_groups = ShareGroupService(
-            clock=self.clock, broker_config=self.config, group_configs=self.group_configs,
-            persister=self.persister, topics=self.topics.all)
+        # Share groups over __consumer_offsets: created if missing, every partition loaded.
+        self.share_groups = await open_share_groups(self)
         self.add_topic_listener(self.share_groups.topics_changed)
         self.shares = ShareService(self, self.persister)
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))

@@ -1,22 +1,32 @@
-"""``ShareGroupService``: the asyncio shell around the sans-IO ``GroupCoordinatorShard``.
+"""``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
-Concept (STYLE.md 1.1/1.6, after Kafka's ``GroupCoordinatorService`` and ``CoordinatorRuntime``):
-the shard decides, this class does the I/O around it. One broker is the coordinator of every
-group, so there is one shard (Kafka: one per ``__consumer_offsets`` partition).
+Concept (STYLE.md 1.3-1.6, after Kafka's ``GroupCoordinatorService``): one
+``GroupCoordinatorShard`` per ``__consumer_offsets`` partition, driven by a ``CoordinatorRuntime``
+(``coordinator/runtime/loop.py``) that runs each partition's ops one at a time, appends their
+ShareGroup* records (``coordinator/group/serde.py``), fsyncs with group commit, and releases the
+responses after commit; a failed append or fsync reverts the shard (and the op answers
+COORDINATOR_NOT_AVAILABLE). A group lives on partition ``abs(hashCode(groupId)) % partitions``
+(``coordinator/group/placement.py``), so ops of different groups on different partitions run in
+parallel and ops of one group are serial. There is no lock here.
 
-Every write op (heartbeat, topic change, timer, share-state initialization answer) runs the same
-way, one at a time (``_write`` holds a lock, so ops are serial as on Kafka's per-partition
-executor):
-1. call the shard op with ``now_ms`` from the broker clock and the current ``TopicsImage``;
-2. append its records (``RecordLog.append``; see below), then replay each into the shard (the
-   only mutator), then tell member listeners about removed members;
-3. re-arm the single ``loop.call_later`` for ``shard.next_deadline()``; when it fires,
-   ``shard.on_timer`` runs as a write op (session expiry fences members);
-4. for each ``extra["initialize"]`` entry start an owned task that calls
-   ``persister.initialize`` (StartOffset -1, StateEpoch = the group epoch) per partition, unless
-   the persister already has state for it (``_initialize_one``), and then runs
-   ``mark_initialized`` / ``mark_initialization_failed`` as write ops;
-5. answer (respond after commit, STYLE.md 1.4).
+Lifecycle: ``open_share_groups`` creates ``__consumer_offsets`` if needed and loads every
+partition in parallel before the broker listens; the runtime replays each log and calls
+``on_loaded``, which re-arms session timers (members get a fresh session timeout) and retries
+Initializing share-partitions. A partition that is (re)loading answers
+COORDINATOR_LOAD_IN_PROGRESS (heartbeat, describe, ListGroups), one this broker does not hold
+NOT_COORDINATOR. Timers (session expiry, initialisation retry) are armed and run by the runtime.
+
+Write ops (heartbeat, topic change, share-state initialisation answers, delete):
+1. the shard op runs with ``now_ms`` and the current ``TopicsImage``; the runtime appends and
+   replays its records and answers after commit;
+2. then, for each ``initializations(result)`` entry, an owned task sends InitializeShareGroupState
+   (StartOffset -1, StateEpoch = the group epoch) per share-partition through the persister, and
+   runs ``mark_initialized`` / ``mark_initialization_failed`` as write ops (reference section 5,
+   two-phase flow: Initializing is durable before the request goes out, Initialized before the
+   partition is assigned). Initialized partitions are never initialized again while the group
+   exists, so consumption progress survives restarts;
+3. member listeners hear about a member removed by a leave or session expiry once the removal is
+   durable (the shard reports it from ``commit``).
 
 Shoal extension, ``group.share.initialize.wait.ms`` (default 500, 0 = Kafka): a heartbeat
 answered while its group has initializations in flight waits for them (bounded) and reconciles
@@ -24,18 +34,14 @@ the member once more before answering, so a joining member gets its partitions i
 answer. Kafka answers at once with an empty assignment, and the partitions arrive one heartbeat
 interval (5 s by default) later.
 
-The seam for durability: ``RecordLog``. Today ``InMemoryRecordLog`` keeps nothing and commits at
-once, so group membership lives as long as the process. When ``__consumer_offsets`` is written,
-an implementation appends the encoded records (``coordinator/group/serde.py``) and returns once
-they are durable; a failed append raises, nothing is replayed, and the op answers
-COORDINATOR_NOT_AVAILABLE (Kafka maps failed appends the same way). Loading then replays the
-partition and calls ``shard.on_loaded``.
-
-Reads (describe, list, assignment lookups) read the replayed state directly.
+Reads (describe, list, membership and assignment lookups) use the shards' committed view.
 
 Topic metadata: the broker calls ``topics_changed`` from create/delete/add-partitions; the cached
-``TopicsImage`` is dropped and ``on_topics_changed`` runs as an op, so groups subscribed to a new
-or grown topic get it (after its share state is initialized) on their next heartbeat.
+``TopicsImage`` is dropped and ``on_topics_changed`` runs on every partition, so groups subscribed
+to a new or grown topic get it (after its share state is initialized) on their next heartbeat.
+
+Log size: the runtime prunes a partition's log below the shard's ``last_redundant_offset`` (the
+oldest latest-record of a live key); Kafka compacts ``__consumer_offsets`` instead.
 """
 
 from __future__ import annotations
@@ -44,8 +50,8 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -62,47 +68,61 @@ from coordinator.group.heartbeat import (
     ShareStateInitialization,
     error_response,
 )
+from coordinator.group.placement import DEFAULT_NUM_PARTITIONS, partition_for_group
+from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import (
+    DeleteGroupResponse,
     DescribeResult,
     GroupCoordinatorShard,
     ListedGroup,
     initializations,
 )
+from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
 from coordinator.runtime.result import CoordinatorResult
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
     InitializeParams,
     Persister,
-    ReadParams,
     SharePartitionKey,
     WriteResult,
 )
+from persister.log import PartitionLogLike
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 log = logging.getLogger("shoal.groups")
 
-NO_LEADER_EPOCH = -1  # summaries do not fence on the leader epoch
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# segment.bytes of __consumer_offsets when we create it (Kafka: offsets.topic.segment.bytes,
+# 100 MiB). Pruning deletes whole segments, so this bounds the redundant bytes kept.
+OFFSETS_SEGMENT_BYTES = 1 << 20
+# Group records are rare (joins, leaves, assignment changes), so every append is fsynced
+# (group commit) before the heartbeat is answered.
+GROUP_APPEND_FSYNC = True
 
 MemberListener = Callable[[str, str], None]
 """Called with (group id, member id) after a member left or was fenced (session expiry)."""
 
-
-class RecordLog(Protocol):
-    """Where group coordinator records go before they are replayed (``__consumer_offsets``)."""
-
-    async def append(self, records: Sequence[r.Record]) -> None:
-        """Return once ``records`` are durable.
-
-        Raises:
-            Exception: the append failed; the caller replays nothing.
-        """
-        ...
+ShardOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any]]
 
 
-class InMemoryRecordLog:
-    """No log yet: records are committed as soon as they are produced (see module doc)."""
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a wrapped op hands back through the runtime: its response and the share-state
+    initialisations to start once its records are committed."""
 
-    async def append(self, records: Sequence[r.Record]) -> None:
-        return None
+    response: Any
+    initializations: tuple[ShareStateInitialization, ...]
+
+
+def _wrap(op: ShardOp) -> Op[GroupCoordinatorShard]:
+    def run(shard: GroupCoordinatorShard, now_ms: int) -> CoordinatorResult[r.Record, _Outcome]:
+        result = op(shard, now_ms)
+        return CoordinatorResult(records=result.records,
+                                 response=_Outcome(result.response, initializations(result)))
+
+    return run
 
 
 class ShareGroupService:
@@ -116,45 +136,62 @@ class ShareGroupService:
         group_configs: GroupConfigs,
         persister: Persister,
         topics: Callable[[], Iterable[Topic]],
-        record_log: RecordLog | None = None,
+        num_partitions: int = DEFAULT_NUM_PARTITIONS,
+        fsync: bool = GROUP_APPEND_FSYNC,
     ) -> None:
         """
         Args:
             topics: the broker's current topics (read when the cached image is stale).
-            record_log: where records are appended; ``InMemoryRecordLog`` by default.
+            num_partitions: partitions of ``__consumer_offsets`` (the topic's actual count).
+            fsync: fsync appends before answering (see ``CoordinatorRuntime``).
+
+        Raises:
+            ValueError: ``num_partitions`` is not positive.
         """
+        if num_partitions <= 0:
+            raise ValueError("num_partitions must be positive")
         self._clock = clock
         self._broker_config = broker_config
         self._configs = group_configs
         self._persister = persister
         self._topics = topics
-        self._log: RecordLog = record_log or InMemoryRecordLog()
-        self._shard = GroupCoordinatorShard(
-            group_config=self._settings,
-            # No classic/consumer groups exist yet, so no group id belongs to another type.
-            is_non_share_group=lambda _group_id: False,
-            initialize_retry_interval_ms=broker_config.get(
-                "group.share.initialize.retry.interval.ms"),
-        )
-        self._lock = asyncio.Lock()
+        self.num_partitions = num_partitions
+        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+            self._new_shard, GroupRecordSerde(), clock_ms=clock.now_ms, fsync=fsync,
+            name="group-coordinator")
+        self.load_ms: float | None = None
         self._image: TopicsImage | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Initialization tasks still running, by group (heartbeats may wait for them).
         self._pending_inits: dict[str, set[asyncio.Task[None]]] = {}
         self._member_listeners: list[MemberListener] = []
+        self._leaving: set[tuple[str, str]] = set()  # leave heartbeats in flight (for logs)
         self._stopped = False
+
+    def _new_shard(self, _partition: int) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(
+            group_config=self._settings,
+            # No classic/consumer groups exist yet, so no group id belongs to another type.
+            is_non_share_group=lambda _group_id: False,
+            initialize_retry_interval_ms=self._broker_config.get(
+                "group.share.initialize.retry.interval.ms"),
+            loading=True,
+            on_member_removed=self._member_removed,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
+    async def load(self, log_for: Callable[[int], PartitionLogLike]) -> float:
+        """Load every partition in parallel; returns the ms taken. A partition that fails to
+        load answers NOT_COORDINATOR (logged by the runtime)."""
+        self.load_ms = await self.runtime.load_many(
+            {p: log_for(p) for p in range(self.num_partitions)})
+        return self.load_ms
+
     async def stop(self) -> None:
-        """Disarm the timer and cancel owned tasks (pending initializations are retried by the
-        shard's init-retry logic if the state survives)."""
+        """Cancel owned tasks (Initializing partitions are retried after the next load), then
+        stop the runtime: what is appended is flushed and answered, the rest NOT_COORDINATOR."""
         self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
@@ -164,6 +201,7 @@ class ShareGroupService:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
+        await self.runtime.close()
 
     # ------------------------------------------------------------------ configs and listeners
 
@@ -172,43 +210,77 @@ class ShareGroupService:
         return self._configs.get(group_id)
 
     def add_member_listener(self, cb: MemberListener) -> None:
-        """Call ``cb(group_id, member_id)`` after a member leaves (epoch -1) or is fenced by
-        session expiry. Runs on the event loop right after the records are applied; it must not
-        block and should not raise (exceptions are logged)."""
+        """Call ``cb(group_id, member_id)`` once a member's leave (epoch -1) or session-expiry
+        fencing is durable. Runs on the event loop in the runtime's commit path (before the
+        leave is answered); it must not block and should not raise (exceptions are logged)."""
         self._member_listeners.append(cb)
 
     # ------------------------------------------------------------------ reads
 
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition coordinating ``group_id``."""
+        return partition_for_group(group_id, self.num_partitions)
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard | None:
+        """The shard of the group's partition if it is being served (diagnostics and tests)."""
+        p = self.partition_for(group_id)
+        return self.runtime.shard(p) if self.runtime.status(p) is PartitionStatus.ACTIVE else None
+
+    def loading(self) -> bool:
+        """Whether some partition is (re)loading (ListGroups answers
+        COORDINATOR_LOAD_IN_PROGRESS then, as Kafka's does)."""
+        return any(self.runtime.status(p) is PartitionStatus.LOADING
+                   for p in self.runtime.partitions())
+
     def describe(self, group_ids: Iterable[str]) -> list[DescribeResult]:
-        """ShareGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown ids)."""
-        return [self._shard.describe(g) for g in group_ids]
+        """ShareGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown ids,
+        COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when its partition is not served)."""
+        out = []
+        for gid in group_ids:
+            p = self.partition_for(gid)
+            status = self.runtime.status(p)
+            shard = self.runtime.shard(p)
+            if status is PartitionStatus.ACTIVE and shard is not None:
+                out.append(shard.describe(gid))
+            elif status is PartitionStatus.LOADING:
+                out.append(DescribeResult(ErrorCode.coordinator_load_in_progress))
+            else:
+                out.append(DescribeResult(ErrorCode.not_coordinator))
+        return out
 
     def list_groups(self, states_filter: Iterable[str] | None = None) -> list[ListedGroup]:
-        """Share groups sorted by id, optionally filtered by state name (case-insensitive)."""
-        return self._shard.list_groups(states_filter)
+        """Committed share groups of every served partition, sorted by id, optionally filtered
+        by state name (case-insensitive)."""
+        states = list(states_filter) if states_filter is not None else None
+        out: list[ListedGroup] = []
+        for p in self.runtime.partitions():
+            shard = self.runtime.shard(p)
+            if self.runtime.status(p) is PartitionStatus.ACTIVE and shard is not None:
+                out.extend(shard.list_groups(states))
+        out.sort(key=lambda g: g.group_id)
+        return out
 
     def is_member(self, group_id: str, member_id: str) -> bool:
-        group = self._shard.group(group_id)
+        group = self._committed_group(group_id)
         return group is not None and member_id in group.members
 
     def assignment(self, group_id: str,
                    member_id: str) -> Mapping[uuid.UUID, frozenset[int]] | None:
-        """The member's current assignment (topic id -> partitions), or None if not a member."""
-        group = self._shard.group(group_id)
+        """The member's committed assignment (topic id -> partitions), or None if not a member."""
+        group = self._committed_group(group_id)
         member = group.members.get(member_id) if group is not None else None
         return None if member is None else member.assigned_partitions
 
     def topics_image(self) -> TopicsImage:
-        """The topic metadata the shard sees (cached until the topics change)."""
+        """The topic metadata the shards see (cached until the topics change)."""
         if self._image is None:
             self._image = TopicsImage.of(
                 {t.name: (t.topic_id, t.partitions) for t in self._topics()})
         return self._image
 
-    @property
-    def shard(self) -> GroupCoordinatorShard:
-        """The underlying shard (read-only use: tests and diagnostics)."""
-        return self._shard
+    def _committed_group(self, group_id: str) -> Any:
+        shard = self.shard_for(group_id)
+        return None if shard is None else shard.committed_group(group_id)
 
     # ------------------------------------------------------------------ write ops
 
@@ -221,21 +293,30 @@ class ShareGroupService:
         rather than one heartbeat interval later. The answer is one Kafka could give: the member's
         epoch and assignment after a heartbeat at the same epoch.
         """
+        leave = (req.group_id, req.member_id)
+        if req.member_epoch == -1:
+            self._leaving.add(leave)
         try:
-            result = await self._write(
-                lambda now: self._shard.share_group_heartbeat(req, self.topics_image(), now))
-            response: HeartbeatResponse = result.response
-            wait_ms = self._broker_config.get("group.share.initialize.wait.ms")
-            pending = self._pending_inits.get(req.group_id)
-            if pending and wait_ms > 0 and response.error_code == ErrorCode.none \
-                    and response.member_epoch > 0:
-                done, _ = await asyncio.wait(set(pending), timeout=wait_ms / 1000)
-                if done:
-                    response = await self._reconcile_again(req, response)
-        except Exception:
-            log.exception("share group heartbeat for group %s failed", req.group_id)
-            return error_response(ErrorCode.coordinator_not_available,
-                                  "The group coordinator could not store the change.")
+            out = await self._write(req.group_id, lambda shard, now: shard.share_group_heartbeat(
+                req, self.topics_image(), now))
+        finally:
+            self._leaving.discard(leave)
+        if isinstance(out, CoordinatorFailure):
+            return error_response(out.error, out.message)
+        response: HeartbeatResponse = out
+        if req.member_epoch == 0 and response.error_code == ErrorCode.none:
+            log.info("member %s joined share group %s (client %s at %s, topics %s)",
+                     response.member_id, req.group_id, req.client_id, req.client_host,
+                     ",".join(req.subscribed_topic_names or ()),
+                     extra={"event": "member_joined", "group": req.group_id,
+                            "member": response.member_id})
+        wait_ms = self._broker_config.get("group.share.initialize.wait.ms")
+        pending = self._pending_inits.get(req.group_id)
+        if pending and wait_ms > 0 and response.error_code == ErrorCode.none \
+                and response.member_epoch > 0:
+            done, _ = await asyncio.wait(set(pending), timeout=wait_ms / 1000)
+            if done:
+                response = await self._reconcile_again(req, response)
         return response
 
     async def _reconcile_again(self, req: HeartbeatRequest,
@@ -243,14 +324,23 @@ class ShareGroupService:
         again = HeartbeatRequest(group_id=req.group_id, member_id=req.member_id,
                                  member_epoch=first.member_epoch, client_id=req.client_id,
                                  client_host=req.client_host)
-        result = await self._write(
-            lambda now: self._shard.share_group_heartbeat(again, self.topics_image(), now))
-        follow: HeartbeatResponse = result.response
-        if follow.error_code != ErrorCode.none:  # e.g. fenced meanwhile: the first answer holds
-            return first
+        out = await self._write(req.group_id, lambda shard, now: shard.share_group_heartbeat(
+            again, self.topics_image(), now))
+        if isinstance(out, CoordinatorFailure) or out.error_code != ErrorCode.none:
+            return first  # e.g. fenced meanwhile: the first answer holds
+        follow: HeartbeatResponse = out
         if follow.assignment is None:  # unchanged since the first answer
             return replace(follow, assignment=first.assignment)
         return follow
+
+    async def delete_group(self, group_id: str) -> DeleteGroupResponse:
+        """DeleteGroups for a share group (Empty groups only; see the shard). The response lists
+        the share-partitions whose durable state the caller should delete."""
+        out = await self._write(group_id, lambda shard, _now: shard.delete_group(group_id))
+        if isinstance(out, CoordinatorFailure):
+            return DeleteGroupResponse(out.error, out.message)
+        response: DeleteGroupResponse = out
+        return response
 
     def topics_changed(self, _name: str | None = None) -> None:
         """Topic created, deleted or grown: drop the image and recompute affected groups."""
@@ -261,41 +351,34 @@ class ShareGroupService:
             asyncio.get_running_loop()
         except RuntimeError:  # called outside the loop (e.g. a synchronous test): image only
             return
-        self._spawn(self._run_op(
-            "topic change", lambda now: self._shard.on_topics_changed(self.topics_image(), now)))
+        self._spawn(self._on_topics_changed())
+
+    async def _on_topics_changed(self) -> None:
+        op = _wrap(lambda shard, now: shard.on_topics_changed(self.topics_image(), now))
+        served = [p for p in self.runtime.partitions()
+                  if self.runtime.status(p) is PartitionStatus.ACTIVE]
+        outs = await self.runtime.write_each({p: (op,) for p in served})
+        for p, (out,) in outs.items():
+            if isinstance(out, CoordinatorFailure):
+                log.warning("group coordinator partition %d: topic change not applied: %s %s",
+                            p, out.error.name, out.message)
+            else:
+                self._start_initializations(out.initializations)
 
     # ------------------------------------------------------------------ the runtime
 
-    async def _write(
-        self, op: Callable[[int], CoordinatorResult[r.Record, Any]]
-    ) -> CoordinatorResult[r.Record, Any]:
-        """Run one write op: validate, append, replay, re-arm the timer, start initializations.
-
-        Raises:
-            Exception: the append failed (nothing was replayed).
-        """
-        async with self._lock:
-            result = op(self._clock.now_ms())
-            if result.records:
-                await self._log.append(result.records)
-                _log_membership(self._shard, result)
-                for record in result.records:
-                    self._shard.replay_record(record)
-            self._rearm()
-            for init in initializations(result):
-                task = self._spawn(self._initialize(init))
-                if task is not None:
-                    self._track_initialization(init.group_id, task)
-        if result.records:
-            self._notify_removed_members(result.records)
-        return result
-
-    async def _run_op(self, what: str,
-                      op: Callable[[int], CoordinatorResult[r.Record, Any]]) -> None:
-        try:
-            await self._write(op)
-        except Exception:
-            log.exception("group coordinator %s failed", what)
+    async def _write(self, group_id: str, op: ShardOp) -> Any:
+        """Run ``op`` on the group's partition; its response once its records are committed
+        (after starting the initialisations it asked for), or a ``CoordinatorFailure``."""
+        out = await self.runtime.write(self.partition_for(group_id), _wrap(op))
+        if isinstance(out, CoordinatorFailure):
+            if out.error not in (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator):
+                log.warning("group coordinator op for group %s failed: %s %s", group_id,
+                            out.error.name, out.message)
+            return out
+        assert isinstance(out, _Outcome)
+        self._start_initializations(out.initializations)
+        return out.response
 
     def _settings(self, group_id: str) -> ShareGroupSettings:
         c = self._configs.get(group_id)
@@ -314,28 +397,13 @@ class ShareGroupService:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- timers
-
-    def _rearm(self) -> None:
-        deadline = self._shard.next_deadline()
-        if deadline == self._armed and (deadline is None or self._timer is not None):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._armed = deadline
-        if deadline is None or self._stopped:
-            return
-        delay_s = max(0.0, (deadline - self._clock.now_ms()) / 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer_due)
-
-    def _on_timer_due(self) -> None:
-        self._timer = None
-        self._armed = None
-        self._spawn(self._run_op(
-            "timer", lambda now: self._shard.on_timer(now, self.topics_image())))
-
     # -- share-state initialization (reference section 5, two-phase flow)
+
+    def _start_initializations(self, inits: Sequence[ShareStateInitialization]) -> None:
+        for init in inits:
+            task = self._spawn(self._initialize(init))
+            if task is not None:
+                self._track_initialization(init.group_id, task)
 
     def _track_initialization(self, group_id: str, task: asyncio.Task[None]) -> None:
         pending = self._pending_inits.setdefault(group_id, set())
@@ -371,65 +439,89 @@ class ShareGroupService:
                 done.setdefault(tid, set()).add(p)
         gid = init.group_id
         if done:
-            await self._run_op("share-state initialization",
-                               lambda now: self._shard.mark_initialized(
-                                   gid, done, self.topics_image(), now))
+            await self._write(gid, lambda shard, now: shard.mark_initialized(
+                gid, done, self.topics_image(), now))
         if failed:
-            await self._run_op("share-state initialization failure",
-                               lambda _now: self._shard.mark_initialization_failed(gid, failed))
+            await self._write(gid, lambda shard, _now: shard.mark_initialization_failed(
+                gid, failed))
 
     async def _initialize_one(self, key: SharePartitionKey, state_epoch: int) -> WriteResult:
-        """InitializeShareGroupState for one share-partition, unless its state already exists.
+        """InitializeShareGroupState for one share-partition that is not Initialized yet.
 
-        Bridge until group records are durable: the persister keeps share state across
-        restarts but this coordinator does not yet remember which partitions it initialized.
-        Initializing again would wipe consumption progress (or be fenced, with a lower group
-        epoch than the stored state epoch), so existing state counts as initialized.
+        Only partitions the shard recorded as Initializing get here, and those were never
+        assigned, so (re)initializing their state cannot lose consumption progress.
         """
-        summary = await self._persister.read_summary(ReadParams(key, NO_LEADER_EPOCH))
-        if summary.error == ErrorCode.none and (
-                summary.state_epoch > 0 or summary.start_offset != UNINITIALIZED_START_OFFSET):
-            return WriteResult(ErrorCode.none)
         return await self._persister.initialize(
             InitializeParams(key, state_epoch, UNINITIALIZED_START_OFFSET))
 
     # -- listeners
 
-    def _notify_removed_members(self, records: Sequence[r.Record]) -> None:
-        for record in records:
-            if isinstance(record.key, r.ShareGroupMemberMetadataKey) and record.value is None:
-                for cb in self._member_listeners:
-                    try:
-                        cb(record.key.group_id, record.key.member_id)
-                    except Exception:
-                        log.exception("member listener failed for group %s member %s",
-                                      record.key.group_id, record.key.member_id)
+    def _member_removed(self, group_id: str, member_id: str) -> None:
+        if (group_id, member_id) in self._leaving:
+            log.info("member %s left share group %s", member_id, group_id,
+                     extra={"event": "member_left", "group": group_id, "member": member_id})
+        else:
+            log.warning("member %s of share group %s expired: no heartbeat within the session "
+                        "timeout", member_id, group_id,
+                        extra={"event": "member_expired", "group": group_id, "member": member_id})
+        for cb in self._member_listeners:
+            try:
+                cb(group_id, member_id)
+            except Exception:
+                log.exception("member listener failed for group %s member %s", group_id,
+                              member_id)
 
 
-def _log_membership(shard: GroupCoordinatorShard, result: CoordinatorResult[r.Record, Any]) -> None:
-    """Log members joining, leaving and expiring (operator events, with group/member context).
+# ---------------------------------------------------------------------------------------------
+# Opening: __consumer_offsets, the runtime and the service
 
-    Called after the append and before replay, so a member the shard does not know yet is new.
+
+def _topic_configs() -> dict[str, Any]:
+    # Group records must never expire by age or size; only pruning removes them.
+    return {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": OFFSETS_SEGMENT_BYTES}
+
+
+def ensure_offsets_topic(broker: Broker) -> Topic:
+    """``__consumer_offsets``, created with ``offsets.topic.num.partitions`` partitions and the
+    group coordinator's configs if missing (an existing topic keeps its count; missing configs
+    are filled in)."""
+    wanted = _topic_configs()
+    partitions = broker.config.get("offsets.topic.num.partitions")
+    topic = broker.topics.get(CONSUMER_OFFSETS_TOPIC)
+    if topic is None:
+        return broker.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, wanted)
+    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
+    if missing:
+        broker.set_topic_configs(CONSUMER_OFFSETS_TOPIC, {**topic.configs, **missing})
+    if topic.partitions != partitions:
+        log.warning("%s has %d partitions; offsets.topic.num.partitions=%d is ignored (placement "
+                    "depends on the existing count)", CONSUMER_OFFSETS_TOPIC, topic.partitions,
+                    partitions)
+    return topic
+
+
+async def open_share_groups(broker: Broker) -> ShareGroupService:
+    """Create or open ``__consumer_offsets``, load every partition and return the service.
+
+    Needs ``broker.persister`` and ``broker.group_configs``.
     """
-    expired = set(getattr(result.response, "expired_members", ()))
-    for record in result.records:
-        key = record.key
-        if not isinstance(key, r.ShareGroupMemberMetadataKey):
-            continue
-        gid, mid = key.group_id, key.member_id
-        value = record.value
-        if value is None:
-            if (gid, mid) in expired:
-                log.warning("member %s of share group %s expired: no heartbeat within the session "
-                            "timeout", mid, gid,
-                            extra={"event": "member_expired", "group": gid, "member": mid})
-            else:
-                log.info("member %s left share group %s", mid, gid,
-                         extra={"event": "member_left", "group": gid, "member": mid})
-            continue
-        group = shard.group(gid)
-        if isinstance(value, r.ShareGroupMemberMetadataValue) and (
-                group is None or mid not in group.members):
-            log.info("member %s joined share group %s (client %s at %s, topics %s)", mid, gid,
-                     value.client_id, value.client_host, ",".join(value.subscribed_topic_names),
-                     extra={"event": "member_joined", "group": gid, "member": mid})
+    topic = ensure_offsets_topic(broker)
+    assert broker.persister is not None
+    service = ShareGroupService(
+        clock=broker.clock, broker_config=broker.config, group_configs=broker.group_configs,
+        persister=broker.persister, topics=broker.topics.all, num_partitions=topic.partitions)
+
+    def log_for(partition: int) -> PartitionLogLike:
+        lg = broker.logs.get(CONSUMER_OFFSETS_TOPIC, partition)
+        assert lg is not None, "LogManager opens every partition of a registered topic"
+        return lg
+
+    load_ms = await service.load(log_for)
+    runtime = service.runtime
+    records = sum(s.load.records for p in runtime.partitions()
+                  if (s := runtime.stats(p)) is not None and s.load is not None)
+    groups = sum(len(shard.groups) for p in runtime.partitions()
+                 if (shard := runtime.shard(p)) is not None)
+    log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups) in "
+             "%.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records, groups, load_ms)
+    return service

@@ -3,6 +3,9 @@
 ``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
 until SIGTERM/SIGINT, then shuts down gracefully. Options override the properties file, which
 overrides built-in defaults. uvloop is used when installed (``--no-uvloop`` to opt out).
+
+``shoal share-groups``, ``shoal topics`` and ``shoal configs`` are admin commands that talk to any
+Kafka-protocol broker over the wire (``broker/cli/``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from broker.cli import add_commands
 from broker.config import BrokerConfig, ConfigError, read_properties
 
 
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--log-format", choices=("plain", "json"), default="plain")
     b.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
     b.add_argument("--ready-file", help=argparse.SUPPRESS)
+    add_commands(sub)  # share-groups, topics, configs (broker/cli/)
     args = parser.parse_args(argv)
 
     if args.command == "broker":
@@ -121,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shoal: could not start: {exc}", file=sys.stderr)
             return 1
         return 0
+    if hasattr(args, "run"):
+        code: int = args.run(args)
+        return code
     return 2
 
 

@@ -3,12 +3,15 @@
 Share groups are listed with protocol type ``share`` and, in v5, group type ``share`` (Kafka's
 ``kafka-groups.sh --list`` shows them as Share). v4+ ``StatesFilter`` matches state names
 case-insensitively; v5 ``TypesFilter`` matches group types case-insensitively (Kafka parses them
-with ``Group.GroupType.parse``); empty filters match everything.
+with ``Group.GroupType.parse``); empty filters match everything. While a ``__consumer_offsets``
+partition is loading the answer is COORDINATOR_LOAD_IN_PROGRESS with no groups.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK
@@ -21,6 +24,10 @@ VERSIONS = (0, 5)
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
+    if ctx.broker.share_groups.loading():
+        # As Kafka: a coordinator partition still loading fails the whole listing.
+        return make(m.ListGroupsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.coordinator_load_in_progress, groups=())
     states = tuple(getattr(req, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     groups = tuple(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -353,6 +353,17 @@ class SharePartitionManager:
 
     def forget_topic(self, topic_id: object) -> None:
         for key in [k for k in self._parts if k.topic_id == topic_id]:
+            self._parts.pop(key, None)
+            self._names.pop(key, None)
+            self._logged.pop(key, None)
+            t = self._timers.pop(key, None)
+            if t is not None:
+                t[1].cancel()
+
+    def forget(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Drop loaded share-partitions whose durable state an admin RPC reset or deleted
+        (broker/share_admin.py); the next ShareFetch loads them again from the persister."""
+        for key in list(keys):
             self._parts.pop(key, None)
             self._names.pop(key, None)
             self._logged.pop(key, None)

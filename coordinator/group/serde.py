@@ -409,3 +409,29 @@ def _value_schema_for(cls: type) -> _Struct:
         if value_schema.cls is cls:
             return value_schema
     raise TypeError(f"not a share-group record value: {cls.__name__}")
+
+
+class GroupRecordSerde:
+    """The runtime's ``RecordSerde`` (``coordinator/runtime/shard.py``) for share-group records.
+
+    Other ``__consumer_offsets`` record types (offset commits, classic and consumer groups) are
+    skipped on load (``decode`` returns None), as Kafka skips record types it does not know.
+    """
+
+    def encode(self, record: r.Record) -> tuple[bytes, bytes | None]:
+        return encode_record(record)
+
+    def key_value(self, record: r.Record) -> tuple[r.RecordKey, r.RecordValue | None]:
+        return record.key, record.value
+
+    def decode(
+        self, key: bytes, value: bytes | None
+    ) -> tuple[r.RecordKey, r.RecordValue | None] | None:
+        """Raises:
+        RecordDecodeError: malformed bytes of a share-group record.
+        """
+        try:
+            decoded = decode_key(key)
+        except UnknownRecordType:
+            return None
+        return decoded, decode_value(decoded.RECORD_TYPE, value)

@@ -517,9 +517,13 @@ class CoordinatorRuntime(Generic[S]):
     # Durability
 
     def _maybe_flush(self, ctx: _Partition[S]) -> None:
-        if ctx.flush_task is not None or not ctx.pending or ctx.status is not PartitionStatus.ACTIVE:
+        if ctx.flush_task is not None or ctx.status is not PartitionStatus.ACTIVE:
             return
         target = ctx.log.log_end_offset
+        if not ctx.pending and target <= ctx.committed:
+            return
+        # Records of internal (timer) events have no waiter but must still commit promptly: a
+        # shard reports effects (e.g. a fenced member) and reads serve the committed view.
         if target <= ctx.committed:
             self._release(ctx)
             return

@@ -487,34 +487,3 @@ async def test_service_api_in_process(tmp_path: Path) -> None:
         await broker.stop()
 
 
-async def test_existing_share_state_is_kept_not_reinitialized(tmp_path: Path) -> None:
-    """Share state the persister already holds (e.g. from before a restart, while group records
-    are not durable yet) counts as initialized: the partition is assigned and its start offset
-    and state epoch are untouched, even when its state epoch is above the new group epoch."""
-    from broker.app import Broker
-    from broker.config import BrokerConfig
-    from coordinator.group.heartbeat import HeartbeatRequest
-    from persister.api import InitializeParams, ReadParams, SharePartitionKey, WriteParams
-
-    broker = Broker(BrokerConfig({"log.dirs": str(tmp_path)}))
-    await broker.start()
-    try:
-        topic = broker.create_topic("t", 2)
-        kept = SharePartitionKey("g", topic.topic_id, 0)
-        assert (await broker.persister.initialize(InitializeParams(kept, 7, -1))).error == \
-            ErrorCode.none
-        assert (await broker.persister.write(WriteParams(
-            kept, state_epoch=7, leader_epoch=0, start_offset=5, delivery_complete_count=0,
-            state_batches=()))).error == ErrorCode.none
-        resp = await broker.share_groups.heartbeat(
-            HeartbeatRequest("g", "m", 0, subscribed_topic_names=("t",)))
-        assert resp.error_code == ErrorCode.none
-        assert resp.assignment == {topic.topic_id: [0, 1]}
-        summary = await broker.persister.read_summary(ReadParams(kept, -1))
-        assert (summary.state_epoch, summary.start_offset) == (7, 5)
-        fresh = await broker.persister.read_summary(
-            ReadParams(SharePartitionKey("g", topic.topic_id, 1), -1))
-        # Initialized by the coordinator: StateEpoch = the group epoch of the join (1).
-        assert (fresh.state_epoch, fresh.start_offset) == (1, -1)
-    finally:
-        await broker.stop()

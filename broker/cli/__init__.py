@@ -1,0 +1,60 @@
+"""``shoal`` admin commands: share groups, topics and configs over the Kafka protocol.
+
+Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
+``broker/cli/wire.py``, never through a broker's files. ``add_commands`` registers the
+subcommands on ``broker/main.py``'s parser; each sets ``args.run``, which returns the exit code:
+0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
+that says what failed and what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from broker.cli.wire import CliError
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``share-groups``, ``topics`` and ``configs`` to the ``shoal`` subparsers."""
+    from broker.cli import configs, share_groups, topics
+
+    share_groups.add_parser(sub)
+    topics.add_parser(sub)
+    configs.add_parser(sub)
+
+
+def new_parser(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand parser with the common connection options and one-line usage errors."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
+                   help="the broker(s) to connect to")
+    p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
+                   help=f"timeout of each request in ms (default {DEFAULT_TIMEOUT_MS})")
+    p.add_argument("--output", choices=("table", "json"), default="table",
+                   help="print aligned tables (default) or JSON")
+    prog = p.prog
+
+    def one_line_error(message: str) -> NoReturn:
+        print(f"{prog}: {message}; see {prog} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+    p.error = one_line_error  # type: ignore[method-assign]
+    return p
+
+
+def run_command(prog: str, fn: Callable[[argparse.Namespace], int],
+                args: argparse.Namespace) -> int:
+    """Run a command; a ``CliError`` prints one line on stderr and gives its exit code."""
+    try:
+        return fn(args)
+    except CliError as exc:
+        print(f"{prog}: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

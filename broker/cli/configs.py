@@ -1,0 +1,130 @@
+"""``shoal configs``: describe and alter group, topic and broker configs (like kafka-configs.sh).
+
+    shoal configs --bootstrap-server B --entity-type groups --entity-name G --describe [--all]
+    shoal configs --bootstrap-server B --entity-type groups --entity-name G --alter
+                  [--add-config NAME=VALUE[,NAME=VALUE...]] [--delete-config NAME[,NAME...]]
+
+Entity types: ``groups`` (ConfigResource GROUP, the KIP-932 ``share.*`` configs), ``topics``,
+``brokers`` (entity name = broker id). ``--alter`` sends one IncrementalAlterConfigs with SET for
+each added and DELETE for each deleted config, all or nothing. ``--describe`` prints
+``NAME VALUE SOURCE`` for the configs set on the entity (all of them with ``--all``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.cli import new_parser, run_command
+from broker.cli.output import Cell, emit, print_json
+from broker.cli.wire import CliError, Cluster, Connection, error_text
+from protocol.codec import request_module
+from protocol.messages import make
+
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
+ENTITY_NAMES = {"topics": "topic", "brokers": "broker", "groups": "group"}
+SET, DELETE = 0, 1
+# DescribeConfigs ConfigSource ids.
+SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+           6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+ENTITY_SOURCES = {"topics": {1}, "brokers": {2, 3}, "groups": {8}}
+
+
+def add_parser(sub: Any) -> None:
+    p = new_parser(sub, "configs", "describe and alter group, topic and broker configs",
+                   "Describe and alter configs on any Kafka-protocol broker "
+                   "(like kafka-configs.sh).")
+    p.add_argument("--entity-type", required=True, choices=sorted(RESOURCE_TYPES))
+    p.add_argument("--entity-name", required=True, metavar="NAME")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true")
+    action.add_argument("--alter", action="store_true")
+    p.add_argument("--add-config", action="append", default=[],
+                   metavar="NAME=VALUE[,NAME=VALUE...]")
+    p.add_argument("--delete-config", action="append", default=[], metavar="NAME[,NAME...]")
+    p.add_argument("--all", action="store_true", help="--describe: every config, not only "
+                   "the ones set on the entity")
+    p.set_defaults(run=lambda args: run_command(p.prog, main, args), usage_error=p.error)
+
+
+def _pairs(items: list[str]) -> list[str]:
+    return [x.strip() for item in items for x in item.split(",") if x.strip()]
+
+
+def _changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
+    err = args.usage_error
+    changes: list[tuple[str, int, str | None]] = []
+    for item in _pairs(args.add_config):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            err(f"invalid --add-config {item!r}; use NAME=VALUE")
+        changes.append((name.strip(), SET, value.strip()))
+    for name in _pairs(args.delete_config):
+        changes.append((name, DELETE, None))
+    if not changes:
+        err("--alter needs --add-config or --delete-config")
+    return changes
+
+
+def main(args: argparse.Namespace) -> int:
+    changes = _changes(args) if args.alter else []
+    with Cluster(args.bootstrap_server, args.timeout) as cluster:
+        conn = cluster.any
+        if args.entity_type == "brokers" and args.entity_name.isdigit():
+            conn = cluster.node(int(args.entity_name))
+        if args.alter:
+            return _alter(conn, args, changes)
+        return _describe(conn, args)
+
+
+def _what(args: argparse.Namespace) -> str:
+    return f"{ENTITY_NAMES[args.entity_type]} {args.entity_name!r}"
+
+
+def _alter(conn: Connection, args: argparse.Namespace,
+           changes: list[tuple[str, int, str | None]]) -> int:
+    m = request_module(INCREMENTAL_ALTER_CONFIGS, conn.version(INCREMENTAL_ALTER_CONFIGS))
+    resource = make(m.AlterConfigsResource, resource_type=RESOURCE_TYPES[args.entity_type],
+                    resource_name=args.entity_name, configs=tuple(
+                        make(m.AlterableConfig, name=n, config_operation=op, value=v)
+                        for n, op, v in changes))
+    _, resp = conn.call(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsRequest",
+                        resources=(resource,), validate_only=False)
+    (r,) = resp.responses
+    if r.error_code != ErrorCode.none:
+        raise CliError(f"cannot alter the configs of {_what(args)}: "
+                       f"{error_text(r.error_code, r.error_message)}; nothing was changed")
+    if args.output == "json":
+        print_json({"entity_type": args.entity_type, "entity_name": args.entity_name,
+                    "set": {n: v for n, op, v in changes if op == SET},
+                    "deleted": [n for n, op, _ in changes if op == DELETE]})
+    else:
+        print(f"Completed updating config for {ENTITY_NAMES[args.entity_type]} "
+              f"{args.entity_name}.")
+    return 0
+
+
+def _describe(conn: Connection, args: argparse.Namespace) -> int:
+    m = request_module(DESCRIBE_CONFIGS, conn.version(DESCRIBE_CONFIGS))
+    resource = make(m.DescribeConfigsResource, resource_type=RESOURCE_TYPES[args.entity_type],
+                    resource_name=args.entity_name, configuration_keys=None)
+    _, resp = conn.call(DESCRIBE_CONFIGS, "DescribeConfigsRequest", resources=(resource,),
+                        include_synonyms=False, include_documentation=False)
+    (r,) = resp.results
+    if r.error_code != ErrorCode.none:
+        raise CliError(f"cannot describe the configs of {_what(args)}: "
+                       f"{error_text(r.error_code, r.error_message)}")
+    own = ENTITY_SOURCES[args.entity_type]
+    rows: list[list[Cell]] = []
+    for c in sorted(r.configs, key=lambda c: c.name):
+        source = int(getattr(c, "config_source", 0))
+        if not args.all and source not in own:
+            continue
+        value = "[hidden]" if c.is_sensitive else c.value
+        rows.append([c.name, value, SOURCES.get(source, str(source))])
+    emit(args.output, ["NAME", "VALUE", "SOURCE"], rows)
+    return 0

@@ -1,0 +1,38 @@
+"""DeleteShareGroupOffsets (92) v0: delete a share group's offsets of whole topics.
+
+The group must exist (GROUP_ID_NOT_FOUND) and be Empty (NON_EMPTY_GROUP), both top level. Per
+topic: an unknown topic, or one the group holds no share state for, is
+UNKNOWN_TOPIC_OR_PARTITION; otherwise every partition's share state is deleted and the topic is
+dropped from the group's state metadata (``broker/share_admin.py``), so a later subscription
+starts from ``share.auto.offset.reset`` again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, err_message
+from broker.share_admin import ShareAdmin
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 92
+VERSIONS = (0, 0)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _delete(ctx, req)
+
+
+async def _delete(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    res = await ShareAdmin.of(ctx.broker).delete_offsets(
+        req.group_id, [t.topic_name for t in req.topics])
+    return make(m.DeleteShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
+                error_code=res.error, error_message=err_message(res.error, res.error_message),
+                responses=tuple(
+                    make(m.DeleteShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
+                         topic_id=t.topic_id, error_code=t.error,
+                         error_message=err_message(t.error, t.error_message))
+                    for t in res.topics))

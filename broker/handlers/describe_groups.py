@@ -1,0 +1,69 @@
+"""DescribeGroups (15) v0-6: the classic-group describe, answered for share groups.
+
+Shoal has only share groups, which have no classic protocol, members' metadata or assignment
+bytes. What Apache Kafka 4.3 answers, and what Shoal answers:
+
+- v6 (KIP-1043 error reporting): a share group gets GROUP_ID_NOT_FOUND "Group <id> is not a
+  classic group." with state Dead, as Kafka; an unknown id gets GROUP_ID_NOT_FOUND "Group <id> not
+  found." with state Dead.
+- v0-5: Kafka reports a share group as Dead with an empty protocol type (no error). Shoal answers
+  the group's real state (Empty/Stable) and protocol type ``share`` with no members and no
+  protocol data, so tools that list groups through DescribeGroups (librdkafka's ``list_groups``)
+  show share groups with their type. An unknown id is Dead with no error, as Kafka.
+
+An empty group id is INVALID_GROUP_ID. Authorized operations (v3+) are reported as all group
+operations when asked for (there are no ACLs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.handlers.share_group_describe import ALL_GROUP_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from coordinator.group.shard import PROTOCOL_TYPE
+from coordinator.group.share_group import GroupState
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 15
+VERSIONS = (0, 6)
+
+REPORTS_ERRORS = 6  # first version that answers GROUP_ID_NOT_FOUND (KIP-1043)
+
+
+def _describe(ctx: RequestContext, group_id: str, ops: int) -> dict[str, Any]:
+    dead: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                                group_state=GroupState.DEAD.value, protocol_type="",
+                                protocol_data="", members=(),
+                                authorized_operations=OPERATIONS_NOT_REQUESTED)
+    if not group_id:
+        return {**dead, "error_code": ErrorCode.invalid_group_id,
+                "error_message": "The group id must not be empty."}
+    (found,) = ctx.broker.share_groups.describe([group_id])
+    if found.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
+        # The group's coordinator partition is loading or not held here.
+        return {**dead, "error_code": found.error_code, "error_message": found.error_message}
+    group = found.group
+    v6 = ctx.api_version >= REPORTS_ERRORS
+    if group is None:
+        if v6:
+            return {**dead, "error_code": ErrorCode.group_id_not_found,
+                    "error_message": f"Group {group_id} not found."}
+        return dead
+    if v6:
+        return {**dead, "error_code": ErrorCode.group_id_not_found,
+                "error_message": f"Group {group_id} is not a classic group."}
+    return {**dead, "group_state": group.state.value, "protocol_type": PROTOCOL_TYPE,
+            "authorized_operations": ops}
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    ops = (ALL_GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False)
+           else OPERATIONS_NOT_REQUESTED)
+    groups = tuple(make(m.DescribedGroup, **_describe(ctx, gid, ops)) for gid in req.groups)
+    return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups)

@@ -1,0 +1,565 @@
+"""Share-group administration: offsets (describe with lag, alter, delete) and group deletion.
+
+Concept (KIP-932 admin APIs, KIP-1226 lag; reference section 7 and section 8 item 28): a share
+group's "offsets" are its share-partition start offsets (SPSO), kept by the share coordinator and
+reached only through the persister. This module is the domain behind the admin RPC handlers
+(DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups): the
+handlers decode and encode, ``ShareAdmin`` decides.
+
+Rules, as Apache Kafka 4.3 answers them:
+- **Lag** = log end offset - SPSO - delivery complete count (records at or after the SPSO already
+  acknowledged or archived). It is -1 when the partition has no start offset yet (never
+  consumed, reference item 28: start offset -1) or the count is unknown. Released records still
+  count as lag, rejected ones do not (they are archived).
+- **Describe** with ``topics=None`` lists the partitions whose share state the group initialized;
+  an unknown group then simply has no topics (no GROUP_ID_NOT_FOUND). Named partitions are read
+  from the persister whether or not the group exists; an unknown topic or partition index answers
+  UNKNOWN_TOPIC_OR_PARTITION for that partition.
+- **Alter** works only on an Empty group (else NON_EMPTY_GROUP, top level). An unknown group id
+  is created as an Empty share group (as Kafka does). Each partition is re-initialized at the
+  share coordinator with the given start offset and a state epoch above the stored one, which
+  fences any write still in flight from the old state; loaded share-partitions are dropped so the
+  next ShareFetch reads the new state. (Shoal also accepts -1, "never consumed": the next fetch
+  starts from ``share.auto.offset.reset``; below -1 is INVALID_REQUEST.)
+- **Delete offsets** needs an existing (GROUP_ID_NOT_FOUND), Empty (NON_EMPTY_GROUP) group; per
+  topic, an unknown topic or one without share state answers UNKNOWN_TOPIC_OR_PARTITION, otherwise
+  every partition's state is deleted and the topic leaves the group's state metadata.
+- **Delete group** (DeleteGroups): only an Empty share group (NON_EMPTY_GROUP otherwise); its
+  share state is deleted first and a failure keeps the group (Kafka's order); then the group's
+  records are tombstoned and its group configs removed.
+
+Group-state changes run as write ops on the group's ``__consumer_offsets`` partition through the
+group coordinator runtime (``ShareGroupService.runtime``): the op validates against the latest
+replayed state, its records are appended, replayed and committed before the answer; reads use the
+committed view. The pure ops that the shard does not offer yet (``prepare_alter_op``,
+``forget_topics_op``) live here and are built only from the coordinator's public record helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from broker.group_configs import GroupConfigs
+from broker.group_service import ShareGroupService
+from broker.log_manager import LogManager
+from broker.share.partition_manager import SharePartitionManager
+from broker.topics import Topic, TopicRegistry
+from coordinator.group import heartbeat as hb
+from coordinator.group import records as r
+from coordinator.group.assignor import TopicsImage
+from coordinator.group.heartbeat import Txn
+from coordinator.group.share_group import ShareGroup
+from coordinator.group.shard import GroupCoordinatorShard
+from coordinator.runtime.loop import CoordinatorFailure
+from coordinator.runtime.result import CoordinatorResult
+from persister.api import (
+    UNINITIALIZED_START_OFFSET,
+    DeleteParams,
+    InitializeParams,
+    Persister,
+    ReadParams,
+    SharePartitionKey,
+    SummaryResult,
+    WriteResult,
+)
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+log = logging.getLogger("shoal.share_admin")
+
+NO_LEADER_EPOCH = -1  # summaries and admin reads do not fence on the leader epoch
+UNKNOWN_LAG = -1
+
+NOT_EMPTY = "The group is not empty."
+NO_OFFSETS = "There is no offset information to delete."
+UNKNOWN_PARTITION = "This server does not host this topic-partition."
+
+T = TypeVar("T")
+
+GroupOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any]]
+
+
+def share_lag(log_end_offset: int, start_offset: int, delivery_complete_count: int) -> int:
+    """KIP-1226 share-partition lag; -1 when the start offset or the complete count is unknown."""
+    if start_offset < 0 or delivery_complete_count < 0:
+        return UNKNOWN_LAG
+    return max(0, log_end_offset - start_offset - delivery_complete_count)
+
+
+def group_not_found(group_id: str) -> str:
+    return f"Group {group_id} not found."
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    partition: int
+    start_offset: int = UNINITIALIZED_START_OFFSET
+    leader_epoch: int = NO_LEADER_EPOCH
+    lag: int = UNKNOWN_LAG
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffsets:
+    topic_name: str
+    topic_id: uuid.UUID | None
+    partitions: tuple[PartitionOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    group_id: str
+    topics: tuple[TopicOffsets, ...] = ()
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAlterResult:
+    topic_name: str
+    topic_id: uuid.UUID | None
+    partitions: tuple[PartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResult:
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    topics: tuple[TopicAlterResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleteResult:
+    topic_name: str
+    topic_id: uuid.UUID | None
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOffsetsResult:
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    topics: tuple[TopicDeleteResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleteResult:
+    group_id: str
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPlan:
+    """What ``prepare_alter_op`` decided: an error, or the state epoch to initialize with."""
+
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    state_epoch: int = 0
+
+
+# --------------------------------------------------------------------------- pure group ops
+
+
+def _committed_problem(group_id: str,
+                       group: ShareGroup | None | CoordinatorFailure) -> tuple[ErrorCode, str] | None:
+    """Why an offsets/group deletion cannot proceed, judged on the committed group."""
+    if isinstance(group, CoordinatorFailure):
+        return group.error, group.message
+    if group is None:
+        return ErrorCode.group_id_not_found, group_not_found(group_id)
+    if group.members:
+        return ErrorCode.non_empty_group, NOT_EMPTY
+    return None
+
+
+def prepare_alter_op(
+    shard: GroupCoordinatorShard,
+    group_id: str,
+    partitions: Mapping[uuid.UUID, frozenset[int]],
+    topics: TopicsImage,
+) -> CoordinatorResult[r.Record, AlterPlan]:
+    """Phase 1 of AlterShareGroupOffsets: check the group is Empty (or absent), create it if
+    absent, bump its epoch (the new state epoch) and record ``partitions`` as Initializing.
+
+    Pure: returns records, mutates nothing. With no partitions only the checks run.
+    """
+    if not shard.loaded:
+        return CoordinatorResult(response=AlterPlan(ErrorCode.coordinator_load_in_progress,
+                                                    "The group coordinator is loading."))
+    group = shard.group(group_id)
+    if group is not None and group.members:
+        return CoordinatorResult(response=AlterPlan(ErrorCode.non_empty_group, NOT_EMPTY))
+    if not partitions:
+        return CoordinatorResult(response=AlterPlan())
+    txn = Txn(group_id, group, [])
+    current = txn.current
+    txn.emit(r.new_share_group_metadata_record(group_id, current.group_epoch + 1,
+                                               current.metadata_hash))
+    hb.mark_initializing(txn, partitions, topics)
+    return CoordinatorResult(records=tuple(txn.records),
+                             response=AlterPlan(state_epoch=txn.current.group_epoch))
+
+
+def forget_topics_op(
+    shard: GroupCoordinatorShard, group_id: str, topic_ids: Iterable[uuid.UUID]
+) -> CoordinatorResult[r.Record, None]:
+    """After DeleteShareGroupOffsets: drop the topics from the group's share-state metadata
+    (initializing and initialized), so a later subscription initializes them afresh."""
+    group = shard.group(group_id)
+    gone = frozenset(topic_ids)
+    if group is None or not gone:
+        return CoordinatorResult(response=None)
+    initializing = {t: ps for t, ps in group.initializing.items() if t not in gone}
+    initialized = {t: ps for t, ps in group.initialized.items() if t not in gone}
+    if initializing == dict(group.initializing) and initialized == dict(group.initialized):
+        return CoordinatorResult(response=None)
+    record = hb.state_metadata_record(group_id, initializing, initialized, group.deleting)
+    return CoordinatorResult(records=(record,), response=None)
+
+
+def _group_partitions(group: ShareGroup) -> dict[uuid.UUID, frozenset[int]]:
+    """Partitions whose share state the group initialized or is initializing."""
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for sets in (group.initialized, group.initializing):
+        for tid, ps in sets.items():
+            out[tid] = out.get(tid, frozenset()) | ps.partitions
+    return out
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class ShareAdmin:
+    """Admin operations on share groups (see the module docstring). Cheap to build per request."""
+
+    def __init__(
+        self,
+        *,
+        groups: ShareGroupService,
+        persister: Persister,
+        partitions: SharePartitionManager,
+        group_configs: GroupConfigs,
+        topics: TopicRegistry,
+        logs: LogManager,
+    ) -> None:
+        self._groups = groups
+        self._persister = persister
+        self._partitions = partitions
+        self._configs = group_configs
+        self._topics = topics
+        self._logs = logs
+
+    @classmethod
+    def of(cls, broker: Broker) -> ShareAdmin:
+        assert broker.persister is not None
+        return cls(groups=broker.share_groups, persister=broker.persister,
+                   partitions=broker.shares.partitions, group_configs=broker.group_configs,
+                   topics=broker.topics, logs=broker.logs)
+
+    async def _write(self, group_id: str, op: GroupOp) -> Any:
+        """Run ``op`` on the group's coordinator partition: its response once its records are
+        committed, or a ``CoordinatorFailure`` (loading, not held, append failed)."""
+        svc = self._groups
+        return await svc.runtime.write(svc.partition_for(group_id), op)
+
+    async def _committed(self, group_id: str) -> ShareGroup | None | CoordinatorFailure:
+        """The group as of the committed offset, None if absent, or why it cannot be read."""
+        svc = self._groups
+        out: ShareGroup | None | CoordinatorFailure = await svc.runtime.read(
+            svc.partition_for(group_id), lambda shard: shard.committed_group(group_id))
+        return out
+
+    # ------------------------------------------------------------------ describe offsets
+
+    async def describe_offsets(
+        self, group_id: str, requested: Sequence[tuple[str, Sequence[int]]] | None
+    ) -> GroupOffsets:
+        """DescribeShareGroupOffsets for one group: start offset, leader epoch and lag per
+        partition (``requested`` = (topic name, partitions), or None for the group's own)."""
+        if not group_id:
+            return GroupOffsets(group_id, error=ErrorCode.invalid_group_id,
+                                error_message="The group id must not be empty.")
+        group = await self._committed(group_id)
+        if isinstance(group, CoordinatorFailure):
+            return GroupOffsets(group_id, error=group.error, error_message=group.message)
+        if requested is None:
+            plan: list[tuple[str, Topic | None, list[int]]] = []
+            if group is not None:
+                for tid, parts in sorted(_group_partitions(group).items(),
+                                         key=lambda kv: self._name_of(kv[0])):
+                    topic = self._topics.by_id(tid)
+                    if topic is not None:  # a deleted topic has no offsets to show
+                        plan.append((topic.name, topic, sorted(parts)))
+        else:
+            plan = [(name, self._topics.get(name), list(parts)) for name, parts in requested]
+        topics = await asyncio.gather(*(self._topic_offsets(group_id, name, topic, parts)
+                                        for name, topic, parts in plan))
+        return GroupOffsets(group_id, tuple(topics))
+
+    def _name_of(self, topic_id: uuid.UUID) -> str:
+        topic = self._topics.by_id(topic_id)
+        return topic.name if topic is not None else ""
+
+    async def _topic_offsets(self, group_id: str, name: str, topic: Topic | None,
+                             partitions: Sequence[int]) -> TopicOffsets:
+        if topic is None:
+            return TopicOffsets(name, None, tuple(
+                PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
+                                error_message=UNKNOWN_PARTITION) for p in partitions))
+        rows = await asyncio.gather(*(self._partition_offset(group_id, topic, p)
+                                      for p in partitions))
+        return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
+
+    async def _partition_offset(self, group_id: str, topic: Topic, p: int) -> PartitionOffset:
+        if not 0 <= p < topic.partitions:
+            return PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
+                                   error_message=UNKNOWN_PARTITION)
+        key = SharePartitionKey(group_id, topic.topic_id, p)
+        summary = await _guard("reading a share-state summary",
+                               self._persister.read_summary(ReadParams(key, NO_LEADER_EPOCH)),
+                               lambda code: SummaryResult(code))
+        if summary.error != ErrorCode.none:
+            return PartitionOffset(p, error=summary.error, error_message=summary.error_message)
+        lg = self._logs.get(topic.name, p)
+        end = lg.log_end_offset if lg is not None else 0
+        return PartitionOffset(
+            p, start_offset=summary.start_offset, leader_epoch=summary.leader_epoch,
+            lag=share_lag(end, summary.start_offset, summary.delivery_complete_count))
+
+    # ------------------------------------------------------------------ alter offsets
+
+    async def alter_offsets(
+        self, group_id: str, requested: Sequence[tuple[str, Sequence[tuple[int, int]]]]
+    ) -> AlterResult:
+        """AlterShareGroupOffsets: set the start offset of each (topic, [(partition, offset)])."""
+        if not group_id:
+            return AlterResult(ErrorCode.invalid_group_id, "The group id must not be empty.")
+        # Validate every entry; keep the valid ones by topic id.
+        layout: list[tuple[str, Topic | None, list[tuple[int, PartitionResult | None]]]] = []
+        wanted: dict[uuid.UUID, dict[int, int]] = {}
+        for name, entries in requested:
+            topic = self._topics.get(name)
+            rows: list[tuple[int, PartitionResult | None]] = []
+            for p, offset in entries:
+                if topic is None or not 0 <= p < topic.partitions:
+                    rows.append((p, PartitionResult(p, ErrorCode.unknown_topic_or_partition,
+                                                    UNKNOWN_PARTITION)))
+                elif offset < UNINITIALIZED_START_OFFSET:
+                    rows.append((p, PartitionResult(
+                        p, ErrorCode.invalid_request,
+                        f"The start offset {offset} is invalid; use -1 or an offset >= 0.")))
+                else:
+                    wanted.setdefault(topic.topic_id, {})[p] = offset
+                    rows.append((p, None))
+            layout.append((name, topic, rows))
+
+        image = self._groups.topics_image()
+        parts = {tid: frozenset(offsets) for tid, offsets in wanted.items()}
+        plan = await self._write(
+            group_id, lambda shard, _now: prepare_alter_op(shard, group_id, parts, image))
+        if isinstance(plan, CoordinatorFailure):
+            return AlterResult(plan.error, plan.message)
+        if plan.error != ErrorCode.none:
+            return AlterResult(plan.error, plan.error_message)
+
+        keys = [(SharePartitionKey(group_id, tid, p), offset)
+                for tid, offsets in wanted.items() for p, offset in sorted(offsets.items())]
+        results = await asyncio.gather(*(self._reinitialize(key, offset, plan.state_epoch)
+                                         for key, offset in keys))
+        outcome = {(key.topic_id, key.partition): res for (key, _), res in zip(keys, results)}
+        await self._finish_initialization(group_id, outcome, image)
+        self._partitions.forget(key for (key, _), res in zip(keys, results)
+                                if res.error == ErrorCode.none)
+
+        topics = []
+        for name, topic, rows in layout:
+            out = []
+            for p, decided in rows:
+                if decided is None:
+                    assert topic is not None
+                    res = outcome[(topic.topic_id, p)]
+                    decided = PartitionResult(p, res.error, res.error_message)
+                out.append(decided)
+            topics.append(TopicAlterResult(name, topic.topic_id if topic else None, tuple(out)))
+        if wanted:
+            log.info("share-group offsets of group %s altered: %s", group_id,
+                     {self._name_of(t): o for t, o in wanted.items()}, extra={"group": group_id})
+        return AlterResult(topics=tuple(topics))
+
+    async def _reinitialize(self, key: SharePartitionKey, start_offset: int,
+                            group_epoch: int) -> WriteResult:
+        """InitializeShareGroupState with a state epoch above the stored one, so writes still in
+        flight from the old state are fenced (the stored epoch can exceed the group epoch, e.g.
+        for state a leader initialized on its own or left by an earlier group of that id)."""
+        summary = await _guard("reading a share-state summary",
+                               self._persister.read_summary(ReadParams(key, NO_LEADER_EPOCH)),
+                               lambda code: SummaryResult(code))
+        if summary.error != ErrorCode.none:
+            return WriteResult(summary.error, summary.error_message)
+        epoch = max(group_epoch, summary.state_epoch + 1)
+        return await _guard("initializing share state",
+                            self._persister.initialize(InitializeParams(key, epoch, start_offset)),
+                            lambda code: WriteResult(code))
+
+    async def _finish_initialization(self, group_id: str,
+                                     outcome: Mapping[tuple[uuid.UUID, int], WriteResult],
+                                     image: TopicsImage) -> None:
+        done: dict[uuid.UUID, set[int]] = {}
+        failed: dict[uuid.UUID, set[int]] = {}
+        for (tid, p), res in outcome.items():
+            (done if res.error == ErrorCode.none else failed).setdefault(tid, set()).add(p)
+        outs = []
+        if done:
+            outs.append(await self._write(
+                group_id, lambda shard, now: shard.mark_initialized(group_id, done, image, now)))
+        if failed:
+            outs.append(await self._write(
+                group_id, lambda shard, _now: shard.mark_initialization_failed(group_id, failed)))
+        for out in outs:
+            if isinstance(out, CoordinatorFailure):
+                # The share state is set; only the group's bookkeeping is behind. The partitions
+                # stay Initializing, and a later re-plan (init retry, reload) would initialize
+                # them again from share.auto.offset.reset: the operator repeats the reset.
+                log.warning("recording altered share partitions of group %s failed: %s %s",
+                            group_id, out.error.name, out.message)
+
+    # ------------------------------------------------------------------ delete offsets
+
+    async def delete_offsets(self, group_id: str, topic_names: Sequence[str]) -> DeleteOffsetsResult:
+        """DeleteShareGroupOffsets: delete the share state of whole topics of an Empty group."""
+        if not group_id:
+            return DeleteOffsetsResult(ErrorCode.invalid_group_id,
+                                       "The group id must not be empty.")
+        group = await self._committed(group_id)
+        problem = _committed_problem(group_id, group)
+        if problem is not None:
+            return DeleteOffsetsResult(*problem)
+        assert isinstance(group, ShareGroup)
+        held = self._held_partitions(group_id, group)
+        results: dict[str, TopicDeleteResult] = {}
+        jobs: dict[str, Awaitable[ErrorCode | None]] = {}
+        for name in topic_names:
+            if name in results or name in jobs:
+                continue  # one answer per topic
+            topic = self._topics.get(name)
+            if topic is None:
+                results[name] = TopicDeleteResult(name, None, ErrorCode.unknown_topic_or_partition,
+                                                  UNKNOWN_PARTITION)
+            elif not held.get(topic.topic_id):
+                results[name] = TopicDeleteResult(name, topic.topic_id,
+                                                  ErrorCode.unknown_topic_or_partition, NO_OFFSETS)
+            else:
+                jobs[name] = self._delete_state(group_id, topic.topic_id, held[topic.topic_id])
+        errors = dict(zip(jobs, await asyncio.gather(*jobs.values())))
+        deleted: list[uuid.UUID] = []
+        for name, error in errors.items():
+            topic = self._topics.get(name)
+            tid = topic.topic_id if topic is not None else None
+            if error is None and tid is not None:
+                deleted.append(tid)
+                results[name] = TopicDeleteResult(name, tid)
+            else:
+                code = error or ErrorCode.unknown_topic_or_partition
+                results[name] = TopicDeleteResult(name, tid, code,
+                                                  "Deleting the share state failed; retry.")
+        if deleted:
+            out = await self._write(
+                group_id, lambda shard, _now: forget_topics_op(shard, group_id, deleted))
+            if isinstance(out, CoordinatorFailure):
+                log.warning("recording deleted share-group offsets of group %s failed: %s %s",
+                            group_id, out.error.name, out.message)
+            log.info("share-group offsets of group %s deleted for topics %s", group_id,
+                     [self._name_of(t) for t in deleted], extra={"group": group_id})
+        ordered = []
+        seen: set[str] = set()
+        for name in topic_names:
+            if name not in seen:
+                seen.add(name)
+                ordered.append(results[name])
+        return DeleteOffsetsResult(topics=tuple(ordered))
+
+    def _held_partitions(self, group_id: str, group: ShareGroup) -> dict[uuid.UUID, frozenset[int]]:
+        """Partitions the group may hold share state for: its state metadata, plus share-
+        partitions loaded here (a fetch can initialize state the metadata does not list)."""
+        held = _group_partitions(group)
+        for key in self._partitions.partitions():
+            if key.group_id == group_id:
+                held[key.topic_id] = held.get(key.topic_id, frozenset()) | {key.partition}
+        return held
+
+    async def _delete_state(self, group_id: str, topic_id: uuid.UUID,
+                            partitions: Iterable[int]) -> ErrorCode | None:
+        """Delete the share state of the partitions; the first error, or None on success."""
+        keys = [SharePartitionKey(group_id, topic_id, p) for p in sorted(partitions)]
+        results = await asyncio.gather(*(
+            _guard("deleting share state", self._persister.delete(DeleteParams(k)),
+                   lambda code: WriteResult(code)) for k in keys))
+        self._partitions.forget(keys)
+        for res in results:
+            if res.error != ErrorCode.none:
+                return res.error
+        return None
+
+    # ------------------------------------------------------------------ delete groups
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> list[GroupDeleteResult]:
+        """DeleteGroups for share groups, one result per id in request order."""
+        return [await self._delete_group(gid) for gid in group_ids]
+
+    async def _delete_group(self, group_id: str) -> GroupDeleteResult:
+        if not group_id:
+            return GroupDeleteResult(group_id, ErrorCode.invalid_group_id,
+                                     "The group id must not be empty.")
+        group = await self._committed(group_id)
+        problem = _committed_problem(group_id, group)
+        if problem is not None:
+            return GroupDeleteResult(group_id, *problem)
+        assert isinstance(group, ShareGroup)
+        for tid, parts in sorted(self._held_partitions(group_id, group).items(),
+                                 key=lambda kv: kv[0].bytes):
+            error = await self._delete_state(group_id, tid, parts)
+            if error is not None:
+                return GroupDeleteResult(group_id, error,
+                                         "Deleting the group's share state failed; retry.")
+        response = await self._groups.delete_group(group_id)
+        if response.error_code != ErrorCode.none:
+            return GroupDeleteResult(group_id, response.error_code, response.error_message)
+        overrides = self._configs.overrides(group_id)
+        if overrides:
+            try:
+                self._configs.alter(group_id, {name: None for name in overrides})
+            except Exception:
+                log.exception("removing the configs of deleted share group %s failed", group_id)
+        log.info("share group %s deleted", group_id, extra={"group": group_id})
+        return GroupDeleteResult(group_id)
+
+
+async def _guard(what: str, call: Awaitable[T], on_error: Any) -> T:
+    """Await a persister call; an unexpected exception becomes UNKNOWN_SERVER_ERROR (logged)."""
+    try:
+        return await call
+    except Exception:
+        log.exception("%s failed", what)
+        result: T = on_error(ErrorCode.unknown_server_error)
+        return result

@@ -1,0 +1,198 @@
+"""``GroupStore``: the share groups of one ``__consumer_offsets`` partition as a fold of its records.
+
+Concept (STYLE.md 1.3-1.4; Kafka keeps the same state in ``SnapshotRegistry``-backed timeline maps):
+``replay(offset, key, value)`` folds one record into the groups (through
+``share_group.apply_record``, the only place a record changes a group). The coordinator runtime
+replays a write op's records as soon as the op runs, before they are durable, so later ops see
+them; ``commit(offset)`` then says which of them are durable and ``revert(offset)`` undoes the ones
+whose append or fsync failed. To do that the store keeps an undo log: one entry per record replayed
+above the committed offset, holding what the record replaced. Groups are immutable values, so an
+entry is just the previous value of one group plus the previous log offset of the record's key.
+
+Reads that answer clients (describe, list, membership checks) use the committed view
+(``committed_group``/``committed_groups``: the current groups with the undo log applied
+backwards); write ops use the latest groups.
+
+Log pruning: every record is the full value of its key (or a tombstone), so the committed state is
+rebuilt by the latest record of every live key. The store tracks, per group, the offset of each
+live key's latest record; ``last_redundant_offset`` is the lowest of them in the committed view (or
+the committed offset when nothing is live), and the runtime may delete the log below it. Deleting a
+group (a ShareGroupMetadata tombstone) drops every key of that group, as replay does.
+
+Invariants:
+- offsets passed to ``replay`` increase; ``revert`` never goes below the committed offset;
+- after ``revert(o)`` the groups and key offsets equal those right after the record at ``o - 1``;
+- the undo log holds exactly the records at or above the committed offset, and only while
+  ``journaling`` is on (it is off while loading: the loader commits the whole log at once, and an
+  undo entry per loaded record would pin every old group value in memory);
+- ``removed members`` are reported by ``commit`` once the member tombstone is durable, never for a
+  reverted one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from coordinator.group import records as r
+from coordinator.group.share_group import ShareGroup, apply_record
+
+KeyOffsets = dict[r.RecordKey, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    offset: int
+    group_id: str
+    group: ShareGroup | None  # the group's value before the record
+    key: r.RecordKey
+    key_offset: int | None  # the key's latest offset before the record (None: not live)
+    dropped: KeyOffsets | None  # every key offset of the group, when the record deleted it
+
+
+class GroupStore:
+    """Groups by id, their key offsets, and an undo log back to the committed offset."""
+
+    __slots__ = ("groups", "journaling", "_keys", "_undo", "_removed", "end_offset",
+                 "committed_offset")
+
+    def __init__(self, *, journaling: bool = True) -> None:
+        self.groups: dict[str, ShareGroup] = {}
+        self.journaling = journaling
+        self._keys: dict[str, KeyOffsets] = {}
+        self._undo: deque[_Undo] = deque()
+        self._removed: deque[tuple[int, str, str]] = deque()  # (offset, group id, member id)
+        self.end_offset = 0  # the offset after the last replayed record
+        self.committed_offset = 0
+
+    # ------------------------------------------------------------------ the write side
+
+    def replay(self, offset: int, key: r.RecordKey, value: r.RecordValue | None) -> None:
+        """Fold the record at ``offset`` into the groups.
+
+        Raises:
+            ValueError: ``offset`` is below an offset already replayed (a caller bug).
+            TypeError: ``key`` is not a share-group record key.
+        """
+        if offset < self.end_offset:
+            raise ValueError(f"replay at offset {offset} below the end offset {self.end_offset}")
+        gid = key.group_id
+        before = self.groups.get(gid)
+        after = apply_record(before, r.Record(key, value))
+        keys = self._keys.get(gid)
+        key_offset = keys.get(key) if keys is not None else None
+        dropped: KeyOffsets | None = None
+        if after is None:
+            self.groups.pop(gid, None)
+            dropped = self._keys.pop(gid, None)
+        else:
+            self.groups[gid] = after
+            keys = self._keys.setdefault(gid, {})
+            if value is None:
+                keys.pop(key, None)
+            else:
+                keys[key] = offset
+        if self.journaling:
+            self._undo.append(_Undo(offset, gid, before, key, key_offset, dropped))
+            if (value is None and isinstance(key, r.ShareGroupMemberMetadataKey)
+                    and before is not None and key.member_id in before.members):
+                self._removed.append((offset, gid, key.member_id))
+        self.end_offset = offset + 1
+
+    def commit(self, offset: int) -> list[tuple[str, str]]:
+        """Records below ``offset`` are durable: forget their undo entries. Returns the
+        (group id, member id) of members whose removal became durable, in log order."""
+        self.committed_offset = max(self.committed_offset, offset)
+        undo = self._undo
+        while undo and undo[0].offset < offset:
+            undo.popleft()
+        removed = []
+        while self._removed and self._removed[0][0] < offset:
+            _, gid, mid = self._removed.popleft()
+            removed.append((gid, mid))
+        return removed
+
+    def revert(self, offset: int) -> None:
+        """Undo every record replayed at ``offset`` or later.
+
+        Raises:
+            ValueError: ``offset`` is below the committed offset.
+        """
+        if offset < self.committed_offset:
+            raise ValueError(f"cannot revert to {offset} below the committed offset "
+                             f"{self.committed_offset}")
+        undo = self._undo
+        while undo and undo[-1].offset >= offset:
+            entry = undo.pop()
+            gid = entry.group_id
+            if entry.group is None:
+                self.groups.pop(gid, None)
+            else:
+                self.groups[gid] = entry.group
+            if entry.dropped is not None:
+                self._keys[gid] = entry.dropped
+            else:
+                keys = self._keys.setdefault(gid, {})
+                if entry.key_offset is None:
+                    keys.pop(entry.key, None)
+                else:
+                    keys[entry.key] = entry.key_offset
+                if not keys:
+                    del self._keys[gid]
+        while self._removed and self._removed[-1][0] >= offset:
+            self._removed.pop()
+        self.end_offset = min(self.end_offset, offset)
+
+    def clear(self) -> None:
+        """Forget everything (the partition is unloaded)."""
+        self.groups.clear()
+        self._keys.clear()
+        self._undo.clear()
+        self._removed.clear()
+        self.end_offset = self.committed_offset = 0
+
+    # ------------------------------------------------------------------ the read side
+
+    def committed_group(self, group_id: str) -> ShareGroup | None:
+        """The group as of the committed offset (None if absent then)."""
+        for entry in self._undo:  # oldest first: the first entry of the group holds its value
+            if entry.group_id == group_id:
+                return entry.group
+        return self.groups.get(group_id)
+
+    def committed_groups(self) -> dict[str, ShareGroup]:
+        """Every group as of the committed offset."""
+        view = dict(self.groups)
+        seen: set[str] = set()
+        for entry in self._undo:
+            if entry.group_id in seen:
+                continue
+            seen.add(entry.group_id)
+            if entry.group is None:
+                view.pop(entry.group_id, None)
+            else:
+                view[entry.group_id] = entry.group
+        return view
+
+    @property
+    def uncommitted(self) -> int:
+        """Records replayed but not committed yet (undo log length)."""
+        return len(self._undo)
+
+    def last_redundant_offset(self) -> int | None:
+        """The lowest offset the committed state still needs (see module doc); None when
+        nothing is committed."""
+        keys = {gid: dict(offsets) for gid, offsets in self._keys.items()}
+        for entry in reversed(self._undo):
+            if entry.dropped is not None:
+                keys[entry.group_id] = dict(entry.dropped)
+                continue
+            group_keys = keys.setdefault(entry.group_id, {})
+            if entry.key_offset is None:
+                group_keys.pop(entry.key, None)
+            else:
+                group_keys[entry.key] = entry.key_offset
+        live = [o for offsets in keys.values() for o in offsets.values()]
+        if live:
+            return min(live)
+        return self.committed_offset or None
