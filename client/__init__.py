@@ -1,0 +1,41 @@
+"""Shoal's asyncio share consumer (KIP-932 share groups) for Shoal and Apache Kafka 4.2+.
+
+    async with ShareConsumer("localhost:9092", "my-group",
+                             acknowledgement_mode="explicit") as consumer:
+        consumer.subscribe(["orders"])
+        batch = await consumer.getmany(timeout_ms=1000)
+        for tp, records in batch.items():
+            for record in records:
+                consumer.acknowledge(record, AcknowledgeType.ACCEPT)
+        results = await consumer.commit_sync()   # {TopicPartition: None | KafkaError}
+
+Modules: ``consumer`` (the asyncio shell), ``membership`` and ``session`` (sans-IO heartbeat and
+share-session state), ``acks`` (acknowledgement bookkeeping), ``records`` (decoding),
+``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec), ``errors``.
+"""
+
+from client.consumer import ShareConsumer
+from client.errors import (
+    ConsumerClosedError,
+    IllegalStateError,
+    InvalidRecordStateError,
+    KafkaError,
+    ShareConsumerError,
+    UnsupportedVersionError,
+    error_class,
+)
+from client.records import AcknowledgeType, ShareRecord, TopicPartition
+
+__all__ = [
+    "AcknowledgeType",
+    "ConsumerClosedError",
+    "IllegalStateError",
+    "InvalidRecordStateError",
+    "KafkaError",
+    "ShareConsumer",
+    "ShareConsumerError",
+    "ShareRecord",
+    "TopicPartition",
+    "UnsupportedVersionError",
+    "error_class",
+]
