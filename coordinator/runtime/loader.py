@@ -21,6 +21,8 @@ from persister.log import PartitionLogLike
 
 # Bytes per log read while loading.
 LOAD_READ_BYTES = 4 << 20
+# Records replayed between two commits while loading (see ``load_shard``).
+LOAD_COMMIT_RECORDS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +37,27 @@ class LoadSummary:
 
 
 def load_shard(
-    log: PartitionLogLike, shard: Shard, serde: RecordSerde[Any], *, read_bytes: int = LOAD_READ_BYTES
+    log: PartitionLogLike,
+    shard: Shard,
+    serde: RecordSerde[Any],
+    *,
+    read_bytes: int = LOAD_READ_BYTES,
+    commit_every: int = LOAD_COMMIT_RECORDS,
 ) -> LoadSummary:
     """Replay ``log`` into ``shard`` and commit its end offset.
 
+    Every ``commit_every`` records it also commits what it replayed so far (it is on disk), so a
+    shard's undo log stays short during a long replay instead of holding every prior state until
+    the end (memory, and garbage-collector passes over it).
+
     Raises:
+        ValueError: ``commit_every`` is not positive, or the serde rejects a record's bytes
+            (malformed, not an unknown type).
         CorruptRecordError: a batch read back does not parse or fails its CRC.
-        ValueError: the serde rejects a record's bytes (malformed, not an unknown type).
         OSError: a read failed.
     """
+    if commit_every < 1:
+        raise ValueError("commit_every must be positive")
     start = log.log_start_offset
     end = log.log_end_offset
     offset = start
@@ -64,6 +78,8 @@ def load_shard(
                 continue
             replay(record_offset, decoded[0], decoded[1])
             records += 1
+            if not records % commit_every:
+                shard.commit(record_offset + 1)
         offset = chunk.next_offset
     shard.commit(end)
     return LoadSummary(records, skipped, read, start, end)

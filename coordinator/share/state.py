@@ -12,15 +12,16 @@ by replaying records:
 
 Invariants:
 - ``state_batches`` is always in the canonical combined form (sorted, disjoint, coalesced, nothing
-  below ``start_offset`` when it is >= 0).
+  below ``start_offset`` when it is >= 0): ``from_snapshot`` normalizes, ``apply_update`` keeps it,
+  and ``apply_update`` relies on it to recombine only what an update touches.
 - Values are immutable; every change makes a new object.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from coordinator.share.batch_combiner import combine_state_batches
+from coordinator.share.batch_combiner import combine_state_batches, merge_state_batches
 from coordinator.share.records import (
     UNKNOWN_DELIVERY_COMPLETE_COUNT,
     ShareSnapshotValue,
@@ -74,15 +75,23 @@ class ShareGroupOffset:
         )
 
     def apply_update(self, update: ShareUpdateValue) -> ShareGroupOffset:
-        """Merge a ShareUpdate into this state (Kafka ``ShareCoordinatorShard.merge``)."""
+        """Merge a ShareUpdate into this state (Kafka ``ShareCoordinatorShard.merge``).
+
+        Relies on ``state_batches`` being canonical (see module doc): only the part of it the
+        update's batches touch is recombined (``merge_state_batches``). Replaying updates is the
+        hot loop of a load after a crash, hence the direct constructor rather than ``replace``.
+        """
         start_offset = (
             self.start_offset if update.start_offset == UNINITIALIZED_START_OFFSET else update.start_offset
         )
-        return replace(
-            self,
+        return ShareGroupOffset(
+            snapshot_epoch=self.snapshot_epoch,
+            state_epoch=self.state_epoch,
             # Epoch fencing only ever tightens: -1 ("not supplied") or an older epoch keeps ours.
             leader_epoch=max(self.leader_epoch, update.leader_epoch),
             start_offset=start_offset,
             delivery_complete_count=update.delivery_complete_count,
-            state_batches=combine_state_batches(self.state_batches + update.state_batches, start_offset),
+            state_batches=merge_state_batches(self.state_batches, update.state_batches, start_offset),
+            create_timestamp=self.create_timestamp,
+            write_timestamp=self.write_timestamp,
         )
