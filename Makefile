@@ -6,12 +6,12 @@ DATA_DIR ?= ./data
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-crash kcat clean
+.PHONY: setup run test test-slow test-crash bench kcat clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -37,6 +37,12 @@ test-slow: $(STAMP) kcat
 ## The share-state crash test repeated at 20 random kill points.
 test-crash: $(STAMP)
 	$(BIN)/pytest -m slow -k crash -p no:cacheprovider
+
+## Benchmark (bench/README.md): a fresh broker, scenarios a-e, a report in bench/results/<timestamp>/.
+## PROFILE=1 profiles the broker during (b); SCALE=0.05 is a quick run; BOOTSTRAP=host:port also
+## runs the client-side scenarios against another Kafka-protocol broker for comparison.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run $(if $(PROFILE),--profile,) $(if $(SCALE),--scale $(SCALE),) $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP),)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -1,0 +1,326 @@
+"""Shoal's benchmark: ``make bench`` / ``python -m bench.run``.
+
+Starts a fresh Shoal broker (own data dir and port), runs the scenarios against it with real
+clients in separate processes (confluent_kafka Producer and ShareConsumer), stops it, and writes
+``bench/results/<timestamp>/``: ``results.json`` (every figure), ``summary.md`` (the table, with
+the targets met or missed) and PNG plots. The summary table is printed at the end.
+
+Scenarios (1 KiB records, N = 500,000 x ``--scale``):
+
+- ``a``  produce N records, acks=all (4 partitions, one producer process)
+- ``b1`` share-consume N pre-produced records, 1 partition x 2 consumers, explicit acks
+- ``b2`` ... 4 partitions x 1 consumer, implicit acks
+- ``b3`` ... 1 partition x 8 consumers, explicit acks (members > partitions)
+- ``b4`` ... 16 partitions x 4 consumers, implicit acks
+- ``c``  end-to-end latency at 5,000 records/s with 2 share consumers (30 s x scale, at least 3 s)
+- ``d``  footprint: cold start to first Metadata, idle RSS, RSS under (b) (Shoal only)
+- ``e``  restart with 10,000 share-partitions of state (x scale; ``bench/share_state_restart.py``)
+
+``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b and c against an already running
+Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
+them side by side; ``--no-local`` skips the local Shoal broker. ``--profile`` records a profile
+of the broker during (b) (py-spy when installed, else cProfile) and writes its top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import report, scenarios
+from bench.clients import Admin
+from bench.procs import (
+    ROOT,
+    Monitor,
+    ShoalBroker,
+    install_signal_cleanup,
+    metadata_ok,
+    remove_tree,
+    split_hostport,
+    stop_everything,
+)
+from bench.profiling import Profiler, choose
+from bench.scenarios import SHARE_VARIANTS, Settings, System
+
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.run",
+                                 description="Shoal's benchmark (make bench)")
+    ap.add_argument("--bootstrap", action="append", default=[], metavar="[NAME=]HOST:PORT",
+                    help="also run the client-side scenarios (a, b, c) against this running "
+                    "broker (repeatable)")
+    ap.add_argument("--no-local", action="store_true",
+                    help="do not start a Shoal broker (only the --bootstrap brokers; no d, e)")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply record counts and durations (e.g. 0.02 for a quick run)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios: "
+                    + ",".join(ALL) + " (b = b1..b4); default all")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the Shoal broker during scenario (b)")
+    ap.add_argument("--profiler", choices=("cprofile", "py-spy"), default="cprofile",
+                    help="cprofile (stdlib; the broker runs under a wrapper, profiling switched "
+                    "on for (b) only) or py-spy (sampling, attaches by pid; needs py-spy)")
+    ap.add_argument("--results-dir", type=Path, default=None,
+                    help="where to write the report (default bench/results/<timestamp>)")
+    ap.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                    help="broker config for the local Shoal broker (repeatable)")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="leave the benchmark's topics on --bootstrap brokers")
+    args = ap.parse_args(argv)
+    if args.scale <= 0:
+        ap.error("--scale must be > 0")
+    sel: list[str] = []
+    for item in (x.strip() for x in args.only.split(",") if x.strip()):
+        names = [k for k in ALL if k.startswith("b")] if item == "b" else [item]
+        for n in names:
+            if n not in ALL:
+                ap.error(f"unknown scenario {n!r}; choose from {','.join(ALL)} or b")
+            if n not in sel:
+                sel.append(n)
+    args.selected = [k for k in ALL if k in sel] if sel else list(ALL)
+    if args.no_local and not args.bootstrap:
+        ap.error("--no-local needs at least one --bootstrap")
+    return args
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _attempt(fn: Callable[[], dict[str, Any]], label: str) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        fig = fn()
+    except Exception:  # noqa: BLE001 - one scenario's failure is reported, the run goes on
+        fig = {"error": traceback.format_exc(limit=6)}
+    fig["wall_s"] = round(time.monotonic() - started, 1)
+    if "error" in fig:
+        _log(f"  {label}: ERROR {fig['error'].strip().splitlines()[-1]}")
+    return fig
+
+
+def _brief(key: str, fig: dict[str, Any]) -> str:
+    if "error" in fig and "rate" not in fig and "p99_ms" not in fig:
+        return "error"
+    if key == "c":
+        return (f"p50 {fig.get('p50_ms')} ms, p99 {fig.get('p99_ms')} ms, "
+                f"p99.9 {fig.get('p999_ms')} ms ({fig.get('received')} records)")
+    if key == "d":
+        return f"cold start {fig.get('cold_start_s')} s, idle RSS {fig.get('idle_rss_mb')} MB"
+    if key == "e":
+        return f"load clean {fig.get('clean_load_ms')} ms, crash {fig.get('crash_load_ms')} ms"
+    broker = fig.get("broker", {})
+    extra = f", broker CPU {broker['broker_cpu_pct']}%" if broker.get("broker_cpu_pct") else ""
+    return f"{fig.get('rate', 0) or 0:,.0f} rec/s ({fig.get('records')} records{extra})"
+
+
+def run_client_scenarios(settings: Settings, system: System, selected: list[str],
+                         profiler: Profiler | None) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if "a" in selected:
+        _log(f"[{system.name}] (a) produce {settings.records():,} records, acks=all")
+        res["a"] = _attempt(lambda: scenarios.scenario_a(settings, system), "a")
+        _log(f"  a: {_brief('a', res['a'])}")
+    b_keys = [k for k in selected if k in SHARE_VARIANTS]
+    # Pre-produce the data sets first so that a profile of (b) holds only share consumption.
+    for k in b_keys:
+        if SHARE_VARIANTS[k].partitions not in system.datasets:
+            try:
+                scenarios.dataset(settings, system, SHARE_VARIANTS[k].partitions)
+            except Exception:  # noqa: BLE001 - scenario_b reports it again
+                _log(f"  pre-produce for {k} failed: {traceback.format_exc(limit=3)}")
+    if b_keys and profiler is not None:
+        profiler.start()
+    try:
+        for k in b_keys:
+            v = SHARE_VARIANTS[k]
+            _log(f"[{system.name}] ({k}) share-consume {settings.records():,} records, {v.title}")
+            res[k] = _attempt(functools.partial(scenarios.scenario_b, settings, system, v), k)
+            _log(f"  {k}: {_brief(k, res[k])}")
+    finally:
+        if b_keys and profiler is not None:
+            profiler.stop()
+    if "c" in selected:
+        _log(f"[{system.name}] (c) end-to-end latency at {scenarios.LATENCY_RATE:,} rec/s")
+
+        def c() -> dict[str, Any]:
+            fig, _ = scenarios.scenario_c(settings, system)
+            return fig
+
+        res["c"] = _attempt(c, "c")
+        _log(f"  c: {_brief('c', res['c'])}")
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_signal_cleanup()
+    t_start = time.monotonic()
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    out_dir: Path = args.results_dir or ROOT / "bench" / "results" / run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
+    settings = Settings(scale=args.scale, run_id=run_id, work_dir=work_dir, log=_log)
+    overrides = dict(o.split("=", 1) for o in args.override)
+    selected = args.selected
+    local = not args.no_local
+    profile_kind = choose(args.profiler) if args.profile else None
+    try:
+        import confluent_kafka
+
+        ck = f"{confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
+    except ImportError:
+        ck = "?"
+    dirty = _git("status", "--porcelain")
+    meta: dict[str, Any] = {
+        "run_id": run_id, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "scale": args.scale, "records": settings.records(),
+        "record_bytes": scenarios.RECORD_SIZE, "selected": selected,
+        "cpus": os.cpu_count(), "load_start": _loadavg(), "python": platform.python_version(),
+        "platform": platform.platform(), "confluent_kafka": ck,
+        "shoal_commit": _git("rev-parse", "--short", "HEAD"),
+        "shoal_worktree_dirty": bool(dirty) if dirty is not None else None,
+        "profile": profile_kind, "shoal_overrides": overrides, "argv": sys.argv[1:],
+    }
+    results: dict[str, Any] = {"meta": meta, "systems": []}
+    _log(f"scale {args.scale}: {settings.records():,} records per scenario; scenarios "
+         f"{','.join(selected)}; results in {out_dir}")
+    try:
+        if local:
+            shoal: dict[str, Any] = {"name": "shoal", "description": "local, fresh data dir",
+                                     "scenarios": {}}
+            results["systems"].append(shoal)
+            if "d" in selected:
+                _log(f"(d) cold start x {scenarios.COLD_START_RUNS}, idle RSS")
+                shoal["scenarios"]["d"] = _attempt(
+                    lambda: scenarios.scenario_d_cold(settings, out_dir / "broker-cold.log",
+                                                      overrides), "d")
+                _log(f"  d: {_brief('d', shoal['scenarios']['d'])}")
+            if CLIENT_SIDE & set(selected):
+                run_local(settings, shoal, selected, overrides, out_dir, profile_kind, results)
+            if "e" in selected:
+                _log("(e) restart with share state: bench/share_state_restart.py")
+                shoal["scenarios"]["e"] = _attempt(lambda: scenarios.scenario_e(settings, _log),
+                                                   "e")
+        for item in args.bootstrap:
+            name, sep, addr = item.rpartition("=")
+            name = name if sep else f"broker@{addr}"
+            ext: dict[str, Any] = {"name": name, "bootstrap": addr,
+                                   "description": f"running at {addr}", "scenarios": {}}
+            results["systems"].append(ext)
+            if not CLIENT_SIDE & set(selected):
+                continue
+            try:
+                host, port = split_hostport(addr)
+                if not metadata_ok(host, port, timeout=5):
+                    raise RuntimeError(f"no Kafka broker answers Metadata at {addr}")
+                system = System(name, addr, Admin(addr))
+                ext["scenarios"] = run_client_scenarios(settings, system, selected, None)
+                if not args.keep_topics:
+                    system.admin.delete_created()
+                system.admin.close()
+            except Exception:  # noqa: BLE001
+                ext["error"] = traceback.format_exc(limit=4)
+                _log(f"[{name}] ERROR {ext['error'].strip().splitlines()[-1]}")
+    finally:
+        stop_everything()
+        remove_tree(work_dir)
+    meta["load_end"] = _loadavg()
+    meta["wall_s"] = round(time.monotonic() - t_start, 1)
+    md = report.write(results, out_dir)
+    print()
+    print(md, flush=True)
+    print(f"Report written to {out_dir}", flush=True)
+    failed = [f"{s['name']}/{k}" for s in results["systems"]
+              for k, v in s["scenarios"].items() if isinstance(v, dict) and "error" in v]
+    failed += [s["name"] for s in results["systems"] if "error" in s]
+    if failed:
+        print(f"Scenarios with errors: {', '.join(failed)}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def run_local(settings: Settings, shoal: dict[str, Any], selected: list[str],
+              overrides: dict[str, str], out_dir: Path, profile_kind: str | None,
+              results: dict[str, Any]) -> None:
+    """Start the fresh Shoal broker, run a/b/c against it, stop it."""
+    prof_file = settings.work_dir / "profile_b.pstats"
+    wrapper = ["-m", "bench.profiled_broker"] if profile_kind == "cprofile" else None
+    env = {"SHOAL_BENCH_PROFILE": str(prof_file)} if wrapper else None
+    broker = ShoalBroker(settings.work_dir / "data", out_dir / "broker.log", overrides,
+                         wrapper=wrapper, env=env)
+    ready = broker.start()
+    shoal["bootstrap"] = broker.bootstrap
+    shoal["broker_pid"] = broker.pid
+    shoal["ready_s"] = round(ready, 3)
+    _log(f"Shoal broker pid {broker.pid} on {broker.bootstrap}, ready in {ready:.2f} s")
+    monitor = Monitor(broker.pid)
+    profiler = None
+    try:
+        time.sleep(1.0)
+        shoal["rss_before_load_mb"] = monitor.rss_mb()
+        system = System("shoal", broker.bootstrap, Admin(broker.bootstrap), local=broker,
+                        monitor=monitor)
+        if profile_kind and any(k in SHARE_VARIANTS for k in selected):
+            profiler = Profiler(profile_kind, broker.pid, out_dir, prof_file)
+        shoal["scenarios"].update(run_client_scenarios(settings, system, selected, profiler))
+        time.sleep(1.0)
+        shoal["rss_after_load_mb"] = monitor.rss_mb()
+        system.admin.close()
+    finally:
+        monitor.close()
+        code = broker.stop()
+        shoal["broker_exit_code"] = code
+    if profiler is not None:
+        try:
+            if profile_kind == "cprofile" and prof_file.exists():
+                (out_dir / "profile_b.pstats").write_bytes(prof_file.read_bytes())
+                profiler.cprofile_file = out_dir / "profile_b.pstats"
+            results["profile"] = profiler.finish()
+            _log(f"profile of (b) written to {out_dir / 'profile_top.txt'}")
+        except Exception:  # noqa: BLE001
+            results["profile"] = {"error": traceback.format_exc(limit=4)}
+    # RSS under (b) for scenario (d), and the RSS timeline for the plot.
+    rss = [r for w in monitor.windows if w.name in SHARE_VARIANTS for _, r, _ in w.samples]
+    if "d" in shoal["scenarios"] and rss:
+        shoal["scenarios"]["d"]["rss_under_b_peak_mb"] = round(max(rss) / 2**20, 1)
+        shoal["scenarios"]["d"]["rss_under_b_mean_mb"] = round(statistics.fmean(rss) / 2**20, 1)
+    tl = monitor.timeline
+    step = max(1, len(tl) // 1500)
+    shoal["rss_timeline"] = [(round(t - monitor.t0, 2), round(r / 2**20, 1))
+                             for t, r, _ in tl[::step]]
+    shoal["windows"] = [{"name": w.name, "t0": round(w.start - monitor.t0, 2),
+                         "t1": round(w.end - monitor.t0, 2)} for w in monitor.windows]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Smoke test of ``make bench``: a tiny run (scenarios a and b1) against its own fresh broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in \
+        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "a,b1",
+         "--results-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert elapsed < 60, f"smoke run took {elapsed:.0f}s"
+
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["meta"]["scale"] == 0.01
+    (shoal,) = doc["systems"]
+    assert shoal["name"] == "shoal"
+    assert not _alive(shoal["broker_pid"]), "the benchmark left its broker running"
+    a, b1 = shoal["scenarios"]["a"], shoal["scenarios"]["b1"]
+    n = doc["meta"]["records"]
+    assert n == 5000
+
+    assert "error" not in a, a
+    assert a["records"] == n and a["errors"] == 0
+    assert 100 < a["rate"] < 10_000_000 and a["seconds"] > 0
+
+    assert "error" not in b1, b1
+    assert b1["complete"] and b1["records"] == n
+    assert len(b1["per_consumer"]) == 2 and sum(b1["per_consumer"]) == n
+    assert b1["errors"] == 0 and b1["mode"] == "explicit"
+    assert 100 < b1["rate"] < 10_000_000
+    assert 0 < b1["broker"]["rss_peak_mb"] < 1024
+
+    statuses = {(t["scenario"], t["status"]) for t in doc["targets"]}
+    assert {s for s, _ in statuses} == {"a", "b1"}
+    assert all(st in ("met", "missed") for _, st in statuses)
+
+    md = (out / "summary.md").read_text()
+    assert "| (a) produce, acks=all" in md and "| (b1) share-consume 1 partition" in md
+    assert ">= 150,000" in md and ">= 100,000" in md
+    assert "(b1) share-consume" in proc.stdout  # the summary table is printed
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (out / "throughput.png").stat().st_size > 1000
