@@ -215,3 +215,17 @@ class BrokerMetrics:
         yield group_lag
         yield group_age
 
+
+
+async def counted(run: Any, ctx: Any, req: Any, requests: Any, failed: Any) -> Any:
+    """Run a handler coroutine, counting the request and any error it answers or raises."""
+    requests.value += 1
+    try:
+        resp = await run(ctx, req)
+    except Exception:
+        failed.inc("UNKNOWN_SERVER_ERROR")
+        raise
+    code = first_response_error(resp)
+    if code:
+        failed.inc(error_label(code))
+    return resp

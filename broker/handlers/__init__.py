@@ -1,67 +1,14 @@
-"""One module per RPC (STYLE.md 1.9). ``ALL_HANDLERS`` is the dispatch table's source."""
+"""One module per RPC (STYLE.md 1.9). ``ALL_HANDLERS`` is the dispatch table's source.
 
-from broker.handlers import (
-    alter_configs,
-    alter_share_group_offsets,
-    api_versions,
-    create_partitions,
-    create_topics,
-    delete_groups,
-    delete_records,
-    delete_share_group_offsets,
-    delete_share_group_state,
-    delete_topics,
-    describe_cluster,
-    describe_configs,
-    describe_groups,
-    describe_share_group_offsets,
-    fetch,
-    find_coordinator,
-    incremental_alter_configs,
-    init_producer_id,
-    initialize_share_group_state,
-    list_groups,
-    list_offsets,
-    metadata,
-    produce,
-    read_share_group_state,
-    read_share_group_state_summary,
-    share_acknowledge,
-    share_fetch,
-    share_group_describe,
-    share_group_heartbeat,
-    write_share_group_state,
-)
+Every module here whose name does not start with ``_`` is a handler: it declares ``API_KEY``,
+``VERSIONS`` and ``handle``. Adding an RPC is adding its module.
+"""
+
+import importlib
+import pkgutil
 
 ALL_HANDLERS = [
-    alter_configs,
-    alter_share_group_offsets,
-    api_versions,
-    create_partitions,
-    create_topics,
-    delete_groups,
-    delete_records,
-    delete_share_group_offsets,
-    delete_share_group_state,
-    delete_topics,
-    describe_cluster,
-    describe_configs,
-    describe_groups,
-    describe_share_group_offsets,
-    fetch,
-    find_coordinator,
-    incremental_alter_configs,
-    init_producer_id,
-    initialize_share_group_state,
-    list_groups,
-    list_offsets,
-    metadata,
-    produce,
-    read_share_group_state,
-    read_share_group_state_summary,
-    share_acknowledge,
-    share_fetch,
-    share_group_describe,
-    share_group_heartbeat,
-    write_share_group_state,
+    importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+    if not info.name.startswith("_")
 ]

@@ -9,15 +9,13 @@ state write completed. v2 carries IsRenewAck and returns AcquisitionLockTimeoutM
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.broker_metrics import error_label, first_response_error
+from broker.broker_metrics import counted
 from broker.context import RequestContext
-from broker.handlers._common import NO_THROTTLE
-from broker.share.service import ShareService, request_problem
+from broker.share.service import ShareService, request_problem, top_level
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -26,21 +24,8 @@ VERSIONS = (1, 2)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    return _counted(ctx, req)
-
-
-async def _counted(ctx: RequestContext, req: Any) -> Any:
     metrics = ctx.broker.metrics
-    metrics.share_ack_requests.value += 1
-    try:
-        resp = await _share_acknowledge(ctx, req)
-    except Exception:
-        metrics.share_ack_failed.inc("UNKNOWN_SERVER_ERROR")
-        raise
-    code = first_response_error(resp)
-    if code:
-        metrics.share_ack_failed.inc(error_label(code))
-    return resp
+    return counted(_share_acknowledge, ctx, req, metrics.share_ack_requests, metrics.share_ack_failed)
 
 
 async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
@@ -49,10 +34,7 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     group, member = req.group_id, req.member_id
     lock_ms = svc.partitions.lock_duration_ms(group) if group else 0
 
-    def top(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
-        return make(m.ShareAcknowledgeResponse, throttle_time=NO_THROTTLE, error_code=error,
-                    error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
-                    responses=responses, node_endpoints=())
+    top = top_level(m.ShareAcknowledgeResponse, lock_ms)
 
     problem = request_problem(group, member)
     if problem:

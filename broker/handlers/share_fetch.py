@@ -18,13 +18,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.broker_metrics import error_label, first_response_error
+from broker.broker_metrics import counted
 from broker.context import RequestContext
-from broker.handlers._common import NO_THROTTLE
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
 from broker.share.partition_manager import share_watch_key
-from broker.share.service import AckResult, ShareService, request_problem
+from broker.share.service import AckResult, ShareService, request_problem, top_level
 from broker.watch import wait_for_any
 from protocol.codec import response_module
 from protocol.messages import make
@@ -34,21 +33,8 @@ VERSIONS = (1, 2)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    return _counted(ctx, req)
-
-
-async def _counted(ctx: RequestContext, req: Any) -> Any:
     metrics = ctx.broker.metrics
-    metrics.share_fetch_requests.value += 1
-    try:
-        resp = await _share_fetch(ctx, req)
-    except Exception:
-        metrics.share_fetch_failed.inc("UNKNOWN_SERVER_ERROR")
-        raise
-    code = first_response_error(resp)
-    if code:
-        metrics.share_fetch_failed.inc(error_label(code))
-    return resp
+    return counted(_share_fetch, ctx, req, metrics.share_fetch_requests, metrics.share_fetch_failed)
 
 
 def _ms(td: Any) -> int:
@@ -63,10 +49,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     lock_ms = svc.partitions.lock_duration_ms(group) if group else 0
     max_wait_ms = _ms(req.max_wait)
 
-    def top(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
-        return make(m.ShareFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
-                    error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
-                    responses=responses, node_endpoints=())
+    top = top_level(m.ShareFetchResponse, lock_ms)
 
     problem = request_problem(group, member)
     if problem:

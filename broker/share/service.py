@@ -9,6 +9,7 @@ session ends (epoch -1, a new epoch 0 does *not* release, or the connection drop
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 import logging
 import uuid
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.share.partition_manager import SharePartitionManager
 from broker.share.session import ShareSession, ShareSessionCache
 from persister.api import Persister, SharePartitionKey
+from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -43,6 +45,17 @@ def request_problem(group_id: str | None, member_id: str | None) -> str | None:
     if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
         return f"MemberId must be 1-{MAX_MEMBER_ID_LENGTH} characters"
     return None
+
+
+def top_level(response_type: type, lock_ms: int) -> Any:
+    """A builder of ShareFetch/ShareAcknowledge responses: (error, message, responses) -> response."""
+
+    def build(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
+        return make(response_type, throttle_time=timedelta(0), error_code=error,
+                    error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
+                    responses=responses, node_endpoints=())
+
+    return build
 
 
 def batch_problem(batches: Sequence[Any], version: int, is_renew: bool) -> str | None:
