@@ -306,7 +306,7 @@ class CoordinatorRuntime(Generic[S]):
             # Appended but not yet fsynced: one last flush so their responses can still be sent.
             target = ctx.log.log_end_offset
             try:
-                await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.flush)
+                await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.sync_data)
             except Exception:
                 log.exception("%s partition %d: final flush failed", self._name, ctx.number)
             else:
@@ -531,7 +531,7 @@ class CoordinatorRuntime(Generic[S]):
 
     async def _flush(self, ctx: _Partition[S], target: int) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.flush)
+            await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.sync_data)
         except Exception as exc:
             log.exception("%s partition %d: fsync failed", self._name, ctx.number)
             ctx.flush_task = None

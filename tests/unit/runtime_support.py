@@ -179,6 +179,13 @@ class LogProxy:
         return self.inner.append(data, now_ms)
 
     def flush(self) -> None:
+        self._gated(self.inner.flush)
+
+    def sync_data(self) -> None:
+        """The runtime's durability point; counted, held and failed like ``flush``."""
+        self._gated(self.inner.sync_data)
+
+    def _gated(self, sync: Any) -> None:
         if self.flush_started is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self.flush_started.set)
         if self.flush_gate is not None:
@@ -187,7 +194,7 @@ class LogProxy:
             exc, self.fail_flush = self.fail_flush, None
             raise exc
         self.flushes += 1
-        self.inner.flush()
+        sync()
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> Any:
         if self.read_gate is not None:
