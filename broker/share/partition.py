@@ -371,18 +371,7 @@ class SharePartition:
         self._roll_back(token, ranges, now_ms)
         # A lock that expired while the write was in flight is released now, as the timer
         # would have done (reference section 3: roll back to AVAILABLE/ARCHIVED).
-        released = self._release_where(
-            ranges,
-            lambda info: info.holds_lock()
-            and info.deadline_ms is not None
-            and info.deadline_ms <= now_ms,
-            self._config(),
-            timeout=True,
-        )
-        if not released:
-            return None
-        self._after_change(found_available=True)
-        return self._committed_write(released)
+        return self._release_expired(ranges, now_ms)
 
     def _pending_units(
         self, token: int, ranges: list[tuple[int, int]]
@@ -487,8 +476,13 @@ class SharePartition:
             due.append((lo, hi))
         if not due:
             return None
+        return self._release_expired(merge_ranges(due), now_ms)
+
+    def _release_expired(self, ranges: list[tuple[int, int]], now_ms: int) -> WriteParams | None:
+        """Release the locks in ``ranges`` whose deadline has passed, as a lock timeout does;
+        returns the write to persist, or None if nothing was released."""
         released = self._release_where(
-            merge_ranges(due),
+            ranges,
             lambda info: info.holds_lock()
             and info.deadline_ms is not None
             and info.deadline_ms <= now_ms,
