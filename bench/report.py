@@ -69,6 +69,14 @@ ROWS = [
         _g("e", "crash_broker_start_ms")),
 ]
 
+F_TITLE = "(f) share-consume 1 partition x 1 consumer, implicit (client comparison)"
+ROWS += [
+    Row("f", F_TITLE, "client.ShareConsumer (asyncio, this project)", "rec/s",
+        _g("f", "client.ShareConsumer", "rate")),
+    Row("f", F_TITLE, "confluent_kafka.ShareConsumer", "rec/s",
+        _g("f", "confluent_kafka.ShareConsumer", "rate")),
+]
+
 THROUGHPUT_SCENARIOS = [("a", "a produce"), ("b1", "b1 1p x 2c expl"), ("b2", "b2 4p x 1c impl"),
                         ("b3", "b3 1p x 8c expl"), ("b4", "b4 16p x 4c impl")]
 

@@ -15,6 +15,7 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``c``  end-to-end latency at 5,000 records/s with 2 share consumers (30 s x scale, at least 3 s)
 - ``d``  footprint: cold start to first Metadata, idle RSS, RSS under (b) (Shoal only)
 - ``e``  restart with 10,000 share-partitions of state (x scale; ``bench/share_state_restart.py``)
+- ``f``  issue 7: this project's asyncio ``client.ShareConsumer`` next to ``confluent_kafka.ShareConsumer`` (1 partition, implicit)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b and c against an already running
 Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
@@ -53,8 +54,8 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -138,6 +139,10 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         return f"cold start {fig.get('cold_start_s')} s, idle RSS {fig.get('idle_rss_mb')} MB"
     if key == "e":
         return f"load clean {fig.get('clean_load_ms')} ms, crash {fig.get('crash_load_ms')} ms"
+    if key == "f":
+        ours = fig.get("client.ShareConsumer", {}).get("rate") or 0
+        theirs = fig.get("confluent_kafka.ShareConsumer", {}).get("rate") or 0
+        return f"client.ShareConsumer {ours:,.0f} rec/s, confluent_kafka.ShareConsumer {theirs:,.0f} rec/s"
     broker = fig.get("broker", {})
     extra = f", broker CPU {broker['broker_cpu_pct']}%" if broker.get("broker_cpu_pct") else ""
     return f"{fig.get('rate', 0) or 0:,.0f} rec/s ({fig.get('records')} records{extra})"
@@ -178,6 +183,15 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
 
         res["c"] = _attempt(c, "c")
         _log(f"  c: {_brief('c', res['c'])}")
+    if "f" in selected:
+        # Issue 7: the project's asyncio client next to confluent-kafka on one scenario.
+        from bench import client_share
+
+        n = settings.records() // 2
+        _log(f"[{system.name}] (f) client.ShareConsumer vs confluent_kafka.ShareConsumer, "
+             f"{n:,} records, 1 partition x 1 consumer, implicit")
+        res["f"] = _attempt(lambda: client_share.run(system.bootstrap, n, 1), "f")
+        _log(f"  f: {_brief('f', res['f'])}")
     return res
 
 
