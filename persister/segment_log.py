@@ -1,26 +1,23 @@
-"""One Kafka partition on disk: segment files of record batches, sparse indexes and checkpoints.
+"""One Kafka partition on disk: a directory of segments, checkpoints and the partition-level logic.
 
 Layout of a partition directory::
 
-    00000000000000000000.log        batches byte-for-byte as produced, base offsets assigned
-    00000000000000000000.index      sparse offset index: (relative offset int32, position int32)
-    00000000000000000000.timeindex  time index: (running max timestamp int64, relative offset int32)
+    00000000000000000000.log        a segment's batches, sparse offset index and time index,
+    00000000000000000000.index      named by its base offset (formats and per-segment invariants:
+    00000000000000000000.timeindex  ``persister/segment.py``)
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
     .clean-shutdown                 written by close(); removed by open()
+
+This module holds the segment list and everything that spans segments: opening and recovering
+the directory, rolling, reads across segments, timestamp lookups, the flush policy, retention and
+the checkpoints. One segment (its files, in-memory index, appends, seal and the CRC check of its
+unflushed tail) is ``persister.segment.Segment``.
 
 Invariants:
 - Offsets are dense: the first batch of a segment starts at the segment's base offset (its file
   name) and each batch starts at the previous batch's last offset + 1. Segment *k+1* starts at the
   end offset of segment *k*; only the last segment (the active one) is appended to.
-- A segment file holds whole batches only; ``size`` (in memory) is where the next batch goes.
-  Recovery truncates anything after the last batch with a valid header and CRC.
-- Index entry *j* of a segment describes the batch starting at ``position[j]`` with base offset
-  ``base + rel[j]``; ``ts[j]`` is the largest batch max-timestamp of that batch and every batch
-  before it in the segment (non-decreasing, so it can be bisected). Entries go in when more than
-  ``index_interval_bytes`` were appended since the previous one, and once more for the last batch
-  when a segment is sealed (rolled or closed); a sealed segment's last ``ts`` is its largest
-  timestamp. The ``.index`` and ``.timeindex`` files always hold the same entries.
 - Everything below the recovery point is fsynced (data and index files). Startup after a crash
   validates only the batches after the last index entry below the recovery point, so its cost
   follows the unflushed tail, not the log size. Sealed segments load their index on first use
@@ -29,40 +26,42 @@ Invariants:
 
 Threads: every method is synchronous and thread-safe. The broker runs ``flush`` and
 ``enforce_retention`` in worker threads while the event loop appends and reads: one
-``threading.Lock`` guards the segment list, descriptors and counters and is never held across an
-fsync. Reads hold it during their ``pread``s so a concurrent segment deletion cannot close a
-descriptor under them.
+``threading.Lock`` guards the segment list, the segments themselves, descriptors and counters
+and is never held across an fsync. Reads hold it during their ``pread``s so a concurrent segment
+deletion cannot close a descriptor under them.
 
-I/O errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog``, ``LogSegment``,
-``OffsetIndex``/``TimeIndex`` and ``LogLoader`` (behaviour only).
+I/O errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog`` and ``LogLoader``
+(behaviour only).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import operator
 import os
 import shutil
 import struct
-import sys
 import threading
-from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import crc32c
-
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
+from persister.segment import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    Segment,
+    base_of,
+    batch_metas,
+    header_at,
+    pwrite_all,
+    walk,
+)
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
-    BATCH_HEADER_SIZE,
-    HEADER_STRUCT,
     LOG_OVERHEAD,
-    MAGIC_V2,
-    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
@@ -74,26 +73,15 @@ _log = logging.getLogger("shoal.log")
 
 GIB = 1 << 30
 DAY_MS = 24 * 3600 * 1000
-INT32_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 _TMP_SUFFIX = ".tmp"
 _CHECKPOINT_VERSION = 0
 
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
-_INT64 = struct.Struct(">q")
 _INT16 = struct.Struct(">h")
-# Header walks read this much at a time (an index interval plus slack).
-_WALK_CHUNK = 16 * 1024
-# Recovery reads this much at a time to check CRCs.
-_RECOVERY_CHUNK = 1 << 20
 # Sealed segments whose index stays in memory (with an open descriptor) per partition. A 1 GiB
 # segment indexed every 4 KiB takes 4 MiB of index.
 _MAX_LOADED_SEALED = 4
@@ -126,107 +114,6 @@ class LogConfig:
             raise ValueError(f"flush_interval_ms must be >= 0: {self.flush_interval_ms}")
 
 
-class _Segment:
-    """One segment's files and in-memory index. Mutated only under ``PartitionLog._lock``."""
-
-    __slots__ = (
-        "base_offset",
-        "log_path",
-        "index_path",
-        "time_path",
-        "fd",
-        "size",
-        "loaded",
-        "max_known",
-        "rel",
-        "pos",
-        "ts",
-        "max_timestamp",
-        "last_batch_pos",
-        "last_batch_rel",
-        "bytes_since_index",
-        "created_ms",
-        "dirty",
-        "index_fds",
-    )
-
-    def __init__(self, directory: Path, base_offset: int) -> None:
-        stem = os.path.join(directory, f"{base_offset:020d}")
-        self.base_offset = base_offset
-        self.log_path = stem + LOG_SUFFIX
-        self.index_path = stem + INDEX_SUFFIX
-        self.time_path = stem + TIME_INDEX_SUFFIX
-        self.fd = -1
-        self.size = 0
-        self.loaded = False
-        self.max_known = False
-        self.rel = array("i")
-        self.pos = array("i")
-        self.ts = array("q")
-        self.max_timestamp = NO_TIMESTAMP
-        # Append state, kept for the active segment (and sealed ones recovered in this process).
-        self.last_batch_pos = -1
-        self.last_batch_rel = -1
-        self.bytes_since_index = 0
-        self.created_ms = 0
-        self.dirty = False
-        # (index, time index) write descriptors, held while the segment is active.
-        self.index_fds: tuple[int, int] | None = None
-
-    def paths(self) -> tuple[str, str, str]:
-        return self.log_path, self.index_path, self.time_path
-
-    def open_index_files(self) -> None:
-        if self.index_fds is None:
-            fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                self.index_fds = (fd, os.open(self.time_path, os.O_WRONLY | os.O_CREAT, 0o644))
-            except OSError:
-                os.close(fd)
-                raise
-
-    def close_index_files(self) -> None:
-        if self.index_fds is not None:
-            fds, self.index_fds = self.index_fds, None
-            for fd in fds:
-                os.close(fd)
-
-    def close(self) -> None:
-        self.close_index_files()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def unload(self) -> None:
-        """Drop the in-memory index and the descriptor of a sealed segment (kept: its maximum)."""
-        self.close()
-        self.rel, self.pos, self.ts = array("i"), array("i"), array("q")
-        self.loaded = False
-
-    def add_entries(self, entries: list[tuple[int, int, int]]) -> None:
-        """Write index entries after the existing ones (explicit positions: a failed earlier
-        write can never misalign the file) and record them in memory."""
-        count = len(self.rel)
-        idx = b"".join(_INDEX_ENTRY.pack(rel, pos) for rel, pos, _ in entries)
-        tix = b"".join(_TIME_ENTRY.pack(ts, rel) for rel, _, ts in entries)
-        if self.index_fds is not None:
-            _pwrite_all(self.index_fds[0], idx, count * _INDEX_ENTRY.size)
-            _pwrite_all(self.index_fds[1], tix, count * _TIME_ENTRY.size)
-        else:
-            _pwrite_file(self.index_path, idx, count * _INDEX_ENTRY.size)
-            _pwrite_file(self.time_path, tix, count * _TIME_ENTRY.size)
-        for rel, pos, ts in entries:
-            self.rel.append(rel)
-            self.pos.append(pos)
-            self.ts.append(ts)
-
-    def truncate_index(self, count: int) -> None:
-        """Keep the first ``count`` entries, in memory and on disk."""
-        del self.rel[count:], self.pos[count:], self.ts[count:]
-        _truncate_file(self.index_path, count * _INDEX_ENTRY.size)
-        _truncate_file(self.time_path, count * _TIME_ENTRY.size)
-
-
 class PartitionLog:
     """A partition stored as segment files in one directory. Create with ``PartitionLog.open``.
 
@@ -236,10 +123,10 @@ class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig) -> None:
         self.directory = directory
         self.config = config
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._bases: list[int] = []
         # Sealed segments whose index is in memory, least recently used first.
-        self._loaded: OrderedDict[int, _Segment] = OrderedDict()
+        self._loaded: OrderedDict[int, Segment] = OrderedDict()
         self._log_start_offset = 0
         self._leo = 0
         self._size_bytes = 0
@@ -282,7 +169,7 @@ class PartitionLog:
         for name in names:
             if name.endswith(_TMP_SUFFIX):
                 os.unlink(self.directory / name)
-        bases = sorted(_base_of(n) for n in names if n.endswith(LOG_SUFFIX) and _base_of(n) >= 0)
+        bases = sorted(base_of(n) for n in names if n.endswith(LOG_SUFFIX) and base_of(n) >= 0)
         base_set = set(bases)
         for name in names:
             if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
@@ -300,13 +187,13 @@ class PartitionLog:
 
         segments = []
         for base in bases:
-            seg = _Segment(self.directory, base)
+            seg = Segment(self.directory, base)
             seg.size = os.stat(seg.log_path).st_size
             segments.append(seg)
         if lso is not None:
             # Finish deletions interrupted by a crash: whole segments below the start offset.
             while len(segments) > 1 and segments[1].base_offset <= lso:
-                _unlink_segment(segments.pop(0))
+                segments.pop(0).unlink()
         self._segments = segments
         if not segments:
             self._create_active(0 if lso is None else lso, now_ms)
@@ -322,7 +209,7 @@ class PartitionLog:
             # the same rather than reuse offsets below a start offset it already advertised).
             for seg in self._segments:
                 seg.close()
-                _unlink_segment(seg)
+                seg.unlink()
             self._segments = []
             self._loaded.clear()
             self._create_active(self._log_start_offset, now_ms)
@@ -335,14 +222,9 @@ class PartitionLog:
         active.open_index_files()
         active.created_ms = now_ms
 
-    def _create_active(self, base: int, now_ms: int) -> _Segment:
+    def _create_active(self, base: int, now_ms: int) -> Segment:
         """Start an empty segment at ``base`` (files replaced if left over) and make it active."""
-        seg = _Segment(self.directory, base)
-        seg.fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        for path in (seg.index_path, seg.time_path):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-        seg.loaded = seg.max_known = True
-        seg.created_ms = now_ms
+        seg = Segment.create(self.directory, base, now_ms)
         self._segments.append(seg)
         self._leo = base
         self._dir_dirty = True
@@ -351,33 +233,12 @@ class PartitionLog:
     def _recover_clean(self, marker_leo: int) -> bool:
         """After a clean shutdown, take the active segment's state from its seal entry.
 
-        Checks one header: the seal entry must point at a batch that ends the file and ends at
-        the offset the marker recorded. Returns False (scan instead) otherwise.
+        Returns False (scan instead) if the files do not match the marker
+        (``Segment.restore_sealed``).
         """
-        seg = self._segments[-1]
-        self._read_index(seg)
-        seg.fd = os.open(seg.log_path, os.O_RDWR)
-        if seg.size == 0:
-            ok = not seg.rel and marker_leo == seg.base_offset
-        elif seg.rel:
-            f = _header_at(seg.fd, seg.pos[-1])
-            ok = (
-                f is not None
-                and f[0] == seg.base_offset + seg.rel[-1]
-                and seg.pos[-1] + f[1] + LOG_OVERHEAD == seg.size
-                and f[0] + f[6] + 1 == marker_leo
-            )
-            if ok and f is not None:
-                seg.last_batch_pos = seg.pos[-1]
-                seg.last_batch_rel = seg.rel[-1]
-                seg.bytes_since_index = f[1] + LOG_OVERHEAD
-                seg.max_timestamp = seg.ts[-1]
-        else:
-            ok = False
-        if not ok:
+        if not self._segments[-1].restore_sealed(marker_leo):
             _log.warning("%s: clean-shutdown marker does not match the files", self.directory)
             return False
-        seg.loaded = seg.max_known = True
         self._leo = marker_leo
         return True
 
@@ -393,153 +254,49 @@ class PartitionLog:
                              self.directory, seg.base_offset, expected)
                 self._drop_segments_from(j)
                 break
-            self._read_index(seg)
+            seg.read_index()
             # Keep only entries for batches that start below the recovery point: those batches
             # and entries were fsynced by the flush that wrote it.
             keep = bisect.bisect_left(seg.rel, recovery_point - seg.base_offset) if j == k else 0
             seg.truncate_index(keep)
-            end, expected = self._scan_segment(seg)
+            end, expected = seg.recover(self.config.index_interval_bytes)
             self._dir_dirty = True
             seg.dirty = True
             if end < seg.size or (seg.size == 0 and j < len(segments) - 1):
                 _log.warning("%s: torn or corrupt batch: truncating segment %d at %d of %d bytes",
                              self.directory, seg.base_offset, end, seg.size)
-                os.ftruncate(seg.fd, end)
-                seg.size = end
-                seg.truncate_index(bisect.bisect_left(seg.pos, end))
+                seg.truncate(end)
                 self._drop_segments_from(j + 1)
                 break
         for seg in self._segments[k:-1]:
-            self._seal(seg)
+            seg.seal()
             self._track(seg)
         self._leo = expected
 
     def _drop_segments_from(self, j: int) -> None:
         for seg in self._segments[j:]:
             seg.close()
-            _unlink_segment(seg)
+            seg.unlink()
         del self._segments[j:]
 
-    def _scan_segment(self, seg: _Segment) -> tuple[int, int]:
-        """CRC-check batches from the last index entry on and rebuild entries after it.
-
-        Returns the end of the last valid batch and the offset after it.
-        """
-        if seg.fd < 0:
-            seg.fd = os.open(seg.log_path, os.O_RDWR)
-        interval = self.config.index_interval_bytes
-        if seg.rel:
-            pos = seg.pos[-1]
-            expected = seg.base_offset + seg.rel[-1]
-            running = seg.ts[-1]
-        else:
-            pos, expected, running = 0, seg.base_offset, NO_TIMESTAMP
-        resumed_at = pos if seg.rel else -1
-        since = 0
-        entries: list[tuple[int, int, int]] = []
-        buf = b""
-        buf_start = pos
-        end = seg.size
-        while end - pos >= BATCH_HEADER_SIZE:
-            if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
-                buf, buf_start = os.pread(seg.fd, min(_RECOVERY_CHUNK, end - pos), pos), pos
-            f = HEADER_STRUCT.unpack_from(buf, pos - buf_start)
-            size = f[1] + LOG_OVERHEAD
-            if (
-                f[3] != MAGIC_V2
-                or f[1] < MIN_BATCH_LENGTH
-                or pos + size > end
-                or f[0] != expected
-                or f[6] < 0
-                or f[0] - seg.base_offset > INT32_MAX
-            ):
-                break
-            if pos + size > buf_start + len(buf):
-                want = min(max(_RECOVERY_CHUNK, size), end - pos)
-                buf, buf_start = os.pread(seg.fd, want, pos), pos
-            off = pos - buf_start
-            if crc32c.crc32c(memoryview(buf)[off + ATTRIBUTES_OFFSET : off + size]) != f[4]:
-                break
-            if f[8] > running:
-                running = f[8]
-            if since > interval and pos != resumed_at:
-                entries.append((f[0] - seg.base_offset, pos, running))
-                since = 0
-            since += size
-            seg.last_batch_pos = pos
-            seg.last_batch_rel = f[0] - seg.base_offset
-            expected = f[0] + f[6] + 1
-            pos += size
-        if entries:
-            seg.add_entries(entries)
-        seg.max_timestamp = running
-        seg.bytes_since_index = since
-        seg.loaded = seg.max_known = True
-        return pos, expected
-
-    def _read_index(self, seg: _Segment) -> None:
-        """Read a segment's index files, keeping the longest consistent prefix of entries
-        (increasing offsets and positions inside the file, non-decreasing timestamps)."""
-        idx = _read_file(seg.index_path)
-        tix = _read_file(seg.time_path)
-        n = min(len(idx) // _INDEX_ENTRY.size, len(tix) // _TIME_ENTRY.size)
-        idx, tix = idx[: n * _INDEX_ENTRY.size], tix[: n * _TIME_ENTRY.size]
-        rel, pos = _column(idx, 8, 0, 4, "i"), _column(idx, 8, 4, 4, "i")
-        ts, time_rel = _column(tix, 12, 0, 8, "q"), _column(tix, 12, 8, 4, "i")
-        consistent = n == 0 or (
-            rel[0] >= 0
-            and pos[0] >= 0
-            and pos[-1] < seg.size
-            and rel == time_rel
-            and all(map(operator.lt, rel, rel[1:]))
-            and all(map(operator.lt, pos, pos[1:]))
-            and all(map(operator.le, ts, ts[1:]))
-        )
-        if not consistent:
-            # A torn tail after a crash: find where the entries stop making sense.
-            keep = 0
-            prev_rel = prev_pos = -1
-            prev_ts = NO_TIMESTAMP
-            for i in range(n):
-                r, p, t = rel[i], pos[i], ts[i]
-                if r <= prev_rel or p <= prev_pos or p >= seg.size or t < prev_ts:
-                    break
-                if time_rel[i] != r:
-                    break
-                keep, prev_rel, prev_pos, prev_ts = i + 1, r, p, t
-            del rel[keep:], pos[keep:], ts[keep:]
-        seg.rel, seg.pos, seg.ts = rel, pos, ts
-
-    def _use(self, seg: _Segment) -> None:
+    def _use(self, seg: Segment) -> None:
         """Make a segment's index, largest timestamp and descriptor available (under ``_lock``).
 
         Sealed segments load lazily, and only the ``_MAX_LOADED_SEALED`` most recently used stay
         loaded, which bounds memory and descriptors per partition.
         """
-        if seg.fd < 0:
-            seg.fd = os.open(seg.log_path, os.O_RDONLY)
-        if not seg.loaded:
-            self._read_index(seg)
-            seg.loaded = True
-        if not seg.max_known and seg.size:
-            # The seal entry makes the last ``ts`` the maximum; walk whatever follows the last
-            # entry in case the seal is missing.
-            running = seg.ts[-1] if seg.ts else NO_TIMESTAMP
-            for _, f in _walk(seg.fd, seg.pos[-1] if seg.pos else 0, seg.size):
-                running = max(running, f[8])
-            seg.max_timestamp = running
-        seg.max_known = True
+        seg.load()
         if seg is not self._segments[-1]:
             self._track(seg)
 
-    def _track(self, seg: _Segment) -> None:
+    def _track(self, seg: Segment) -> None:
         """Note a loaded sealed segment as most recently used; unload the least recent ones."""
         self._loaded[seg.base_offset] = seg
         self._loaded.move_to_end(seg.base_offset)
         while len(self._loaded) > _MAX_LOADED_SEALED:
             self._loaded.popitem(last=False)[1].unload()
 
-    def _max_timestamp(self, seg: _Segment) -> int:
+    def _max_timestamp(self, seg: Segment) -> int:
         if not seg.max_known:
             self._use(seg)
         return seg.max_timestamp
@@ -593,20 +350,7 @@ class PartitionLog:
             raise CorruptRecordError("nothing to append")
         if n > INT32_MAX:
             raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
-        unpack = HEADER_STRUCT.unpack_from
-        metas: list[tuple[int, int, int, int]] = []
-        offsets = 0
-        p = 0
-        while p < n:
-            if n - p < BATCH_HEADER_SIZE:
-                raise CorruptRecordError(f"truncated batch header at position {p}")
-            f = unpack(buf, p)
-            size = f[1] + LOG_OVERHEAD
-            if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH or f[6] < 0 or p + size > n:
-                raise CorruptRecordError(f"malformed batch at position {p}")
-            metas.append((p, size, f[6], f[8]))
-            offsets += f[6] + 1
-            p += size
+        metas, offsets = batch_metas(buf)
         first_attributes = _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
         with self._lock:
             if self._closed:
@@ -624,28 +368,7 @@ class PartitionLog:
                 seg.created_ms = now_ms
             start = seg.size
             seg_base = seg.base_offset
-            interval = cfg.index_interval_bytes
-            since = seg.bytes_since_index
-            running = seg.max_timestamp
-            entries: list[tuple[int, int, int]] = []
-            offset = leo
-            pack_offset = _INT64.pack_into
-            for p, size, delta, max_ts in metas:
-                pack_offset(buf, p, offset)
-                if max_ts > running:
-                    running = max_ts
-                if since > interval and offset - seg_base <= INT32_MAX:
-                    entries.append((offset - seg_base, start + p, running))
-                    since = 0
-                since += size
-                offset += delta + 1
-            _pwrite_all(seg.fd, buf, start)
-            seg.size = start + n
-            seg.dirty = True
-            seg.max_timestamp = running
-            seg.bytes_since_index = since
-            seg.last_batch_pos = start + metas[-1][0]
-            seg.last_batch_rel = offset - metas[-1][2] - 1 - seg_base
+            offset, entries = seg.append(buf, metas, leo, cfg.index_interval_bytes)
             self._leo = offset
             self._size_bytes += n
             self._appended += offset - leo
@@ -666,9 +389,9 @@ class PartitionLog:
             append_time = metas[0][3]
         return AppendResult(leo, offset - 1, append_time, lso, seg_base, start)
 
-    def _roll(self, now_ms: int) -> _Segment:
+    def _roll(self, now_ms: int) -> Segment:
         old = self._segments[-1]
-        self._seal(old)
+        old.seal()
         old.close_index_files()
         self._track(old)
         seg = self._create_active(self._leo, now_ms)
@@ -676,13 +399,6 @@ class PartitionLog:
         self._bases.append(seg.base_offset)
         self._rolled_unflushed = True
         return seg
-
-    def _seal(self, seg: _Segment) -> None:
-        """Index the last batch so the segment's largest timestamp is its last ``ts``."""
-        if seg.last_batch_pos < 0 or (seg.pos and seg.pos[-1] == seg.last_batch_pos):
-            return
-        seg.add_entries([(seg.last_batch_rel, seg.last_batch_pos, seg.max_timestamp)])
-        seg.dirty = True
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -716,11 +432,11 @@ class PartitionLog:
                     cut, next_offset = avail, seg_end
                 else:
                     limit = pos + min(remaining, avail)
-                    cut, next_offset = _cut(seg, pos, limit, start_offset, bound)
+                    cut, next_offset = seg.cut(pos, limit, start_offset, bound)
                 if cut == 0:
                     if not parts:
                         # KIP-74: the first batch goes out whole even if larger than max_bytes.
-                        h = _header_at(seg.fd, pos)
+                        h = header_at(seg.fd, pos)
                         if h is None:
                             raise LogError(f"{seg.log_path}: no batch at position {pos}")
                         parts.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
@@ -762,7 +478,7 @@ class PartitionLog:
             seg = self._segments[i]
             pos, _ = self._locate(seg, from_offset)
             while True:
-                for _, f in _walk(seg.fd, pos, seg.size):
+                for _, f in walk(seg.fd, pos, seg.size):
                     if f[0] >= end:
                         return out
                     out.append(BatchHeader(*f))
@@ -816,7 +532,7 @@ class PartitionLog:
             else:
                 # Batches below the start offset do not count: walk the readable part.
                 start, _ = self._locate(first, lso)
-                for _, f in _walk(first.fd, start, first.size):
+                for _, f in walk(first.fd, start, first.size):
                     best = max(best, f[8])
             return self._first_batch_at_or_after(best)
 
@@ -840,7 +556,7 @@ class PartitionLog:
             start = seg.pos[j - 1] if j > 0 else 0
             if k == i:
                 start = max(start, self._locate(seg, lso)[0])
-            for _, f in _walk(seg.fd, start, seg.size):
+            for _, f in walk(seg.fd, start, seg.size):
                 if f[8] >= target and f[0] + f[6] >= lso:
                     return max(f[0], lso), f[8]
         return None
@@ -856,16 +572,11 @@ class PartitionLog:
             raise OffsetOutOfRangeError(f"offset {offset} outside [{lso}, {leo}]: {self.directory}")
         return lso, leo
 
-    def _locate(self, seg: _Segment, offset: int) -> tuple[int, int]:
+    def _locate(self, seg: Segment, offset: int) -> tuple[int, int]:
         """Position and base offset of the batch holding ``offset`` in ``seg`` (index bisect, then
         a short walk)."""
         self._use(seg)
-        j = bisect.bisect_right(seg.rel, offset - seg.base_offset) - 1
-        start = seg.pos[j] if j >= 0 else 0
-        for pos, f in _walk(seg.fd, start, seg.size):
-            if f[0] + f[6] >= offset:
-                return pos, f[0]
-        raise LogError(f"{seg.log_path}: offset {offset} not found")
+        return seg.locate(offset)
 
     # -- durability --------------------------------------------------------------------------
 
@@ -949,8 +660,7 @@ class PartitionLog:
             self._since_snapshot_ms = None
         try:
             for seg in dirty:
-                for path in seg.paths():
-                    _fsync_path(path)
+                seg.fsync()
             if dir_dirty:
                 _fsync_dir(self.directory)
             if target > self._recovery_point:
@@ -1030,7 +740,7 @@ class PartitionLog:
             self._finish_deletion(victims, force_checkpoint=True)
             return offset
 
-    def _expired(self, seg: _Segment, now_ms: int) -> bool:
+    def _expired(self, seg: Segment, now_ms: int) -> bool:
         retention_ms = self.config.retention_ms
         if retention_ms < 0:
             return False
@@ -1039,7 +749,7 @@ class PartitionLog:
             largest = os.stat(seg.log_path).st_mtime_ns // 1_000_000
         return now_ms - largest > retention_ms
 
-    def _remove_head(self, count: int) -> list[_Segment]:
+    def _remove_head(self, count: int) -> list[Segment]:
         """Drop the first ``count`` segments from the log (under ``_lock``)."""
         victims = self._segments[:count]
         if victims:
@@ -1051,12 +761,12 @@ class PartitionLog:
                 self._loaded.pop(seg.base_offset, None)
         return victims
 
-    def _finish_deletion(self, victims: list[_Segment], force_checkpoint: bool = False) -> None:
+    def _finish_deletion(self, victims: list[Segment], force_checkpoint: bool = False) -> None:
         # Checkpoint first: a crash before the unlinks leaves segments that open() removes.
         if victims or force_checkpoint:
             _write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
         for seg in victims:
-            _unlink_segment(seg)
+            seg.unlink()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1074,7 +784,7 @@ class PartitionLog:
                 self._closed = True
                 active = self._segments[-1]
                 try:
-                    self._seal(active)
+                    active.seal()
                 except OSError:
                     _log.exception("%s: sealing the active segment failed", self.directory)
             try:
@@ -1103,117 +813,7 @@ class PartitionLog:
             _fsync_dir(self.directory.parent)
 
 
-# -- file helpers -----------------------------------------------------------------------------
-
-
-def _walk(fd: int, start: int, end: int) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """Yield ``(position, header fields)`` for the batches in ``[start, end)``, headers only."""
-    pos = start
-    buf = b""
-    buf_start = start
-    while pos < end:
-        if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
-            buf, buf_start = os.pread(fd, min(_WALK_CHUNK, end - pos), pos), pos
-            if len(buf) < BATCH_HEADER_SIZE:
-                raise LogError(f"truncated batch header at position {pos}")
-        f = HEADER_STRUCT.unpack_from(buf, pos - buf_start)
-        if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH or pos + f[1] + LOG_OVERHEAD > end:
-            raise LogError(f"malformed batch header at position {pos}")
-        yield pos, f
-        pos += f[1] + LOG_OVERHEAD
-
-
-def _cut(seg: _Segment, pos: int, limit: int, start_offset: int, bound: int) -> tuple[int, int]:
-    """How many bytes from ``pos`` (where offset ``start_offset`` begins) up to ``limit`` are whole
-    batches with base offsets below ``bound``; returns that length and the offset after them.
-
-    The index jumps close to the end: an entry at or before ``limit`` whose batch starts below
-    ``bound`` is preceded only by batches that qualify, so only the last few headers are read.
-    """
-    j = min(
-        bisect.bisect_right(seg.pos, limit) - 1,
-        bisect.bisect_left(seg.rel, bound - seg.base_offset) - 1,
-    )
-    start, next_offset = pos, start_offset
-    if j >= 0 and seg.pos[j] > pos:
-        start, next_offset = seg.pos[j], seg.base_offset + seg.rel[j]
-    end = start
-    for p, f in _walk(seg.fd, start, seg.size):
-        if f[0] >= bound or p + f[1] + LOG_OVERHEAD > limit:
-            break
-        end = p + f[1] + LOG_OVERHEAD
-        next_offset = f[0] + f[6] + 1
-    return end - pos, next_offset
-
-
-def _column(data: bytes, record: int, start: int, width: int, typecode: str) -> array[int]:
-    """Bytes ``[start, start + width)`` of every ``record``-byte entry as a big-endian integer
-    array (strided slices run in C: loading a large index costs milliseconds)."""
-    out = bytearray(len(data) // record * width)
-    for k in range(width):
-        out[k::width] = data[start + k :: record]
-    column = array(typecode, bytes(out))
-    if sys.byteorder == "little":
-        column.byteswap()
-    return column
-
-
-def _header_at(fd: int, pos: int) -> tuple[int, ...] | None:
-    buf = os.pread(fd, BATCH_HEADER_SIZE, pos)
-    if len(buf) < BATCH_HEADER_SIZE:
-        return None
-    f = HEADER_STRUCT.unpack(buf)
-    if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH:
-        return None
-    return f
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
-    view = memoryview(data)
-    written = os.pwrite(fd, view, pos)
-    while written < len(view):
-        written += os.pwrite(fd, view[written:], pos + written)
-
-
-def _pwrite_file(path: str, data: bytes, pos: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        _pwrite_all(fd, data, pos)
-    finally:
-        os.close(fd)
-
-
-def _truncate_file(path: str, size: int) -> None:
-    try:
-        if os.stat(path).st_size == size:
-            return
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        os.ftruncate(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _read_file(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return b""
-
-
-def _fsync_path(path: str) -> None:
-    """fsync a file by name (an fsync through any descriptor flushes the file); gone is fine."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# -- checkpoint files ------------------------------------------------------------------------
 
 
 def _fsync_dir(path: Path) -> None:
@@ -1229,7 +829,7 @@ def _write_checkpoint(path: Path, value: int) -> None:
     tmp = path.with_name(path.name + _TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _pwrite_all(fd, f"{_CHECKPOINT_VERSION}\n{value}\n".encode(), 0)
+        pwrite_all(fd, f"{_CHECKPOINT_VERSION}\n{value}\n".encode(), 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -1250,17 +850,3 @@ def _read_checkpoint(path: Path) -> int | None:
         return int(value)
     _log.warning("%s is malformed; ignoring it", path)
     return None
-
-
-def _base_of(name: str) -> int:
-    stem = name[: -len(LOG_SUFFIX)]
-    return int(stem) if len(stem) == 20 and stem.isdigit() else -1
-
-
-def _unlink_segment(seg: _Segment) -> None:
-    for path in seg.paths():
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-

@@ -1,4 +1,5 @@
-"""persister/segment_log.py: appends, reads, recovery after a crash, retention, flush policy.
+"""persister/segment_log.py (and segment.py under it): appends, reads, crash recovery, retention,
+flush policy.
 
 A "crash" is a copy of the partition directory taken while the log is open (what ``kill -9`` leaves
 on disk: every ``write`` is in the page cache, nothing ``close()`` does has happened).
