@@ -6,12 +6,12 @@ DATA_DIR ?= ./data
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-crash bench kcat clean
+.PHONY: setup run test test-slow test-crash bench kcat java clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -26,12 +26,18 @@ kcat:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+## Spark (the pipeline/ tests) needs a Java runtime: Debian's headless JRE 17 if none is installed.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+
 ## The whole fast suite (slow soak runs are excluded; see test-slow).
-test: $(STAMP) kcat
+test: $(STAMP) kcat java
 	$(BIN)/pytest -m "not slow" -p no:cacheprovider
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
-test-slow: $(STAMP) kcat
+test-slow: $(STAMP) kcat java
 	$(BIN)/pytest -m slow -p no:cacheprovider
 
 ## The share-state crash test repeated at 20 random kill points.

@@ -1,0 +1,124 @@
+"""Options of the ``shoal-share`` source and the ``shoal`` writer, parsed and checked once.
+
+Spark hands a data source its options as a case-insensitive dict of strings. Everything a
+mistyped or missing option can break is checked here, on the driver, before a consumer or
+producer exists, and the error names the option and says what to pass instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class OptionError(ValueError):
+    """A missing or invalid option; the message names it."""
+
+
+def _get(options: Mapping[str, str], *names: str) -> str | None:
+    lowered = {k.lower(): v for k, v in options.items()}
+    for name in names:
+        value = lowered.get(name.lower())
+        if value is not None and str(value).strip() != "":
+            return str(value).strip()
+    return None
+
+
+def _required(options: Mapping[str, str], *names: str) -> str:
+    value = _get(options, *names)
+    if value is None:
+        raise OptionError(f"option {names[0]!r} is required, e.g. "
+                          f".option({names[0]!r}, ...)")
+    return value
+
+
+def _int(options: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name!r} must be an integer, not {raw!r}") from None
+    if not lo <= value <= hi:
+        raise OptionError(f"option {name!r} must be between {lo} and {hi}, not {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name!r} must be true or false, not {raw!r}")
+
+
+def _topics(raw: str, name: str) -> tuple[str, ...]:
+    topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+    if not topics:
+        raise OptionError(f"option {name!r} names no topic")
+    return topics
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What ``spark.readStream.format("shoal-share")`` was asked for."""
+
+    bootstrap_servers: str
+    group_id: str
+    topics: tuple[str, ...]
+    # One ShareFetch fills one micro-batch, hard-capped at this many records (record_limit mode).
+    max_records_per_batch: int = 10_000
+    # False: a dry run. Records are released, never accepted, when their batch commits.
+    acknowledge: bool = True
+    # True: fail the query when the broker refuses the acknowledgement of a committed batch
+    # (its locks lapsed, so its records may go to another consumer or be archived).
+    fail_on_data_loss: bool = True
+    # How long latestOffset() waits for records before reporting "no new data".
+    poll_timeout_ms: int = 500
+    # Keep the locks of an in-flight batch alive with RENEW while Spark processes it.
+    renew_locks: bool = True
+    # Spark partitions per micro-batch; 0 means one per topic-partition in the batch.
+    num_partitions: int = 0
+    client_id: str = "shoal-spark-source"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        bootstrap = _required(options, "kafka.bootstrap.servers", "bootstrap.servers")
+        group = _required(options, "group.id", "kafka.group.id")
+        if _get(options, "subscribePattern", "assign") is not None:
+            raise OptionError("only 'subscribe' is supported: a share group subscribes to topic "
+                              "names ('subscribePattern' and 'assign' do not apply)")
+        topics = _topics(_required(options, "subscribe"), "subscribe")
+        return cls(
+            bootstrap_servers=bootstrap, group_id=group, topics=topics,
+            max_records_per_batch=_int(options, "maxRecordsPerBatch", 10_000, 1, 10_000_000),
+            acknowledge=_bool(options, "acknowledge", True),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            poll_timeout_ms=_int(options, "pollTimeoutMs", 500, 0, 600_000),
+            renew_locks=_bool(options, "renewLocks", True),
+            num_partitions=_int(options, "numPartitions", 0, 0, 100_000),
+            client_id=_get(options, "kafka.client.id", "client.id") or "shoal-spark-source",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriterOptions:
+    """What ``df.write.format("shoal")`` was asked for."""
+
+    bootstrap_servers: str
+    topic: str | None
+    # Extra librdkafka producer settings, from options named ``kafka.<setting>``.
+    producer_config: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriterOptions:
+        bootstrap = _required(options, "kafka.bootstrap.servers", "bootstrap.servers")
+        extra = tuple(sorted(
+            (k[len("kafka."):], str(v)) for k, v in options.items()
+            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"))
+        return cls(bootstrap_servers=bootstrap, topic=_get(options, "topic"),
+                   producer_config=extra)

@@ -1,0 +1,113 @@
+"""The rows the source produces: Spark's Kafka-source columns plus ``deliveryCount``.
+
+A micro-batch travels from the driver to the executors inside its ``InputPartition``s, as
+columns (lists) rather than row objects: they pickle small and turn into one Arrow record
+batch per partition on the executor without a per-row Python step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Spark's Kafka source schema (with includeHeaders=true) plus the share group's delivery count.
+SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, timestampType int, "
+              "headers array<struct<key: string, value: binary>>, deliveryCount int")
+
+
+@dataclass(slots=True)
+class Columns:
+    """One Spark partition's worth of records, column by column."""
+
+    key: list[bytes | None] = field(default_factory=list)
+    value: list[bytes | None] = field(default_factory=list)
+    topic: list[str] = field(default_factory=list)
+    partition: list[int] = field(default_factory=list)
+    offset: list[int] = field(default_factory=list)
+    timestamp_ms: list[int] = field(default_factory=list)
+    timestamp_type: list[int] = field(default_factory=list)
+    headers: list[list[dict[str, Any]]] = field(default_factory=list)
+    delivery_count: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def add(self, r: Any) -> None:
+        """Append one ``client.ShareRecord``."""
+        self.key.append(r.key)
+        self.value.append(r.value)
+        self.topic.append(r.topic)
+        self.partition.append(r.partition)
+        self.offset.append(r.offset)
+        self.timestamp_ms.append(r.timestamp)
+        self.timestamp_type.append(r.timestamp_type)
+        self.headers.append([{"key": k, "value": v} for k, v in r.headers])
+        self.delivery_count.append(r.delivery_count)
+
+
+def split(records: Sequence[Any], parts: int) -> list[Columns]:
+    """Group records into Spark partitions.
+
+    ``parts == 0``: one partition per topic-partition (Kafka-source style; keeps each
+    partition's records in offset order). Otherwise records are dealt round-robin by
+    topic-partition into ``parts`` partitions, with empty ones dropped.
+    """
+    by_tp: dict[tuple[str, int], Columns] = {}
+    for r in records:
+        cols = by_tp.get((r.topic, r.partition))
+        if cols is None:
+            cols = by_tp[(r.topic, r.partition)] = Columns()
+        cols.add(r)
+    if parts == 0 or parts >= len(by_tp):
+        return list(by_tp.values())
+    merged = [Columns() for _ in range(parts)]
+    for i, cols in enumerate(by_tp.values()):
+        target = merged[i % parts]
+        for name in Columns.__slots__:
+            getattr(target, name).extend(getattr(cols, name))
+    return [c for c in merged if len(c)]
+
+
+def to_arrow(cols: Columns) -> Any:
+    """One ``pyarrow.RecordBatch`` in the source's schema (imported here: executors only)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([
+        pa.array(cols.key, pa.binary()),
+        pa.array(cols.value, pa.binary()),
+        pa.array(cols.topic, pa.string()),
+        pa.array(cols.partition, pa.int32()),
+        pa.array(cols.offset, pa.int64()),
+        pa.array([t * 1000 for t in cols.timestamp_ms], pa.timestamp("us", tz="UTC")),
+        pa.array(cols.timestamp_type, pa.int32()),
+        pa.array(cols.headers, _HEADERS_TYPE()),
+        pa.array(cols.delivery_count, pa.int32()),
+    ], names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+              "headers", "deliveryCount"])
+
+
+def _HEADERS_TYPE() -> Any:  # noqa: N802 - a type constant built lazily
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def headers_of(value: Iterable[Any] | None) -> list[tuple[str, bytes | None]]:
+    """Headers of a row given to the writer: a list of (key, value) structs or pairs, or None."""
+    if value is None:
+        return []
+    out: list[tuple[str, bytes | None]] = []
+    for h in value:
+        if isinstance(h, dict):
+            k, v = h.get("key"), h.get("value")
+        elif hasattr(h, "asDict"):
+            d = h.asDict()
+            k, v = d.get("key"), d.get("value")
+        else:
+            k, v = h
+        if k is None:
+            raise ValueError("a header needs a key")
+        out.append((str(k), None if v is None else bytes(v)))
+    return out

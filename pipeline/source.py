@@ -1,0 +1,239 @@
+"""``spark.readStream.format("shoal-share")``: a streaming source over a KIP-932 share group.
+
+How a micro-batch flows (single driver-side member, at-least-once):
+
+1. ``latestOffset(start, limit)`` first settles the batch it still holds. Spark calls it only
+   after the previous micro-batch has run and its commit log entry is written, so that batch's
+   records are ACCEPTed (or, with ``acknowledge=false``, RELEASEd). Spark's own
+   ``commit(end)`` comes one batch late and never for the last batch, so it is only a backstop.
+   It then polls the share group once (one ShareFetch, at most ``maxRecordsPerBatch``
+   records); if records came, they are held and the offset moves to ``{"batch": n + 1}``.
+2. ``partitions(start, end)`` ships the held records to the executors inside the input
+   partitions; ``read`` turns them into Arrow batches there. While Spark works on them the
+   consumer's lock keeper RENEWs their acquisition locks.
+3. When the query stops or fails, the held records are RELEASEd and the member leaves the
+   group, so they go to the next consumer at once.
+
+``acknowledge=false`` (a dry run) never accepts anything. Releasing a finished batch would hand
+its records straight back to the next poll, spending a delivery attempt each time until the
+group archives them, so instead the member that holds a finished batch is parked: it keeps the
+records locked (renewing them) and the next batch is polled by a new member. Everything is
+released when the query stops, so a dry run costs each record it saw one delivery attempt. The
+group's in-flight limit (``share.partition.max.record.locks`` per partition) bounds how much a
+dry run can read. Spark does not call ``stop()`` when it
+   terminates the runner process, so a SIGTERM handler does the same.
+
+Offsets are a micro-batch counter, not Kafka offsets: a share group has no position for the
+query to rewind to. After a restart, Spark re-runs a batch that was planned but not committed;
+this source cannot re-read it (its records were released to the group, or locked to the dead
+member until their locks expire), so the replayed batch is refilled with one fresh poll of the
+group. It holds whatever the group hands out then, which includes the failed batch's records
+once they are back (at once after a clean stop; after the lock duration if the driver died
+with ``kill -9``), now with ``deliveryCount`` one higher. It may hold other records or none.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pipeline.options import SourceOptions
+from pipeline.rows import SCHEMA_DDL, Columns, split, to_arrow
+
+log = logging.getLogger("pipeline.share_source")
+
+
+class DataLossError(RuntimeError):
+    """The broker refused to accept a committed batch: its records' locks had lapsed."""
+
+
+class ShareInputPartition(InputPartition):
+    """One Spark task's records, carried from the driver as columns."""
+
+    def __init__(self, columns: Columns) -> None:
+        super().__init__(None)
+        self.columns = columns
+
+    def __repr__(self) -> str:
+        return f"ShareInputPartition({len(self.columns)} records)"
+
+
+class ShareSource(DataSource):
+    """The ``shoal-share`` data source (register with ``spark.dataSource.register``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "shoal-share"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> ShareStreamReader:
+        return ShareStreamReader(SourceOptions.parse(self.options))
+
+
+class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side: one share-group member per streaming query (see the module doc)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._consumer: Any = None  # pipeline.bridge.ConsumerThread, created on first use
+        self._parked: list[Any] = []  # dry run: members holding finished batches until stop
+        self._held_end: int | None = None  # the batch counter of the held batch
+        self._available_now = False
+        self._drained = False
+
+    # Spark pickles a fresh reader to executors for read(); only the options travel.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"batch": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.options.max_records_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # A queue has no "latest offset" to stop at: Trigger.AvailableNow ends at the first
+        # poll that brings nothing.
+        self._available_now = True
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        self._settle_through(start["batch"])
+        if self._held_end is not None or self._drained:
+            return start
+        if isinstance(limit, ReadMaxRows) and limit.max_rows < self.options.max_records_per_batch:
+            log.info("read limit %d is below maxRecordsPerBatch; the share consumer polls up to "
+                     "maxRecordsPerBatch records", limit.max_rows)
+        elif not isinstance(limit, (ReadMaxRows, ReadAllAvailable)):
+            log.info("read limit %r is not supported; polling up to maxRecordsPerBatch", limit)
+        records = self._poll()
+        if not records:
+            if self._available_now:
+                self._drained = True
+            return start
+        self._held_end = start["batch"] + 1
+        return {"batch": self._held_end}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        if start["batch"] >= end["batch"]:
+            return []
+        consumer = self._member()
+        if self._held_end != end["batch"]:
+            # A batch from the offset log that this process never polled: Spark is replaying
+            # an uncommitted batch after a restart. Refill it from the group (module doc).
+            self._settle_through(start["batch"])
+            consumer = self._member()
+            if consumer.held:  # a batch Spark never asked to commit: give it back
+                consumer.settle(_ack("RELEASE"))
+            records = self._poll()
+            log.warning("share group %s: replaying micro-batch ending at %d after a restart "
+                        "with %d records polled now (the records of the original attempt "
+                        "come back through the group)", self.options.group_id, end["batch"],
+                        len(records))
+            self._held_end = end["batch"]
+        return [ShareInputPartition(cols)
+                for cols in split(consumer.held, self.options.num_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ShareInputPartition)
+        if len(partition.columns):
+            yield to_arrow(partition.columns)
+
+    def commit(self, end: dict[str, int]) -> None:
+        self._settle_through(end["batch"])
+
+    def stop(self) -> None:
+        members = [c for c in (self._consumer, *self._parked) if c is not None]
+        self._consumer, self._parked = None, []
+        held = sum(len(c.held) for c in members)
+        for consumer in members:
+            consumer.close()
+        if members:
+            log.info("share group %s: source stopped; released %d held records",
+                     self.options.group_id, held)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _settle_through(self, done: int) -> None:
+        """Acknowledge the held batch if Spark has finished it (its end is at most ``done``)."""
+        if self._held_end is None or self._held_end > done:
+            return
+        self._held_end = None
+        consumer = self._consumer
+        if consumer is None or not consumer.held:
+            return
+        if not self.options.acknowledge:
+            self._parked.append(consumer)
+            self._consumer = None
+            return
+        count = len(consumer.held)
+        refused = consumer.settle(_ack("ACCEPT"))
+        if refused:
+            lost = sum(refused.values())
+            msg = (f"share group {self.options.group_id}: the broker refused to "
+                   f"accept {lost} of {count} "
+                   f"records of a committed micro-batch ({refused}); their acquisition locks "
+                   "had lapsed, so they may be delivered again or archived. Keep "
+                   "renewLocks=true, lower maxRecordsPerBatch, or raise the group's "
+                   "share.record.lock.duration.ms")
+            if self.options.fail_on_data_loss:
+                raise DataLossError(msg + " (failOnDataLoss=false logs this and goes on)")
+            log.warning(msg)
+
+    def _poll(self) -> list[Any]:
+        records: list[Any] = self._member().poll(self.options.poll_timeout_ms)
+        return records
+
+    def _member(self) -> Any:
+        if self._consumer is None:
+            from pipeline.bridge import ConsumerThread
+
+            o = self.options
+            self._consumer = ConsumerThread(
+                o.bootstrap_servers, o.group_id, o.topics, max_records=o.max_records_per_batch,
+                renew_locks=o.renew_locks, client_id=o.client_id)
+            _release_on_sigterm(self)
+        return self._consumer
+
+
+def _ack(name: str) -> Any:
+    from client import AcknowledgeType
+
+    return AcknowledgeType[name]
+
+
+def _release_on_sigterm(reader: ShareStreamReader) -> None:
+    """Spark ends the source runner with SIGTERM and never calls ``stop()``: do it here.
+
+    The JVM may signal more than once; later signals are ignored so they cannot cut the release
+    short. Raising SystemExit afterwards unwinds the runner's command loop as a normal exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            reader.stop()
+        finally:
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

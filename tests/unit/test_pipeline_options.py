@@ -1,0 +1,74 @@
+"""Options and row layout of the Spark source and writer (no Spark session needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the pipeline package needs the 'spark' extra")
+
+from client import ShareRecord  # noqa: E402
+from pipeline.options import OptionError, SourceOptions, WriterOptions  # noqa: E402
+from pipeline.rows import headers_of, split, to_arrow  # noqa: E402
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "group.id": "g", "subscribe": "a, b,a"}
+
+
+def test_source_options_defaults_and_names() -> None:
+    o = SourceOptions.parse(BASE)
+    assert o.topics == ("a", "b")
+    assert (o.max_records_per_batch, o.acknowledge, o.fail_on_data_loss, o.renew_locks) == (
+        10_000, True, True, True)
+    o = SourceOptions.parse({**BASE, "MAXRECORDSPERBATCH": "7", "acknowledge": "false",
+                             "failOnDataLoss": "False", "kafka.group.id": "ignored"})
+    assert (o.max_records_per_batch, o.acknowledge, o.fail_on_data_loss, o.group_id) == (
+        7, False, False, "g")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"group.id": "g", "subscribe": "t"}, "'kafka.bootstrap.servers' is required"),
+    ({"kafka.bootstrap.servers": "h", "subscribe": "t"}, "'group.id' is required"),
+    ({**BASE, "subscribe": " , "}, "names no topic"),
+    ({**BASE, "subscribePattern": "t.*"}, "only 'subscribe' is supported"),
+    ({**BASE, "maxRecordsPerBatch": "0"}, "'maxRecordsPerBatch' must be between 1 and"),
+    ({**BASE, "maxRecordsPerBatch": "lots"}, "must be an integer, not 'lots'"),
+    ({**BASE, "acknowledge": "maybe"}, "'acknowledge' must be true or false"),
+])
+def test_bad_source_options_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        SourceOptions.parse(options)
+
+
+def test_writer_options_pass_kafka_settings_to_the_producer() -> None:
+    o = WriterOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t",
+                             "kafka.linger.ms": "20", "kafka.compression.type": "zstd"})
+    assert o.topic == "t"
+    assert dict(o.producer_config) == {"linger.ms": "20", "compression.type": "zstd"}
+
+
+def _rec(topic: str, p: int, off: int) -> ShareRecord:
+    return ShareRecord(topic, p, off, 1_700_000_000_123, 0, b"k", b"v", [("h", b"x")], 2)
+
+
+def test_split_keeps_partition_order_and_folds_into_n_parts() -> None:
+    records = [_rec("t", p, o) for o in range(3) for p in range(4)]
+    per_tp = split(records, 0)
+    assert [(c.partition[0], c.offset) for c in per_tp] == [(p, [0, 1, 2]) for p in range(4)]
+    two = split(records, 2)
+    assert sorted(len(c) for c in two) == [6, 6]
+    assert sum(len(c) for c in split(records, 100)) == 12
+
+
+def test_arrow_batch_has_the_kafka_source_columns() -> None:
+    (cols,) = split([_rec("t", 0, 5)], 0)
+    batch = to_arrow(cols)
+    row = batch.to_pylist()[0]
+    assert row["offset"] == 5 and row["deliveryCount"] == 2 and row["topic"] == "t"
+    assert row["headers"] == [{"key": "h", "value": b"x"}]
+    assert row["timestamp"].timestamp() == pytest.approx(1_700_000_000.123)
+
+
+def test_headers_of_accepts_pairs_and_structs() -> None:
+    assert headers_of(None) == []
+    assert headers_of([("a", b"1"), {"key": "b", "value": None}]) == [("a", b"1"), ("b", None)]
+    with pytest.raises(ValueError, match="needs a key"):
+        headers_of([{"key": None, "value": b"x"}])
