@@ -126,6 +126,12 @@ def markdown(results: dict[str, Any]) -> str:
     if meta["scale"] != 1:
         lines += ["", f"**Scaled run ({meta['scale']}):** fewer records per scenario, so ramp-up "
                   "weighs more; throughput figures are not comparable with the targets."]
+    if meta.get("settle"):
+        lines += ["", "Dirty pages were flushed to disk (`sync`) before each scenario, so one "
+                  "scenario's writeback is not billed to the next (`--no-settle` turns this off)."]
+    elif "settle" in meta:
+        lines += ["", "**No settle (`--no-settle`):** later scenarios share the disk with the "
+                  "writeback of earlier ones; fsync-bound figures such as (c) p99 suffer."]
     if meta.get("profile"):
         lines += ["", "**Profile mode:** the broker was profiled during (b); "
                   "(b) figures include the profiler's overhead."]

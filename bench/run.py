@@ -79,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="where to write the report (default bench/results/<timestamp>)")
     ap.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
                     help="broker config for the local Shoal broker (repeatable)")
+    ap.add_argument("--no-settle", dest="settle", action="store_false",
+                    help="do not flush dirty pages to disk before each scenario")
     ap.add_argument("--keep-topics", action="store_true",
                     help="leave the benchmark's topics on --bootstrap brokers")
     args = ap.parse_args(argv)
@@ -117,13 +119,46 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def _dirty_mb() -> float | None:
+    """Dirty + Writeback pages, in MB (None where /proc/meminfo is missing)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return (int(fields["Dirty"].split()[0]) + int(fields["Writeback"].split()[0])) / 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+SETTLE = True  # set from --no-settle
+
+
+def _settle() -> dict[str, Any]:
+    """Flush the page cache's dirty data before a scenario.
+
+    Scenarios (a) and (b) write gigabytes; the kernel writes them back for a while afterwards.
+    Without this, a later scenario's fsyncs queue behind that writeback and (c)'s latency
+    measures the previous scenario's disk backlog rather than the broker at 5k rec/s.
+    """
+    if not SETTLE:
+        return {}
+    before = _dirty_mb()
+    started = time.monotonic()
+    os.sync()
+    took = time.monotonic() - started
+    if before is not None and before > 32:
+        _log(f"  settle: flushed {before:,.0f} MB of dirty pages in {took:.1f} s")
+    return {"settle_dirty_mb": None if before is None else round(before, 1),
+            "settle_s": round(took, 2)}
+
+
 def _attempt(fn: Callable[[], dict[str, Any]], label: str) -> dict[str, Any]:
+    settled = _settle()
     started = time.monotonic()
     try:
         fig = fn()
     except Exception:  # noqa: BLE001 - one scenario's failure is reported, the run goes on
         fig = {"error": traceback.format_exc(limit=6)}
     fig["wall_s"] = round(time.monotonic() - started, 1)
+    fig.update(settled)
     if "error" in fig:
         _log(f"  {label}: ERROR {fig['error'].strip().splitlines()[-1]}")
     return fig
@@ -197,6 +232,8 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    global SETTLE
+    SETTLE = args.settle
     install_signal_cleanup()
     t_start = time.monotonic()
     run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -224,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "shoal_commit": _git("rev-parse", "--short", "HEAD"),
         "shoal_worktree_dirty": bool(dirty) if dirty is not None else None,
         "profile": profile_kind, "shoal_overrides": overrides, "argv": sys.argv[1:],
+        "settle": args.settle,
     }
     results: dict[str, Any] = {"meta": meta, "systems": []}
     _log(f"scale {args.scale}: {settings.records():,} records per scenario; scenarios "
