@@ -6,18 +6,28 @@ in ``BROKER_CONFIGS`` with its type, default, validator and a line of documentat
 feeds DescribeConfigs and validates IncrementalAlterConfigs. Topic configs
 (``TOPIC_CONFIGS``) fall back to the broker config named in ``synonym`` as in Kafka.
 
+Any other name is rejected with a ``ConfigError`` that suggests the closest declared name, so a
+typo in a properties file or ``--override`` stops the broker instead of being ignored. The one
+exception is ``NO_EFFECT_KAFKA_CONFIGS``: real Kafka broker configs that mean nothing for a single
+Shoal process. They are accepted at startup, so a ``server.properties`` copied from a Kafka install
+keeps working, and each one logs a warning that it has no effect (as Kafka's
+``AbstractConfig.logUnused`` warns about supplied configs it does not use).
+
 Invariant: a ``BrokerConfig`` only ever holds validated values of the declared type.
 """
 
 from __future__ import annotations
 
-
+import difflib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 LONG_MAX = 2**63 - 1
+
+log = logging.getLogger("shoal.config")
 
 
 class ConfigError(ValueError):
@@ -226,6 +236,58 @@ def share_bounds_problem(get: Callable[[str], Any]) -> str | None:
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
 
+# Real Apache Kafka broker configs that Shoal accepts at startup but ignores, each with the reason
+# it has no effect (logged). They are the ones Kafka's config/server.properties and common
+# docker-compose setups for share groups carry. A declared name never appears here
+# (tests/unit/test_broker_config.py checks), and nothing here can be changed at runtime.
+NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
+    # KRaft: Shoal is one process with no controller quorum.
+    "process.roles": "Shoal is a single process with no KRaft controller",
+    "controller.quorum.voters": "Shoal has no KRaft controller quorum",
+    "controller.quorum.bootstrap.servers": "Shoal has no KRaft controller quorum",
+    "controller.listener.names": "Shoal has no controller listener",
+    # Listeners: one PLAINTEXT listener (the first entry of listeners), no inter-broker traffic.
+    "inter.broker.listener.name": "a single broker has no inter-broker traffic",
+    "listener.security.protocol.map": "Shoal serves PLAINTEXT only",
+    # Threads and sockets: one asyncio event loop, OS default socket buffers.
+    "num.network.threads": "Shoal serves all connections on one event loop",
+    "num.io.threads": "Shoal serves all requests on one event loop",
+    "num.recovery.threads.per.data.dir": "logs are opened and recovered one at a time",
+    "socket.send.buffer.bytes": "Shoal uses the OS default socket buffers",
+    "socket.receive.buffer.bytes": "Shoal uses the OS default socket buffers",
+    # Replication of internal topics: a single broker keeps one replica of everything.
+    "offsets.topic.replication.factor": "a single broker keeps one replica",
+    "transaction.state.log.replication.factor": "a single broker keeps one replica (and Shoal "
+                                                "has no transactions)",
+    "transaction.state.log.min.isr": "a single broker keeps one replica (and Shoal has no "
+                                     "transactions)",
+    "share.coordinator.state.topic.replication.factor": "a single broker keeps one replica",
+    "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
+    # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.
+    "group.coordinator.rebalance.protocols": "share groups are always enabled in Shoal (and "
+                                             "classic/consumer groups are not served)",
+    "group.share.enable": "share groups are always enabled in Shoal",
+    "unstable.api.versions.enable": "Shoal advertises only the API versions it serves",
+    # Classic consumer groups and Kafka internals Shoal does not have.
+    "group.initial.rebalance.delay.ms": "Shoal does not serve classic consumer groups",
+    "group.share.persister.class.name": "Shoal's share-state persister is built in",
+    "broker.id": "Shoal reports node.id as its broker id; set node.id instead",
+}
+
+_SEE_README = "See 'Running the broker directly' in README.md for the broker configs."
+
+
+def unknown_broker_config_problem(name: str) -> str:
+    """Why ``name`` cannot be set as a broker config: a no-effect Kafka config (runtime changes
+    only reach here), or an unknown name with the closest known one suggested."""
+    if name in NO_EFFECT_KAFKA_CONFIGS:
+        return (f"{name} has no effect in Shoal ({NO_EFFECT_KAFKA_CONFIGS[name]}) and cannot be "
+                "changed while the broker runs")
+    close = difflib.get_close_matches(name, [*BROKER_CONFIGS, *NO_EFFECT_KAFKA_CONFIGS], n=1)
+    hint = f"did you mean {close[0]!r}?" if close else "check the spelling or remove it."
+    return f"unknown broker config {name!r}; {hint} {_SEE_README}"
+
+
 _TOPIC_DEFS: list[ConfigDef] = [
     ConfigDef("cleanup.policy", "list", "delete", "Only 'delete' is supported.", one_of("delete")),
     ConfigDef("retention.ms", "long", None, "Per-topic log.retention.ms.",
@@ -332,20 +394,20 @@ class BrokerConfig:
             raise ConfigError(problem)
 
     def set(self, name: str, raw: Any, *, initial: bool = False) -> None:
-        """Set a config from its raw value.
+        """Set a config from its raw value. At startup (``initial``) a name in
+        ``NO_EFFECT_KAFKA_CONFIGS`` is accepted, logged and not stored.
 
         Raises:
-            ConfigError: unknown name, invalid value, or not dynamic (after startup).
+            ConfigError: unknown name (the message suggests the closest known one), invalid
+                value, or not dynamic (after startup).
         """
         d = BROKER_CONFIGS.get(name)
         if d is None:
-            if name.startswith(("group.share.", "share.", "group.", "offsets.", "share")) \
-                    or name in _IGNORED_KAFKA_CONFIGS:
-                # Accepted for compatibility with Kafka properties files; see README.
-                self._values[name] = raw
-                self._explicit.add(name)
+            if initial and name in NO_EFFECT_KAFKA_CONFIGS:
+                log.warning("broker config %s=%s is accepted but has no effect in Shoal: %s",
+                            name, raw, NO_EFFECT_KAFKA_CONFIGS[name])
                 return
-            raise ConfigError(f"unknown broker config {name!r}")
+            raise ConfigError(unknown_broker_config_problem(name))
         if not initial and not d.dynamic:
             raise ConfigError(f"{name} cannot be changed while the broker runs; restart with it set")
         value = parse_value(d, raw) if initial else self.check(name, raw)
@@ -366,7 +428,7 @@ class BrokerConfig:
         """
         d = BROKER_CONFIGS.get(name)
         if d is None:
-            raise ConfigError(f"unknown broker config {name!r}")
+            raise ConfigError(unknown_broker_config_problem(name))
         value = parse_value(d, raw)
         if name.startswith("group.share."):
             problem = share_bounds_problem(lambda n: value if n == name else self._values[n])
@@ -437,18 +499,6 @@ class BrokerConfig:
     def advertised(self) -> tuple[str, int]:
         adv = self._values["advertised.listeners"]
         return parse_listener(adv) if adv else self.listen
-
-
-# Kafka configs with no effect on a single-process broker; accepted so that Kafka
-# properties files can be reused (README lists them).
-_IGNORED_KAFKA_CONFIGS = frozenset({
-    "process.roles", "controller.quorum.voters", "controller.listener.names",
-    "inter.broker.listener.name", "listener.security.protocol.map", "num.network.threads",
-    "num.io.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-    "broker.id", "controller.quorum.bootstrap.servers",
-})
 
 
 def parse_listener(value: str) -> tuple[str, int]:

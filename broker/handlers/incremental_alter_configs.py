@@ -37,6 +37,7 @@ from broker.config import (
     ConfigError,
     format_value,
     topic_config_value,
+    unknown_broker_config_problem,
 )
 from broker.context import RequestContext
 from broker.group_configs import GROUP_CONFIGS
@@ -134,7 +135,7 @@ def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_onl
     for op in ops:
         d = BROKER_CONFIGS.get(op.name)
         if d is None:
-            return ErrorCode.invalid_config, f"unknown broker config {op.name!r}"
+            return ErrorCode.invalid_config, unknown_broker_config_problem(op.name)
         if not d.dynamic:
             return (ErrorCode.invalid_config,
                     f"{op.name} cannot be changed while the broker runs; set it in the config "
