@@ -67,9 +67,18 @@ class InFlight:
 
     def replace(self, records: Iterable[ShareRecord]) -> None:
         """Start a new current batch (the previous one must have been settled by the caller)."""
-        self._parts = {}
-        for r in records:
-            self._parts.setdefault(r.topic_partition, _PartitionAcks()).records[r.offset] = r
+        self._parts = parts = {}
+        last: tuple[str, int] | None = None
+        current: dict[int, ShareRecord] = {}
+        for r in records:  # records come grouped by partition: build each key once
+            if (r.topic, r.partition) != last:
+                last = (r.topic, r.partition)
+                tp = TopicPartition(*last)
+                part = parts.get(tp)
+                if part is None:
+                    part = parts[tp] = _PartitionAcks()
+                current = part.records
+            current[r.offset] = r
 
     def add_gaps(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
         """Acquired offsets without records: acknowledged as GAP with the next send."""

@@ -339,6 +339,24 @@ class ShareConsumer:
             raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (KIP-1222)")
         self._current.acknowledge(record, kind)
 
+    def acknowledge_all(self, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Acknowledge, with ``type``, every record of the current batch that has no final
+        acknowledgement yet (explicit mode): ``acknowledge`` on each of them, in one call.
+
+        Raises:
+            IllegalStateError: implicit mode.
+            UnsupportedVersionError: RENEW on a broker without ShareAcknowledge v2.
+        """
+        self._check_open()
+        if not self._explicit:
+            raise IllegalStateError("acknowledge_all() needs acknowledgement_mode='explicit'")
+        kind = AcknowledgeType(type)
+        if kind == AcknowledgeType.GAP:
+            raise ValueError("GAP is not an acknowledgement an application can give")
+        if kind == AcknowledgeType.RENEW and self._share_version() < 2:
+            raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (KIP-1222)")
+        self._current.acknowledge_all(kind)
+
     async def commit_sync(self, timeout_ms: int | None = None) -> AckResults:
         """Send every pending acknowledgement now and wait: ``{partition: None | error}``.
 

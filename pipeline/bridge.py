@@ -1,9 +1,9 @@
 """A ``client.ShareConsumer`` run on an event loop in a thread of its own, driven synchronously.
 
 Spark calls the stream reader from a plain Python process (the driver's streaming-source
-runner) that blocks on its socket between calls. The consumer needs to keep heartbeating and
-renewing locks in those gaps, so it lives on a private event loop in a daemon thread and the
-reader calls into it with ``run_coroutine_threadsafe``.
+runner) that blocks on its socket between calls. The consumer must keep heartbeating and
+renewing locks in those gaps, so it lives on a private event loop in a daemon thread. Every
+call into the consumer runs on that loop; the reader gets ``concurrent.futures.Future``s back.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from client import AcknowledgeType, ShareConsumer, ShareRecord
@@ -21,70 +23,108 @@ log = logging.getLogger("pipeline.share_source")
 
 T = TypeVar("T")
 
-# Every call gets this much longer than its own timeout before the reader gives up on it.
+# Every blocking call gets this much longer than its own timeout before the reader gives up.
 _SLACK_S = 30.0
+
+
+@dataclass(slots=True)
+class Cycle:
+    """What one ``cycle`` did: acknowledgements the broker refused, then the records polled."""
+
+    refused: dict[str, int] = field(default_factory=dict)  # "topic-partition" -> records
+    records: list[ShareRecord] = field(default_factory=list)
 
 
 class ConsumerThread:
     """One explicit-acknowledgement share-group member, polled one micro-batch at a time.
 
-    The records of the last ``poll`` stay acquired (and, with ``renew_locks``, renewed) until
-    ``settle`` accepts or releases all of them; only then may the next ``poll`` run.
+    ``held`` is the batch this member holds: acquired, renewed by the lock keeper, and not yet
+    acknowledged. A ``cycle`` first acknowledges the held batch (if asked to) and then polls
+    the next one; the caller takes the new batch with ``take``.
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: tuple[str, ...], *,
                  max_records: int, renew_locks: bool, client_id: str) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="shoal-share-source",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="shoal-share-source", daemon=True)
         self._thread.start()
         self._consumer = ShareConsumer(
             bootstrap_servers, group_id, acknowledgement_mode="explicit",
             max_poll_records=max_records, acquire_mode="record_limit", client_id=client_id,
             renew_locks=renew_locks)
         self.held: list[ShareRecord] = []
+        self.pending: Future[Cycle] | None = None
         self._closed = False
-        self.call(self._start(topics), timeout=60)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        self._wait(self._submit(self._start(topics)), 60)
 
     async def _start(self, topics: tuple[str, ...]) -> None:
         await self._consumer.start()
         self._consumer.subscribe(topics)
 
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout + _SLACK_S)
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def poll(self, timeout_ms: int) -> list[ShareRecord]:
-        """Fetch up to ``max_records`` records; they are held until ``settle``."""
-        if self.held:
-            raise RuntimeError("poll() while a batch is held: settle() it first")
-        batch = self.call(self._consumer.getmany(timeout_ms=timeout_ms), timeout_ms / 1000)
-        self.held = [r for records in batch.values() for r in records]
-        return self.held
+    @staticmethod
+    def _wait(future: Future[T], timeout: float) -> T:
+        return future.result(timeout + _SLACK_S)
 
-    def settle(self, kind: AcknowledgeType) -> dict[str, int]:
-        """Acknowledge every held record with ``kind`` and wait for the broker's answer.
+    # -- the cycle ------------------------------------------------------------------------------
 
-        Returns ``{"topic-partition": records}`` for partitions whose acknowledgement the
-        broker refused (their locks had lapsed), empty when all went through.
-        """
-        if not self.held:
-            return {}
-        records, self.held = self.held, []
-        for r in records:
-            self._consumer.acknowledge(r, kind)
-        results = self.call(self._consumer.commit_sync(), 60)
-        refused: dict[str, int] = {}
-        for tp, err in results.items():
-            if err is not None:
-                count = sum(1 for r in records if r.topic_partition == tp)
-                refused[f"{tp.topic}-{tp.partition}"] = count
-                log.warning("share group broker refused %s of %d records of %s-%d: %s",
-                            kind.name, count, tp.topic, tp.partition, err)
-        return refused
+    def cycle(self, settle: AcknowledgeType | None, poll_timeout_ms: int | None) -> Future[Cycle]:
+        """Start acknowledging the held batch with ``settle`` (None: keep it) and then polling
+        (``poll_timeout_ms`` None: don't). Returns the future, also kept in ``pending``."""
+        if self.pending is not None and not self.pending.done():
+            raise RuntimeError("a cycle is already running on this member")
+        records: list[ShareRecord] = []
+        if settle is not None:
+            records, self.held = self.held, []
+        elif self.held and poll_timeout_ms is not None:
+            raise RuntimeError("poll while a batch is held: settle it first")
+        self.pending = self._submit(self._cycle(records, settle, poll_timeout_ms))
+        return self.pending
+
+    async def _cycle(self, records: list[ShareRecord], settle: AcknowledgeType | None,
+                     poll_timeout_ms: int | None) -> Cycle:
+        out = Cycle()
+        if records and settle is not None:
+            # ``records`` is exactly the consumer's current batch: the last getmany's records.
+            self._consumer.acknowledge_all(settle)
+            results = await self._consumer.commit_sync()
+            for tp, err in results.items():
+                if err is not None:
+                    count = sum(1 for r in records if r.topic_partition == tp)
+                    out.refused[f"{tp.topic}-{tp.partition}"] = count
+                    log.warning("share group broker refused %s of %d records of %s-%d: %s",
+                                settle.name, count, tp.topic, tp.partition, err)
+        if poll_timeout_ms is not None:
+            batch = await self._consumer.getmany(timeout_ms=poll_timeout_ms)
+            out.records = [r for rs in batch.values() for r in rs]
+        return out
+
+    def take(self, timeout: float) -> Cycle | None:
+        """The finished cycle's result (its records become ``held``), or None if still running."""
+        fut = self.pending
+        if fut is None:
+            return Cycle()
+        try:
+            result = fut.result(timeout)
+        except TimeoutError:
+            return None
+        self.pending = None
+        self.held = result.records
+        return result
+
+    def run(self, settle: AcknowledgeType | None, poll_timeout_ms: int | None) -> Cycle:
+        """``cycle`` and wait for it."""
+        self.cycle(settle, poll_timeout_ms)
+        timeout = (poll_timeout_ms or 0) / 1000 + 60
+        result = self.take(timeout + _SLACK_S)
+        if result is None:
+            raise TimeoutError(f"the share consumer did not answer within {timeout:.0f} s")
+        return result
+
+    # -- shutdown -------------------------------------------------------------------------------
 
     def close(self, timeout: float = 10.0) -> None:
         """Release what is held, leave the group and stop the thread. Safe to call twice."""
@@ -92,14 +132,22 @@ class ConsumerThread:
             return
         self._closed = True
         try:
-            if self.held:
-                for r in self.held:
-                    self._consumer.acknowledge(r, AcknowledgeType.RELEASE)
-                self.held = []
-            self.call(self._consumer.close(), timeout)
+            if self.pending is not None:
+                # A poll in flight may still hand records over: wait for it, then release them.
+                try:
+                    self.take(timeout)
+                except (ShareConsumerError, OSError) as e:
+                    log.info("last poll before close failed: %s", e)
+            held, self.held = self.held, []
+            self._wait(self._submit(self._close(held)), timeout)
         except (ShareConsumerError, TimeoutError, OSError, RuntimeError) as e:
             log.warning("closing the share consumer failed; its records return to the group "
                         "when their locks expire: %s", e)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout)
+
+    async def _close(self, held: list[ShareRecord]) -> None:
+        if held:
+            self._consumer.acknowledge_all(AcknowledgeType.RELEASE)
+        await self._consumer.close()

@@ -83,6 +83,8 @@ class SourceOptions:
     renew_locks: bool = True
     # Spark partitions per micro-batch; 0 means one per topic-partition in the batch.
     num_partitions: int = 0
+    # A second member polls the next batch while Spark processes the current one.
+    prefetch: bool = True
     client_id: str = "shoal-spark-source"
 
     @classmethod
@@ -101,6 +103,7 @@ class SourceOptions:
             poll_timeout_ms=_int(options, "pollTimeoutMs", 500, 0, 600_000),
             renew_locks=_bool(options, "renewLocks", True),
             num_partitions=_int(options, "numPartitions", 0, 0, 100_000),
+            prefetch=_bool(options, "prefetch", True),
             client_id=_get(options, "kafka.client.id", "client.id") or "shoal-spark-source",
         )
 

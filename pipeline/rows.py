@@ -34,40 +34,43 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offset)
 
-    def add(self, r: Any) -> None:
-        """Append one ``client.ShareRecord``."""
-        self.key.append(r.key)
-        self.value.append(r.value)
-        self.topic.append(r.topic)
-        self.partition.append(r.partition)
-        self.offset.append(r.offset)
-        self.timestamp_ms.append(r.timestamp)
-        self.timestamp_type.append(r.timestamp_type)
-        self.headers.append([{"key": k, "value": v} for k, v in r.headers])
-        self.delivery_count.append(r.delivery_count)
+    def extend(self, records: Sequence[Any]) -> None:
+        """Append ``client.ShareRecord``s (one pass per column: no per-record call)."""
+        self.key.extend([r.key for r in records])
+        self.value.extend([r.value for r in records])
+        self.topic.extend([r.topic for r in records])
+        self.partition.extend([r.partition for r in records])
+        self.offset.extend([r.offset for r in records])
+        self.timestamp_ms.extend([r.timestamp for r in records])
+        self.timestamp_type.extend([r.timestamp_type for r in records])
+        self.headers.extend([[{"key": k, "value": v} for k, v in r.headers] if r.headers else []
+                             for r in records])
+        self.delivery_count.extend([r.delivery_count for r in records])
 
 
 def split(records: Sequence[Any], parts: int) -> list[Columns]:
     """Group records into Spark partitions.
 
     ``parts == 0``: one partition per topic-partition (Kafka-source style; keeps each
-    partition's records in offset order). Otherwise records are dealt round-robin by
-    topic-partition into ``parts`` partitions, with empty ones dropped.
+    partition's records in offset order). Otherwise topic-partitions are dealt round-robin
+    into ``parts`` partitions, with empty ones dropped.
     """
-    by_tp: dict[tuple[str, int], Columns] = {}
+    by_tp: dict[tuple[str, int], list[Any]] = {}
     for r in records:
-        cols = by_tp.get((r.topic, r.partition))
-        if cols is None:
-            cols = by_tp[(r.topic, r.partition)] = Columns()
-        cols.add(r)
-    if parts == 0 or parts >= len(by_tp):
-        return list(by_tp.values())
-    merged = [Columns() for _ in range(parts)]
-    for i, cols in enumerate(by_tp.values()):
-        target = merged[i % parts]
-        for name in Columns.__slots__:
-            getattr(target, name).extend(getattr(cols, name))
-    return [c for c in merged if len(c)]
+        key = (r.topic, r.partition)
+        group = by_tp.get(key)
+        if group is None:
+            group = by_tp[key] = []
+        group.append(r)
+    groups = list(by_tp.values())
+    if parts and parts < len(groups):
+        groups = [[r for g in groups[i::parts] for r in g] for i in range(parts)]
+    out = []
+    for g in groups:
+        cols = Columns()
+        cols.extend(g)
+        out.append(cols)
+    return out
 
 
 def to_arrow(cols: Columns) -> Any:

@@ -2,12 +2,15 @@
 
 How a micro-batch flows (single driver-side member, at-least-once):
 
-1. ``latestOffset(start, limit)`` first settles the batch it still holds. Spark calls it only
-   after the previous micro-batch has run and its commit log entry is written, so that batch's
-   records are ACCEPTed (or, with ``acknowledge=false``, RELEASEd). Spark's own
-   ``commit(end)`` comes one batch late and never for the last batch, so it is only a backstop.
-   It then polls the share group once (one ShareFetch, at most ``maxRecordsPerBatch``
-   records); if records came, they are held and the offset moves to ``{"batch": n + 1}``.
+1. ``latestOffset(start, limit)`` first settles the batch Spark is done with. Spark calls it
+   only after the previous micro-batch has run and its commit log entry is written, so that
+   batch's records are ACCEPTed; Spark's own ``commit(end)`` comes one batch late and never
+   for the last batch, so it is only a backstop. Then it takes the next batch: the records of
+   one poll of the share group (one ShareFetch, at most ``maxRecordsPerBatch``), and moves the
+   offset to ``{"batch": n + 1}``; if no poll brought records, the offset stays put.
+   Polling overlaps with Spark's work: the query runs two members (``prefetch=true``), and
+   while Spark processes one member's batch the other has already polled the next. The
+   ACCEPT of a finished batch runs in the background, followed by that member's next poll.
 2. ``partitions(start, end)`` ships the held records to the executors inside the input
    partitions; ``read`` turns them into Arrow batches there. While Spark works on them the
    consumer's lock keeper RENEWs their acquisition locks.
@@ -37,6 +40,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, wait
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -85,13 +90,14 @@ class ShareSource(DataSource):
 
 
 class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Driver side: one share-group member per streaming query (see the module doc)."""
+    """Driver side: the share-group members of one streaming query (see the module doc)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._consumer: Any = None  # pipeline.bridge.ConsumerThread, created on first use
+        self._members: list[Any] = []  # pipeline.bridge.ConsumerThread, created on first use
         self._parked: list[Any] = []  # dry run: members holding finished batches until stop
-        self._held_end: int | None = None  # the batch counter of the held batch
+        self._batch: Any = None  # the member whose held records are Spark's current batch
+        self._held_end: int | None = None  # the batch counter that batch ends at
         self._available_now = False
         self._drained = False
 
@@ -112,45 +118,40 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # A queue has no "latest offset" to stop at: Trigger.AvailableNow ends at the first
-        # poll that brings nothing.
+        # call at which every member's poll came back empty.
         self._available_now = True
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        self._settle_through(start["batch"])
-        if self._held_end is not None or self._drained:
-            return start
-        if isinstance(limit, ReadMaxRows) and limit.max_rows < self.options.max_records_per_batch:
-            log.info("read limit %d is below maxRecordsPerBatch; the share consumer polls up to "
-                     "maxRecordsPerBatch records", limit.max_rows)
-        elif not isinstance(limit, (ReadMaxRows, ReadAllAvailable)):
+        if not isinstance(limit, (ReadMaxRows, ReadAllAvailable)):
             log.info("read limit %r is not supported; polling up to maxRecordsPerBatch", limit)
-        records = self._poll()
-        if not records:
+        self._settle_through(start["batch"])
+        if self._batch is not None or self._drained:
+            return start
+        member = self._next_ready()
+        if member is None:
             if self._available_now:
                 self._drained = True
             return start
+        self._batch = member
         self._held_end = start["batch"] + 1
         return {"batch": self._held_end}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if start["batch"] >= end["batch"]:
             return []
-        consumer = self._member()
         if self._held_end != end["batch"]:
             # A batch from the offset log that this process never polled: Spark is replaying
             # an uncommitted batch after a restart. Refill it from the group (module doc).
-            self._settle_through(start["batch"])
-            consumer = self._member()
-            if consumer.held:  # a batch Spark never asked to commit: give it back
-                consumer.settle(_ack("RELEASE"))
-            records = self._poll()
+            if self._batch is not None:  # a batch Spark never asked to commit: give it back
+                self._batch.cycle(_ack("RELEASE"), self.options.poll_timeout_ms)
+            self._batch = self._next_ready()
+            self._held_end = end["batch"]
             log.warning("share group %s: replaying micro-batch ending at %d after a restart "
                         "with %d records polled now (the records of the original attempt "
                         "come back through the group)", self.options.group_id, end["batch"],
-                        len(records))
-            self._held_end = end["batch"]
-        return [ShareInputPartition(cols)
-                for cols in split(consumer.held, self.options.num_partitions)]
+                        len(self._batch.held) if self._batch else 0)
+        records = self._batch.held if self._batch is not None else []
+        return [ShareInputPartition(cols) for cols in split(records, self.options.num_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ShareInputPartition)
@@ -161,11 +162,11 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._settle_through(end["batch"])
 
     def stop(self) -> None:
-        members = [c for c in (self._consumer, *self._parked) if c is not None]
-        self._consumer, self._parked = None, []
-        held = sum(len(c.held) for c in members)
-        for consumer in members:
-            consumer.close()
+        members = [*self._members, *self._parked]
+        self._members, self._parked, self._batch, self._held_end = [], [], None, None
+        held = sum(len(m.held) for m in members)
+        for member in members:
+            member.close()
         if members:
             log.info("share group %s: source stopped; released %d held records",
                      self.options.group_id, held)
@@ -173,45 +174,79 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- internals --------------------------------------------------------------------------------
 
     def _settle_through(self, done: int) -> None:
-        """Acknowledge the held batch if Spark has finished it (its end is at most ``done``)."""
+        """Acknowledge the current batch if Spark has finished it (its end is at most ``done``).
+
+        The ACCEPT runs in the background, followed by that member's next poll; a refusal
+        surfaces when the cycle's result is taken (``_next_ready``).
+        """
         if self._held_end is None or self._held_end > done:
             return
-        self._held_end = None
-        consumer = self._consumer
-        if consumer is None or not consumer.held:
+        member, self._batch, self._held_end = self._batch, None, None
+        if member is None:
             return
-        if not self.options.acknowledge:
-            self._parked.append(consumer)
-            self._consumer = None
+        if self.options.acknowledge:
+            member.cycle(_ack("ACCEPT"), self.options.poll_timeout_ms)
             return
-        count = len(consumer.held)
-        refused = consumer.settle(_ack("ACCEPT"))
-        if refused:
-            lost = sum(refused.values())
-            msg = (f"share group {self.options.group_id}: the broker refused to "
-                   f"accept {lost} of {count} "
-                   f"records of a committed micro-batch ({refused}); their acquisition locks "
-                   "had lapsed, so they may be delivered again or archived. Keep "
-                   "renewLocks=true, lower maxRecordsPerBatch, or raise the group's "
-                   "share.record.lock.duration.ms")
-            if self.options.fail_on_data_loss:
-                raise DataLossError(msg + " (failOnDataLoss=false logs this and goes on)")
-            log.warning(msg)
+        self._members.remove(member)
+        self._parked.append(member)
+        fresh = self._new_member()
+        self._members.append(fresh)
+        fresh.cycle(None, self.options.poll_timeout_ms)
 
-    def _poll(self) -> list[Any]:
-        records: list[Any] = self._member().poll(self.options.poll_timeout_ms)
-        return records
+    def _next_ready(self) -> Any:
+        """A member (not the current batch's) holding polled records; None once every such
+        member's latest poll has come back empty. Empty members poll again in the background."""
+        poll_ms = self.options.poll_timeout_ms
+        candidates = [m for m in self._pool() if m is not self._batch]
+        came_back_empty: set[int] = set()
+        deadline = time.monotonic() + poll_ms / 1000 + 90
+        while True:
+            for m in candidates:
+                if m.pending is None and not m.held:
+                    m.cycle(None, poll_ms)
+                if m.pending is not None and m.pending.done():
+                    result = m.take(0)
+                    self._check_refused(result.refused)
+                    if not m.held:
+                        came_back_empty.add(id(m))
+                        m.cycle(None, poll_ms)
+                if m.pending is None and m.held:
+                    return m
+            if len(came_back_empty) == len(candidates):
+                return None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"share group {self.options.group_id}: no poll finished in "
+                                   f"{poll_ms / 1000 + 90:.0f} s; is the broker at "
+                                   f"{self.options.bootstrap_servers} up?")
+            wait([m.pending for m in candidates if m.pending is not None],
+                 timeout=1.0, return_when=FIRST_COMPLETED)
 
-    def _member(self) -> Any:
-        if self._consumer is None:
-            from pipeline.bridge import ConsumerThread
+    def _check_refused(self, refused: dict[str, int]) -> None:
+        if not refused:
+            return
+        lost = sum(refused.values())
+        msg = (f"share group {self.options.group_id}: the broker refused to accept {lost} "
+               f"records of a committed micro-batch ({refused}); their acquisition locks had "
+               "lapsed, so they may be delivered again or archived. Keep renewLocks=true, "
+               "lower maxRecordsPerBatch, or raise the group's share.record.lock.duration.ms")
+        if self.options.fail_on_data_loss:
+            raise DataLossError(msg + " (failOnDataLoss=false logs this and goes on)")
+        log.warning(msg)
 
-            o = self.options
-            self._consumer = ConsumerThread(
-                o.bootstrap_servers, o.group_id, o.topics, max_records=o.max_records_per_batch,
-                renew_locks=o.renew_locks, client_id=o.client_id)
+    def _pool(self) -> list[Any]:
+        if not self._members:
+            self._members = [self._new_member()
+                             for _ in range(2 if self.options.prefetch else 1)]
             _release_on_sigterm(self)
-        return self._consumer
+        return self._members
+
+    def _new_member(self) -> Any:
+        from pipeline.bridge import ConsumerThread
+
+        o = self.options
+        return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
+                              max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
+                              client_id=o.client_id)
 
 
 def _ack(name: str) -> Any:

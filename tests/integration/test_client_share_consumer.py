@@ -186,6 +186,23 @@ async def test_explicit_accept_and_commit_sync_returns_per_partition_success(
     assert await quiet(c, 1.0, AcknowledgeType.ACCEPT) == []
 
 
+async def test_acknowledge_all_settles_what_is_left_of_the_batch(sb, unique, consumers) -> None:
+    setup(sb, unique, count=6)
+    c = await consumers(unique, unique, acknowledgement_mode="explicit")
+    batch = await c.getmany(timeout_ms=5000)
+    got = sorted((r for rs in batch.values() for r in rs), key=lambda r: r.offset)
+    assert len(got) == 6  # one produced batch, acquired whole
+    c.acknowledge(got[0], AcknowledgeType.REJECT)
+    c.acknowledge_all(AcknowledgeType.RELEASE)  # the rest; got[0] keeps its REJECT
+    assert all(v is None for v in (await c.commit_sync()).values())
+    again = await collect(c, 5, ack=AcknowledgeType.ACCEPT)
+    assert sorted(r.offset for r in again) == [r.offset for r in got[1:]]
+    assert {r.delivery_count for r in again} == {2}
+    implicit = await consumers(f"{unique}-i", unique)
+    with pytest.raises(IllegalStateError, match="explicit"):
+        implicit.acknowledge_all()
+
+
 # -- item 7: RELEASE -----------------------------------------------------------------------------
 
 

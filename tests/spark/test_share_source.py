@@ -113,8 +113,10 @@ def test_failed_batch_is_delivered_again_after_restart(spark: Any, broker: Broke
     assert duplicates <= failed  # duplicates only from the failed batch ...
     assert duplicates == failed  # ... and all of it came back (it was released, not lost)
     assert len(sink.rows) == 5_000 + len(failed)
+    # The failed batch came back with a higher delivery count (so did any batch the source had
+    # already polled ahead when the query failed: released too, but never seen by the sink).
     redelivered = {(p, o) for p, o, _, dc in sink.rows[before_restart:] if dc > 1}
-    assert redelivered == failed
+    assert failed <= redelivered
 
 
 def test_two_queries_in_one_group_split_the_records(spark: Any, broker: BrokerProcess,
@@ -148,3 +150,51 @@ def test_two_queries_in_one_group_split_the_records(spark: Any, broker: BrokerPr
     for s in sinks:  # and no query saw one delivery twice
         counts = Counter((p, o, dc) for p, o, _, dc in s.rows)
         assert max(counts.values()) == 1
+
+
+def test_dry_run_reads_everything_once_and_leaves_it_in_the_group(
+        spark: Any, broker: BrokerProcess, unique: str, tmp_path: Path) -> None:
+    topic = unique
+    create_topic(broker.bootstrap, topic, partitions=1)
+    group = _group(broker.bootstrap, f"{unique}-g")
+    produce(broker.bootstrap, topic, 1_500, partitions=1, prefix="d")
+    sink = Collector()
+    df = _reader(spark, broker.bootstrap, group, topic, maxRecordsPerBatch=500,
+                 acknowledge="false")
+    q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert sorted(o for _, o, _, _ in sink.rows) == list(range(1_500))  # each once
+    # Nothing was accepted: a real run over the same group gets every record (second delivery).
+    real = Collector()
+    df = _reader(spark, broker.bootstrap, group, topic, maxRecordsPerBatch=5_000)
+    q = (df.writeStream.foreachBatch(real).option("checkpointLocation", str(tmp_path / "ck2"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert sorted(o for _, o, _, _ in real.rows) == list(range(1_500))
+    assert {dc for _, _, _, dc in real.rows} == {2}
+
+
+def test_lapsed_locks_fail_the_query_unless_told_otherwise(spark: Any, tmp_path: Path,
+                                                            unique: str) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides={
+        "group.share.min.record.lock.duration.ms": "1000"})
+    b.start()
+    try:
+        create_topic(b.bootstrap, unique, partitions=1)
+        set_group_configs(b.bootstrap, unique, {"share.auto.offset.reset": "earliest",
+                                                "share.record.lock.duration.ms": "1000"})
+        produce(b.bootstrap, unique, 100, partitions=1)
+
+        def slow(df: Any, batch_id: int) -> None:
+            df.count()
+            time.sleep(2.5)  # past the 1 s lock, with no RENEW to keep it
+
+        df = _reader(spark, b.bootstrap, unique, unique, renewLocks="false", prefetch="false")
+        q = (df.writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+        with pytest.raises(Exception, match="refused to accept 100 records"):
+            q.awaitTermination(120)
+    finally:
+        b.stop()
