@@ -67,7 +67,8 @@ class InFlight:
 
     def replace(self, records: Iterable[ShareRecord]) -> None:
         """Start a new current batch (the previous one must have been settled by the caller)."""
-        self._parts = parts = {}
+        parts: dict[TopicPartition, _PartitionAcks] = {}
+        self._parts = parts
         last: tuple[str, int] | None = None
         current: dict[int, ShareRecord] = {}
         for r in records:  # records come grouped by partition: build each key once

@@ -75,7 +75,7 @@ def split(records: Sequence[Any], parts: int) -> list[Columns]:
 
 def to_arrow(cols: Columns) -> Any:
     """One ``pyarrow.RecordBatch`` in the source's schema (imported here: executors only)."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.RecordBatch.from_arrays([
         pa.array(cols.key, pa.binary()),
@@ -91,8 +91,8 @@ def to_arrow(cols: Columns) -> Any:
               "headers", "deliveryCount"])
 
 
-def _HEADERS_TYPE() -> Any:  # noqa: N802 - a type constant built lazily
-    import pyarrow as pa
+def _HEADERS_TYPE() -> Any:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

@@ -1,6 +1,6 @@
 """``spark.readStream.format("shoal-share")``: a streaming source over a KIP-932 share group.
 
-How a micro-batch flows (single driver-side member, at-least-once):
+How a micro-batch flows (members in the driver, at-least-once):
 
 1. ``latestOffset(start, limit)`` first settles the batch Spark is done with. Spark calls it
    only after the previous micro-batch has run and its commit log entry is written, so that
@@ -14,8 +14,9 @@ How a micro-batch flows (single driver-side member, at-least-once):
 2. ``partitions(start, end)`` ships the held records to the executors inside the input
    partitions; ``read`` turns them into Arrow batches there. While Spark works on them the
    consumer's lock keeper RENEWs their acquisition locks.
-3. When the query stops or fails, the held records are RELEASEd and the member leaves the
-   group, so they go to the next consumer at once.
+3. When the query stops or fails, the held records are RELEASEd and the members leave the
+   group, so the records go to the next consumer at once. Spark does not call ``stop()`` when
+   it terminates the runner process, so a SIGTERM handler does the same.
 
 ``acknowledge=false`` (a dry run) never accepts anything. Releasing a finished batch would hand
 its records straight back to the next poll, spending a delivery attempt each time until the
@@ -23,8 +24,7 @@ group archives them, so instead the member that holds a finished batch is parked
 records locked (renewing them) and the next batch is polled by a new member. Everything is
 released when the query stops, so a dry run costs each record it saw one delivery attempt. The
 group's in-flight limit (``share.partition.max.record.locks`` per partition) bounds how much a
-dry run can read. Spark does not call ``stop()`` when it
-   terminates the runner process, so a SIGTERM handler does the same.
+dry run can read.
 
 Offsets are a micro-batch counter, not Kafka offsets: a share group has no position for the
 query to rewind to. After a restart, Spark re-runs a batch that was planned but not committed;
@@ -41,8 +41,8 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
 from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
