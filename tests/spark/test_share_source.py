@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,6 +26,14 @@ def _reader(spark: Any, bootstrap: str, group: str, topic: str, **options: Any) 
     for k, v in options.items():
         r = r.option(k, str(v))
     return r.load()
+
+
+def _members(bootstrap: str, group: str) -> list[dict[str, Any]]:
+    out = subprocess.run([sys.executable, "-m", "broker.main", "share-groups", "--bootstrap-server",
+                          bootstrap, "--describe", "--group", group, "--members", "--output",
+                          "json"], capture_output=True, text=True, timeout=30, check=True)
+    members: list[dict[str, Any]] = json.loads(out.stdout)
+    return members
 
 
 def _group(bootstrap: str, name: str) -> str:
@@ -73,6 +84,12 @@ def test_reads_each_record_exactly_once_when_nothing_fails(spark: Any, broker: B
     assert first.topic == topic and first.key is None and first.headers == []
     assert first.timestampType == 0 and first.timestamp is not None
     assert {r.deliveryCount for r in rows} == {1}
+    # Spark ended the source runner with SIGTERM (it never calls stop()); the handler still
+    # made the members leave the group instead of waiting out the session timeout.
+    deadline = time.monotonic() + 10
+    while _members(broker.bootstrap, group) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _members(broker.bootstrap, group) == []
     # Everything was accepted: a new member of the group finds nothing left.
     late = _reader(spark, broker.bootstrap, group, topic)
     q2 = (late.writeStream.format("memory").queryName("exactly_once_after")
