@@ -9,8 +9,10 @@
                 consumer.acknowledge(record, AcknowledgeType.ACCEPT)
         results = await consumer.commit_sync()   # {TopicPartition: None | KafkaError}
 
-Modules: ``consumer`` (the asyncio shell), ``membership`` and ``session`` (sans-IO heartbeat and
-share-session state), ``acks`` (acknowledgement bookkeeping), ``records`` (decoding),
+Modules: ``consumer`` (the asyncio shell), ``fetcher`` (ShareFetch tasks per leader and the
+record buffer), ``ack_sender`` (share sessions per broker, unsent acknowledgements,
+ShareAcknowledge), ``membership`` and ``session`` (sans-IO heartbeat and share-session state),
+``acks`` (acknowledgement bookkeeping of the current batch), ``records`` (decoding),
 ``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec), ``errors``.
 """
 

@@ -8,16 +8,19 @@ Tasks (each owned by the consumer and cancelled by ``close``):
 - the heartbeat task: ShareGroupHeartbeat to the group coordinator every
   ``HeartbeatIntervalMs`` (sooner while joined without partitions, so a fresh member gets its
   partitions quickly), and at once after ``subscribe``/``unsubscribe``;
-- at most one fetch task per broker: a ShareFetch to each partition leader, all in parallel, with
-  the acknowledgements of that broker's partitions piggybacked. A fetch still running when
-  ``getmany`` returns stays running; its records are handed out by a later ``getmany``;
+- at most one fetch task per broker (``client.fetcher``): a ShareFetch to each partition leader,
+  all in parallel, with the acknowledgements of that broker's partitions piggybacked. A fetch
+  still running when ``getmany`` returns stays running; its records are handed out by a later
+  ``getmany``;
 - optionally the lock keeper (``renew_locks=True``): while the application holds records of the
   current batch without a final acknowledgement, it RENEWs their acquisition locks at a third of
   the lock duration (ShareAcknowledge v2 with IsRenewAck), so slow processing does not lead to
   redelivery.
 
 Requests on one broker's share session are serialised by a per-broker lock, because every
-request must carry the session's next epoch (``client.session``).
+request must carry the session's next epoch (``client.session``). The sessions, their locks and
+the acknowledgements not sent yet are kept by ``client.ack_sender``, which also sends
+ShareAcknowledge.
 
 Acknowledgement results (per partition: None or a ``KafkaError``) are passed to the
 ``acknowledgement_commit_callback`` whenever they arrive (piggybacked on a fetch, commit_sync,
@@ -33,45 +36,21 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 from typing import Any, Self
 
-from kio.schema.errors import ErrorCode
-
-from client.acks import InFlight, to_wire_batches
+from client.ack_sender import AckCallback, AckResults, AckSender, PendingAcks
+from client.acks import InFlight
 from client.cluster import Cluster
 from client.errors import (
     ConsumerClosedError,
     IllegalStateError,
     KafkaError,
     UnsupportedVersionError,
-    error_for,
 )
+from client.fetcher import ACQUIRE_MODES, Fetcher
 from client.membership import SHARE_GROUP_HEARTBEAT, Membership
-from client.records import (
-    AcknowledgeType,
-    ShareRecord,
-    TopicPartition,
-    decode_partition,
-)
-from client.session import (
-    CLOSE_EPOCH,
-    SHARE_ACKNOWLEDGE,
-    SHARE_FETCH,
-    FetchParams,
-    ShareSession,
-    TopicIdPartition,
-)
+from client.records import AcknowledgeType, ShareRecord, TopicPartition
+from client.session import SHARE_FETCH, FetchParams
 
 log = logging.getLogger("client.share_consumer")
-
-AckResults = dict[TopicPartition, KafkaError | None]
-AckCallback = Callable[[dict[TopicPartition, set[int]], KafkaError | None], Any]
-PendingAcks = dict[TopicPartition, dict[int, AcknowledgeType]]
-
-SESSION_LOST = frozenset({ErrorCode.share_session_not_found,
-                          ErrorCode.invalid_share_session_epoch})
-METADATA_STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
-                            ErrorCode.unknown_topic_id, ErrorCode.fenced_leader_epoch,
-                            ErrorCode.leader_not_available})
-_MODES = {"batch_optimized": 0, "record_limit": 1}
 
 __all__ = ["ShareConsumer"]
 
@@ -102,29 +81,26 @@ class ShareConsumer:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError(f"acknowledgement_mode must be implicit or explicit, not "
                              f"{acknowledgement_mode!r}")
-        if acquire_mode not in _MODES:
-            raise ValueError(f"acquire_mode must be one of {sorted(_MODES)}, not {acquire_mode!r}")
+        if acquire_mode not in ACQUIRE_MODES:
+            raise ValueError(f"acquire_mode must be one of {sorted(ACQUIRE_MODES)}, "
+                             f"not {acquire_mode!r}")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be at least 1")
         self._explicit = acknowledgement_mode == "explicit"
-        self._acquire_mode = acquire_mode
-        self._max_poll_records = max_poll_records
-        self._params = FetchParams(fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes,
-                                   max_poll_records, max_poll_records, _MODES[acquire_mode])
         self._renew_locks = renew_locks
         self._max_share_version = max_share_version
-        self._callback = acknowledgement_commit_callback
         self._cluster = Cluster(bootstrap_servers, client_id, request_timeout_ms)
         self._membership = Membership(group_id, rack_id=rack_id)
         self._group_id = group_id
         self._coordinator: int | None = None
-        self._sessions: dict[int, ShareSession] = {}
-        self._node_locks: dict[int, asyncio.Lock] = {}
-        self._inflight: dict[int, asyncio.Task[list[tuple[TopicPartition, list[ShareRecord]]]]] = {}
-        self._buffer: list[tuple[TopicPartition, list[ShareRecord]]] = []
+        self._acks = AckSender(self._cluster, group_id, self._membership.member_id,
+                               max_share_version, acknowledgement_commit_callback)
+        self._sessions = self._acks.sessions  # tests read the sessions here
+        params = FetchParams(fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes,
+                             max_poll_records, max_poll_records, ACQUIRE_MODES[acquire_mode])
+        self._fetcher = Fetcher(self._cluster, self._membership, self._acks, params,
+                                on_fatal=self._set_fatal, refresh_metadata=self._refresh_metadata)
         self._current = InFlight()
-        self._pending: PendingAcks = {}
-        self._lock_timeout_ms: int | None = None
         self._fatal: KafkaError | None = None
         self._assignment_event = asyncio.Event()
         self._hb_wake = asyncio.Event()
@@ -165,19 +141,20 @@ class ShareConsumer:
             await self._cluster.close()
             return
         self._closed = True
+        inflight = self._fetcher.inflight
         for task in (self._keeper_task, *self._background):
             if task is not None:
                 task.cancel()
-        for task in self._inflight.values():
+        for task in inflight.values():
             task.cancel()
-        await asyncio.gather(*self._inflight.values(), *self._background,
+        await asyncio.gather(*inflight.values(), *self._background,
                              *(t for t in [self._keeper_task] if t), return_exceptions=True)
-        self._inflight.clear()
+        inflight.clear()
         if not self._explicit:
             self._current.acknowledge_all(AcknowledgeType.ACCEPT)
         self._take_current_acks()
         try:
-            await self._send_acks(self._pending_for(None), close=True)
+            await self._acks.send(self._acks.pending_for(None), close=True)
         except (TimeoutError, ConnectionError, OSError, KafkaError) as e:
             log.warning("closing share sessions failed: %s", e)
         self._current.replace(())
@@ -233,16 +210,16 @@ class ShareConsumer:
             self._current.acknowledge_all(AcknowledgeType.ACCEPT)
         self._take_current_acks()
         self._current.replace(())
-        self._buffer.clear()
+        self._fetcher.buffer.clear()
         self._membership.subscription = ()
         task = asyncio.create_task(self._unsubscribe_flush())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _unsubscribe_flush(self) -> None:
-        for t in list(self._inflight.values()):
+        for t in list(self._fetcher.inflight.values()):
             await asyncio.gather(t, return_exceptions=True)
-        await self._send_acks(self._pending_for(None), close=True)
+        await self._acks.send(self._acks.pending_for(None), close=True)
         await self._leave()
 
     def assignment(self) -> frozenset[TopicPartition]:
@@ -259,7 +236,7 @@ class ShareConsumer:
     @property
     def acquisition_lock_timeout_ms(self) -> int | None:
         """The lock duration the broker reported with the last fetch (None before any)."""
-        return self._lock_timeout_ms
+        return self._acks.lock_timeout_ms
 
     # -- consuming ------------------------------------------------------------------------------
 
@@ -280,7 +257,7 @@ class ShareConsumer:
         self._raise_fatal()
         if self._current.has_pending(renew=True):
             self._take_current_acks()
-            await self._send_acks(self._pending_for(None), renew=True)
+            await self._acks.send(self._acks.pending_for(None), renew=True)
             return {}
         if self._explicit:
             missing = self._current.unacknowledged()
@@ -294,11 +271,11 @@ class ShareConsumer:
         self._current.replace(())
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            if self._buffer:
+            if self._fetcher.buffer:
                 return self._hand_out()
             remaining = deadline - time.monotonic()
-            await self._start_fetches(remaining)
-            if not self._inflight:
+            await self._fetcher.start(remaining)
+            if not self._fetcher.inflight:
                 if remaining <= 0:
                     return {}
                 self._assignment_event.clear()
@@ -307,15 +284,9 @@ class ShareConsumer:
                 except TimeoutError:
                     pass
                 continue
-            done, _ = await asyncio.wait(list(self._inflight.values()),
-                                         timeout=max(remaining, 0),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for node, task in list(self._inflight.items()):
-                if task in done:
-                    del self._inflight[node]
-                    self._collect(node, task)
+            await self._fetcher.wait(remaining)
             self._raise_fatal()
-            if not self._buffer and time.monotonic() >= deadline:
+            if not self._fetcher.buffer and time.monotonic() >= deadline:
                 return {}
 
     def acknowledge(self, record: ShareRecord,
@@ -335,7 +306,7 @@ class ShareConsumer:
         kind = AcknowledgeType(type)
         if kind == AcknowledgeType.GAP:
             raise ValueError("GAP is not an acknowledgement an application can give")
-        if kind == AcknowledgeType.RENEW and self._share_version() < 2:
+        if kind == AcknowledgeType.RENEW and self._acks.share_version() < 2:
             raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (KIP-1222)")
         self._current.acknowledge(record, kind)
 
@@ -353,7 +324,7 @@ class ShareConsumer:
         kind = AcknowledgeType(type)
         if kind == AcknowledgeType.GAP:
             raise ValueError("GAP is not an acknowledgement an application can give")
-        if kind == AcknowledgeType.RENEW and self._share_version() < 2:
+        if kind == AcknowledgeType.RENEW and self._acks.share_version() < 2:
             raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (KIP-1222)")
         self._current.acknowledge_all(kind)
 
@@ -368,7 +339,7 @@ class ShareConsumer:
             self._current.acknowledge_all(AcknowledgeType.ACCEPT)
         renew = self._current.has_pending(renew=True)
         self._take_current_acks()
-        coro = self._send_acks(self._pending_for(None), renew=renew)
+        coro = self._acks.send(self._acks.pending_for(None), renew=renew)
         if timeout_ms is None:
             return await coro
         return await asyncio.wait_for(coro, timeout_ms / 1000)
@@ -381,7 +352,7 @@ class ShareConsumer:
             self._current.acknowledge_all(AcknowledgeType.ACCEPT)
         renew = self._current.has_pending(renew=True)
         self._take_current_acks()
-        task = asyncio.create_task(self._send_acks(self._pending_for(None), renew=renew))
+        task = asyncio.create_task(self._acks.send(self._acks.pending_for(None), renew=renew))
         self._background.add(task)
 
         def done(t: asyncio.Task[AckResults]) -> None:
@@ -391,232 +362,15 @@ class ShareConsumer:
         task.add_done_callback(done)
         return task
 
-    # -- internals: fetching ----------------------------------------------------------------------
+    # -- internals: batches and acknowledgements -------------------------------------------------
 
     def _hand_out(self) -> dict[TopicPartition, list[ShareRecord]]:
-        out: dict[TopicPartition, list[ShareRecord]] = {}
-        budget = self._max_poll_records if self._acquire_mode == "record_limit" else None
-        while self._buffer and (budget is None or budget > 0):
-            tp, records = self._buffer[0]
-            if budget is not None and len(records) > budget:
-                out.setdefault(tp, []).extend(records[:budget])
-                self._buffer[0] = (tp, records[budget:])
-                budget = 0
-                break
-            self._buffer.pop(0)
-            out.setdefault(tp, []).extend(records)
-            if budget is not None:
-                budget -= len(records)
+        out = self._fetcher.hand_out()
         self._current.replace(r for rs in out.values() for r in rs)
         return out
 
-    def _wanted(self) -> dict[int, set[TopicIdPartition]]:
-        """Assigned partitions grouped by their leader."""
-        out: dict[int, set[TopicIdPartition]] = {}
-        names = self._cluster.topic_names
-        for tid, parts in self._membership.assignment.items():
-            name = names.get(tid)
-            if name is None:
-                continue
-            for p in parts:
-                leader = self._cluster.leaders.get((name, p), -1)
-                if leader >= 0:
-                    out.setdefault(leader, set()).add((tid, p))
-        return out
-
-    async def _start_fetches(self, remaining: float) -> None:
-        if self._membership.assignment and any(
-                tid not in self._cluster.topic_names for tid in self._membership.assignment):
-            await self._refresh_metadata()
-        wanted = self._wanted()
-        nodes = set(wanted) | {n for n, s in self._sessions.items() if s.partitions}
-        max_wait = max(0, min(int(remaining * 1000), self._params.max_wait_ms))
-        for node in nodes:
-            if node in self._inflight:
-                continue
-            parts = wanted.get(node, set())
-            self._inflight[node] = asyncio.create_task(
-                self._fetch(node, parts, max_wait), name=f"shoal-share-fetch-{node}")
-
-    async def _fetch(self, node: int, wanted: set[TopicIdPartition], max_wait_ms: int
-                     ) -> list[tuple[TopicPartition, list[ShareRecord]]]:
-        async with self._node_lock(node):
-            session = await self._session(node)
-            conn = await self._cluster.connection(node)
-            added, forgotten = session.diff(wanted)
-            names = self._cluster.topic_names
-            tps = {TopicPartition(names[tid], p) for tid, p in wanted | session.partitions
-                   if tid in names}
-            acks = self._pending_for(tps) if session.is_open else {}
-            params = self._params
-            if max_wait_ms != params.max_wait_ms:
-                params = FetchParams(max_wait_ms, params.min_bytes, params.max_bytes,
-                                     params.max_records, params.batch_size, params.acquire_mode)
-            body = session.fetch_request(added, forgotten, self._wire(acks), params)
-            try:
-                resp = await conn.call(SHARE_FETCH, session.version, body)
-            except (ConnectionError, OSError) as e:
-                session.reset()
-                self._report(acks, {tp: error_for(ErrorCode.network_exception, str(e), tp)
-                                    for tp in acks})
-                raise
-            code = ErrorCode(resp.error_code)
-            if code != ErrorCode.none:
-                self._report(acks, {tp: error_for(code, resp.error_message, tp) for tp in acks})
-                if code in SESSION_LOST:
-                    session.reset()
-                    return []
-                raise error_for(code, resp.error_message)  # type: ignore[misc]
-            session.advance(added, forgotten)
-            self._note_lock_timeout(resp)
-            out: list[tuple[TopicPartition, list[ShareRecord]]] = []
-            results: AckResults = {}
-            stale = False
-            for t in resp.responses:
-                name = names.get(t.topic_id)
-                if name is None:
-                    stale = True
-                    continue
-                for p in t.partitions:
-                    tp = TopicPartition(name, int(p.partition_index))
-                    if tp in acks:
-                        results[tp] = error_for(p.acknowledge_error_code,
-                                                p.acknowledge_error_message, tp)
-                    pcode = ErrorCode(p.error_code)
-                    if pcode != ErrorCode.none:
-                        if pcode in METADATA_STALE:
-                            stale = True
-                        else:
-                            self._fatal = error_for(pcode, p.error_message, tp)
-                        continue
-                    if not p.acquired_records:
-                        continue
-                    decoded = decode_partition(
-                        name, tp.partition, p.records,
-                        [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
-                         for a in p.acquired_records])
-                    if decoded.gaps:
-                        gaps = self._pending.setdefault(tp, {})
-                        for off in decoded.gaps:
-                            gaps[off] = AcknowledgeType.GAP
-                    if decoded.records:
-                        out.append((tp, decoded.records))
-            for tp in acks:
-                results.setdefault(tp, None)
-            self._report(acks, results)
-            if stale:
-                await self._refresh_metadata()
-            return out
-
-    def _collect(self, node: int, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is None:
-            self._buffer.extend(task.result())
-        elif isinstance(exc, (ConnectionError, OSError)):
-            log.warning("share fetch to broker %s failed: %s", node, exc)
-        elif isinstance(exc, KafkaError):
-            self._fatal = exc
-        else:
-            raise exc
-
-    # -- internals: acknowledgements ---------------------------------------------------------------
-
     def _take_current_acks(self) -> None:
-        for tp, acks in self._current.take_pending().items():
-            self._pending.setdefault(tp, {}).update(acks)
-
-    def _pending_for(self, tps: Iterable[TopicPartition] | None) -> PendingAcks:
-        if tps is None:
-            out, self._pending = self._pending, {}
-            return out
-        return {tp: self._pending.pop(tp) for tp in tps if tp in self._pending}
-
-    def _wire(self, acks: PendingAcks) -> dict[TopicIdPartition, list[tuple[int, int, tuple[int, ...]]]]:
-        ids = self._cluster.topic_ids
-        return {(ids[tp.topic], tp.partition): to_wire_batches(a)
-                for tp, a in acks.items() if a and tp.topic in ids}
-
-    async def _send_acks(self, acks: PendingAcks, *, renew: bool = False,
-                         close: bool = False) -> AckResults:
-        """ShareAcknowledge to each leader in parallel (``close``: epoch -1 on every session)."""
-        by_node: dict[int, PendingAcks] = {}
-        for tp, a in acks.items():
-            by_node.setdefault(self._cluster.leaders.get(tp, -1), {})[tp] = a
-        if close:
-            for node, s in self._sessions.items():
-                if s.is_open:
-                    by_node.setdefault(node, {})
-        results: AckResults = {}
-        answers = await asyncio.gather(*(self._acknowledge(node, a, renew=renew, close=close)
-                                         for node, a in by_node.items()))
-        for r in answers:
-            results.update(r)
-        return results
-
-    async def _acknowledge(self, node: int, acks: PendingAcks, *, renew: bool,
-                           close: bool) -> AckResults:
-        session = self._sessions.get(node)
-        if session is None or not session.is_open:
-            results = {tp: error_for(ErrorCode.share_session_not_found,
-                                     "no open share session on the partition's leader", tp)
-                       for tp in acks}
-            self._report(acks, results)
-            return results
-        async with self._node_lock(node):
-            if not session.is_open:
-                results = {tp: error_for(ErrorCode.share_session_not_found, None, tp) for tp in acks}
-                self._report(acks, results)
-                return results
-            renew = renew and session.version >= 2 and any(
-                k == AcknowledgeType.RENEW for a in acks.values() for k in a.values())
-            conn = await self._cluster.connection(node)
-            body = session.acknowledge_request(self._wire(acks), renew=renew,
-                                               epoch=CLOSE_EPOCH if close else None)
-            try:
-                resp = await asyncio.wait_for(conn.call(SHARE_ACKNOWLEDGE, session.version, body),
-                                              self._cluster.timeout)
-            except (TimeoutError, ConnectionError, OSError) as e:
-                session.reset()
-                results = {tp: error_for(ErrorCode.network_exception, str(e), tp) for tp in acks}
-                self._report(acks, results)
-                return results
-            code = ErrorCode(resp.error_code)
-            if code != ErrorCode.none:
-                if code in SESSION_LOST or close:
-                    session.reset()
-                results = {tp: error_for(code, resp.error_message, tp) for tp in acks}
-                self._report(acks, results)
-                return results
-            if close:
-                session.reset()
-            else:
-                session.advance()
-            self._note_lock_timeout(resp)
-            names = self._cluster.topic_names
-            results = {}
-            for t in resp.responses:
-                for p in t.partitions:
-                    tp = TopicPartition(names.get(t.topic_id, "?"), int(p.partition_index))
-                    if tp in acks:
-                        results[tp] = error_for(p.error_code, p.error_message, tp)
-            for tp in acks:
-                results.setdefault(tp, None)
-            self._report(acks, results)
-            return results
-
-    def _report(self, acks: PendingAcks, results: AckResults) -> None:
-        """Hand acknowledgement results to the application's callback (GAPs are not shown)."""
-        if self._callback is None:
-            return
-        for tp, exc in results.items():
-            offsets = {o for o, k in acks.get(tp, {}).items() if k != AcknowledgeType.GAP}
-            if offsets:
-                try:
-                    self._callback({tp: offsets}, exc)
-                except Exception:
-                    log.exception("acknowledgement commit callback failed")
+        self._acks.add(self._current.take_pending())
 
     # -- internals: membership ------------------------------------------------------------------
 
@@ -690,45 +444,22 @@ class ShareConsumer:
         while True:
             # A third of the lock duration leaves two chances before a lock would expire. Until
             # a fetch reports the duration, wake every second.
-            await asyncio.sleep((self._lock_timeout_ms or 3000) / 3000)
+            await asyncio.sleep((self._acks.lock_timeout_ms or 3000) / 3000)
             held = self._current.unacknowledged()
-            if not held or self._share_version() < 2:
+            if not held or self._acks.share_version() < 2:
                 continue
             renew: PendingAcks = {}
             for r in held:
                 renew.setdefault(r.topic_partition, {})[r.offset] = AcknowledgeType.RENEW
             try:
-                await self._send_acks(renew, renew=True)
+                await self._acks.send(renew, renew=True)
             except (TimeoutError, ConnectionError, OSError, KafkaError) as e:
                 log.warning("renewing acquisition locks failed: %s", e)
 
     # -- small helpers ----------------------------------------------------------------------------
 
-    def _note_lock_timeout(self, resp: Any) -> None:
-        # ShareAcknowledge v1 has no AcquisitionLockTimeoutMs; ShareFetch v1+ has it.
-        lock = getattr(resp, "acquisition_lock_timeout", None)
-        if lock is not None and lock.total_seconds() > 0:
-            self._lock_timeout_ms = int(lock.total_seconds() * 1000)
-
-    def _node_lock(self, node: int) -> asyncio.Lock:
-        lock = self._node_locks.get(node)
-        if lock is None:
-            lock = self._node_locks[node] = asyncio.Lock()
-        return lock
-
-    async def _session(self, node: int) -> ShareSession:
-        session = self._sessions.get(node)
-        if session is None:
-            conn = await self._cluster.connection(node)
-            version = min(conn.version(SHARE_FETCH, 1, self._max_share_version),
-                          conn.version(SHARE_ACKNOWLEDGE, 1, self._max_share_version))
-            session = ShareSession(node, self._group_id, self._membership.member_id, version)
-            self._sessions[node] = session
-        return session
-
-    def _share_version(self) -> int:
-        versions = [s.version for s in self._sessions.values()]
-        return min(versions) if versions else self._max_share_version
+    def _set_fatal(self, exc: KafkaError) -> None:
+        self._fatal = exc
 
     def _check_open(self) -> None:
         if self._closed:

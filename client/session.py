@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from client.acks import WireBatch
 from protocol.codec import request_module
 
@@ -28,6 +30,9 @@ SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
 MAX_EPOCH = 2**31 - 1
 CLOSE_EPOCH = -1
+# Top-level errors after which the session is ``reset`` (the broker no longer has it at our epoch).
+SESSION_LOST = frozenset({ErrorCode.share_session_not_found,
+                          ErrorCode.invalid_share_session_epoch})
 
 TopicIdPartition = tuple[uuid.UUID, int]
 WireAcks = Mapping[TopicIdPartition, list[WireBatch]]
