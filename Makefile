@@ -6,7 +6,7 @@ DATA_DIR ?= ./data
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-crash bench kcat java clean
+.PHONY: setup run test test-slow test-crash bench bench-spark kcat java clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ test-crash: $(STAMP)
 ## runs the client-side scenarios against another Kafka-protocol broker for comparison.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(if $(PROFILE),--profile,) $(if $(SCALE),--scale $(SCALE),) $(if $(BOOTSTRAP),--bootstrap $(BOOTSTRAP),)
+
+## Scenario (g) alone: records/s through a trivial Spark streaming query on the shoal-share
+## source (pipeline/, issue 8). Needs Java (make java); SCALE=0.2 is a quick run.
+bench-spark: $(STAMP) java
+	$(BIN)/python -m bench.run --only g $(if $(SCALE),--scale $(SCALE),)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

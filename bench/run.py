@@ -16,8 +16,11 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``d``  footprint: cold start to first Metadata, idle RSS, RSS under (b) (Shoal only)
 - ``e``  restart with 10,000 share-partitions of state (x scale; ``bench/share_state_restart.py``)
 - ``f``  issue 7: this project's asyncio ``client.ShareConsumer`` next to ``confluent_kafka.ShareConsumer`` (1 partition, implicit)
+- ``g``  issue 8: records/s through a trivial PySpark streaming query on the ``shoal-share``
+  source (``pipeline/``; 600,000 x scale records, at least 20,000, 32 partitions;
+  ``bench/spark_source.py``). Skipped where pyspark or Java is missing (``make bench-spark``)
 
-``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b and c against an already running
+``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f and g against an already running
 Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
 them side by side; ``--no-local`` skips the local Shoal broker. ``--profile`` records a profile
 of the broker during (b) (py-spy when installed, else cProfile) and writes its top functions.
@@ -54,15 +57,15 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run",
                                  description="Shoal's benchmark (make bench)")
     ap.add_argument("--bootstrap", action="append", default=[], metavar="[NAME=]HOST:PORT",
-                    help="also run the client-side scenarios (a, b, c) against this running "
+                    help="also run the client-side scenarios (a, b, c, f, g) against this running "
                     "broker (repeatable)")
     ap.add_argument("--no-local", action="store_true",
                     help="do not start a Shoal broker (only the --bootstrap brokers; no d, e)")
@@ -165,6 +168,8 @@ def _attempt(fn: Callable[[], dict[str, Any]], label: str) -> dict[str, Any]:
 
 
 def _brief(key: str, fig: dict[str, Any]) -> str:
+    if "skipped" in fig:
+        return f"skipped: {fig['skipped']}"
     if "error" in fig and "rate" not in fig and "p99_ms" not in fig:
         return "error"
     if key == "c":
@@ -178,6 +183,11 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         ours = fig.get("client.ShareConsumer", {}).get("rate") or 0
         theirs = fig.get("confluent_kafka.ShareConsumer", {}).get("rate") or 0
         return f"client.ShareConsumer {ours:,.0f} rec/s, confluent_kafka.ShareConsumer {theirs:,.0f} rec/s"
+    if key == "g":
+        return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
+                f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
+                f"in {fig.get('batches')} batches, first batch {fig.get('first_batch_s')} s, "
+                f"Spark start {fig.get('spark_startup_s')} s)")
     broker = fig.get("broker", {})
     extra = f", broker CPU {broker['broker_cpu_pct']}%" if broker.get("broker_cpu_pct") else ""
     return f"{fig.get('rate', 0) or 0:,.0f} rec/s ({fig.get('records')} records{extra})"
@@ -227,6 +237,15 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
              f"{n:,} records, 1 partition x 1 consumer, implicit")
         res["f"] = _attempt(lambda: client_share.run(system.bootstrap, n, 1), "f")
         _log(f"  f: {_brief('f', res['f'])}")
+    if "g" in selected:
+        # Issue 8: a trivial Spark streaming query on the shoal-share source (pipeline/).
+        from bench import spark_source
+
+        n = max(spark_source.MIN_RECORDS, settings.records(spark_source.FULL_RECORDS))
+        _log(f"[{system.name}] (g) Spark share source, trivial query (noop sink), {n:,} records, "
+             f"{spark_source.PARTITIONS} partitions")
+        res["g"] = _attempt(lambda: scenarios.scenario_g(settings, system), "g")
+        _log(f"  g: {_brief('g', res['g'])}")
     return res
 
 

@@ -1,7 +1,7 @@
 """The benchmark's scenarios (see ``bench/run.py`` for the list). Each returns a dict of figures.
 
-Client-side scenarios (a, b*, c) take a :class:`System` and run against any Kafka-protocol broker.
-Broker-side ones (d, e) start Shoal processes of their own and only apply to Shoal.
+Client-side scenarios (a, b*, c, g) take a :class:`System` and run against any Kafka-protocol
+broker. Broker-side ones (d, e) start Shoal processes of their own and only apply to Shoal.
 """
 
 from __future__ import annotations
@@ -439,4 +439,53 @@ def scenario_e(settings: Settings, log: Callable[[str], None]) -> dict[str, Any]
     elif "clean_load_ms" not in fig:
         fig["error"] = "could not read the script's output (format changed?)"
     log(f"  restart: {' | '.join(fig['output'][-3:])}")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark share source (issue 8): bench/spark_source.py
+
+
+def scenario_g(settings: Settings, system: System, records: int | None = None,
+               partitions: int | None = None, record_locks: int | None = None,
+               **query: Any) -> dict[str, Any]:
+    """(g) records/s through a trivial Spark streaming query on the ``shoal-share`` source.
+
+    Skipped (``{"skipped": reason}``) where pyspark or Java is missing. ``query`` goes to
+    :func:`bench.spark_source.run` (max_records, spark_partitions, poll_timeout_ms,
+    options).
+    """
+    from bench import spark_source as g
+
+    reason = g.unavailable()
+    if reason:
+        return {"skipped": reason}
+    n = records if records is not None else max(g.MIN_RECORDS,
+                                                 settings.records(g.FULL_RECORDS))
+    partitions = partitions or g.PARTITIONS
+    record_locks = g.RECORD_LOCKS if record_locks is None else record_locks
+    topic = settings.topic(f"spark-p{partitions}")
+    group = f"bench-{settings.run_id}-g"
+    system.admin.create_topic(topic, partitions)
+    settings.log(f"  [{system.name}] pre-producing {n:,} records into {partitions} partitions")
+    pre = produce(settings, system, topic, n, partitions)
+    configs = {"share.auto.offset.reset": "earliest"}
+    if record_locks:
+        configs["share.partition.max.record.locks"] = str(record_locks)
+    try:
+        system.admin.set_group_configs(group, configs)
+    except RuntimeError:  # a broker with a lower ceiling: its default lock limit, noted
+        if not record_locks:
+            raise
+        system.admin.set_group_configs(group, {"share.auto.offset.reset": "earliest"})
+        record_locks = 0
+    fig = g.run(system.bootstrap, topic, group, n, **query)
+    fig.update(partitions=partitions, record_locks=record_locks or "broker default",
+               topic=topic, group=group, record_bytes=RECORD_SIZE,
+               pre_produce={"rate": pre["rate"], "seconds": pre["seconds"]})
+    broker = _broker_share(system, "g", fig.pop("t_steady_start", None), fig.pop("t_end", None))
+    if broker is not None:
+        fig["broker"] = broker
+    if "error" not in fig and not fig.get("complete"):
+        fig["error"] = f"the query ended with {fig.get('records')} of {n} records"
     return fig

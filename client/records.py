@@ -96,6 +96,15 @@ def decode_partition(topic: str, partition: int, data: bytes | None,
             if getattr(batch, "is_control_batch", False):
                 continue
             ts_type = batch.timestamp_type
+            # Fast path: the whole batch lies in one acquired range (the usual case).
+            i = bisect.bisect_right(firsts, batch.base_offset) - 1
+            if i >= 0 and batch.next_offset - 1 <= ranges[i][1]:
+                count = ranges[i][2]
+                for rec in batch:
+                    h = rec.headers
+                    out.append(ShareRecord(topic, partition, rec.offset, rec.timestamp, ts_type,
+                                           rec.key, rec.value, list(h) if h else [], count))
+                continue
             for rec in batch:
                 off = rec.offset
                 if off < lo or off > hi:
@@ -106,5 +115,8 @@ def decode_partition(topic: str, partition: int, data: bytes | None,
                 seen.add(off)
                 out.append(ShareRecord(topic, partition, off, rec.timestamp, ts_type, rec.key,
                                        rec.value, list(rec.headers), ranges[i][2]))
+    if len(out) == sum(last - first + 1 for first, last, _ in ranges):
+        return DecodedPartition(out, [])  # every acquired offset has its record
+    seen.update(r.offset for r in out)
     gaps = [o for f, last, _ in ranges for o in range(f, last + 1) if o not in seen]
     return DecodedPartition(out, gaps)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -33,6 +33,11 @@ class Cycle:
 
     refused: dict[str, int] = field(default_factory=dict)  # "topic-partition" -> records
     records: list[ShareRecord] = field(default_factory=list)
+    # Whether the member had partitions assigned when the poll began: an empty poll only
+    # means "nothing to read" if it did (a new member's first poll may predate its assignment).
+    assigned: bool = False
+    # ``prepare(records)``, computed on the consumer's thread right after the poll.
+    prepared: Any = None
 
 
 class ConsumerThread:
@@ -44,7 +49,8 @@ class ConsumerThread:
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: tuple[str, ...], *,
-                 max_records: int, renew_locks: bool, client_id: str) -> None:
+                 max_records: int, renew_locks: bool, client_id: str,
+                 prepare: Callable[[list[ShareRecord]], Any] | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="shoal-share-source", daemon=True)
@@ -53,7 +59,9 @@ class ConsumerThread:
             bootstrap_servers, group_id, acknowledgement_mode="explicit",
             max_poll_records=max_records, acquire_mode="record_limit", client_id=client_id,
             renew_locks=renew_locks)
+        self._prepare = prepare
         self.held: list[ShareRecord] = []
+        self.prepared: Any = None  # ``prepare(held)``
         self.pending: Future[Cycle] | None = None
         self._closed = False
         self._wait(self._submit(self._start(topics)), 60)
@@ -78,7 +86,7 @@ class ConsumerThread:
             raise RuntimeError("a cycle is already running on this member")
         records: list[ShareRecord] = []
         if settle is not None:
-            records, self.held = self.held, []
+            records, self.held, self.prepared = self.held, [], None
         elif self.held and poll_timeout_ms is not None:
             raise RuntimeError("poll while a batch is held: settle it first")
         self.pending = self._submit(self._cycle(records, settle, poll_timeout_ms))
@@ -98,8 +106,11 @@ class ConsumerThread:
                     log.warning("share group broker refused %s of %d records of %s-%d: %s",
                                 settle.name, count, tp.topic, tp.partition, err)
         if poll_timeout_ms is not None:
+            out.assigned = bool(self._consumer.assignment())
             batch = await self._consumer.getmany(timeout_ms=poll_timeout_ms)
             out.records = [r for rs in batch.values() for r in rs]
+            if out.records and self._prepare is not None:
+                out.prepared = self._prepare(out.records)
         return out
 
     def take(self, timeout: float) -> Cycle | None:
@@ -112,7 +123,7 @@ class ConsumerThread:
         except TimeoutError:
             return None
         self.pending = None
-        self.held = result.records
+        self.held, self.prepared = result.records, result.prepared
         return result
 
     def run(self, settle: AcknowledgeType | None, poll_timeout_ms: int | None) -> Cycle:
@@ -138,7 +149,7 @@ class ConsumerThread:
                     self.take(timeout)
                 except (ShareConsumerError, OSError) as e:
                     log.info("last poll before close failed: %s", e)
-            held, self.held = self.held, []
+            held, self.held, self.prepared = self.held, [], None
             self._wait(self._submit(self._close(held)), timeout)
         except (ShareConsumerError, TimeoutError, OSError, RuntimeError) as e:
             log.warning("closing the share consumer failed; its records return to the group "

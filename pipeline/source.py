@@ -55,9 +55,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pipeline.options import SourceOptions
-from pipeline.rows import SCHEMA_DDL, Columns, split, to_arrow
+from pipeline.rows import SCHEMA_DDL, split, to_arrow
 
 log = logging.getLogger("pipeline.share_source")
+
+# How long Trigger.AvailableNow waits for a partition assignment before an empty poll by members
+# without one counts as "no data" (a topic with no partitions for this query).
+_ASSIGNMENT_GRACE_S = 30.0
 
 
 class DataLossError(RuntimeError):
@@ -65,14 +69,15 @@ class DataLossError(RuntimeError):
 
 
 class ShareInputPartition(InputPartition):
-    """One Spark task's records, carried from the driver as columns."""
+    """One Spark task's records, carried from the driver as an Arrow record batch (built on
+    the consumer's thread right after the poll; it pickles as one buffer)."""
 
-    def __init__(self, columns: Columns) -> None:
+    def __init__(self, batch: Any) -> None:
         super().__init__(None)
-        self.columns = columns
+        self.batch = batch
 
     def __repr__(self) -> str:
-        return f"ShareInputPartition({len(self.columns)} records)"
+        return f"ShareInputPartition({self.batch.num_rows} records)"
 
 
 class ShareSource(DataSource):
@@ -100,6 +105,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._held_end: int | None = None  # the batch counter that batch ends at
         self._available_now = False
         self._drained = False
+        self._unassigned_since: float | None = None
 
     # Spark pickles a fresh reader to executors for read(); only the options travel.
     def __getstate__(self) -> dict[str, Any]:
@@ -150,13 +156,13 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         "with %d records polled now (the records of the original attempt "
                         "come back through the group)", self.options.group_id, end["batch"],
                         len(self._batch.held) if self._batch else 0)
-        records = self._batch.held if self._batch is not None else []
-        return [ShareInputPartition(cols) for cols in split(records, self.options.num_partitions)]
+        if self._batch is None or not self._batch.held:
+            return []
+        return [ShareInputPartition(b) for b in self._batch.prepared]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ShareInputPartition)
-        if len(partition.columns):
-            yield to_arrow(partition.columns)
+        yield partition.batch
 
     def commit(self, end: dict[str, int]) -> None:
         self._settle_through(end["batch"])
@@ -199,6 +205,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         poll_ms = self.options.poll_timeout_ms
         candidates = [m for m in self._pool() if m is not self._batch]
         came_back_empty: set[int] = set()
+        nothing_assigned = True  # no empty poll so far had partitions to read
         deadline = time.monotonic() + poll_ms / 1000 + 90
         while True:
             for m in candidates:
@@ -209,11 +216,23 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._check_refused(result.refused)
                     if not m.held:
                         came_back_empty.add(id(m))
+                        nothing_assigned = nothing_assigned and not result.assigned
                         m.cycle(None, poll_ms)
                 if m.pending is None and m.held:
                     return m
             if len(came_back_empty) == len(candidates):
-                return None
+                # Trigger.AvailableNow stops at "no data"; members that have joined but have no
+                # partitions yet can't tell that, so give the assignment time to arrive.
+                now = time.monotonic()
+                if not (self._available_now and nothing_assigned):
+                    self._unassigned_since = None
+                    return None
+                if self._unassigned_since is None:
+                    self._unassigned_since = now
+                if now - self._unassigned_since >= _ASSIGNMENT_GRACE_S:
+                    return None
+                came_back_empty.clear()
+                nothing_assigned = True
             if time.monotonic() > deadline:
                 raise TimeoutError(f"share group {self.options.group_id}: no poll finished in "
                                    f"{poll_ms / 1000 + 90:.0f} s; is the broker at "
@@ -244,9 +263,11 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pipeline.bridge import ConsumerThread
 
         o = self.options
+        parts = o.num_partitions
         return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
                               max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
-                              client_id=o.client_id)
+                              client_id=o.client_id,
+                              prepare=lambda records: [to_arrow(c) for c in split(records, parts)])
 
 
 def _ack(name: str) -> Any:

@@ -65,3 +65,33 @@ def test_bench_smoke(tmp_path: Path) -> None:
     except ImportError:
         return
     assert (out / "throughput.png").stat().st_size > 1000
+
+
+def test_spark_scenario_figures_and_skip(tmp_path: Path) -> None:
+    """Scenario g (not run here: a JVM start costs ~10 s): its rate arithmetic and a skip."""
+    from bench import report, spark_source
+
+    def batch(i: int, at: str, ms: int, rows: int) -> dict[str, object]:
+        return {"batchId": i, "timestamp": at, "batchDuration": ms, "numInputRows": rows,
+                "durationMs": {"latestOffset": 10, "addBatch": ms - 30, "walCommit": 10,
+                               "commitOffsets": 10}}
+
+    # start() at wall 1000.0 = monotonic 50.0; batch 0 ends 6 s later, the query 4 s after that.
+    wall0 = 1_000.0
+    progress = [batch(0, "1970-01-01T00:16:40.500Z", 5_500, 30_000),
+                batch(1, "1970-01-01T00:16:46.000Z", 1_000, 30_000),
+                batch(2, "1970-01-01T00:16:47.000Z", 2_500, 10_000)]
+    fig = spark_source.figures(progress, 70_000, 50.0, 60.0, wall0)
+    assert fig["complete"] and fig["batches"] == 3 and fig["records"] == 70_000
+    assert fig["first_batch_s"] == 6.0 and fig["steady_records"] == 40_000
+    assert fig["rate"] == 10_000.0 and fig["rate_overall"] == 7_000.0
+    assert fig["final_poll_s"] == 0.5 and fig["mean_batch_records"] == 23_333
+    assert fig["phase_mean_ms"]["walCommit"] == 10.0
+
+    doc = {"meta": {"run_id": "t", "scale": 1.0, "records": 1, "record_bytes": 1024, "cpus": 2,
+                    "load_start": "0"},
+           "systems": [{"name": "shoal", "description": "d",
+                        "scenarios": {"g": {"skipped": "pyspark not installed"}}}]}
+    md = report.write(doc, tmp_path)
+    assert "skipped: pyspark not installed" in md and md.count("skipped:") == 1
+    assert doc["targets"] == [] and "error" not in md

@@ -1,0 +1,297 @@
+"""Scenario (g), issue 8: records/s through a trivial PySpark streaming query on a share group.
+
+The query reads a topic through this project's ``shoal-share`` source (``pipeline/``) and writes
+to Spark's ``noop`` sink, ``Trigger.AvailableNow``, in ``local[2]``: it measures the source
+(one ShareFetch per micro-batch, the records shipped to the Python workers as Arrow batches,
+ACCEPT when the batch commits), not a computation.
+
+The query runs in a child process (``python -m bench.spark_source --topic T --group G``) that
+prints one JSON line of figures; the parent (:func:`run`) creates nothing itself, the caller
+(``scenarios.scenario_g``) makes the topic, pre-produces the records and sets the group's
+configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``:
+
+- ``rate``: records after the first micro-batch / (query termination - end of the first
+  micro-batch). The first batch holds the JVM's and the Python workers' warm-up and the share
+  group join, so it is left out; the end includes the last, empty poll that stops
+  ``AvailableNow`` (``pollTimeoutMs``, ``final_poll_s``). None if one batch held everything.
+- ``rate_overall``: every record / (``start()`` to termination).
+- ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
+  ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+
+Run on its own (starts a fresh Shoal broker unless ``--bootstrap``), to try settings by hand:
+
+    .venv/bin/python -m bench.spark_source --records 600000 --partitions 32 --max-records 64000
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# Issue 8 settings (bench/README.md, scenario g, says why). A share-partition holds at most
+# share.partition.max.record.locks in-flight records and one micro-batch is one ShareFetch, so
+# a batch is at most partitions x locks records: 32 x 4,000 = 128,000, shared with the batch
+# polled ahead when the source prefetches (its default), so each can reach maxRecordsPerBatch
+# (in practice the consumer's 50 MiB fetch limit, about 46,000 records of 1 KiB, comes first).
+PARTITIONS = 32
+RECORD_LOCKS = 4000  # group share.partition.max.record.locks (Shoal's ceiling by default)
+MAX_RECORDS_PER_BATCH = 64_000
+SPARK_PARTITIONS = 2  # numPartitions: one Spark task per core of local[2]
+POLL_TIMEOUT_MS = 500  # the source's default; the last, empty poll waits this long
+FULL_RECORDS = 600_000  # enough micro-batches (about 14) for a steady state
+MIN_RECORDS = 20_000
+PHASES = ("latestOffset", "addBatch", "walCommit", "commitOffsets")
+
+
+def unavailable() -> str | None:
+    """Why the scenario cannot run here (pyspark or Java missing), or None."""
+    for module in ("pyspark", "pyarrow"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} not installed"
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and Path(java_home, "bin", "java").exists()) and not shutil.which("java"):
+        return "java not found (make java)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The child: one SparkSession, one query
+
+
+def _wall(timestamp: str) -> float:
+    """A progress timestamp (ISO 8601, UTC, 'Z') as seconds since the epoch."""
+    return datetime.fromisoformat(timestamp).timestamp()
+
+
+def query(bootstrap: str, topic: str, group: str, records: int, *,
+          max_records: int = MAX_RECORDS_PER_BATCH, spark_partitions: int = SPARK_PARTITIONS,
+          poll_timeout_ms: int = POLL_TIMEOUT_MS, options: dict[str, str] | None = None,
+          ) -> dict[str, Any]:
+    """Run the query to termination and return its figures (runs in the child process).
+
+    ``options`` are further ``shoal-share`` source options (``prefetch``, ...).
+    """
+    # Spark starts its Python workers with PYSPARK_PYTHON (default: python3 on PATH), which
+    # would not see this venv's pyarrow and the project.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    t0 = time.monotonic()
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import SparkSession
+
+    import pipeline
+
+    spark = (SparkSession.builder.master("local[2]").appName("shoal-bench-g")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    pipeline.register(spark)
+    startup = time.monotonic() - t0
+    checkpoint = tempfile.mkdtemp(prefix="shoal-bench-g-")
+    try:
+        reader = (spark.readStream.format("shoal-share")
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("group.id", group).option("subscribe", topic)
+                  .option("maxRecordsPerBatch", str(max_records))
+                  .option("numPartitions", str(spark_partitions))
+                  .option("pollTimeoutMs", str(poll_timeout_ms)))
+        for k, v in (options or {}).items():
+            reader = reader.option(k, v)
+        df = reader.load()
+        t_start, wall_start = time.monotonic(), time.time()
+        q = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        except StreamingQueryException:
+            pass  # q.exception() below; the progress so far is still reported
+        t_end = time.monotonic()
+        failure = q.exception()
+        progress = [json.loads(p.json) for p in q.recentProgress]
+    finally:
+        spark.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    fig = figures(progress, records, t_start, t_end, wall_start)
+    fig.update(spark_startup_s=round(startup, 3), max_records_per_batch=max_records,
+               spark_partitions=spark_partitions, poll_timeout_ms=poll_timeout_ms,
+               source_options=dict(options or {}))
+    if failure is not None:
+        fig["error"] = f"the query failed: {failure}"
+    return fig
+
+
+def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end: float,
+            wall_start: float) -> dict[str, Any]:
+    """The scenario's figures from a finished query's progress reports (module doc).
+
+    ``t_start`` and ``t_end`` are ``time.monotonic`` at ``start()`` and after termination.
+    Progress timestamps are wall-clock: ``wall_start`` (``time.time`` read with ``t_start``)
+    maps them onto the monotonic clock, which the broker monitor uses too.
+    """
+    batches = [p for p in progress if p.get("numInputRows")]
+    total = sum(p["numInputRows"] for p in batches)
+    wall_s = t_end - t_start
+    fig: dict[str, Any] = {"records": total, "target_records": records,
+                           "complete": total >= records, "batches": len(batches),
+                           "query_s": round(wall_s, 3),
+                           "rate_overall": round(total / wall_s, 1) if wall_s > 0 else None}
+    if not batches:
+        return fig
+    to_mono = t_start - wall_start
+
+    def end_of(p: dict[str, Any]) -> float:
+        return _wall(p["timestamp"]) + p["batchDuration"] / 1000 + to_mono
+
+    first, last = batches[0], batches[-1]
+    first_end = end_of(first)
+    steady = total - first["numInputRows"]
+    window = t_end - first_end
+    fig.update(
+        rate=round(steady / window, 1) if steady and window > 0 else None,
+        first_batch_s=round(first_end - t_start, 3),
+        first_batch_records=first["numInputRows"],
+        steady_records=steady, steady_s=round(window, 3),
+        final_poll_s=round(t_end - end_of(last), 3),
+        mean_batch_records=round(total / len(batches)),
+        mean_batch_ms=round(sum(p["batchDuration"] for p in batches) / len(batches)),
+        phase_mean_ms={k: round(sum(p["durationMs"].get(k, 0) for p in batches)
+                                / len(batches), 1) for k in PHASES},
+        t_steady_start=first_end, t_end=t_end,
+        per_batch=[{"batch": p["batchId"], "records": p["numInputRows"],
+                    "ms": p["batchDuration"], **{k: p["durationMs"].get(k) for k in PHASES}}
+                   for p in batches])
+    # A steady-state phase breakdown too: the first batch's latestOffset holds the group join.
+    rest = batches[1:]
+    if rest:
+        fig["steady_phase_mean_ms"] = {k: round(sum(p["durationMs"].get(k, 0) for p in rest)
+                                                / len(rest), 1) for k in PHASES}
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent side
+
+
+def run(bootstrap: str, topic: str, group: str, records: int, *,
+        max_records: int = MAX_RECORDS_PER_BATCH, spark_partitions: int = SPARK_PARTITIONS,
+        poll_timeout_ms: int = POLL_TIMEOUT_MS, options: dict[str, str] | None = None,
+        timeout: float | None = None) -> dict[str, Any]:
+    """Run :func:`query` in a child process and return its figures.
+
+    The topic must hold ``records`` records and the group read from the start
+    (``share.auto.offset.reset=earliest``). Raises RuntimeError if the child fails.
+    """
+    from bench.procs import ROOT, track_popen, untrack_popen
+
+    cmd = [sys.executable, "-m", "bench.spark_source", "--bootstrap", bootstrap,
+           "--topic", topic, "--group", group, "--records", str(records),
+           "--max-records", str(max_records), "--spark-partitions", str(spark_partitions),
+           "--poll-timeout-ms", str(poll_timeout_ms)]
+    for k, v in (options or {}).items():
+        cmd += ["--option", f"{k}={v}"]
+    limit = timeout if timeout is not None else 180 + records / 2_000
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    track_popen(proc)  # type: ignore[arg-type]
+    try:
+        stdout, stderr = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise RuntimeError(f"the Spark query did not finish within {limit:.0f} s: "
+                           f"{_tail(stderr)}") from None
+    finally:
+        untrack_popen(proc)  # type: ignore[arg-type]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the Spark query process exited with {proc.returncode}: "
+                           f"{_tail(stderr)}")
+    fig: dict[str, Any] = json.loads(lines[-1])
+    return fig
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    return " | ".join(ln for ln in text.strip().splitlines()[-lines:])
+
+
+def _standalone(args: argparse.Namespace) -> dict[str, Any]:
+    """Set up a topic and group (on a fresh Shoal broker unless --bootstrap), then :func:`run`."""
+    from bench import scenarios
+    from bench.clients import Admin
+    from bench.procs import ShoalBroker, remove_tree, stop_everything
+
+    reason = unavailable()
+    if reason:
+        return {"skipped": reason}
+    work = Path(tempfile.mkdtemp(prefix="shoal-bench-g-"))
+    try:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            broker = ShoalBroker(work / "data", work / "broker.log")
+            broker.start()
+            bootstrap = broker.bootstrap
+        system = scenarios.System("shoal", bootstrap, Admin(bootstrap))
+        settings = scenarios.Settings(scale=1.0, run_id=time.strftime("%Y%m%d-%H%M%S"),
+                                      work_dir=work, log=lambda m: print(m, file=sys.stderr))
+        try:
+            return scenarios.scenario_g(settings, system, records=args.records,
+                                        partitions=args.partitions,
+                                        record_locks=args.record_locks,
+                                        max_records=args.max_records,
+                                        spark_partitions=args.spark_partitions,
+                                        poll_timeout_ms=args.poll_timeout_ms,
+                                        options=_options(args))
+        finally:
+            system.admin.close()  # before the broker goes away
+    finally:
+        stop_everything()
+        remove_tree(work)
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in args.option)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap", help="use this broker (default: start a fresh Shoal broker)")
+    ap.add_argument("--topic", help="consume this topic (already produced; the child mode)")
+    ap.add_argument("--group", help="with --topic: the share group (reset to earliest already)")
+    ap.add_argument("--records", type=int, default=FULL_RECORDS)
+    ap.add_argument("--partitions", type=int, default=PARTITIONS)
+    ap.add_argument("--record-locks", type=int, default=RECORD_LOCKS,
+                    help="the group's share.partition.max.record.locks (0: the broker default)")
+    ap.add_argument("--max-records", type=int, default=MAX_RECORDS_PER_BATCH)
+    ap.add_argument("--spark-partitions", type=int, default=SPARK_PARTITIONS)
+    ap.add_argument("--poll-timeout-ms", type=int, default=POLL_TIMEOUT_MS)
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="another shoal-share source option (repeatable), e.g. prefetch=false")
+    args = ap.parse_args()
+    if args.topic:
+        if not (args.bootstrap and args.group):
+            ap.error("--topic needs --bootstrap and --group")
+        from bench.clients import _watch_parent
+
+        _watch_parent()
+        fig = query(args.bootstrap, args.topic, args.group, args.records,
+                    max_records=args.max_records, spark_partitions=args.spark_partitions,
+                    poll_timeout_ms=args.poll_timeout_ms, options=_options(args))
+    else:
+        fig = _standalone(args)
+    print(json.dumps(fig), flush=True)
+
+
+if __name__ == "__main__":
+    main()
