@@ -280,7 +280,8 @@ class ShareConsumer:
                     return {}
                 self._assignment_event.clear()
                 try:
-                    await asyncio.wait_for(self._assignment_event.wait(), min(remaining, 0.1))
+                    async with asyncio.timeout(min(remaining, 0.1)):
+                        await self._assignment_event.wait()
                 except TimeoutError:
                     pass
                 continue
@@ -376,7 +377,7 @@ class ShareConsumer:
 
     async def _heartbeat_loop(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._closed:
             delay = self._membership.interval_ms / 1000
             try:
                 if self._membership.subscription or self._membership.joined:
@@ -387,8 +388,12 @@ class ShareConsumer:
                 self._coordinator = None
                 delay, backoff = backoff, min(backoff * 2, 2.0)
             self._hb_wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for can swallow the cancel
+            # that close() sends when the event fires at the same moment, and the loop would
+            # then run forever.
             try:
-                await asyncio.wait_for(self._hb_wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._hb_wake.wait()
             except TimeoutError:
                 pass
 
