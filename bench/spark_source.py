@@ -10,13 +10,17 @@ prints one JSON line of figures; the parent (:func:`run`) creates nothing itself
 (``scenarios.scenario_g``) makes the topic, pre-produces the records and sets the group's
 configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``:
 
-- ``rate``: records after the first micro-batch / (query termination - end of the first
-  micro-batch). The first batch holds the JVM's and the Python workers' warm-up and the share
-  group join, so it is left out; the end includes the last, empty poll that stops
-  ``AvailableNow`` (``pollTimeoutMs``, ``final_poll_s``). None if one batch held everything.
+- ``rate``: records after the first micro-batch / (end of the last micro-batch - end of the
+  first). The first batch holds the JVM's and the Python workers' warm-up and the share group
+  join, so it is left out; so are the empty polls after the last batch that end
+  ``AvailableNow`` (the source's ``availableNowQuietMs``; ``final_poll_s``, termination
+  included). None if one batch held everything.
 - ``rate_overall``: every record / (``start()`` to termination).
 - ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
   ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+- ``ceiling``: the same figures for the same query over a synthetic source that makes the
+  same rows in the executors (:func:`ceiling`): what Spark's Python data source path allows
+  on this machine without any broker or consumer work.
 
 Run on its own (starts a fresh Shoal broker unless ``--bootstrap``), to try settings by hand:
 
@@ -120,16 +124,94 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         t_end = time.monotonic()
         failure = q.exception()
         progress = [json.loads(p.json) for p in q.recentProgress]
+        fig = figures(progress, records, t_start, t_end, wall_start)
+        if failure is None and fig.get("mean_batch_records"):
+            fig["ceiling"] = ceiling(spark, records, fig["mean_batch_records"], spark_partitions,
+                                     checkpoint + "-ceiling")
     finally:
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
-    fig = figures(progress, records, t_start, t_end, wall_start)
+        shutil.rmtree(checkpoint + "-ceiling", ignore_errors=True)
     fig.update(spark_startup_s=round(startup, 3), max_records_per_batch=max_records,
                spark_partitions=spark_partitions, poll_timeout_ms=poll_timeout_ms,
                source_options=dict(options or {}))
     if failure is not None:
         fig["error"] = f"the query failed: {failure}"
     return fig
+
+
+def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
+            checkpoint: str) -> dict[str, Any]:
+    """The same query over a synthetic source that makes the same rows (1 KiB values, the
+    ``shoal-share`` schema, the same batch size and task count) in the executors: no broker,
+    no consumer, nothing shipped from the driver. Its rate is what Spark's Python data source
+    path itself allows on this machine (run second, on a warm JVM, so an upper bound)."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    from pipeline.rows import SCHEMA_DDL
+
+    class Range(InputPartition):
+        def __init__(self, lo: int, hi: int) -> None:
+            super().__init__((lo, hi))
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self) -> dict[str, int]:
+            return {"n": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+            return {"n": min(records, start["n"] + batch_records)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            lo, hi = start["n"], end["n"]
+            step = -(-(hi - lo) // spark_partitions)
+            return [Range(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+        def read(self, partition: Any) -> Any:
+            import pyarrow as pa
+
+            from pipeline.rows import _HEADERS_TYPE
+
+            lo, hi = partition.value
+            n = hi - lo
+            value = b"v" * 1024
+            yield pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), pa.array([value] * n, pa.binary()),
+                pa.array(["t"] * n, pa.string()), pa.array([0] * n, pa.int32()),
+                pa.array(range(lo, hi), pa.int64()),
+                pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                pa.array([0] * n, pa.int32()), pa.array([[]] * n, _HEADERS_TYPE()),
+                pa.array([1] * n, pa.int32()),
+            ], names=["key", "value", "topic", "partition", "offset", "timestamp",
+                      "timestampType", "headers", "deliveryCount"])
+
+    class Synthetic(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "shoal-bench-ceiling"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def streamReader(self, schema: Any) -> Reader:
+            return Reader()
+
+    spark.dataSource.register(Synthetic)
+    t_start, wall_start = time.monotonic(), time.time()
+    q = (spark.readStream.format("shoal-bench-ceiling").load().writeStream.format("noop")
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination()
+    progress = [json.loads(p.json) for p in q.recentProgress]
+    fig = figures(progress, records, t_start, time.monotonic(), wall_start)
+    return {k: fig.get(k) for k in ("rate", "records", "batches", "mean_batch_records",
+                                    "steady_phase_mean_ms")}
 
 
 def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end: float,
@@ -157,7 +239,7 @@ def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end:
     first, last = batches[0], batches[-1]
     first_end = end_of(first)
     steady = total - first["numInputRows"]
-    window = t_end - first_end
+    window = end_of(last) - first_end
     fig.update(
         rate=round(steady / window, 1) if steady and window > 0 else None,
         first_batch_s=round(first_end - t_start, 3),

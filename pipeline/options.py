@@ -81,6 +81,8 @@ class SourceOptions:
     poll_timeout_ms: int = 500
     # Keep the locks of an in-flight batch alive with RENEW while Spark processes it.
     renew_locks: bool = True
+    # Trigger.AvailableNow ends after polls have come back empty for this long.
+    available_now_quiet_ms: int = 2_000
     # Spark partitions per micro-batch; 0 means one per topic-partition in the batch.
     num_partitions: int = 0
     # A second member polls the next batch while Spark processes the current one.
@@ -102,6 +104,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             poll_timeout_ms=_int(options, "pollTimeoutMs", 500, 0, 600_000),
             renew_locks=_bool(options, "renewLocks", True),
+            available_now_quiet_ms=_int(options, "availableNowQuietMs", 2_000, 0, 3_600_000),
             num_partitions=_int(options, "numPartitions", 0, 0, 100_000),
             prefetch=_bool(options, "prefetch", True),
             client_id=_get(options, "kafka.client.id", "client.id") or "shoal-spark-source",

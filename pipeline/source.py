@@ -59,8 +59,8 @@ from pipeline.rows import SCHEMA_DDL, split, to_arrow
 
 log = logging.getLogger("pipeline.share_source")
 
-# How long Trigger.AvailableNow waits for a partition assignment before an empty poll by members
-# without one counts as "no data" (a topic with no partitions for this query).
+# How long Trigger.AvailableNow waits for a partition assignment before empty polls by members
+# without one count as "no data" (a topic with no partitions for this query).
 _ASSIGNMENT_GRACE_S = 30.0
 
 
@@ -105,7 +105,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._held_end: int | None = None  # the batch counter that batch ends at
         self._available_now = False
         self._drained = False
-        self._unassigned_since: float | None = None
+        self._quiet_since: float | None = None  # AvailableNow: since when polls came back empty
 
     # Spark pickles a fresh reader to executors for read(); only the options travel.
     def __getstate__(self) -> dict[str, Any]:
@@ -123,8 +123,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_records_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # A queue has no "latest offset" to stop at: Trigger.AvailableNow ends at the first
-        # call at which every member's poll came back empty.
+        # A queue has no "latest offset" to stop at: Trigger.AvailableNow ends once polls have
+        # come back empty for availableNowQuietMs (see _next_ready).
         self._available_now = True
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
@@ -200,12 +200,18 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fresh.cycle(None, self.options.poll_timeout_ms)
 
     def _next_ready(self) -> Any:
-        """A member (not the current batch's) holding polled records; None once every such
-        member's latest poll has come back empty. Empty members poll again in the background."""
+        """A member (not the current batch's) holding polled records, or None for "no new
+        data". Members whose poll came back empty poll again in the background.
+
+        Without Trigger.AvailableNow, "no new data" is one round of empty polls. With it, the
+        answer ends the query, so it takes empty polls for ``availableNowQuietMs`` in a row by
+        members that have partitions assigned (a new member's first polls may predate its
+        assignment, and share-partitions that are still initialising return nothing).
+        """
         poll_ms = self.options.poll_timeout_ms
         candidates = [m for m in self._pool() if m is not self._batch]
-        came_back_empty: set[int] = set()
-        nothing_assigned = True  # no empty poll so far had partitions to read
+        empty: set[int] = set()
+        any_assigned = False
         deadline = time.monotonic() + poll_ms / 1000 + 90
         while True:
             for m in candidates:
@@ -215,25 +221,27 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     result = m.take(0)
                     self._check_refused(result.refused)
                     if not m.held:
-                        came_back_empty.add(id(m))
-                        nothing_assigned = nothing_assigned and not result.assigned
+                        empty.add(id(m))
+                        any_assigned = any_assigned or result.assigned
                         m.cycle(None, poll_ms)
                 if m.pending is None and m.held:
+                    self._quiet_since = None
                     return m
-            if len(came_back_empty) == len(candidates):
-                # Trigger.AvailableNow stops at "no data"; members that have joined but have no
-                # partitions yet can't tell that, so give the assignment time to arrive.
-                now = time.monotonic()
-                if not (self._available_now and nothing_assigned):
-                    self._unassigned_since = None
+            now = time.monotonic()
+            if len(empty) == len(candidates):
+                if not self._available_now:
                     return None
-                if self._unassigned_since is None:
-                    self._unassigned_since = now
-                if now - self._unassigned_since >= _ASSIGNMENT_GRACE_S:
+                if self._quiet_since is None:
+                    self._quiet_since = now
+                quiet = now - self._quiet_since
+                if any_assigned and quiet >= self.options.available_now_quiet_ms / 1000:
                     return None
-                came_back_empty.clear()
-                nothing_assigned = True
-            if time.monotonic() > deadline:
+                if quiet >= _ASSIGNMENT_GRACE_S:  # never assigned: no partitions for us
+                    return None
+                empty.clear()
+                any_assigned = False
+                deadline = now + poll_ms / 1000 + 90
+            if now > deadline:
                 raise TimeoutError(f"share group {self.options.group_id}: no poll finished in "
                                    f"{poll_ms / 1000 + 90:.0f} s; is the broker at "
                                    f"{self.options.bootstrap_servers} up?")
