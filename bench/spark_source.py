@@ -52,6 +52,9 @@ RECORD_LOCKS = 4000  # group share.partition.max.record.locks (Shoal's ceiling b
 MAX_RECORDS_PER_BATCH = 64_000
 SPARK_PARTITIONS = 2  # numPartitions: one Spark task per core of local[2]
 POLL_TIMEOUT_MS = 500  # the source's default; the last, empty poll waits this long
+# The records reach the executors from the driver's batch server instead of inside the input
+# partitions (local[2]: every executor is on this host); about 10 µs less per record here.
+SOURCE_OPTIONS = {"transport": "tcp"}
 FULL_RECORDS = 600_000  # enough micro-batches (about 14) for a steady state
 MIN_RECORDS = 20_000
 PHASES = ("latestOffset", "addBatch", "walCommit", "commitOffsets")
@@ -111,7 +114,7 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
                   .option("maxRecordsPerBatch", str(max_records))
                   .option("numPartitions", str(spark_partitions))
                   .option("pollTimeoutMs", str(poll_timeout_ms)))
-        for k, v in (options or {}).items():
+        for k, v in {**SOURCE_OPTIONS, **(options or {})}.items():
             reader = reader.option(k, v)
         df = reader.load()
         t_start, wall_start = time.monotonic(), time.time()
@@ -134,7 +137,7 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         shutil.rmtree(checkpoint + "-ceiling", ignore_errors=True)
     fig.update(spark_startup_s=round(startup, 3), max_records_per_batch=max_records,
                spark_partitions=spark_partitions, poll_timeout_ms=poll_timeout_ms,
-               source_options=dict(options or {}))
+               source_options={**SOURCE_OPTIONS, **(options or {})})
     if failure is not None:
         fig["error"] = f"the query failed: {failure}"
     return fig

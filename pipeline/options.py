@@ -56,6 +56,15 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name!r} must be true or false, not {raw!r}")
 
 
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.lower() not in allowed:
+        raise OptionError(f"option {name!r} must be one of {', '.join(allowed)}, not {raw!r}")
+    return raw.lower()
+
+
 def _topics(raw: str, name: str) -> tuple[str, ...]:
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
     if not topics:
@@ -88,6 +97,10 @@ class SourceOptions:
     # A second member polls the next batch while Spark processes the current one.
     prefetch: bool = True
     client_id: str = "shoal-spark-source"
+    # How records reach the executors: "inline" in the input partitions, or "tcp" from a
+    # server in the driver at driver_host (pipeline/transport.py).
+    transport: str = "inline"
+    driver_host: str = "127.0.0.1"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -108,6 +121,8 @@ class SourceOptions:
             num_partitions=_int(options, "numPartitions", 0, 0, 100_000),
             prefetch=_bool(options, "prefetch", True),
             client_id=_get(options, "kafka.client.id", "client.id") or "shoal-spark-source",
+            transport=_choice(options, "transport", ("inline", "tcp"), "inline"),
+            driver_host=_get(options, "driverHost") or "127.0.0.1",
         )
 
 

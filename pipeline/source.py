@@ -69,15 +69,17 @@ class DataLossError(RuntimeError):
 
 
 class ShareInputPartition(InputPartition):
-    """One Spark task's records, carried from the driver as an Arrow record batch (built on
-    the consumer's thread right after the poll; it pickles as one buffer)."""
+    """One Spark task's records as an Arrow IPC stream (built on the consumer's thread right
+    after the poll): inline, or where to fetch it (``transport=tcp``; pipeline/transport.py)."""
 
-    def __init__(self, batch: Any) -> None:
+    def __init__(self, payload: bytes | None, address: tuple[str, int, bytes, int] | None) -> None:
         super().__init__(None)
-        self.batch = batch
+        self.payload = payload
+        self.address = address
 
     def __repr__(self) -> str:
-        return f"ShareInputPartition({self.batch.num_rows} records)"
+        where = "inline" if self.payload is not None else f"from {self.address}"
+        return f"ShareInputPartition({where})"
 
 
 class ShareSource(DataSource):
@@ -106,6 +108,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._drained = False
         self._quiet_since: float | None = None  # AvailableNow: since when polls came back empty
+        self._server: Any = None  # transport=tcp: pipeline.transport.BatchServer
+        self._token: bytes | None = None  # the published batch
 
     # Spark pickles a fresh reader to executors for read(); only the options travel.
     def __getstate__(self) -> dict[str, Any]:
@@ -158,16 +162,33 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         len(self._batch.held) if self._batch else 0)
         if self._batch is None or not self._batch.held:
             return []
-        return [ShareInputPartition(b) for b in self._batch.prepared]
+        streams: list[bytes] = self._batch.prepared
+        if self._server is None:
+            return [ShareInputPartition(s, None) for s in streams]
+        if self._token is not None:
+            self._server.retract(self._token)
+        self._token = self._server.publish(streams)
+        host, port = self._server.host, self._server.port
+        return [ShareInputPartition(None, (host, port, self._token, i))
+                for i in range(len(streams))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from pipeline.transport import fetch, from_ipc
+
         assert isinstance(partition, ShareInputPartition)
-        yield partition.batch
+        if partition.payload is not None:
+            yield from from_ipc(partition.payload)
+        else:
+            assert partition.address is not None
+            yield from from_ipc(fetch(*partition.address))
 
     def commit(self, end: dict[str, int]) -> None:
         self._settle_through(end["batch"])
 
     def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server, self._token = None, None
         members = [*self._members, *self._parked]
         self._members, self._parked, self._batch, self._held_end = [], [], None, None
         held = sum(len(m.held) for m in members)
@@ -188,6 +209,9 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._held_end is None or self._held_end > done:
             return
         member, self._batch, self._held_end = self._batch, None, None
+        if self._token is not None:
+            self._server.retract(self._token)
+            self._token = None
         if member is None:
             return
         if self.options.acknowledge:
@@ -261,6 +285,10 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning(msg)
 
     def _pool(self) -> list[Any]:
+        if self.options.transport == "tcp" and self._server is None:
+            from pipeline.transport import BatchServer
+
+            self._server = BatchServer(self.options.driver_host)
         if not self._members:
             self._members = [self._new_member()
                              for _ in range(2 if self.options.prefetch else 1)]
@@ -269,13 +297,15 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _new_member(self) -> Any:
         from pipeline.bridge import ConsumerThread
+        from pipeline.transport import to_ipc
 
         o = self.options
         parts = o.num_partitions
         return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
                               max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
                               client_id=o.client_id,
-                              prepare=lambda records: [to_arrow(c) for c in split(records, parts)])
+                              prepare=lambda records: [to_ipc(to_arrow(c))
+                                                       for c in split(records, parts)])
 
 
 def _ack(name: str) -> Any:

@@ -68,7 +68,8 @@ def test_reads_each_record_exactly_once_when_nothing_fails(spark: Any, broker: B
     group = _group(broker.bootstrap, f"{unique}-g")
     values = produce(broker.bootstrap, topic, 50_000, partitions=2, prefix="r")
 
-    df = _reader(spark, broker.bootstrap, group, topic)
+    # The records reach the executors over the driver's batch server (the other tests: inline).
+    df = _reader(spark, broker.bootstrap, group, topic, transport="tcp")
     q = (df.writeStream.format("memory").queryName("exactly_once")
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     q.awaitTermination(240)

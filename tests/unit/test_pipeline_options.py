@@ -72,3 +72,31 @@ def test_headers_of_accepts_pairs_and_structs() -> None:
     assert headers_of([("a", b"1"), {"key": "b", "value": None}]) == [("a", b"1"), ("b", None)]
     with pytest.raises(ValueError, match="needs a key"):
         headers_of([{"key": None, "value": b"x"}])
+
+
+def test_batch_server_serves_published_streams_until_retracted() -> None:
+    from pipeline.transport import BatchServer, fetch, from_ipc, to_ipc
+
+    (cols,) = split([_rec("t", 0, o) for o in range(3)], 0)
+    stream = to_ipc(to_arrow(cols))
+    server = BatchServer("127.0.0.1")
+    try:
+        token = server.publish([stream])
+        (batch,) = from_ipc(fetch(server.host, server.port, token, 0))
+        assert batch.column("offset").to_pylist() == [0, 1, 2]
+        with pytest.raises(RuntimeError, match="no longer has this micro-batch"):
+            fetch(server.host, server.port, token, 1)
+        server.retract(token)
+        with pytest.raises(RuntimeError, match="no longer has this micro-batch"):
+            fetch(server.host, server.port, token, 0)
+        port = server.port
+    finally:
+        server.close()
+    with pytest.raises(RuntimeError, match="set the source option driverHost"):
+        fetch("127.0.0.1", port, token, 0, timeout=2)
+
+
+def test_transport_option_is_checked() -> None:
+    assert SourceOptions.parse({**BASE, "transport": "TCP"}).transport == "tcp"
+    with pytest.raises(OptionError, match="'transport' must be one of inline, tcp"):
+        SourceOptions.parse({**BASE, "transport": "carrier-pigeon"})
