@@ -194,7 +194,7 @@ def test_dry_run_reads_everything_once_and_leaves_it_in_the_group(
     assert {dc for _, _, _, dc in real.rows} == {2}
 
 
-def test_lapsed_locks_fail_the_query_unless_told_otherwise(spark: Any, tmp_path: Path,
+def test_lapsed_locks_fail_the_query_and_renew_prevents_them(spark: Any, tmp_path: Path,
                                                             unique: str) -> None:
     b = BrokerProcess(tmp_path / "data", overrides={
         "group.share.min.record.lock.duration.ms": "1000"})
@@ -214,5 +214,23 @@ def test_lapsed_locks_fail_the_query_unless_told_otherwise(spark: Any, tmp_path:
              .trigger(availableNow=True).start())
         with pytest.raises(Exception, match="refused to accept 100 records"):
             q.awaitTermination(120)
+
+        # The same slow sink with RENEW on (the default): the locks outlive the batch and
+        # every record is accepted once. The failed query released its batch, so it comes back.
+        sink = Collector()
+
+        def slow_collect(df: Any, batch_id: int) -> None:
+            sink(df, batch_id)
+            time.sleep(2.5)
+
+        df = _reader(spark, b.bootstrap, unique, unique, prefetch="false")
+        q = (df.writeStream.foreachBatch(slow_collect)
+             .option("checkpointLocation", str(tmp_path / "ck-renew"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert sorted(o for _, o, _, _ in sink.rows) == list(range(100))  # each once
+        (count,) = {dc for _, _, _, dc in sink.rows}  # no lock lapsed: no further delivery
+        assert count > 1
     finally:
         b.stop()
