@@ -178,22 +178,14 @@ def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
             return [Range(a, min(hi, a + step)) for a in range(lo, hi, step)]
 
         def read(self, partition: Any) -> Any:
-            import pyarrow as pa
-
-            from pipeline.rows import _HEADERS_TYPE
+            from pipeline.rows import Columns, to_arrow
 
             lo, hi = partition.value
             n = hi - lo
-            value = b"v" * 1024
-            yield pa.RecordBatch.from_arrays([
-                pa.nulls(n, pa.binary()), pa.array([value] * n, pa.binary()),
-                pa.array(["t"] * n, pa.string()), pa.array([0] * n, pa.int32()),
-                pa.array(range(lo, hi), pa.int64()),
-                pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
-                pa.array([0] * n, pa.int32()), pa.array([[]] * n, _HEADERS_TYPE()),
-                pa.array([1] * n, pa.int32()),
-            ], names=["key", "value", "topic", "partition", "offset", "timestamp",
-                      "timestampType", "headers", "deliveryCount"])
+            yield to_arrow(Columns(
+                key=[None] * n, value=[b"v" * 1024] * n, topic=["t"] * n, partition=[0] * n,
+                offset=list(range(lo, hi)), timestamp_ms=[1_700_000_000_000] * n,
+                timestamp_type=[0] * n, headers=[[]] * n, delivery_count=[1] * n))
 
     class Synthetic(DataSource):
         @classmethod

@@ -126,15 +126,6 @@ class ConsumerThread:
         self.held, self.prepared = result.records, result.prepared
         return result
 
-    def run(self, settle: AcknowledgeType | None, poll_timeout_ms: int | None) -> Cycle:
-        """``cycle`` and wait for it."""
-        self.cycle(settle, poll_timeout_ms)
-        timeout = (poll_timeout_ms or 0) / 1000 + 60
-        result = self.take(timeout + _SLACK_S)
-        if result is None:
-            raise TimeoutError(f"the share consumer did not answer within {timeout:.0f} s")
-        return result
-
     # -- shutdown -------------------------------------------------------------------------------
 
     def close(self, timeout: float = 10.0) -> None:

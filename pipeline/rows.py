@@ -1,8 +1,8 @@
 """The rows the source produces: Spark's Kafka-source columns plus ``deliveryCount``.
 
-A micro-batch travels from the driver to the executors inside its ``InputPartition``s, as
-columns (lists) rather than row objects: they pickle small and turn into one Arrow record
-batch per partition on the executor without a per-row Python step.
+Right after a poll, the driver-side consumer thread groups the records into Spark partitions,
+gathers each partition's columns in one pass per field, and builds one Arrow record batch per
+partition; the executors only read those batches (``pipeline/transport.py``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def split(records: Sequence[Any], parts: int) -> list[Columns]:
 
 
 def to_arrow(cols: Columns) -> Any:
-    """One ``pyarrow.RecordBatch`` in the source's schema (imported here: executors only)."""
+    """One ``pyarrow.RecordBatch`` in the source's schema (pyarrow imported on first use)."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.RecordBatch.from_arrays([

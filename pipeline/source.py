@@ -54,6 +54,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from client import AcknowledgeType
 from pipeline.options import SourceOptions
 from pipeline.rows import SCHEMA_DDL, split, to_arrow
 
@@ -153,7 +154,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A batch from the offset log that this process never polled: Spark is replaying
             # an uncommitted batch after a restart. Refill it from the group (module doc).
             if self._batch is not None:  # a batch Spark never asked to commit: give it back
-                self._batch.cycle(_ack("RELEASE"), self.options.poll_timeout_ms)
+                self._batch.cycle(AcknowledgeType.RELEASE, self.options.poll_timeout_ms)
             self._batch = self._next_ready()
             self._held_end = end["batch"]
             log.warning("share group %s: replaying micro-batch ending at %d after a restart "
@@ -215,7 +216,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if member is None:
             return
         if self.options.acknowledge:
-            member.cycle(_ack("ACCEPT"), self.options.poll_timeout_ms)
+            member.cycle(AcknowledgeType.ACCEPT, self.options.poll_timeout_ms)
             return
         self._members.remove(member)
         self._parked.append(member)
@@ -306,12 +307,6 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               client_id=o.client_id,
                               prepare=lambda records: [to_ipc(to_arrow(c))
                                                        for c in split(records, parts)])
-
-
-def _ack(name: str) -> Any:
-    from client import AcknowledgeType
-
-    return AcknowledgeType[name]
 
 
 def _release_on_sigterm(reader: ShareStreamReader) -> None:
