@@ -278,3 +278,60 @@ def test_open_file_soft_limit_is_raised_to_the_hard_limit() -> None:
         assert now_hard == hard and now_soft > lower
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class StateSyncFails(fileops.FileOps):
+    """Syncs of ``__share_group_state`` files fail with EIO (the share-state log's disk fails)."""
+
+    def fdatasync(self, fd: int) -> None:
+        self._check(fd)
+        super().fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        self._check(fd)
+        super().fsync(fd)
+
+    @staticmethod
+    def _check(fd: int) -> None:
+        if "/__share_group_state-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, "Input/output error")
+
+
+async def test_ack_whose_state_sync_failed_errs_and_keeps_the_records_acquired(
+        started: Broker) -> None:
+    from broker.share.acquisition import AcquireMode
+    from broker.share.record_state import AckType, RecordState
+    from persister.api import InitializeParams, SharePartitionKey
+
+    b = started
+    assert (await create(b, "t", 1)).error_code == ErrorCode.none
+    for _ in range(3):
+        assert (await produce_to(b, "t"))["t"].error_code == ErrorCode.none
+    topic = b.topics.get("t")
+    assert topic is not None and b.persister is not None
+    key = SharePartitionKey("g", topic.topic_id, 0)
+    assert (await b.persister.initialize(InitializeParams(key, 0, 0))).error == ErrorCode.none
+    mgr = b.shares.partitions
+    sp = await mgr.get("g", topic, 0)
+    assert not isinstance(sp, ErrorCode)
+    _, acquired = mgr.acquire(sp, "m1", 10, 10, AcquireMode.BATCH_OPTIMIZED, 1 << 20)
+    assert [(a.first_offset, a.last_offset) for a in acquired] == [(0, 2)]
+
+    previous = fileops.use(StateSyncFails())
+    try:
+        error, message = await mgr.acknowledge(key, "m1", [(0, 2, (int(AckType.ACCEPT),))])
+    finally:
+        fileops.use(previous)
+    assert error == ErrorCode.kafka_storage_error, (error, message)
+    assert b.logs.log_dir.offline
+    # Not acknowledged, not released: still acquired by m1 under its lock ...
+    views = [sp.offset_view(o) for o in range(3)]
+    assert all(v is not None and v.state is RecordState.ACQUIRED and v.member_id == "m1"
+               and v.pending is None for v in views), views
+    assert mgr.acquire(sp, "m2", 10, 10, AcquireMode.BATCH_OPTIMIZED, 1 << 20)[1] == []
+    # ... until the lock expires, when they become available again (delivery count kept).
+    deadline = views[0].deadline_ms
+    assert deadline is not None
+    sp.on_timer(deadline)
+    after = sp.offset_view(0)
+    assert after is not None and after.state is RecordState.AVAILABLE
