@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -104,6 +103,4 @@ def test_filling_the_disk_answers_storage_errors_and_loses_no_acknowledged_recor
         assert all(err == ErrorCode.none for err, _ in answers.values())
         assert {p: base for p, (_, base) in answers.items()} == ends
     finally:
-        if b.alive():
-            b.stop()
-        time.sleep(0.1)
+        b.stop()

@@ -15,6 +15,7 @@ In-process brokers (the handlers called directly, faults injected at the file la
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import inspect
 import json
@@ -135,7 +136,7 @@ async def test_disk_full_during_produce_answers_per_partition_and_stops_the_brok
     for _ in range(100):  # the shutdown is handed to the event loop
         if stopped:
             break
-        await __import__("asyncio").sleep(0.01)
+        await asyncio.sleep(0.01)
     assert stopped and b.exit_code == 1 and b.fatal is not None and "b-0" in b.fatal
     await b.stop()
     # Nothing more was written to the failed directory: no clean-shutdown markers.
