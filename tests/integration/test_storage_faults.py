@@ -32,7 +32,14 @@ import broker.resources
 from broker.app import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
-from broker.handlers import create_partitions, create_topics, metadata, produce
+from broker.handlers import (
+    create_partitions,
+    create_topics,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
 from persister import fileops
 from persister.segment_log import CLEAN_SHUTDOWN_MARKER, PartitionLog
 from protocol.codec import request_module
@@ -153,6 +160,29 @@ async def test_disk_full_during_produce_answers_per_partition_and_stops_the_brok
     finally:
         await again.stop()
     assert again.exit_code == 0
+
+
+async def test_reads_of_an_offline_log_directory_answer_storage_errors(started: Broker) -> None:
+    b = started
+    assert (await create(b, "r", 1)).error_code == ErrorCode.none
+    assert (await produce_to(b, "r"))["r"].error_code == ErrorCode.none
+    b.logs.log_dir.fail("syncing r-0 (test)", OSError(errno.EIO, "Input/output error"))
+    fm = request_module(1, 12)
+    resp = await call(b, fetch, 12, request(
+        1, 12, replica_id=-1, max_wait=timedelta(milliseconds=0), min_bytes=1,
+        max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=(make(fm.FetchTopic, topic="r", partitions=(make(
+            fm.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=0,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id=""))
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+    lm = request_module(2, 7)
+    resp = await call(b, list_offsets, 7, request(2, 7, replica_id=-1, isolation_level=0, topics=(
+        make(lm.ListOffsetsTopic, name="r", partitions=(make(
+            lm.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1,
+            timestamp=0),)),)))
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.kafka_storage_error
+    assert (await produce_to(b, "r"))["r"].error_code == ErrorCode.kafka_storage_error
 
 
 # -- section 5: atomic topic creation and the open-file limit ----------------------------------
