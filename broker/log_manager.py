@@ -8,7 +8,8 @@ segment deletion — run in a worker thread so other connections keep being serv
 - an append notifies the partition's watchers (long-poll Fetch/ShareFetch) after it is in the log;
 - when the flush policy calls for it, the producer's response waits for the fsync;
 - every log shares one ``LogDir`` (``self.log_dir``): after a write or sync error it is offline,
-  nothing more is flushed or retention-checked, and the broker shuts down (``persister/log_dir.py``).
+  nothing more is flushed or retention-checked, and the broker shuts down
+  (``persister/log_dir.py``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def produce(c: RawClient, topic: str, round_: int) -> tuple[dict[int, tuple[int, str]], list[bytes]]:
+Answers = dict[int, tuple[int, int]]
+
+
+def produce(c: RawClient, topic: str, round_: int) -> tuple[Answers, list[bytes]]:
     """One Produce of a ~60 KiB batch to each partition: {partition: (error, base)}, values."""
     m = request_module(0, 9)
     values = [f"{p}:{round_}:".encode() + os.urandom(60_000) for p in range(PARTITIONS)]
