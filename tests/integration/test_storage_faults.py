@@ -222,6 +222,32 @@ async def test_failure_opening_a_partition_log_creates_nothing(
         await again.stop()
 
 
+async def test_failure_opening_a_new_partition_keeps_the_old_count(
+        started: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = started
+    assert (await create(b, "g", 2)).error_code == ErrorCode.none
+    real_open = PartitionLog.open.__func__  # type: ignore[attr-defined]
+
+    def failing_open(cls: type, directory: Path, *args: Any, **kwargs: Any) -> PartitionLog:
+        if Path(directory).name == "g-3":
+            raise OSError(errno.ENOSPC, "No space left on device", str(directory))
+        return real_open(cls, directory, *args, **kwargs)
+
+    m = request_module(37, 3)
+    grow = make(m.CreatePartitionsTopic, name="g", count=5, assignments=None)
+    with monkeypatch.context() as mp:
+        mp.setattr(PartitionLog, "open", classmethod(failing_open))
+        resp = await call(b, create_partitions, 3, request(
+            37, 3, topics=(grow,), timeout=timedelta(seconds=5), validate_only=False))
+    assert resp.results[0].error_code == ErrorCode.kafka_storage_error
+    assert "g-3" in resp.results[0].error_message
+    topic = b.topics.get("g")
+    assert topic is not None and topic.partitions == 2
+    assert b.logs.get("g", 2) is None and not (b.data_dir / "g-2").exists()
+    saved = json.loads((b.data_dir / "topics.json").read_text())["topics"]
+    assert [t["partitions"] for t in saved if t["name"] == "g"] == [2]
+
+
 async def test_failed_registry_write_rolls_back_the_logs(
         started: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     b = started
