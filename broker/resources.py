@@ -23,16 +23,23 @@ def raise_open_file_limit() -> tuple[int, int]:
     """Raise ``RLIMIT_NOFILE``'s soft limit to the hard limit (as far as the OS lets us) and log
     the result. Returns the (soft, hard) limits now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = hard
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            # macOS refuses RLIM_INFINITY (and values above kern.maxfilesperproc): keep ours.
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        # An unlimited hard limit is not a valid soft limit for descriptors: Linux caps it at
+        # fs.nr_open (macOS at kern.maxfilesperproc).
+        targets = [hard] if hard != resource.RLIM_INFINITY else [_nr_open(), 1 << 20, 1 << 16]
+        for target in targets:
+            if target <= soft:
+                continue
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            except (ValueError, OSError):
+                continue
+            soft = target
+            break
+        else:
             log.warning("could not raise the open-file limit from %d to %s; the broker can open "
                         "about %d partitions", soft, _fmt(hard), partition_capacity(soft))
             return soft, hard
-        soft = target
     log.info("open-file limit: %s (hard %s): room for about %d partitions; raise it with "
              "ulimit -n / LimitNOFILE for more", _fmt(soft), _fmt(hard), partition_capacity(soft))
     return soft, hard
@@ -68,6 +75,14 @@ def partition_budget_problem(open_partitions: int, new_partitions: int,
             f"partition(s) open, the open-file limit of {limit} leaves room for "
             f"{max(0, capacity - open_partitions)} more. Raise the broker's limit (ulimit -n, "
             "systemd LimitNOFILE) and restart it, or ask for fewer partitions")
+
+
+def _nr_open() -> int:
+    try:
+        with open("/proc/sys/fs/nr_open", encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
 def _fmt(value: int) -> str:
