@@ -3,11 +3,20 @@
 ``Broker`` owns the topic registry, the partition logs, producer-id allocation, background tasks
 (flush scheduler, retention) and the set of live connections. Handlers reach everything through
 ``ctx.broker``. Every background task is created and cancelled here (no orphan tasks).
+
+Topic creation is atomic: the partition logs are opened first and the topic is registered in
+``topics.json`` only once all are open; if any step fails, what was opened is deleted again, so a
+restart never finds a half-created topic. New partitions must fit the open-file limit
+(``broker/resources.py``).
+
+Storage failure (``persister/log_dir.py``): when the log directory goes offline the broker calls
+its fatal listeners (``run_broker`` stops the server) and ``exit_code`` becomes non-zero.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -25,11 +34,13 @@ from broker.group_service import open_share_groups
 from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
+from broker.resources import partition_budget_problem
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
+from persister.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -69,6 +80,11 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.metrics_server: MetricsServer | None = None
         self.started = False
+        # Set when a storage failure ends the broker: why, and the process exit status.
+        self.fatal: str | None = None
+        self.exit_code = 0
+        self._fatal_listeners: list[Callable[[], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -77,6 +93,8 @@ class Broker:
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, self.config, self.clock)
+        self._loop = asyncio.get_running_loop()
+        self.logs.log_dir.add_listener(self._on_log_dir_offline)
         for topic in self.topics.all():
             self.logs.open_topic(topic)
         self._load_producer_ids()
@@ -129,6 +147,35 @@ class Broker:
         await server.start(host, port)
         self.metrics_server = server
         log.info("Prometheus metrics at http://%s:%d/metrics", server.host, server.port)
+
+    def add_fatal_listener(self, cb: Callable[[], None]) -> None:
+        """Call ``cb()`` on the event loop when the broker must stop (its log directory failed)."""
+        self._fatal_listeners.append(cb)
+
+    def _on_log_dir_offline(self, log_dir: LogDir) -> None:
+        """The log directory went offline (any thread): stop the broker with a non-zero status.
+
+        Kafka halts a broker whose every log directory is offline; Shoal has one. The failure
+        sequence is in ``persister/log_dir.py``; from here the server stops accepting, lets
+        in-flight requests finish (those touching the logs answer KAFKA_STORAGE_ERROR), closes
+        the logs without writing to them and exits with status 1.
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._begin_fatal_shutdown, log_dir.cause or "storage error")
+
+    def _begin_fatal_shutdown(self, cause: str) -> None:
+        if self.fatal is not None:
+            return
+        self.fatal = cause
+        self.exit_code = 1
+        log.critical("shutting down: log directory %s is offline (%s)", self.data_dir, cause)
+        for cb in self._fatal_listeners:
+            try:
+                cb()
+            except Exception:
+                log.exception("fatal listener failed")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro))
@@ -210,20 +257,51 @@ class Broker:
             raise TopicError(ErrorCode.invalid_replication_factor,
                              f"replication factor {replication} is impossible on a single "
                              "broker; use 1 or -1")
+        self.check_partition_budget(partitions)
         return partitions
 
+    def check_partition_budget(self, new_partitions: int) -> None:
+        """Raises:
+            TopicError: POLICY_VIOLATION, ``new_partitions`` more would not fit the open-file limit.
+        """
+        problem = partition_budget_problem(len(self.logs.items()), new_partitions)
+        if problem:
+            raise TopicError(ErrorCode.policy_violation, problem)
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, Any] | None = None) -> Topic:
-        topic = self.topics.create(name, partitions, configs)
-        self.logs.open_topic(topic)
+        """Open a new topic's logs, then register it (atomic: see the module doc).
+
+        Raises:
+            TopicError: a log could not be opened or the registry not written
+                (KAFKA_STORAGE_ERROR or UNKNOWN_SERVER_ERROR, with the path and errno); nothing
+                of the topic is left behind.
+        """
+        topic = Topic(name, uuid.uuid4(), partitions, dict(configs or {}))
+        try:
+            # A directory left by a creation that crashed before registering is stale.
+            self.logs.open_topic(topic, fresh=True)
+        except OSError as exc:
+            raise _creation_failed(name, "opening its partition logs", exc) from exc
+        try:
+            self.topics.add(topic)
+        except OSError as exc:
+            self.logs.drop_topic(topic)
+            raise _creation_failed(name, "writing topics.json", exc) from exc
         log.info("created topic %s (id %s) with %d partition(s)", name, topic.topic_id, partitions)
         self._topics_changed(name)
         return topic
 
     def auto_create(self, name: str) -> Topic | None:
-        """Create a topic on first use if ``auto.create.topics.enable``; None if not allowed."""
+        """Create a topic on first use if ``auto.create.topics.enable``; None if not allowed.
+
+        Raises:
+            TopicError: the topic does not fit the open-file limit or could not be created.
+        """
         if not self.config.get("auto.create.topics.enable") or topic_name_problem(name):
             return None
-        return self.create_topic(name, self.config.get("num.partitions"))
+        partitions = self.config.get("num.partitions")
+        self.check_partition_budget(partitions)
+        return self.create_topic(name, partitions)
 
     def ensure_internal_topic(self, name: str, partitions: int) -> Topic:
         topic = self.topics.get(name)
@@ -244,8 +322,16 @@ class Broker:
         topic = self.topics.get(name)
         assert topic is not None
         old = topic.partitions
-        self.topics.set_partitions(name, total)
-        self.logs.open_topic(topic, first_partition=old)
+        grown = Topic(topic.name, topic.topic_id, total, topic.configs)
+        try:
+            self.logs.open_topic(grown, first_partition=old, fresh=True)
+        except OSError as exc:
+            raise _creation_failed(name, f"opening partitions {old}-{total - 1}", exc) from exc
+        try:
+            self.topics.set_partitions(name, total)
+        except OSError as exc:
+            self.logs.drop_partitions(grown, old)
+            raise _creation_failed(name, "writing topics.json", exc) from exc
         log.info("topic %s now has %d partitions (was %d)", name, total, old)
         self._topics_changed(name)
 
@@ -295,6 +381,19 @@ class Broker:
         return self.advertised_override or self.config.advertised
 
     advertised_override: tuple[str, int] | None = None
+
+
+def _creation_failed(name: str, step: str, exc: OSError) -> TopicError:
+    """The CreateTopics/CreatePartitions answer for an I/O failure (nothing was kept)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        code, todo = ErrorCode.policy_violation, "raise the open-file limit (ulimit -n)"
+    else:
+        code, todo = ErrorCode.kafka_storage_error, "check the data directory's disk"
+    log.error("creating topic %s failed while %s%s: %s; rolled back, nothing was created",
+              name, step, where, describe(exc))
+    return TopicError(code, f"topic {name!r} was not created: {step} failed{where}: "
+                      f"{describe(exc)}; {todo}")
 
 
 def _kafka_style_id() -> str:

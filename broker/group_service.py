@@ -375,6 +375,10 @@ class ShareGroupService:
             if out.error not in (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator):
                 log.warning("group coordinator op for group %s failed: %s %s", group_id,
                             out.error.name, out.message)
+            if out.error == ErrorCode.kafka_storage_error:
+                # Group RPCs do not list KAFKA_STORAGE_ERROR; Kafka's group coordinator answers a
+                # storage failure with NOT_COORDINATOR, so the client looks for it again.
+                return CoordinatorFailure(ErrorCode.not_coordinator, out.message)
             return out
         assert isinstance(out, _Outcome)
         self._start_initializations(out.initializations)

@@ -6,7 +6,10 @@ segment deletion — run in a worker thread so other connections keep being serv
 
 - a partition log exists for every partition of every registered topic while the broker runs;
 - an append notifies the partition's watchers (long-poll Fetch/ShareFetch) after it is in the log;
-- when the flush policy calls for it, the producer's response waits for the fsync.
+- when the flush policy calls for it, the producer's response waits for the fsync;
+- every log shares one ``LogDir`` (``self.log_dir``): after a write or sync error it is offline,
+  nothing more is flushed or retention-checked, and the broker shuts down
+  (``persister/log_dir.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig, topic_config_value
 from broker.topics import Topic
 from broker.watch import Watch
+from persister.log_dir import LogDir
 from persister.segment_log import LogConfig, PartitionLog
 
 log = logging.getLogger("shoal.log")
@@ -42,6 +46,7 @@ class LogManager:
         self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
         self.watch = Watch()
         self._on_append: list[Callable[[str, int], None]] = []
+        self.log_dir = LogDir(data_dir)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -60,14 +65,50 @@ class LogManager:
             flush_interval_ms=None if flush_ms is None or int(flush_ms) < 0 else int(flush_ms),
         )
 
-    def open_topic(self, topic: Topic, first_partition: int = 0) -> None:
-        """Open (recovering if needed) or create the logs of a topic's partitions."""
+    def open_topic(self, topic: Topic, first_partition: int = 0, fresh: bool = False) -> None:
+        """Open (recovering if needed) or create the logs of a topic's partitions.
+
+        ``fresh``: the partitions are new, so a directory already there is a leftover of a
+        creation that never completed and is removed first. All or nothing: if a partition cannot
+        be opened, the ones this call opened are closed (and, when ``fresh``, deleted).
+
+        Raises:
+            OSError: a partition's log could not be opened (the path is in the error).
+        """
         cfg = self.log_config(topic)
         now = self._clock.now_ms()
+        opened: list[TopicPartition] = []
+        try:
+            for p in range(first_partition, topic.partitions):
+                key = (topic.name, p)
+                if key in self._logs:
+                    continue
+                path = partition_dir(self._dir, topic.name, p)
+                if fresh and path.exists():
+                    log.warning("removing %s, left by a topic creation that did not complete",
+                                path)
+                    shutil.rmtree(path)
+                self._logs[key] = PartitionLog.open(path, cfg, now, self.log_dir)
+                opened.append(key)
+        except BaseException:
+            for key in opened:
+                lg = self._logs.pop(key)
+                try:
+                    if fresh:
+                        lg.delete()
+                    else:
+                        lg.close()
+                except OSError:
+                    log.exception("rolling back %s-%d failed", *key)
+            raise
+
+    def drop_partitions(self, topic: Topic, first_partition: int) -> None:
+        """Close and delete partitions ``first_partition``.. of a topic (a failed growth)."""
         for p in range(first_partition, topic.partitions):
-            key = (topic.name, p)
-            if key not in self._logs:
-                self._logs[key] = PartitionLog.open(partition_dir(self._dir, topic.name, p), cfg, now)
+            lg = self._logs.pop((topic.name, p), None)
+            self._flush_locks.pop((topic.name, p), None)
+            if lg is not None:
+                lg.delete()
 
     def reconfigure(self, topic: Topic) -> None:
         """Apply changed topic/broker configs to a topic's open logs."""
@@ -135,19 +176,23 @@ class LogManager:
         """Flush every partition whose time/message policy is due (the flush scheduler)."""
         now = self._clock.now_ms()
         for (topic, p), lg in list(self._logs.items()):
+            if self.log_dir.offline:
+                return  # never retried; the broker is shutting down (persister/log_dir.py)
             # Also after a segment roll, as Kafka does, so the recovery point keeps moving and
             # a crash never means scanning more than the active segment.
             if lg.needs_background_flush(now):
                 try:
                     await self.flush(topic, p)
-                except OSError:
-                    log.exception("fsync of %s-%d failed; data is still in the page cache and "
-                                  "will be retried; check the disk", topic, p)
+                except OSError as exc:
+                    # Already reported by the log directory, which is offline now.
+                    log.error("fsync of %s-%d failed: %s", topic, p, exc)
 
     async def enforce_retention(self) -> int:
         now = self._clock.now_ms()
         deleted = 0
         for (topic, p), lg in list(self._logs.items()):
+            if self.log_dir.offline:
+                break
             try:
                 n = await asyncio.to_thread(lg.enforce_retention, now)
             except OSError:

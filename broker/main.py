@@ -1,7 +1,9 @@
 """The ``shoal`` command line.
 
 ``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
-until SIGTERM/SIGINT, then shuts down gracefully. Options override the properties file, which
+until SIGTERM/SIGINT, then shuts down gracefully (exit status 0). A storage failure in the data
+directory also shuts it down, with exit status 1 (``persister/log_dir.py``). At start the
+open-file soft limit is raised to the hard limit (``broker/resources.py``). Options override the properties file, which
 overrides built-in defaults. uvloop is used when installed (``--no-uvloop`` to opt out).
 
 ``shoal share-groups``, ``shoal topics`` and ``shoal configs`` are admin commands that talk to any
@@ -68,22 +70,26 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(values)
 
 
-async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
+async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> int:
+    """Run until a signal (returns 0) or a storage failure (returns the broker's exit code)."""
     from broker.app import Broker
     from broker.server import Server
 
     server = Server(Broker(config))
+    stop = asyncio.Event()
+    server.broker.add_fatal_listener(stop.set)
     await server.start()
     if ready_file:
         Path(ready_file).write_text(f"{server.host}:{server.port}\n")
     print(f"shoal: listening on {server.host}:{server.port}", flush=True)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    logging.getLogger("shoal").info("shutting down (signal received)")
+    if server.broker.fatal is None:
+        logging.getLogger("shoal").info("shutting down (signal received)")
     await server.stop()
+    return server.broker.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
             except ImportError:
                 pass
+        from broker.resources import raise_open_file_limit
+
+        raise_open_file_limit()
         try:
-            asyncio.run(run_broker(config, args.ready_file))
+            code = asyncio.run(run_broker(config, args.ready_file))
         except OSError as exc:
             print(f"shoal: could not start: {exc}", file=sys.stderr)
             return 1
-        return 0
+        return code
     if hasattr(args, "run"):
         code: int = args.run(args)
         return code

@@ -62,4 +62,8 @@ class Server:
             except asyncio.TimeoutError:
                 pass
         await self.broker.stop()
-        log.info("Shoal broker stopped cleanly")
+        if self.broker.fatal is not None:
+            log.critical("Shoal broker stopped after a storage failure (exit status %d): %s",
+                         self.broker.exit_code, self.broker.fatal)
+        else:
+            log.info("Shoal broker stopped cleanly")

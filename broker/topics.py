@@ -73,11 +73,22 @@ class TopicRegistry:
 
     def create(self, name: str, partitions: int, configs: dict[str, Any] | None = None) -> Topic:
         """Register a new topic; the caller checked the name is legal and unused."""
-        assert name not in self._by_name
-        topic = Topic(name, uuid.uuid4(), partitions, dict(configs or {}))
-        self._by_name[name] = topic
+        return self.add(Topic(name, uuid.uuid4(), partitions, dict(configs or {})))
+
+    def add(self, topic: Topic) -> Topic:
+        """Register ``topic`` (name checked legal and unused by the caller) and save.
+
+        Raises:
+            OSError: ``topics.json`` could not be written; the topic is not registered.
+        """
+        assert topic.name not in self._by_name
+        self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            del self._by_name[topic.name], self._by_id[topic.topic_id]
+            raise
         return topic
 
     def delete(self, name: str) -> Topic:
@@ -87,8 +98,16 @@ class TopicRegistry:
         return topic
 
     def set_partitions(self, name: str, count: int) -> None:
-        self._by_name[name].partitions = count
-        self._save()
+        """Raises:
+            OSError: ``topics.json`` could not be written; the count is unchanged.
+        """
+        topic = self._by_name[name]
+        old, topic.partitions = topic.partitions, count
+        try:
+            self._save()
+        except OSError:
+            topic.partitions = old
+            raise
 
     def set_configs(self, name: str, configs: dict[str, Any]) -> None:
         self._by_name[name].configs = dict(configs)

@@ -25,7 +25,8 @@ the segment list, rolling, retention, checkpoints and the flush policy, touches 
 only under its lock. The exceptions go by file name: ``fsync`` (safe against a concurrent close)
 and ``unlink`` of a segment already taken off the list.
 
-I/O errors surface as ``OSError``. Kafka classes this mirrors: ``LogSegment``,
+I/O errors surface as ``OSError``; writes, truncates and syncs go through ``persister.fileops``
+(the fault-injection seam). Kafka classes this mirrors: ``LogSegment``,
 ``OffsetIndex``/``TimeIndex`` and the per-segment part of ``LogLoader`` (behaviour only).
 """
 
@@ -42,6 +43,7 @@ from pathlib import Path
 
 import crc32c
 
+from persister import fileops
 from persister.log import LogError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -300,7 +302,7 @@ class Segment:
 
     def truncate(self, end: int) -> None:
         """Cut the file at ``end`` (a batch boundary) and drop the index entries at or past it."""
-        os.ftruncate(self.fd, end)
+        fileops.OPS.ftruncate(self.fd, end)
         self.size = end
         self.truncate_index(bisect.bisect_left(self.pos, end))
 
@@ -497,9 +499,10 @@ def header_at(fd: int, pos: int) -> tuple[int, ...] | None:
 def pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
     """Write all of ``data`` at ``pos`` (``pwrite`` may write less than asked)."""
     view = memoryview(data)
-    written = os.pwrite(fd, view, pos)
+    ops = fileops.OPS
+    written = ops.pwrite(fd, view, pos)
     while written < len(view):
-        written += os.pwrite(fd, view[written:], pos + written)
+        written += ops.pwrite(fd, view[written:], pos + written)
 
 
 def _column(data: bytes, record: int, start: int, width: int, typecode: str) -> array[int]:
@@ -530,7 +533,7 @@ def _truncate_file(path: str, size: int) -> None:
         pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        os.ftruncate(fd, size)
+        fileops.OPS.ftruncate(fd, size)
     finally:
         os.close(fd)
 
@@ -550,6 +553,6 @@ def _fsync_path(path: str) -> None:
     except FileNotFoundError:
         return
     try:
-        os.fsync(fd)
+        fileops.OPS.fsync(fd)
     finally:
         os.close(fd)

@@ -30,7 +30,12 @@ Threads: every method is synchronous and thread-safe. The broker runs ``flush`` 
 and is never held across an fsync. Reads hold it during their ``pread``s so a concurrent segment
 deletion cannot close a descriptor under them.
 
-I/O errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog`` and ``LogLoader``
+Storage faults: a failed write, truncate or sync takes the log directory offline
+(``persister.log_dir``): a partial append is truncated back to the last whole batch, the failure is
+reported to the directory's ``LogDir`` (shared by every partition of a broker's data directory),
+and from then on appends, reads and syncs raise ``LogDirOfflineError`` and ``close`` writes
+nothing (no seal, flush or clean-shutdown marker). A failed sync is never retried. Other I/O
+errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog`` and ``LogLoader``
 (behaviour only).
 """
 
@@ -46,7 +51,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from persister import fileops
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
+from persister.log_dir import LogDir, LogDirOfflineError
 from persister.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -120,9 +127,12 @@ class PartitionLog:
     ``config`` may be replaced at any time (dynamic topic configs); the next operation uses it.
     """
 
-    def __init__(self, directory: Path, config: LogConfig) -> None:
+    def __init__(self, directory: Path, config: LogConfig, log_dir: LogDir | None = None) -> None:
         self.directory = directory
         self.config = config
+        # The health of the log directory this partition lives in (shared by the broker's
+        # partitions); a standalone log gets its own.
+        self.log_dir = log_dir if log_dir is not None else LogDir(directory.parent)
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         # Sealed segments whose index is in memory, least recently used first.
@@ -146,7 +156,8 @@ class PartitionLog:
     # -- opening and recovery ----------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open(cls, directory: Path, config: LogConfig, now_ms: int,
+             log_dir: LogDir | None = None) -> PartitionLog:
         """Open the partition in ``directory``, creating it or recovering it after a crash.
 
         Without a clean-shutdown marker, batches after the recovery point are checked (header
@@ -154,13 +165,16 @@ class PartitionLog:
         later segments are deleted. Their index entries are rebuilt.
 
         Raises:
+            LogDirOfflineError: ``log_dir`` is offline.
             OSError: the directory or its files cannot be read or written.
         """
         directory = Path(directory)
+        if log_dir is not None:
+            log_dir.check()
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             _fsync_dir(directory.parent)
-        log = cls(directory, config)
+        log = cls(directory, config, log_dir)
         log._recover(now_ms)
         return log
 
@@ -342,7 +356,8 @@ class PartitionLog:
             CorruptRecordError: ``data`` is empty or is not a sequence of whole v2 batches.
             RecordTooLargeError: ``data`` is larger than a segment can address (2 GiB).
             LogClosedError: the log is closed.
-            OSError: the write failed (the segment is left as it was).
+            LogDirOfflineError: the write failed (what it wrote is truncated away and the log
+                directory is now offline) or the directory was already offline.
         """
         buf = bytearray(data)
         n = len(buf)
@@ -353,8 +368,7 @@ class PartitionLog:
         metas, offsets = batch_metas(buf)
         first_attributes = _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
         with self._lock:
-            if self._closed:
-                raise LogClosedError(f"{self.directory} is closed")
+            self._check_open()
             cfg = self.config
             seg = self._segments[-1]
             leo = self._leo
@@ -363,12 +377,19 @@ class PartitionLog:
                 or leo + offsets - 1 - seg.base_offset > INT32_MAX
                 or now_ms - seg.created_ms > cfg.segment_ms
             ):
-                seg = self._roll(now_ms)
+                try:
+                    seg = self._roll(now_ms)
+                except OSError as exc:
+                    raise self.log_dir.fail(f"rolling a new segment in {self.directory}",
+                                            exc) from exc
             if seg.size == 0:
                 seg.created_ms = now_ms
             start = seg.size
             seg_base = seg.base_offset
-            offset, entries = seg.append(buf, metas, leo, cfg.index_interval_bytes)
+            try:
+                offset, entries = seg.append(buf, metas, leo, cfg.index_interval_bytes)
+            except OSError as exc:
+                raise self._append_failed(seg, start, exc) from exc
             self._leo = offset
             self._size_bytes += n
             self._appended += offset - leo
@@ -381,13 +402,32 @@ class PartitionLog:
                 # appended data stands and the next entries overwrite any partial one.
                 try:
                     seg.add_entries(entries)
-                except OSError:
-                    _log.exception("%s: index write failed", self.directory)
+                except OSError as exc:
+                    # The records are in the log (the append stands and is answered); the
+                    # directory still goes offline, as for any write error.
+                    self.log_dir.fail(f"writing the index of {seg.log_path}", exc)
             lso = self._log_start_offset
         append_time = -1
         if first_attributes & TIMESTAMP_TYPE_MASK:
             append_time = metas[0][3]
         return AppendResult(leo, offset - 1, append_time, lso, seg_base, start)
+
+    def _append_failed(self, seg: Segment, start: int, exc: OSError) -> LogDirOfflineError:
+        """A write into ``seg`` at ``start`` failed: cut off whatever part of it reached the file
+        (so no torn batch follows the last whole one, and a retry cannot find half of it) and take
+        the directory offline. Returns the error to raise (under ``_lock``)."""
+        try:
+            fileops.OPS.ftruncate(seg.fd, start)
+        except OSError:
+            # Recovery cuts the torn tail on the next start: no clean-shutdown marker is written
+            # for an offline directory, so the tail is CRC-checked.
+            _log.warning("%s: could not truncate a failed append back to %d bytes; the next "
+                         "start cuts it", seg.log_path, start)
+        return self.log_dir.fail(f"appending {self._tp()} to {seg.log_path} at byte {start}", exc)
+
+    def _tp(self) -> str:
+        """The topic-partition this log holds, for operators (its directory's name)."""
+        return f"partition {self.directory.name}"
 
     def _roll(self, now_ms: int) -> Segment:
         old = self._segments[-1]
@@ -564,6 +604,7 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.directory} is closed")
+        self.log_dir.check()
 
     def _check_range(self, offset: int) -> tuple[int, int]:
         self._check_open()
@@ -612,10 +653,12 @@ class PartitionLog:
         owner appends. A no-op on a closed log.
 
         Raises:
-            OSError: an fsync or the checkpoint write failed (the data stays marked unflushed).
+            LogDirOfflineError: an fsync or the checkpoint write failed (never retried: the log
+                directory is now offline), or the directory was already offline.
         """
         with self._flush_lock:
             if not self._closed:
+                self.log_dir.check()
                 self._flush_locked()
 
     def sync_data(self) -> None:
@@ -629,24 +672,28 @@ class PartitionLog:
         advances the recovery point.
 
         Raises:
-            OSError: an fdatasync failed.
+            LogDirOfflineError: an fdatasync failed (never retried: the log directory is now
+                offline), or the directory was already offline.
         """
         with self._flush_lock:
             with self._lock:
                 if self._closed:
                     return
+                self.log_dir.check()
                 # Duplicated under the lock: a segment may be closed (and its descriptor number
                 # reused) by the owner while we sync.
                 fds = [os.dup(seg.fd) for seg in self._segments if seg.dirty and seg.fd >= 0]
                 dir_dirty = self._dir_dirty
             try:
                 for fd in fds:
-                    os.fdatasync(fd)
+                    fileops.OPS.fdatasync(fd)
+                if dir_dirty:
+                    _fsync_dir(self.directory)
+            except OSError as exc:
+                raise self.log_dir.fail(f"syncing {self._tp()} in {self.directory}", exc) from exc
             finally:
                 for fd in fds:
                     os.close(fd)
-            if dir_dirty:
-                _fsync_dir(self.directory)
 
     def _flush_locked(self) -> None:
         with self._lock:
@@ -665,13 +712,14 @@ class PartitionLog:
                 _fsync_dir(self.directory)
             if target > self._recovery_point:
                 _write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
-        except OSError:
+        except OSError as exc:
+            # Never retried (see persister.fileops): the directory goes offline instead.
             with self._lock:
                 for seg in dirty:
                     seg.dirty = True
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 self._rolled_unflushed = self._rolled_unflushed or rolled
-            raise
+            raise self.log_dir.fail(f"syncing {self._tp()} in {self.directory}", exc) from exc
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)
             self._flushed = max(self._flushed, appended)
@@ -694,7 +742,7 @@ class PartitionLog:
         """
         with self._retention_lock:
             with self._lock:
-                if self._closed:
+                if self._closed or self.log_dir.offline:
                     return 0
                 cfg = self.config
                 hw = self._leo if high_watermark is None else min(high_watermark, self._leo)
@@ -764,7 +812,11 @@ class PartitionLog:
     def _finish_deletion(self, victims: list[Segment], force_checkpoint: bool = False) -> None:
         # Checkpoint first: a crash before the unlinks leaves segments that open() removes.
         if victims or force_checkpoint:
-            _write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
+            try:
+                _write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
+            except OSError as exc:
+                raise self.log_dir.fail(f"writing the log start checkpoint of {self._tp()} in "
+                                        f"{self.directory}", exc) from exc
         for seg in victims:
             seg.unlink()
 
@@ -772,6 +824,9 @@ class PartitionLog:
 
     def close(self) -> None:
         """Seal the active segment, flush, write the clean-shutdown marker and close the files.
+
+        With the log directory offline it only closes the files: nothing more is written or
+        synced there, and without the marker the next open recovers by scanning.
 
         Raises:
             OSError: the final flush failed (files are closed anyway; no marker is written, so the
@@ -782,14 +837,25 @@ class PartitionLog:
                 if self._closed:
                     return
                 self._closed = True
+                if self.log_dir.offline:
+                    for seg in self._segments:
+                        seg.close()
+                    return
                 active = self._segments[-1]
                 try:
                     active.seal()
-                except OSError:
-                    _log.exception("%s: sealing the active segment failed", self.directory)
+                except OSError as exc:
+                    self.log_dir.fail(f"sealing {active.log_path}", exc)
+                    for seg in self._segments:
+                        seg.close()
+                    raise
             try:
                 self._flush_locked()
-                _write_checkpoint(self.directory / CLEAN_SHUTDOWN_MARKER, self._leo)
+                try:
+                    _write_checkpoint(self.directory / CLEAN_SHUTDOWN_MARKER, self._leo)
+                except OSError as exc:
+                    raise self.log_dir.fail(f"writing the clean-shutdown marker of {self._tp()}",
+                                            exc) from exc
             finally:
                 with self._lock:
                     for seg in self._segments:
@@ -819,7 +885,7 @@ class PartitionLog:
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fileops.OPS.fsync(fd)
     finally:
         os.close(fd)
 
@@ -830,7 +896,7 @@ def _write_checkpoint(path: Path, value: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         pwrite_all(fd, f"{_CHECKPOINT_VERSION}\n{value}\n".encode(), 0)
-        os.fsync(fd)
+        fileops.OPS.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

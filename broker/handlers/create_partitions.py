@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker
+from broker.app import Broker, TopicError
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from protocol.codec import response_module
@@ -59,8 +59,12 @@ def create_partitions(broker: Broker, name: str, count: int, assignments: Any,
     problem = _assignment_problem(broker, count - current, assignments)
     if problem:
         return ErrorCode.invalid_replica_assignment, problem
-    if not validate_only:
-        broker.add_partitions(name, count)
+    try:
+        broker.check_partition_budget(count - current)
+        if not validate_only:
+            broker.add_partitions(name, count)
+    except TopicError as exc:
+        return exc.error, exc.message
     return OK, None
 
 

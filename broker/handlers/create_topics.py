@@ -12,7 +12,12 @@ Per topic, in this order (the first failing check is the answer; other topics ar
 - manual assignments: only with partitions and replication factor both -1 (else
   INVALID_REQUEST); honoured when they list partitions 0..n-1, each on exactly this broker,
   else INVALID_REPLICA_ASSIGNMENT;
-- configs: unknown names, invalid values and null values -> INVALID_CONFIG naming the config.
+- configs: unknown names, invalid values and null values -> INVALID_CONFIG naming the config;
+- the new partitions must fit the broker's open-file limit -> POLICY_VIOLATION saying how to
+  raise it (``broker/resources.py``);
+- creation is atomic (``Broker.create_topic``): if a partition log cannot be opened or
+  ``topics.json`` not written, nothing of the topic is kept -> KAFKA_STORAGE_ERROR (or
+  POLICY_VIOLATION when out of file descriptors) with the path and errno.
 
 ``validate_only`` runs every check and answers as if created, creating nothing. v5+ answers
 also carry the partition count, replication factor and the resulting configs (as DescribeConfigs
@@ -106,7 +111,10 @@ def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
         return out
     out.partitions, out.replication, out.configs = partitions, 1, configs
     if not validate_only:
-        out.topic_id = broker.create_topic(t.name, partitions, configs).topic_id
+        try:
+            out.topic_id = broker.create_topic(t.name, partitions, configs).topic_id
+        except TopicError as exc:
+            return Created(t.name, exc.error, exc.message)
     return out
 
 

@@ -84,6 +84,9 @@ def _read(ctx: RequestContext, req: Any
                 except OffsetOutOfRangeError:
                     err = ErrorCode.offset_out_of_range
                     errors = True
+                except OSError:  # LogDirOfflineError: the log directory failed
+                    err = ErrorCode.kafka_storage_error
+                    errors = True
                 if data and len(data) > limit and total > 0:
                     data = b""  # over budget: only the very first batch may exceed the limit
             if data:

@@ -53,8 +53,12 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                                   error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1,
                                   offset=-1, leader_epoch=-1))
                 continue
-            offset, ts = lookup(lg, p.timestamp)
+            error = ErrorCode.none
+            try:
+                offset, ts = lookup(lg, p.timestamp)
+            except OSError:  # LogDirOfflineError: the log directory failed (persister/log_dir.py)
+                error, offset, ts = ErrorCode.kafka_storage_error, -1, -1
             parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
-                              error_code=ErrorCode.none, timestamp=ts, offset=offset, leader_epoch=0))
+                              error_code=error, timestamp=ts, offset=offset, leader_epoch=0))
         topics.append(make(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
     return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

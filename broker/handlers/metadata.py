@@ -2,21 +2,27 @@
 
 Single broker: every partition is led by this node, with itself as the only replica and ISR.
 Internal topics are listed only when asked for by name (Kafka hides them from "all topics").
-Unknown topics are auto-created when the broker allows it and the request does (v4+ flag).
+Unknown topics are auto-created when the broker allows it (``auto.create.topics.enable``, with
+``num.partitions`` partitions) and the request does (v4+ flag); a creation refused (open-file
+limit) or failed answers that topic with the error code and creates nothing.
 Lookups by topic id (v10+) answer UNKNOWN_TOPIC_ID when the id is unknown.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.app import TopicError
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.topics import Topic, topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
+
+log = logging.getLogger("shoal.broker")
 
 API_KEY = 3
 VERSIONS = (0, 12)
@@ -57,7 +63,13 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 continue
             t = broker.topics.get(name)
             if t is None and allow_auto:
-                t = broker.auto_create(name)
+                try:
+                    t = broker.auto_create(name)
+                except TopicError as exc:
+                    log.warning("auto-creating topic %s failed: %s", name, exc.message)
+                    topics.append(make(m.MetadataResponseTopic, error_code=exc.error, name=name,
+                                       topic_id=None, is_internal=False, partitions=()))
+                    continue
             if t is None:
                 problem = topic_name_problem(name)
                 code = ErrorCode.invalid_topic_exception if problem else ErrorCode.unknown_topic_or_partition

@@ -6,6 +6,12 @@ MESSAGE_TOO_LARGE and nothing of it is appended (other partitions are unaffected
 stored byte for byte (only the base offset is rewritten, which the CRC does not cover), so every
 compression codec passes through untouched. The response is sent after the append is in the log
 (page cache), and after an fsync too when the flush policy says so. ``acks=0`` gets no response.
+
+Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
+drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
+partial write was cut back, so a retry cannot duplicate part of it), and so does every partition
+after it, since the log directory is then offline. Partitions appended before the failure stay
+appended and are answered with their offsets, so a retry of the failed ones duplicates nothing.
 """
 
 from __future__ import annotations
@@ -66,7 +72,10 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
             if check.error != ErrorCode.none or check.duplicate_of is not None:
                 return (ErrorCode.out_of_order_sequence_number if check.error == ErrorCode.none
                         else check.error), -1, lg.log_start_offset, None
-    result = lg.append(records, broker.clock.now_ms())
+    try:
+        result = lg.append(records, broker.clock.now_ms())
+    except OSError as exc:  # LogDirOfflineError: the directory is offline, the broker stopping
+        return ErrorCode.kafka_storage_error, -1, -1, f"{topic_name}-{p} not appended: {exc}"
     offset = result.base_offset
     for h in headers:
         last = offset + h.last_offset_delta
@@ -110,18 +119,39 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                               partition_responses=tuple(parts)))
     if req.acks == 0:
         if appended:
-            return _flush_then(broker, appended, NO_RESPONSE)
+            return _flush_then(broker, appended, NO_RESPONSE, m)
         return NO_RESPONSE
     resp = make(m.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE,
                 node_endpoints=())
     now = broker.clock.now_ms()
     due = [(t, p) for t, p in appended if (lg := broker.logs.get(t, p)) and lg.needs_flush(now)]
     if due:
-        return _flush_then(broker, due, resp)
+        return _flush_then(broker, due, resp, m)
     return resp
 
 
-async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any) -> Any:
+async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m: Any) -> Any:
+    """Wait for the fsyncs the flush policy asks for; a partition whose fsync failed is answered
+    KAFKA_STORAGE_ERROR instead of its offset (its records are not known to be durable)."""
+    failed: dict[tuple[str, int], str] = {}
     for t, p in parts:
-        await broker.logs.flush_if_needed(t, p)
-    return resp
+        try:
+            await broker.logs.flush_if_needed(t, p)
+        except OSError as exc:
+            failed[(t, p)] = f"{t}-{p} appended but not synced: {exc}"
+    if not failed or resp is NO_RESPONSE:
+        return resp
+    topics = []
+    for tr in resp.responses:
+        name = getattr(tr, "name", None)
+        if name is None:  # v13+: by topic id
+            topic = broker.topics.by_id(getattr(tr, "topic_id", None))
+            name = topic.name if topic is not None else None
+        parts_out = tuple(
+            _partition(m, pr.index, ErrorCode.kafka_storage_error, message=failed[(name, pr.index)])
+            if (name, pr.index) in failed else pr
+            for pr in tr.partition_responses)
+        topics.append(make(m.TopicProduceResponse, name=getattr(tr, "name", None),
+                           topic_id=getattr(tr, "topic_id", None), partition_responses=parts_out))
+    return make(m.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE,
+                node_endpoints=())

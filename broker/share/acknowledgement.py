@@ -71,7 +71,10 @@ def ack_error_for_write_failure(code: ErrorCode) -> ErrorCode:
         return ErrorCode.coordinator_not_available
     if code in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
         return ErrorCode.not_leader_or_follower
-    if code in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition):
+    if code in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition,
+                ErrorCode.kafka_storage_error):
+        # KAFKA_STORAGE_ERROR: the share-state log could not be synced (section 6 of issue 12);
+        # the records stay acquired until their lock expires.
         return code
     return ErrorCode.unknown_server_error
 

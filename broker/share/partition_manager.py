@@ -196,6 +196,10 @@ class SharePartitionManager:
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
+        except OSError:
+            # The log directory is offline (persister/log_dir.py) and the broker is stopping:
+            # acquire nothing rather than fail the whole ShareFetch.
+            return b"", []
         if not data:
             return b"", []
         headers = list(iter_batches(data))

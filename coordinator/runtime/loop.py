@@ -18,11 +18,15 @@ log and an executor task, and runs every operation on that partition one at a ti
 3. An op that produced no records still waits until everything appended before it is committed
    (its response may reflect uncommitted state).
 4. Failure: if the append itself fails (the log is unchanged) the shard reverts to the offset the
-   append started at and only that drain's ops fail. If an fsync fails, the shard reverts to the
-   last committed offset, every waiting op fails, and the partition is reloaded from its log
-   (which may hold the failed records: like a timeout, a failed write's outcome is unknown to the
-   client; the reload makes memory match the log again). Failures are data: ops get a
-   ``CoordinatorFailure`` (COORDINATOR_NOT_AVAILABLE), never an exception.
+   append started at and only that drain's ops fail (COORDINATOR_NOT_AVAILABLE). If an fsync
+   fails, nothing after the committed offset counts as committed, ever: the shard reverts to the
+   last committed offset, every waiting and queued op fails with KAFKA_STORAGE_ERROR, and the
+   partition stops serving (FAILED; later requests get NOT_COORDINATOR). It is not reloaded from
+   its log and the fsync is not retried: after a failed fsync the kernel may have dropped the
+   pages, a second fsync can report success for them, and a reload would count records that may
+   never reach the disk as committed (the log's directory goes offline and the broker shuts down,
+   ``persister/log_dir.py``; the next start recovers what the disk holds). Failures are data: ops
+   get a ``CoordinatorFailure``, never an exception.
 5. ``read(partition, fn)`` runs ``fn(shard)`` at once; ``fn`` must use the shard's committed view.
 6. Timers: ``schedule(partition, key, deadline_ms, op)`` runs ``op`` as a write when due (keyed,
    optionally repeating); a ``TimedShard``'s ``next_deadline()`` is armed after every drain and
@@ -307,6 +311,9 @@ class CoordinatorRuntime(Generic[S]):
             target = ctx.log.log_end_offset
             try:
                 await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.sync_data)
+            except OSError as exc:  # e.g. the log directory went offline: commit nothing more
+                log.error("%s partition %d: final flush failed; records after offset %d stay "
+                          "uncommitted: %s", self._name, ctx.number, ctx.committed, exc)
             except Exception:
                 log.exception("%s partition %d: final flush failed", self._name, ctx.number)
             else:
@@ -565,20 +572,19 @@ class CoordinatorRuntime(Generic[S]):
         return released
 
     def _on_flush_failure(self, ctx: _Partition[S], exc: BaseException) -> None:
-        log.error("%s partition %d: reverting to offset %d and reloading after: %s",
-                  self._name, ctx.number, ctx.committed, exc)
+        """An fsync failed: fail everything not yet committed and stop serving (module doc, 4)."""
+        log.error("%s partition %d: fsync failed (%s); records after offset %d are not committed, "
+                  "their writers get KAFKA_STORAGE_ERROR and the partition stops serving until "
+                  "the broker restarts (the fsync is never retried)", self._name, ctx.number, exc,
+                  ctx.committed)
+        ctx.status = PartitionStatus.FAILED
         ctx.shard.revert(ctx.committed)
-        failed = CoordinatorFailure(ErrorCode.coordinator_not_available, f"fsync failed: {exc}")
+        failed = CoordinatorFailure(ErrorCode.kafka_storage_error, f"fsync failed: {exc}")
         self._fail_pending(ctx, failed)
         self._fail_inbox(ctx, failed)
-        ctx.shard.on_unloaded()
-        ctx.shard = self._factory(ctx.number)
-        ctx.status = PartitionStatus.LOADING
-        ctx.load_task = asyncio.get_running_loop().create_task(self._reload(ctx))
-
-    async def _reload(self, ctx: _Partition[S]) -> None:
-        await self._load_into(ctx)
-        ctx.load_task = None
+        if ctx.timer_handle is not None:
+            ctx.timer_handle.cancel()
+            ctx.timer_handle = None
 
     def _fail_pending(self, ctx: _Partition[S], failure: CoordinatorFailure) -> None:
         while ctx.pending:

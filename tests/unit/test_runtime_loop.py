@@ -151,25 +151,36 @@ async def test_failed_append_reverts_and_fails_only_that_drain(tmp_path: Path) -
     lg.close()
 
 
-async def test_failed_fsync_fails_waiters_and_reloads_from_the_log(tmp_path: Path) -> None:
+async def test_failed_fsync_commits_nothing_more_and_is_never_retried(tmp_path: Path) -> None:
+    # Issue 12 section 6: the runtime used to reload the partition from its log after a failed
+    # fsync, counting the failed record as committed, and to fsync again on the next write (a
+    # second fsync may report success for pages the kernel dropped).
     lg = LogProxy(open_log(tmp_path / "p0"))
     rt = kv_runtime()
     await rt.load(0, lg)
     assert await rt.write(0, put("a", "1")) == "ok"
-    lg.fail_flush = OSError("EIO")
-    out = await rt.write(0, put("a", "2"))
-    assert isinstance(out, CoordinatorFailure) and out.error == ErrorCode.coordinator_not_available
-    # The partition reloads from the log (which holds the failed record: outcome unknown, as
-    # with a timeout), so memory and log agree again.
-    for _ in range(500):
-        if rt.status(0) is PartitionStatus.ACTIVE:
-            break
-        await asyncio.sleep(0.01)
-    assert rt.status(0) is PartitionStatus.ACTIVE
+    flushes = lg.flushes
+    lg.hold_flushes()
+    first = asyncio.create_task(rt.write(0, put("a", "2")))
+    assert lg.flush_started is not None
+    await lg.flush_started.wait()
+    # Appended while the failing fsync is in flight: waits for it, then fails with it.
+    second = asyncio.create_task(rt.write(0, put("b", "1")))
+    await asyncio.sleep(0.01)
+    lg.fail_flush = OSError(5, "Input/output error")
+    lg.release_flushes()
+    out = await asyncio.gather(first, second)
+    assert [o.error for o in out] == [ErrorCode.kafka_storage_error] * 2, out
+    assert rt.status(0) is PartitionStatus.FAILED
+    assert rt.committed_offset(0) == 1
     shard = rt.shard(0)
-    assert shard is not None and shard.data == {"a": "2"} and shard.committed_offset == 2
-    assert await rt.write(0, put("b", "1")) == "ok"
+    assert shard is not None and shard.committed_view() == {"a": "1"} and shard.end == 1
+    later = await rt.write(0, put("c", "1"))
+    assert isinstance(later, CoordinatorFailure) and later.error == ErrorCode.not_coordinator
+    read = await rt.read(0, lambda s: s.committed_view())
+    assert isinstance(read, CoordinatorFailure)
     await rt.close()
+    assert lg.flushes == flushes  # no fsync after the failed one, not even on close
     lg.close()
 
 
