@@ -79,10 +79,12 @@ from coordinator.group.shard import (
 )
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
 from coordinator.runtime.result import CoordinatorResult
+from coordinator.share.state import NO_LEADER_EPOCH
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
     InitializeParams,
     Persister,
+    ReadParams,
     SharePartitionKey,
     WriteResult,
 )
@@ -446,11 +448,25 @@ class ShareGroupService:
                 gid, failed))
 
     async def _initialize_one(self, key: SharePartitionKey, state_epoch: int) -> WriteResult:
-        """InitializeShareGroupState for one share-partition that is not Initialized yet.
+        """InitializeShareGroupState for one share-partition that is not Initialized yet, unless
+        it already has state.
 
-        Only partitions the shard recorded as Initializing get here, and those were never
-        assigned, so (re)initializing their state cannot lose consumption progress.
+        Only partitions the shard recorded as Initializing get here, but such a partition can
+        already hold state and progress: the answer to an earlier initialisation was lost (a
+        restart or the retry timer re-planned it), and any member may fetch a partition that is
+        not assigned to it. Initializing again would reset that progress and raise the state
+        epoch under the loaded share-partition (its writes would then be fenced), so existing
+        state is kept and the partition simply becomes Initialized. The check reads with no
+        leader epoch (-1), which fences nobody.
         """
+        existing = await self._persister.read(ReadParams(key, NO_LEADER_EPOCH))
+        if existing.error == ErrorCode.none:
+            log.info("share state of group %s partition %s-%d already exists (start offset %d); "
+                     "keeping it", key.group_id, key.topic_id, key.partition,
+                     existing.start_offset)
+            return WriteResult(ErrorCode.none)
+        if existing.error != ErrorCode.invalid_request:  # invalid_request: no state yet
+            return WriteResult(existing.error, existing.error_message)
         return await self._persister.initialize(
             InitializeParams(key, state_epoch, UNINITIALIZED_START_OFFSET))
 

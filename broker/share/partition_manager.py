@@ -2,7 +2,9 @@
 
 One ``SharePartition`` per (group, topic id, partition), created on the first ShareFetch that
 touches it: its state is read from the persister, and a start offset of -1 (never consumed) is
-resolved from the group's ``share.auto.offset.reset``. The sans-IO partition decides; this class
+resolved from the group's ``share.auto.offset.reset``. A share-partition whose state the group
+coordinator has not initialised is never created here: the fetch gets UNKNOWN_SERVER_ERROR for it
+(Kafka's answer) and nothing is written. The sans-IO partition decides; this class
 reads the log for it, persists its state writes, answers acknowledgements only after their write
 completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry, and
 wakes parked ShareFetches (watch key ``("share", group, topic, partition)``) when records become
@@ -30,7 +32,6 @@ from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
-    InitializeParams,
     Persister,
     ReadParams,
     ReadResult,
@@ -135,12 +136,16 @@ class SharePartitionManager:
     async def _load(self, key: SharePartitionKey, topic: str, partition: int) -> SharePartition | ErrorCode:
         read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
         if read.error == ErrorCode.invalid_request:
-            # Not initialised yet (a fetch before the group coordinator initialised it):
-            # initialise with "start offset unknown", as the group coordinator would.
-            init = await self._persister.initialize(InitializeParams(key, 0, UNINITIALIZED_START_OFFSET))
-            if init.error != ErrorCode.none:
-                return init.error
-            read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
+            # No state: the group coordinator has not initialised this share-partition (no
+            # member of the group subscribes to the topic yet, or initialisation is still under
+            # way). Only the group coordinator initialises state (two-phase, durable before the
+            # partition is assigned); a leader that did it on its own would race it and could
+            # have its progress reset. Kafka fails such a fetch the same way: its
+            # SharePartition maps the persister's INVALID_REQUEST to UNKNOWN_SERVER_ERROR.
+            log.debug("ShareFetch for share-partition %s %s-%d, whose state the group "
+                      "coordinator has not initialised; answering UNKNOWN_SERVER_ERROR",
+                      key.group_id, topic, partition)
+            return ErrorCode.unknown_server_error
         if read.error != ErrorCode.none:
             log.warning("reading share state of group %s %s-%d failed: %s", key.group_id, topic,
                         partition, read.error.name)

@@ -17,7 +17,7 @@ from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient, request
-from tests.integration.share_helpers import produce, set_group_configs
+from tests.integration.share_helpers import initialize_share_state, produce, set_group_configs
 
 Acks = dict[int, list[tuple[int, int, tuple[int, ...]]]]
 
@@ -123,6 +123,7 @@ def topic(sb, unique):
     set_group_configs(sb.bootstrap, unique, {"share.auto.offset.reset": "earliest",
                                              "share.record.lock.duration.ms": "2000"})
     produce(sb.bootstrap, unique, 10, partitions=1)
+    initialize_share_state(sb.bootstrap, unique, unique)
     with RawClient(sb.bootstrap) as c:
         return unique, topic_id(c, unique)
 
@@ -319,3 +320,25 @@ def test_member_leaving_the_group_releases_its_records(mk, topic) -> None:
     assert a.acquire(10) == [(0, 9, 1)]
     assert heartbeat(a.c, topic[0], "a", -1, None).error_code == ErrorCode.none
     assert b.acquire(10, timeout=5) == [(0, 9, 2)]
+
+
+def test_fetch_of_share_state_the_group_never_initialized_fails_and_initializes_nothing(
+        sb, unique) -> None:
+    """Only the group coordinator initializes share state (Kafka fails such a fetch with
+    UNKNOWN_SERVER_ERROR); once a member's join has initialized it, fetching works."""
+    create_topic(sb.bootstrap, unique, 1)
+    set_group_configs(sb.bootstrap, unique, {"share.auto.offset.reset": "earliest"})
+    produce(sb.bootstrap, unique, 3)
+    with RawClient(sb.bootstrap) as c:
+        tid = topic_id(c, unique)
+    a = Member(sb.bootstrap, unique, "a", tid)
+    try:
+        for _ in range(2):
+            resp = a.fetch(max_wait_ms=0)
+            assert resp.error_code == ErrorCode.none
+            assert part(resp).error_code == ErrorCode.unknown_server_error
+            assert not part(resp).acquired_records
+        initialize_share_state(sb.bootstrap, unique, unique)
+        assert a.acquire(3) == [(0, 2, 1)]
+    finally:
+        a.close()
