@@ -64,6 +64,7 @@ class Broker:
         self._next_pid = 0
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._close_listeners: list[Callable[[int], None]] = []
         self._topic_listeners: list[Callable[[str], None]] = []
         self.persister: Persister | None = None
@@ -87,6 +88,7 @@ class Broker:
         # Durable share state: the share coordinator over __share_group_state, reached by the
         # share-partition leaders through the persister (a test may inject another persister).
         self.share_coordinator = await open_share_coordinator(self)
+        await self._delete_share_state_of_deleted_topics()
         if self.persister is None:
             self.persister = CoordinatorPersister(self.share_coordinator)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
@@ -104,9 +106,9 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
             self.metrics_server = None
-        for t in self._tasks:
+        for t in [*self._tasks, *self._side_tasks]:
             t.cancel()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._side_tasks]:
             try:
                 await t
             except asyncio.CancelledError:
@@ -241,8 +243,28 @@ class Broker:
         for p in range(topic.partitions):
             self._producer_states.pop((name, p), None)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        if self.started:
+            # Loaded share-partitions and their lock timers go now; the group coordinator
+            # (topic listener) moves the topic to Deleting and deletes its share state, and the
+            # sweep below removes state no group lists.
+            self.shares.partitions.forget_topic(topic.topic_id)
+            self._side_task(self._delete_share_state_of_deleted_topics())
         self._topics_changed(name)
         return topic
+
+    async def _delete_share_state_of_deleted_topics(self) -> None:
+        """Delete ``__share_group_state`` keys whose topic no longer exists (after DeleteTopics,
+        and at start, in case the broker stopped before the deletion was done)."""
+        n = await self.share_coordinator.delete_topics_state(
+            lambda topic_id: self.topics.by_id(topic_id) is None)
+        if n:
+            log.info("deleted the share state of %d share-partition(s) of deleted topics", n)
+
+    def _side_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in a task the broker owns until it finishes (cancelled at stop)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def add_partitions(self, name: str, total: int) -> None:
         topic = self.topics.get(name)

@@ -159,6 +159,8 @@ class SharePartitionManager:
                       "consumed until it is reset (shoal share-groups --reset-offsets)",
                       key.group_id, topic, partition)
             return sp
+        if self._broker.topics.by_id(key.topic_id) is None:
+            return ErrorCode.unknown_topic_id  # deleted while its state was being read
         self._parts[key] = sp
         self._names[key] = (topic, partition)
         log.info("share-partition initialised: group %s %s-%d at start offset %d",
@@ -372,18 +374,18 @@ class SharePartitionManager:
     def partitions(self) -> dict[SharePartitionKey, SharePartition]:
         return dict(self._parts)
 
+    def timer_count(self) -> int:
+        """Lock-expiry timers armed (one per share-partition with a deadline)."""
+        return len(self._timers)
+
     def forget_topic(self, topic_id: object) -> None:
-        for key in [k for k in self._parts if k.topic_id == topic_id]:
-            self._parts.pop(key, None)
-            self._names.pop(key, None)
-            self._logged.pop(key, None)
-            t = self._timers.pop(key, None)
-            if t is not None:
-                t[1].cancel()
+        """Drop every loaded share-partition of a deleted topic, with its lock timer."""
+        self.forget([k for k in self._parts if k.topic_id == topic_id])
 
     def forget(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop loaded share-partitions whose durable state an admin RPC reset or deleted
-        (broker/share_admin.py); the next ShareFetch loads them again from the persister."""
+        (broker/share_admin.py) or whose topic was deleted; the next ShareFetch loads them again
+        from the persister."""
         for key in list(keys):
             self._parts.pop(key, None)
             self._names.pop(key, None)
