@@ -98,6 +98,7 @@ class Broker:
         self.shares = ShareService(self, self.persister)
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
+        self._spawn(self._every("group.share.partition.unload.idle.ms", self._unload_idle_shares))
         self.config.on_change(self._on_broker_config_change)
         await self._start_metrics_server()
         self.started = True
@@ -259,6 +260,11 @@ class Broker:
             lambda topic_id: self.topics.by_id(topic_id) is None)
         if n:
             log.info("deleted the share state of %d share-partition(s) of deleted topics", n)
+
+    async def _unload_idle_shares(self) -> None:
+        self.shares.partitions.unload_idle(
+            self.clock.now_ms(), self.config.get("group.share.partition.unload.idle.ms"),
+            self.share_groups.has_members)
 
     def _side_task(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in a task the broker owns until it finishes (cancelled at stop)."""

@@ -195,6 +195,12 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(0), dynamic=True),
     ConfigDef("group.share.max.share.sessions", "int", 2000,
               "Maximum number of share sessions on this broker.", at_least(1)),
+    ConfigDef("group.share.partition.unload.idle.ms", "long", 300_000,
+              "Shoal extension (no Kafka equivalent): share-partitions of a share group with no "
+              "members that were not fetched or acknowledged for this long, and hold no "
+              "acquired records or unwritten state, are unloaded from memory; the next "
+              "ShareFetch loads them again from the share coordinator, progress intact.",
+              at_least(1)),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
     ConfigDef("super.users", "string", "",

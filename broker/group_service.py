@@ -266,6 +266,15 @@ class ShareGroupService:
         out.sort(key=lambda g: g.group_id)
         return out
 
+    def has_members(self, group_id: str) -> bool:
+        """Whether the committed group has members (False for an unknown group; True while the
+        group's partition is not served, so nothing is taken for empty that may not be)."""
+        p = self.partition_for(group_id)
+        if self.runtime.status(p) is not PartitionStatus.ACTIVE:
+            return True
+        group = self._committed_group(group_id)
+        return group is not None and bool(group.members)
+
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self._committed_group(group_id)
         return group is not None and member_id in group.members

@@ -10,6 +10,14 @@ completed (respond after commit), arms one ``loop.call_at`` per partition for lo
 wakes parked ShareFetches (watch key ``("share", group, topic, partition)``) when records become
 available again.
 
+Unloading (Shoal extension, ``group.share.partition.unload.idle.ms``): ``unload_idle(now_ms)``,
+run periodically by the broker, drops share-partitions of groups without members that nobody
+used for that long and that are settled (``SharePartition.is_settled``: no acquired records, no
+write in flight or owed, start offset known to the persister), so memory follows the groups in
+use. The next ShareFetch loads them again; their progress is what the persister holds, which a
+settled partition has fully written. Kafka drops a group's share-partitions when its last share
+session ends.
+
 Everything runs on the event loop, so each partition's operations are serial (STYLE.md 1.5).
 """
 
@@ -18,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -80,6 +88,14 @@ class SharePartitionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         # Last (lock timeouts, delivery-limit archives) logged per share-partition.
         self._logged: dict[SharePartitionKey, tuple[int, int]] = {}
+        # Last use (fetch, acknowledgement, release) per loaded share-partition, for unloading.
+        self._used_ms: dict[SharePartitionKey, int] = {}
+        # Loaded with start offset -1 resolved here and not written since: the persister does
+        # not know the start offset, so unloading would resolve it anew (and could skip records).
+        self._unwritten_start: set[SharePartitionKey] = set()
+        # Background (timer/release) writes in flight per share-partition: a failure must find
+        # the partition to hand the ranges back (on_write_failed), so it stays loaded.
+        self._writing: dict[SharePartitionKey, int] = {}
 
     # -- config ------------------------------------------------------------------------------
 
@@ -111,6 +127,7 @@ class SharePartitionManager:
     async def get(self, group_id: str, topic: Topic, partition: int) -> SharePartition | ErrorCode:
         """The share-partition, loading it from the persister on first use."""
         key = SharePartitionKey(group_id, topic.topic_id, partition)
+        self._used_ms[key] = self._broker.clock.now_ms()
         sp = self._parts.get(key)
         if sp is not None:
             return sp
@@ -150,7 +167,8 @@ class SharePartitionManager:
             log.warning("reading share state of group %s %s-%d failed: %s", key.group_id, topic,
                         partition, read.error.name)
             return read.error
-        if read.start_offset == UNINITIALIZED_START_OFFSET:
+        unresolved = read.start_offset == UNINITIALIZED_START_OFFSET
+        if unresolved:
             read = ReadResult(read.error, read.state_epoch, self._resolve_start(key.group_id, topic, partition),
                               read.state_batches)
         sp = SharePartition.load(key, LEADER_EPOCH, read, lambda: self.group_config(key.group_id))
@@ -163,6 +181,9 @@ class SharePartitionManager:
             return ErrorCode.unknown_topic_id  # deleted while its state was being read
         self._parts[key] = sp
         self._names[key] = (topic, partition)
+        self._used_ms[key] = self._broker.clock.now_ms()
+        if unresolved:
+            self._unwritten_start.add(key)
         log.info("share-partition initialised: group %s %s-%d at start offset %d",
                  key.group_id, topic, partition, sp.start_offset,
                  extra={"event": "share_partition_initialised", "group": key.group_id,
@@ -243,6 +264,7 @@ class SharePartitionManager:
         sp = self._parts.get(key)
         if sp is None:
             return ErrorCode.invalid_record_state, "no records of this partition are acquired here"
+        self._used_ms[key] = self._broker.clock.now_ms()
         outcome = sp.acknowledge(member_id, batches, self._broker.clock.now_ms())
         if outcome.error != ErrorCode.none or outcome.token is None:
             self._after(sp)
@@ -350,12 +372,20 @@ class SharePartitionManager:
         started = perf_counter()
         result = await self._persister.write(write)
         metrics.share_state_write_seconds.observe(perf_counter() - started)
+        if result.error == ErrorCode.none and write.start_offset >= 0:
+            self._unwritten_start.discard(write.key)
         if result.error != ErrorCode.none:
             metrics.share_state_write_errors.inc(result.error.name.upper())
         return result
 
     async def _write(self, write: WriteParams) -> None:
-        result = await self._persist(write)
+        self._writing[write.key] = self._writing.get(write.key, 0) + 1
+        try:
+            result = await self._persist(write)
+        finally:
+            left = self._writing.pop(write.key) - 1
+            if left:
+                self._writing[write.key] = left
         if result.error != ErrorCode.none:
             sp = self._parts.get(write.key)
             if sp is not None:
@@ -374,6 +404,22 @@ class SharePartitionManager:
     def partitions(self) -> dict[SharePartitionKey, SharePartition]:
         return dict(self._parts)
 
+    def unload_idle(self, now_ms: int, idle_ms: int, has_members: Callable[[str], bool]) -> int:
+        """Unload share-partitions of groups without members that were not used for ``idle_ms``
+        and are settled (module doc); returns how many were unloaded."""
+        idle = [key for key, sp in self._parts.items()
+                if now_ms - self._used_ms.get(key, now_ms) >= idle_ms
+                and key not in self._unwritten_start and sp.is_settled()]
+        busy: dict[str, bool] = {}
+        gone = [key for key in idle if key not in self._writing
+                and not busy.setdefault(key.group_id, has_members(key.group_id))]
+        if gone:
+            self.forget(gone)
+            log.info("unloaded %d idle share-partition(s) of share groups without members "
+                     "(group.share.partition.unload.idle.ms); the next fetch loads them again",
+                     len(gone))
+        return len(gone)
+
     def timer_count(self) -> int:
         """Lock-expiry timers armed (one per share-partition with a deadline)."""
         return len(self._timers)
@@ -390,6 +436,8 @@ class SharePartitionManager:
             self._parts.pop(key, None)
             self._names.pop(key, None)
             self._logged.pop(key, None)
+            self._used_ms.pop(key, None)
+            self._unwritten_start.discard(key)
             t = self._timers.pop(key, None)
             if t is not None:
                 t[1].cancel()

@@ -4,7 +4,10 @@ share-partitions, their lock timers and the share coordinator's keys can be insp
 - deleting a topic removes its share state: loaded share-partitions and timers at once, the
   group's Initialized set via Deleting (record 15), the ``__share_group_state`` keys through
   DeleteShareGroupState; a topic re-created with the same name starts fresh, and a restart finds
-  nothing stale (also when the broker stopped before the deletion finished).
+  nothing stale (also when the broker stopped before the deletion finished);
+- share-partitions of a group without members are unloaded after
+  ``group.share.partition.unload.idle.ms`` and reloaded by the next fetch with their progress
+  (acknowledged and rejected records, delivery counts); one holding acquired records stays.
 """
 
 from __future__ import annotations
@@ -154,3 +157,47 @@ async def test_a_restart_finishes_a_topic_deletion_that_was_cut_short(tmp_path: 
     async with running(tmp_path) as broker:
         assert not state_keys(broker, topic.topic_id)
         await until(lambda: not group(broker).deleting, "the topic left Deleting after restart")
+
+
+async def test_idle_share_partitions_of_an_empty_group_unload_and_reload_intact(
+        tmp_path: Path) -> None:
+    """group.share.partition.unload.idle.ms: kept while the group has a member, unloaded once it
+    has none, and loaded again by the next fetch with acknowledged state and delivery counts."""
+    async with running(tmp_path, **{"group.share.partition.unload.idle.ms": "100"}) as broker:
+        broker.group_configs.alter(GROUP, {"share.auto.offset.reset": "earliest"})
+        topic = broker.create_topic("t", 1)
+        produce(broker, "t", 0, 10)
+        await join(broker, "m", "t")
+        await acquire(broker, topic, 0, "m")
+        key = SharePartitionKey(GROUP, topic.topic_id, 0)
+        manager = broker.shares.partitions
+        # ACCEPT 0-2, REJECT 3-4, RELEASE 5-9 (available again, delivered once).
+        error, _ = await manager.acknowledge(key, "m", [(0, 2, (1,)), (3, 4, (3,)), (5, 9, (2,))])
+        assert error == ErrorCode.none
+        await asyncio.sleep(0.5)  # several sweeps: the group still has its member
+        assert key in manager.partitions()
+        resp = await broker.share_groups.heartbeat(HeartbeatRequest(GROUP, "m", -1))
+        assert resp.error_code == ErrorCode.none
+        await until(lambda: key not in manager.partitions(), "the share-partition unloaded")
+
+        member = "m2"
+        await join(broker, member, "t")
+        sp = await broker.shares.partitions.get(GROUP, topic, 0)
+        assert isinstance(sp, SharePartition)
+        assert sp.start_offset == 5  # 0-4 done (accepted or rejected)
+        _data, got = manager.acquire(sp, member, 100, 100, AcquireMode.BATCH_OPTIMIZED, 1 << 20)
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(5, 9, 2)]
+
+
+async def test_a_share_partition_holding_records_is_not_unloaded(tmp_path: Path) -> None:
+    async with running(tmp_path, **{"group.share.partition.unload.idle.ms": "50"}) as broker:
+        broker.group_configs.alter(GROUP, {"share.auto.offset.reset": "earliest",
+                                           "share.record.lock.duration.ms": "60000"})
+        topic = broker.create_topic("t", 1)
+        produce(broker, "t", 0, 3)
+        await join(broker, "m", "t")
+        await acquire(broker, topic, 0, "raw-fetcher")  # a session without group membership
+        resp = await broker.share_groups.heartbeat(HeartbeatRequest(GROUP, "m", -1))
+        assert resp.error_code == ErrorCode.none
+        await asyncio.sleep(0.4)
+        assert SharePartitionKey(GROUP, topic.topic_id, 0) in broker.shares.partitions.partitions()
