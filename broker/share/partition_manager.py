@@ -127,9 +127,9 @@ class SharePartitionManager:
     async def get(self, group_id: str, topic: Topic, partition: int) -> SharePartition | ErrorCode:
         """The share-partition, loading it from the persister on first use."""
         key = SharePartitionKey(group_id, topic.topic_id, partition)
-        self._used_ms[key] = self._broker.clock.now_ms()
         sp = self._parts.get(key)
         if sp is not None:
+            self._used_ms[key] = self._broker.clock.now_ms()
             return sp
         fut = self._loading.get(key)
         if fut is None:

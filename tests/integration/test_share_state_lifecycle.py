@@ -201,3 +201,20 @@ async def test_a_share_partition_holding_records_is_not_unloaded(tmp_path: Path)
         assert resp.error_code == ErrorCode.none
         await asyncio.sleep(0.4)
         assert SharePartitionKey(GROUP, topic.topic_id, 0) in broker.shares.partitions.partitions()
+
+
+async def test_a_share_partition_whose_start_offset_is_not_durable_is_not_unloaded(
+        tmp_path: Path) -> None:
+    """Loaded with start offset -1 resolved here (latest) and nothing written since: reloading
+    would resolve "latest" again and skip what was produced meanwhile, so it stays loaded."""
+    async with running(tmp_path, **{"group.share.partition.unload.idle.ms": "50"}) as broker:
+        topic = broker.create_topic("t", 1)
+        produce(broker, "t", 0, 3)
+        await join(broker, "m", "t")
+        sp = await broker.shares.partitions.get(GROUP, topic, 0)
+        assert isinstance(sp, SharePartition) and sp.start_offset == 3
+        resp = await broker.share_groups.heartbeat(HeartbeatRequest(GROUP, "m", -1))
+        assert resp.error_code == ErrorCode.none
+        produce(broker, "t", 0, 2)  # to be delivered: produced after the partition was loaded
+        await asyncio.sleep(0.4)
+        assert SharePartitionKey(GROUP, topic.topic_id, 0) in broker.shares.partitions.partitions()
