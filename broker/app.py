@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Authorizer, DefaultAuthorizer, parse_super_users
 from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
@@ -74,9 +75,13 @@ class Broker:
         self._next_pid = 0
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._close_listeners: list[Callable[[int], None]] = []
         self._topic_listeners: list[Callable[[str], None]] = []
         self.persister: Persister | None = None
+        # Checked by handlers (broker/authz.py); the ACL issue assigns its own Authorizer here.
+        self.authorizer: Authorizer = DefaultAuthorizer(
+            parse_super_users(config.get("super.users")))
         self.metrics = BrokerMetrics(self)
         self.metrics_server: MetricsServer | None = None
         self.started = False
@@ -101,6 +106,7 @@ class Broker:
         # Durable share state: the share coordinator over __share_group_state, reached by the
         # share-partition leaders through the persister (a test may inject another persister).
         self.share_coordinator = await open_share_coordinator(self)
+        await self._delete_share_state_of_deleted_topics()
         if self.persister is None:
             self.persister = CoordinatorPersister(self.share_coordinator)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
@@ -110,6 +116,7 @@ class Broker:
         self.shares = ShareService(self, self.persister)
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
+        self._spawn(self._every("group.share.partition.unload.idle.ms", self._unload_idle_shares))
         self.config.on_change(self._on_broker_config_change)
         await self._start_metrics_server()
         self.started = True
@@ -118,9 +125,9 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
             self.metrics_server = None
-        for t in self._tasks:
+        for t in [*self._tasks, *self._side_tasks]:
             t.cancel()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._side_tasks]:
             try:
                 await t
             except asyncio.CancelledError:
@@ -315,8 +322,33 @@ class Broker:
         for p in range(topic.partitions):
             self._producer_states.pop((name, p), None)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        if self.started:
+            # Loaded share-partitions and their lock timers go now; the group coordinator
+            # (topic listener) moves the topic to Deleting and deletes its share state, and the
+            # sweep below removes state no group lists.
+            self.shares.partitions.forget_topic(topic.topic_id)
+            self._side_task(self._delete_share_state_of_deleted_topics())
         self._topics_changed(name)
         return topic
+
+    async def _delete_share_state_of_deleted_topics(self) -> None:
+        """Delete ``__share_group_state`` keys whose topic no longer exists (after DeleteTopics,
+        and at start, in case the broker stopped before the deletion was done)."""
+        n = await self.share_coordinator.delete_topics_state(
+            lambda topic_id: self.topics.by_id(topic_id) is None)
+        if n:
+            log.info("deleted the share state of %d share-partition(s) of deleted topics", n)
+
+    async def _unload_idle_shares(self) -> None:
+        self.shares.partitions.unload_idle(
+            self.clock.now_ms(), self.config.get("group.share.partition.unload.idle.ms"),
+            self.share_groups.has_members)
+
+    def _side_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in a task the broker owns until it finishes (cancelled at stop)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def add_partitions(self, name: str, total: int) -> None:
         topic = self.topics.get(name)

@@ -195,12 +195,33 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(0), dynamic=True),
     ConfigDef("group.share.max.share.sessions", "int", 2000,
               "Maximum number of share sessions on this broker.", at_least(1)),
+    ConfigDef("group.share.partition.unload.idle.ms", "long", 300_000,
+              "Shoal extension (no Kafka equivalent): share-partitions of a share group with no "
+              "members that were not fetched or acknowledged for this long, and hold no "
+              "acquired records or unwritten state, are unloaded from memory; the next "
+              "ShareFetch loads them again from the share coordinator, progress intact.",
+              at_least(1)),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
+    ConfigDef("super.users", "string", "",
+              "Principals (User:NAME;User:OTHER) allowed every operation, including the "
+              "inter-broker share-state RPCs (83-87), which everyone else is refused with "
+              "CLUSTER_AUTHORIZATION_FAILED. Connections are User:ANONYMOUS until listeners "
+              "authenticate, so User:ANONYMOUS lets any client act as the cluster: for tests "
+              "and tools only, never on a broker clients can reach.",
+              lambda v: _super_users_problem(v)),
     ConfigDef("metrics.listen", "string", "",
               "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
               "off.", lambda v: _listener_problem(v) if v else None),
 ]
+
+
+def _super_users_problem(value: str) -> str | None:
+    for entry in value.split(";"):
+        kind, sep, name = entry.strip().partition(":")
+        if entry.strip() and (not sep or not kind or not name):
+            return f"entry {entry.strip()!r} must look like User:NAME"
+    return None
 
 
 def _listener_problem(value: str) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.authz import ANONYMOUS, Operation, Principal, Resource
+
 if TYPE_CHECKING:
     from broker.app import Broker
 
@@ -18,6 +20,12 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
+    # Who sent the request (broker/authz.py). ANONYMOUS until listeners authenticate.
+    principal: Principal = ANONYMOUS
+
+    def authorized(self, operation: Operation, resource: Resource) -> bool:
+        """Whether the broker's authorizer lets this request's principal do ``operation``."""
+        return bool(self.broker.authorizer.authorize(self.principal, operation, resource))
 
 
 class NoResponse:

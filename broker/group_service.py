@@ -65,6 +65,7 @@ from coordinator.group.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
     ShareGroupSettings,
+    ShareStateDeletion,
     ShareStateInitialization,
     error_response,
 )
@@ -75,14 +76,18 @@ from coordinator.group.shard import (
     DescribeResult,
     GroupCoordinatorShard,
     ListedGroup,
+    deletions,
     initializations,
 )
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
 from coordinator.runtime.result import CoordinatorResult
+from coordinator.share.state import NO_LEADER_EPOCH
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
+    DeleteParams,
     InitializeParams,
     Persister,
+    ReadParams,
     SharePartitionKey,
     WriteResult,
 )
@@ -110,17 +115,18 @@ ShardOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     """What a wrapped op hands back through the runtime: its response and the share-state
-    initialisations to start once its records are committed."""
+    initialisations and deletions to start once its records are committed."""
 
     response: Any
     initializations: tuple[ShareStateInitialization, ...]
+    deletions: tuple[ShareStateDeletion, ...] = ()
 
 
 def _wrap(op: ShardOp) -> Op[GroupCoordinatorShard]:
     def run(shard: GroupCoordinatorShard, now_ms: int) -> CoordinatorResult[r.Record, _Outcome]:
         result = op(shard, now_ms)
-        return CoordinatorResult(records=result.records,
-                                 response=_Outcome(result.response, initializations(result)))
+        return CoordinatorResult(records=result.records, response=_Outcome(
+            result.response, initializations(result), deletions(result)))
 
     return run
 
@@ -260,6 +266,15 @@ class ShareGroupService:
         out.sort(key=lambda g: g.group_id)
         return out
 
+    def has_members(self, group_id: str) -> bool:
+        """Whether the committed group has members (False for an unknown group; True while the
+        group's partition is not served, so nothing is taken for empty that may not be)."""
+        p = self.partition_for(group_id)
+        if self.runtime.status(p) is not PartitionStatus.ACTIVE:
+            return True
+        group = self._committed_group(group_id)
+        return group is not None and bool(group.members)
+
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self._committed_group(group_id)
         return group is not None and member_id in group.members
@@ -364,6 +379,7 @@ class ShareGroupService:
                             p, out.error.name, out.message)
             else:
                 self._start_initializations(out.initializations)
+                self._start_deletions(out.deletions)
 
     # ------------------------------------------------------------------ the runtime
 
@@ -382,6 +398,7 @@ class ShareGroupService:
             return out
         assert isinstance(out, _Outcome)
         self._start_initializations(out.initializations)
+        self._start_deletions(out.deletions)
         return out.response
 
     def _settings(self, group_id: str) -> ShareGroupSettings:
@@ -450,13 +467,62 @@ class ShareGroupService:
                 gid, failed))
 
     async def _initialize_one(self, key: SharePartitionKey, state_epoch: int) -> WriteResult:
-        """InitializeShareGroupState for one share-partition that is not Initialized yet.
+        """InitializeShareGroupState for one share-partition that is not Initialized yet, unless
+        it already has state.
 
-        Only partitions the shard recorded as Initializing get here, and those were never
-        assigned, so (re)initializing their state cannot lose consumption progress.
+        Only partitions the shard recorded as Initializing get here, but such a partition can
+        already hold state and progress: the answer to an earlier initialisation was lost (a
+        restart or the retry timer re-planned it), and any member may fetch a partition that is
+        not assigned to it. Initializing again would reset that progress and raise the state
+        epoch under the loaded share-partition (its writes would then be fenced), so existing
+        state is kept and the partition simply becomes Initialized. The check reads with no
+        leader epoch (-1), which fences nobody.
         """
+        existing = await self._persister.read(ReadParams(key, NO_LEADER_EPOCH))
+        if existing.error == ErrorCode.none:
+            log.info("share state of group %s partition %s-%d already exists (start offset %d); "
+                     "keeping it", key.group_id, key.topic_id, key.partition,
+                     existing.start_offset)
+            return WriteResult(ErrorCode.none)
+        if existing.error != ErrorCode.invalid_request:  # invalid_request: no state yet
+            return WriteResult(existing.error, existing.error_message)
         return await self._persister.initialize(
             InitializeParams(key, state_epoch, UNINITIALIZED_START_OFFSET))
+
+    # -- share state of deleted topics (Kafka's DeletingTopics in record 15)
+
+    def _start_deletions(self, dels: Sequence[ShareStateDeletion]) -> None:
+        for d in dels:
+            self._spawn(self._delete_state(d))
+
+    async def _delete_state(self, d: ShareStateDeletion) -> None:
+        """DeleteShareGroupState for the share-partitions of deleted topics, then drop the topics
+        from Deleting. A topic whose deletion fails stays Deleting and is retried at the next
+        topic change or load (the share coordinator also sweeps deleted topics' keys)."""
+        keys = [SharePartitionKey(d.group_id, tid, p)
+                for tid, parts in sorted(d.partitions.items()) for p in sorted(parts)]
+        results = await asyncio.gather(*(self._persister.delete(DeleteParams(k)) for k in keys),
+                                       return_exceptions=True)
+        failed: set[uuid.UUID] = set()
+        for key, res in zip(keys, results, strict=True):
+            if isinstance(res, BaseException):
+                if isinstance(res, asyncio.CancelledError):
+                    raise res
+                log.error("deleting share state of group %s partition %s-%d failed",
+                          d.group_id, key.topic_id, key.partition, exc_info=res)
+                failed.add(key.topic_id)
+            elif res.error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+                # UNKNOWN_TOPIC_OR_PARTITION: the topic is gone and so is any state.
+                log.warning("deleting share state of group %s partition %s-%d: %s %s; it is "
+                            "retried at the next topic change or restart", d.group_id,
+                            key.topic_id, key.partition, res.error.name, res.error_message or "")
+                failed.add(key.topic_id)
+        done = [tid for tid in d.partitions if tid not in failed]
+        if done:
+            gid = d.group_id
+            await self._write(gid, lambda shard, _now: shard.mark_deleted(gid, done))
+            log.info("share state of group %s for deleted topic(s) %s deleted", gid,
+                     ", ".join(str(t) for t in done), extra={"group": gid})
 
     # -- listeners
 
@@ -521,6 +587,9 @@ async def open_share_groups(broker: Broker) -> ShareGroupService:
         return lg
 
     load_ms = await service.load(log_for)
+    if any(g.deleting for p in service.runtime.partitions()
+           if (shard := service.runtime.shard(p)) is not None for g in shard.groups.values()):
+        service.topics_changed()  # finish deleting the share state of deleted topics
     runtime = service.runtime
     records = sum(s.load.records for p in runtime.partitions()
                   if (s := runtime.stats(p)) is not None and s.load is not None)

@@ -5,8 +5,16 @@ has been acknowledged with but not yet sent. Rules (Kafka's KafkaShareConsumer c
 reference 8 items 5, 9, 10):
 
 - Only a record object from the current batch can be acknowledged; anything else is an
-  ``IllegalStateError``. A record may be acknowledged again (the last type before sending wins;
-  after sending, the new type is sent again and the broker judges it).
+  ``IllegalStateError``.
+- A final acknowledgement (ACCEPT, RELEASE, REJECT) not sent yet cannot be changed: another
+  type, RENEW included, is an ``IllegalStateError`` (the same type again changes nothing), so a
+  RENEW cannot silently turn a REJECT into a redelivery. Kafka's client refuses to acknowledge a
+  record it no longer holds ("The record cannot be acknowledged."); this is the same rule for a
+  record whose fate is already decided. RENEW is not final: it may be repeated and is followed by
+  a final acknowledgement.
+- After sending, a record may be acknowledged again: the new type is sent and the broker judges
+  it (a second acknowledgement of a REJECTed record gets INVALID_RECORD_STATE in the commit
+  result, reference section 8 item 10).
 - ``take_pending`` hands out the unsent acknowledgements as wire batches and marks them sent.
 - In explicit mode every record must have had a final (non-RENEW) acknowledgement before the next
   ``getmany``: ``unacknowledged`` lists the ones that have not.
@@ -92,12 +100,20 @@ class InFlight:
         """Record an acknowledgement for a record of the current batch.
 
         Raises:
-            IllegalStateError: the record is not (this object) from the current batch.
+            IllegalStateError: the record is not (this object) from the current batch, or it
+                has an unsent final acknowledgement of another type.
         """
         part = self._parts.get(record.topic_partition)
         if part is None or part.records.get(record.offset) is not record:
             raise IllegalStateError(
                 f"{record!r} is not part of the current batch and cannot be acknowledged")
+        pending = part.pending.get(record.offset)
+        if pending is not None and pending != AcknowledgeType.RENEW:
+            if pending != kind:
+                raise IllegalStateError(
+                    f"{record!r} is already acknowledged as {pending.name}, not sent yet; it "
+                    f"cannot be acknowledged as {kind.name} as well")
+            return
         part.pending[record.offset] = kind
         if kind != AcknowledgeType.RENEW:
             part.final.add(record.offset)

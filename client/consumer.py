@@ -298,7 +298,9 @@ class ShareConsumer:
         be acknowledged finally later. Sent with the next getmany/commit_*/close.
 
         Raises:
-            IllegalStateError: implicit mode, or the record is not from the current batch.
+            IllegalStateError: implicit mode, the record is not from the current batch, or it
+                has an unsent final acknowledgement of another type (a RENEW cannot undo a
+                REJECT).
             UnsupportedVersionError: RENEW on a broker without ShareAcknowledge v2.
         """
         self._check_open()

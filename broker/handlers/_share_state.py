@@ -5,7 +5,9 @@ entry into persister params, the share coordinator service answers the whole lis
 per ``__share_group_state`` partition, one append per partition), and the replies are regrouped
 under their topics in request order.
 
-Checks made here, before the service: an empty group id or a missing (zero) topic id answers
+Checks made here, before the service: the RPCs are inter-broker only, authorized as CLUSTER_ACTION
+on the cluster (broker/authz.py): a principal the authorizer refuses gets
+CLUSTER_AUTHORIZATION_FAILED on every entry and nothing is read or written. Then an empty group id or a missing (zero) topic id answers
 INVALID_REQUEST for the entries concerned. Everything else (negative partition, unknown topic or
 partition, fencing, uninitialized state) is the shard's to answer.
 """
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation, cluster_action_refusal
 from broker.context import RequestContext
 from coordinator.share.runtime_service import ShareCoordinatorService
 from persister.api import SharePartitionKey
@@ -42,6 +45,7 @@ def _problem(group_id: str, topic_id: uuid.UUID | None) -> str | None:
 
 
 async def answer(
+    ctx: RequestContext,
     req: Any,
     to_params: Callable[[SharePartitionKey, Any], P],
     call: Callable[[Sequence[P]], Awaitable[list[Res]]],
@@ -49,6 +53,12 @@ async def answer(
 ) -> TopicReplies[Res]:
     """Run one state RPC: ``to_params(key, partition entry)`` per entry, ``call`` once for all the
     valid ones, ``invalid(code, message)`` for the rest. Returns ``[(topic id, [(partition, reply)])]``."""
+    if not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
+        refused = cluster_action_refusal(ctx.principal)
+        return [(topic.topic_id, [(p.partition,
+                                   invalid(ErrorCode.cluster_authorization_failed, refused))
+                                  for p in topic.partitions])
+                for topic in req.topics]
     params: list[P] = []
     # Per entry: (partition, index into params, or -1 with the reply already decided).
     layout: list[tuple[uuid.UUID | None, list[tuple[int, int, Res | None]]]] = []

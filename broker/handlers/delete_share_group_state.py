@@ -29,7 +29,7 @@ def _params(key: SharePartitionKey, _p: Any) -> DeleteParams:
 
 async def _delete(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    replies = await answer(req, _params, service(ctx).delete_state,
+    replies = await answer(ctx, req, _params, service(ctx).delete_state,
                            lambda code, text: WriteResult(code, text))
     return make(m.DeleteShareGroupStateResponse, results=tuple(
         make(m.DeleteStateResult, topic_id=topic_id, partitions=tuple(

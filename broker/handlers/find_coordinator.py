@@ -1,6 +1,8 @@
 """FindCoordinator (10) v0-6: this broker coordinates every group, transaction and share key.
 
 Key types: 0 GROUP, 1 TRANSACTION, 2 SHARE (v6, key ``group:topicId:partition``). v4+ batches keys.
+SHARE keys are looked up by share-partition leaders only, so, as in Kafka, they need CLUSTER_ACTION
+on the cluster (broker/authz.py); others get CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation, cluster_action_refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -20,7 +23,9 @@ VERSIONS = (0, 6)
 KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
 
 
-def _check(key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+    if key_type == 2 and not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
+        return ErrorCode.cluster_authorization_failed, cluster_action_refusal(ctx.principal)
     if key_type not in KEY_TYPES:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     if key_type == 2 and key.count(":") < 2:
@@ -39,12 +44,12 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 4:
         coords = []
         for key in req.coordinator_keys:
-            err, msg = _check(key_type, key)
+            err, msg = _check(ctx, key_type, key)
             ok = err == ErrorCode.none
             coords.append(m.Coordinator(key=key, node_id=node if ok else -1, host=host if ok else "",
                                         port=port if ok else -1, error_code=err, error_message=msg))
         return m.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(coords))
-    err, msg = _check(key_type, req.key)
+    err, msg = _check(ctx, key_type, req.key)
     ok = err == ErrorCode.none
     return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=err,
                 error_message=msg, node_id=node if ok else -1, host=host if ok else "",

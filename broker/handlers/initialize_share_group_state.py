@@ -30,7 +30,7 @@ def _params(key: SharePartitionKey, p: Any) -> InitializeParams:
 
 async def _initialize(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    replies = await answer(req, _params, service(ctx).initialize_state,
+    replies = await answer(ctx, req, _params, service(ctx).initialize_state,
                            lambda code, text: WriteResult(code, text))
     return make(m.InitializeShareGroupStateResponse, results=tuple(
         make(m.InitializeStateResult, topic_id=topic_id, partitions=tuple(

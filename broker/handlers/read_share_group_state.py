@@ -30,7 +30,7 @@ def _params(key: SharePartitionKey, p: Any) -> ReadParams:
 
 async def _read(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    replies = await answer(req, _params, service(ctx).read_state,
+    replies = await answer(ctx, req, _params, service(ctx).read_state,
                            lambda code, text: ReadResult(code, error_message=text))
     return make(m.ReadShareGroupStateResponse, results=tuple(
         make(m.ReadStateResult, topic_id=topic_id, partitions=tuple(

@@ -29,7 +29,7 @@ def _params(key: SharePartitionKey, p: Any) -> ReadParams:
 
 async def _summary(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    replies = await answer(req, _params, service(ctx).read_state_summary,
+    replies = await answer(ctx, req, _params, service(ctx).read_state_summary,
                            lambda code, text: SummaryResult(code, error_message=text))
     return make(m.ReadShareGroupStateSummaryResponse, results=tuple(
         make(m.ReadStateSummaryResult, topic_id=topic_id, partitions=tuple(

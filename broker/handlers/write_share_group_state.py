@@ -43,7 +43,7 @@ def _params(key: SharePartitionKey, p: Any) -> WriteParams:
 
 async def _write(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    replies = await answer(req, _params, service(ctx).write_state,
+    replies = await answer(ctx, req, _params, service(ctx).write_state,
                            lambda code, text: WriteResult(code, text))
     return make(m.WriteShareGroupStateResponse, results=tuple(
         make(m.WriteStateResult, topic_id=topic_id, partitions=tuple(

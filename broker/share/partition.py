@@ -603,6 +603,13 @@ class SharePartition:
         woke, self._wakeup = self._wakeup, False
         return woke
 
+    def is_settled(self) -> bool:
+        """Nothing here that is not durable, and nobody holds records: no acquisition lock,
+        no acknowledgement write in flight, no failed write to resend, and the persister knows
+        the start offset. Such a partition can be unloaded and rebuilt from the persister."""
+        return (not self._pending and not self._dirty and self._start <= self._written_start
+                and self.next_deadline() is None)
+
     @property
     def pending_tokens(self) -> frozenset[int]:
         return frozenset(self._pending)

@@ -2,11 +2,21 @@
 
 One ``SharePartition`` per (group, topic id, partition), created on the first ShareFetch that
 touches it: its state is read from the persister, and a start offset of -1 (never consumed) is
-resolved from the group's ``share.auto.offset.reset``. The sans-IO partition decides; this class
+resolved from the group's ``share.auto.offset.reset``. A share-partition whose state the group
+coordinator has not initialised is never created here: the fetch gets UNKNOWN_SERVER_ERROR for it
+(Kafka's answer) and nothing is written. The sans-IO partition decides; this class
 reads the log for it, persists its state writes, answers acknowledgements only after their write
 completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry, and
 wakes parked ShareFetches (watch key ``("share", group, topic, partition)``) when records become
 available again.
+
+Unloading (Shoal extension, ``group.share.partition.unload.idle.ms``): ``unload_idle(now_ms)``,
+run periodically by the broker, drops share-partitions of groups without members that nobody
+used for that long and that are settled (``SharePartition.is_settled``: no acquired records, no
+write in flight or owed, start offset known to the persister), so memory follows the groups in
+use. The next ShareFetch loads them again; their progress is what the persister holds, which a
+settled partition has fully written. Kafka drops a group's share-partitions when its last share
+session ends.
 
 Everything runs on the event loop, so each partition's operations are serial (STYLE.md 1.5).
 """
@@ -16,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -30,7 +40,6 @@ from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
-    InitializeParams,
     Persister,
     ReadParams,
     ReadResult,
@@ -79,6 +88,14 @@ class SharePartitionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         # Last (lock timeouts, delivery-limit archives) logged per share-partition.
         self._logged: dict[SharePartitionKey, tuple[int, int]] = {}
+        # Last use (fetch, acknowledgement, release) per loaded share-partition, for unloading.
+        self._used_ms: dict[SharePartitionKey, int] = {}
+        # Loaded with start offset -1 resolved here and not written since: the persister does
+        # not know the start offset, so unloading would resolve it anew (and could skip records).
+        self._unwritten_start: set[SharePartitionKey] = set()
+        # Background (timer/release) writes in flight per share-partition: a failure must find
+        # the partition to hand the ranges back (on_write_failed), so it stays loaded.
+        self._writing: dict[SharePartitionKey, int] = {}
 
     # -- config ------------------------------------------------------------------------------
 
@@ -112,6 +129,7 @@ class SharePartitionManager:
         key = SharePartitionKey(group_id, topic.topic_id, partition)
         sp = self._parts.get(key)
         if sp is not None:
+            self._used_ms[key] = self._broker.clock.now_ms()
             return sp
         fut = self._loading.get(key)
         if fut is None:
@@ -135,17 +153,22 @@ class SharePartitionManager:
     async def _load(self, key: SharePartitionKey, topic: str, partition: int) -> SharePartition | ErrorCode:
         read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
         if read.error == ErrorCode.invalid_request:
-            # Not initialised yet (a fetch before the group coordinator initialised it):
-            # initialise with "start offset unknown", as the group coordinator would.
-            init = await self._persister.initialize(InitializeParams(key, 0, UNINITIALIZED_START_OFFSET))
-            if init.error != ErrorCode.none:
-                return init.error
-            read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
+            # No state: the group coordinator has not initialised this share-partition (no
+            # member of the group subscribes to the topic yet, or initialisation is still under
+            # way). Only the group coordinator initialises state (two-phase, durable before the
+            # partition is assigned); a leader that did it on its own would race it and could
+            # have its progress reset. Kafka fails such a fetch the same way: its
+            # SharePartition maps the persister's INVALID_REQUEST to UNKNOWN_SERVER_ERROR.
+            log.debug("ShareFetch for share-partition %s %s-%d, whose state the group "
+                      "coordinator has not initialised; answering UNKNOWN_SERVER_ERROR",
+                      key.group_id, topic, partition)
+            return ErrorCode.unknown_server_error
         if read.error != ErrorCode.none:
             log.warning("reading share state of group %s %s-%d failed: %s", key.group_id, topic,
                         partition, read.error.name)
             return read.error
-        if read.start_offset == UNINITIALIZED_START_OFFSET:
+        unresolved = read.start_offset == UNINITIALIZED_START_OFFSET
+        if unresolved:
             read = ReadResult(read.error, read.state_epoch, self._resolve_start(key.group_id, topic, partition),
                               read.state_batches)
         sp = SharePartition.load(key, LEADER_EPOCH, read, lambda: self.group_config(key.group_id))
@@ -154,8 +177,13 @@ class SharePartitionManager:
                       "consumed until it is reset (shoal share-groups --reset-offsets)",
                       key.group_id, topic, partition)
             return sp
+        if self._broker.topics.by_id(key.topic_id) is None:
+            return ErrorCode.unknown_topic_id  # deleted while its state was being read
         self._parts[key] = sp
         self._names[key] = (topic, partition)
+        self._used_ms[key] = self._broker.clock.now_ms()
+        if unresolved:
+            self._unwritten_start.add(key)
         log.info("share-partition initialised: group %s %s-%d at start offset %d",
                  key.group_id, topic, partition, sp.start_offset,
                  extra={"event": "share_partition_initialised", "group": key.group_id,
@@ -240,6 +268,7 @@ class SharePartitionManager:
         sp = self._parts.get(key)
         if sp is None:
             return ErrorCode.invalid_record_state, "no records of this partition are acquired here"
+        self._used_ms[key] = self._broker.clock.now_ms()
         outcome = sp.acknowledge(member_id, batches, self._broker.clock.now_ms())
         if outcome.error != ErrorCode.none or outcome.token is None:
             self._after(sp)
@@ -347,12 +376,20 @@ class SharePartitionManager:
         started = perf_counter()
         result = await self._persister.write(write)
         metrics.share_state_write_seconds.observe(perf_counter() - started)
+        if result.error == ErrorCode.none and write.start_offset >= 0:
+            self._unwritten_start.discard(write.key)
         if result.error != ErrorCode.none:
             metrics.share_state_write_errors.inc(result.error.name.upper())
         return result
 
     async def _write(self, write: WriteParams) -> None:
-        result = await self._persist(write)
+        self._writing[write.key] = self._writing.get(write.key, 0) + 1
+        try:
+            result = await self._persist(write)
+        finally:
+            left = self._writing.pop(write.key) - 1
+            if left:
+                self._writing[write.key] = left
         if result.error != ErrorCode.none:
             sp = self._parts.get(write.key)
             if sp is not None:
@@ -371,22 +408,40 @@ class SharePartitionManager:
     def partitions(self) -> dict[SharePartitionKey, SharePartition]:
         return dict(self._parts)
 
+    def unload_idle(self, now_ms: int, idle_ms: int, has_members: Callable[[str], bool]) -> int:
+        """Unload share-partitions of groups without members that were not used for ``idle_ms``
+        and are settled (module doc); returns how many were unloaded."""
+        idle = [key for key, sp in self._parts.items()
+                if now_ms - self._used_ms.get(key, now_ms) >= idle_ms
+                and key not in self._unwritten_start and sp.is_settled()]
+        busy: dict[str, bool] = {}
+        gone = [key for key in idle if key not in self._writing
+                and not busy.setdefault(key.group_id, has_members(key.group_id))]
+        if gone:
+            self.forget(gone)
+            log.info("unloaded %d idle share-partition(s) of share groups without members "
+                     "(group.share.partition.unload.idle.ms); the next fetch loads them again",
+                     len(gone))
+        return len(gone)
+
+    def timer_count(self) -> int:
+        """Lock-expiry timers armed (one per share-partition with a deadline)."""
+        return len(self._timers)
+
     def forget_topic(self, topic_id: object) -> None:
-        for key in [k for k in self._parts if k.topic_id == topic_id]:
-            self._parts.pop(key, None)
-            self._names.pop(key, None)
-            self._logged.pop(key, None)
-            t = self._timers.pop(key, None)
-            if t is not None:
-                t[1].cancel()
+        """Drop every loaded share-partition of a deleted topic, with its lock timer."""
+        self.forget([k for k in self._parts if k.topic_id == topic_id])
 
     def forget(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop loaded share-partitions whose durable state an admin RPC reset or deleted
-        (broker/share_admin.py); the next ShareFetch loads them again from the persister."""
+        (broker/share_admin.py) or whose topic was deleted; the next ShareFetch loads them again
+        from the persister."""
         for key in list(keys):
             self._parts.pop(key, None)
             self._names.pop(key, None)
             self._logged.pop(key, None)
+            self._used_ms.pop(key, None)
+            self._unwritten_start.discard(key)
             t = self._timers.pop(key, None)
             if t is not None:
                 t[1].cancel()

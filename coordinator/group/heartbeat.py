@@ -107,6 +107,16 @@ class ShareStateInitialization:
     partitions: Mapping[uuid.UUID, frozenset[int]]
 
 
+@dataclass(frozen=True, slots=True)
+class ShareStateDeletion:
+    """Share state of deleted topics to delete (DeleteShareGroupState), per topic id the
+    partitions the group had Initializing or Initialized (empty when no longer known). After the
+    persister answers, call ``GroupCoordinatorShard.mark_deleted`` with the topic ids done."""
+
+    group_id: str
+    partitions: Mapping[uuid.UUID, frozenset[int]]
+
+
 def error_response(code: ErrorCode, message: str) -> HeartbeatResponse:
     return HeartbeatResponse(error_code=code, error_message=message)
 
@@ -220,18 +230,33 @@ def plan_initialization(txn: Txn, topics: TopicsImage) -> ShareStateInitializati
     return mark_initializing(txn, needing, topics) if needing else None
 
 
-def prune_state_metadata(txn: Txn, topics: TopicsImage) -> None:
-    """Forget state metadata of topics that no longer exist (by id, so a re-created topic is new)
-    and of partition indexes beyond a topic's current count (Kafka never shrinks a topic, but a
-    metadata image must not make us hand out partitions that do not exist)."""
+def prune_state_metadata(
+    txn: Txn, topics: TopicsImage, *, deleted_topics: bool = True
+) -> ShareStateDeletion | None:
+    """Keep the state metadata in line with the topics that exist.
+
+    Partition indexes beyond a topic's current count are dropped (Kafka never shrinks a topic,
+    but a metadata image must not make us hand out partitions that do not exist). With
+    ``deleted_topics``, topics that no longer exist (by id, so a re-created topic is new) move
+    from Initializing/Initialized to Deleting (record 15, Kafka's DeletingTopics) and the
+    returned ``ShareStateDeletion`` names their share state to delete; they leave Deleting once
+    ``GroupCoordinatorShard.mark_deleted`` runs. A topic already Deleting is planned again (its
+    partitions are then unknown: empty sets). The heartbeat path passes ``deleted_topics=False``
+    and leaves deleted topics to the topic-change op, which owns their deletion.
+    """
     group = txn.current
     ids = topics.ids()
+    gone: dict[uuid.UUID, tuple[str, set[int]]] = {}
 
     def pruned(sets: Mapping[uuid.UUID, PartitionSet]) -> dict[uuid.UUID, PartitionSet]:
         out = {}
         for tid, ps in sets.items():
             info = ids.get(tid)
             if info is None:
+                if deleted_topics:
+                    gone.setdefault(tid, (ps.topic_name, set()))[1].update(ps.partitions)
+                else:
+                    out[tid] = ps
                 continue
             parts = frozenset(p for p in ps.partitions if p < info.num_partitions)
             if parts:
@@ -239,8 +264,17 @@ def prune_state_metadata(txn: Txn, topics: TopicsImage) -> None:
         return out
 
     initializing, initialized = pruned(group.initializing), pruned(group.initialized)
-    if initializing != dict(group.initializing) or initialized != dict(group.initialized):
-        txn.emit(state_metadata_record(txn.group_id, initializing, initialized, group.deleting))
+    deleting = dict(group.deleting)
+    for tid, (name, _parts) in gone.items():
+        deleting[tid] = name
+    if initializing != dict(group.initializing) or initialized != dict(group.initialized) \
+            or deleting != dict(group.deleting):
+        txn.emit(state_metadata_record(txn.group_id, initializing, initialized, deleting))
+    if not deleted_topics:
+        return None
+    plan = {tid: frozenset(gone[tid][1]) if tid in gone else frozenset()
+            for tid in deleting if tid not in ids}
+    return ShareStateDeletion(txn.group_id, plan) if plan else None
 
 
 def bump_group_epoch(txn: Txn, topics: TopicsImage | None, *, force: bool) -> None:
@@ -361,7 +395,7 @@ def share_group_heartbeat(
     existing = group.members.get(req.member_id) if group is not None else None
     subscription_changed = update_member(txn, existing, req)
     if gated:
-        prune_state_metadata(txn, topics)
+        prune_state_metadata(txn, topics, deleted_topics=False)
     bump_group_epoch(txn, topics, force=subscription_changed)
     maybe_compute_target(txn, topics, now_ms, gated=gated)
     partitions_changed = reconcile_member(txn, req.member_id)

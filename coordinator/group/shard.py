@@ -66,6 +66,7 @@ from coordinator.group.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
     ShareGroupSettings,
+    ShareStateDeletion,
     ShareStateInitialization,
     Txn,
 )
@@ -78,6 +79,7 @@ TimerKey: TypeAlias = tuple[str, str] | tuple[str, str, str]
 SESSION = "session"
 INIT_RETRY = "init-retry"
 INITIALIZE_EXTRA = "initialize"  # CoordinatorResult.extra key; see initializations()
+DELETE_EXTRA = "delete-state"  # CoordinatorResult.extra key; see deletions()
 
 ASSIGNOR_NAME = "simple"  # ShareGroupDescribe AssignorName; the only share assignor
 GROUP_TYPE = "share"  # ListGroups GroupType
@@ -87,6 +89,13 @@ PROTOCOL_TYPE = "share"  # ListGroups ProtocolType
 def initializations(result: CoordinatorResult[Any, Any]) -> tuple[ShareStateInitialization, ...]:
     """Share-state initialisations requested by a write op (empty if none)."""
     value = result.extra.get(INITIALIZE_EXTRA, ())
+    assert isinstance(value, tuple)
+    return value
+
+
+def deletions(result: CoordinatorResult[Any, Any]) -> tuple[ShareStateDeletion, ...]:
+    """Share state of deleted topics a write op asks to delete (empty if none)."""
+    value = result.extra.get(DELETE_EXTRA, ())
     assert isinstance(value, tuple)
     return value
 
@@ -369,17 +378,36 @@ class GroupCoordinatorShard:
         partitions. Members receive the change on their next heartbeat."""
         records: list[r.Record] = []
         inits: list[ShareStateInitialization] = []
+        deletes: list[ShareStateDeletion] = []
         for gid in sorted(self._groups):
             txn = Txn(gid, self._groups[gid], records)
             if self._gated:
-                hb.prune_state_metadata(txn, topics)
+                deletion = hb.prune_state_metadata(txn, topics)
+                if deletion is not None:
+                    deletes.append(deletion)
             hb.bump_group_epoch(txn, topics, force=False)
             hb.maybe_compute_target(txn, topics, now_ms, gated=self._gated)
             init = hb.plan_initialization(txn, topics) if self._gated else None
             if init is not None:
                 inits.append(init)
                 self._timer.schedule((INIT_RETRY, gid), now_ms + self._init_retry_ms)
-        return CoordinatorResult(records=tuple(records), extra=_init_extra(inits))
+        extra = _init_extra(inits)
+        if deletes:
+            extra[DELETE_EXTRA] = tuple(deletes)
+        return CoordinatorResult(records=tuple(records), extra=extra)
+
+    def mark_deleted(
+        self, group_id: str, topic_ids: Iterable[uuid.UUID]
+    ) -> CoordinatorResult[r.Record, None]:
+        """The share state of these deleted topics is gone: drop them from Deleting."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return CoordinatorResult()
+        deleting = {t: n for t, n in group.deleting.items() if t not in set(topic_ids)}
+        if deleting == dict(group.deleting):
+            return CoordinatorResult()
+        return CoordinatorResult(records=(hb.state_metadata_record(
+            group_id, group.initializing, group.initialized, deleting),))
 
     # ------------------------------------------------------------------ timers
 

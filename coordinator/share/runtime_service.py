@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -224,6 +225,14 @@ class ShareCoordinatorService:
         await self.runtime.write_each({p: (_compact_on_shutdown,) for p in self.runtime.partitions()})
         await self.runtime.prune_all()
         await self.runtime.close()
+
+    async def delete_topics_state(self, topic_ids: Callable[[uuid.UUID], bool]) -> int:
+        """Delete the state of every key, of any group, whose topic ``topic_ids`` selects (topics
+        that were deleted); returns how many keys were deleted. Partitions that are not served
+        are skipped (their keys are swept when they load next)."""
+        op: Op[ShareStateShard] = lambda shard, _now: shard.delete_topics_state(topic_ids)
+        outs = await self.runtime.write_each({p: (op,) for p in self.runtime.partitions()})
+        return sum(out for (out,) in outs.values() if isinstance(out, int))
 
     # ------------------------------------------------------------------------------------------
     # The five state RPCs, per list of keys

@@ -316,17 +316,31 @@ class ShareCoordinatorShard:
         )
 
     def delete_state(self, params: DeleteParams) -> WriteOpResult:
-        """DeleteShareGroupState for one key: a tombstone, or nothing if the key has no state."""
+        """DeleteShareGroupState for one key: a tombstone, or nothing if the key has no state.
+
+        State of a topic that no longer exists is deleted too (the group coordinator cleans up
+        after DeleteTopics this way); a key without state of an unknown topic or partition
+        answers UNKNOWN_TOPIC_OR_PARTITION.
+        """
         key = params.key
         if key.partition < 0:
             return _write_error(ErrorCode.invalid_request, _NEGATIVE_PARTITION)
+        if key in self._entries:
+            return CoordinatorResult(
+                records=(new_share_tombstone_record(key),), response=WriteResult(ErrorCode.none)
+            )
         if not self._known_partition(key):
             return _write_error(ErrorCode.unknown_topic_or_partition)
-        if key not in self._entries:
-            return CoordinatorResult(response=WriteResult(ErrorCode.none))
-        return CoordinatorResult(
-            records=(new_share_tombstone_record(key),), response=WriteResult(ErrorCode.none)
-        )
+        return CoordinatorResult(response=WriteResult(ErrorCode.none))
+
+    def delete_topics_state(
+        self, topic_ids: Callable[[uuid.UUID], bool]
+    ) -> CoordinatorResult[ShareRecord, int]:
+        """A tombstone for every key whose topic ``topic_ids`` selects (deleted topics, after
+        DeleteTopics and at load); the response is how many keys that is."""
+        gone = [key for key in self._entries if topic_ids(key.topic_id)]
+        return CoordinatorResult(records=tuple(new_share_tombstone_record(k) for k in gone),
+                                 response=len(gone))
 
     # ------------------------------------------------------------------------------------------
     # Replay, commit, revert

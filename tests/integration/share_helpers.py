@@ -30,6 +30,40 @@ def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> No
     assert r.error_code == ErrorCode.none, (r.error_code, r.error_message)
 
 
+def initialize_share_state(bootstrap: str, group: str, topic: str, timeout: float = 10.0) -> None:
+    """Have the group coordinator initialize the group's share state for every partition of
+    ``topic`` (a member subscribes until it is assigned them all, then leaves), as a real
+    consumer's join would. A ShareFetch for a share-partition that was never initialized fails,
+    so raw-protocol tests that fetch without heartbeating call this first."""
+    m = codec.request_module(3, 12)
+    hb = codec.request_module(76, 1)
+    member = f"init-{time.monotonic_ns() % 10**9}"
+    deadline = time.monotonic() + timeout
+    with RawClient(bootstrap) as c:
+        meta = c.call(3, 12, m.MetadataRequest(
+            topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        (t,) = meta.topics
+        want = len(t.partitions)
+        epoch, topics, held = 0, (topic,), 0
+        while held < want:
+            assert time.monotonic() < deadline, f"share state of {topic} not initialized in time"
+            resp = c.call(76, 1, hb.ShareGroupHeartbeatRequest(
+                group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
+                subscribed_topic_names=topics))
+            assert resp.error_code == ErrorCode.none, resp
+            epoch, topics = resp.member_epoch, None
+            if resp.assignment is not None:
+                held = sum(len(tp.partitions) for tp in resp.assignment.topic_partitions
+                           if tp.topic_id == t.topic_id)
+            if held < want:
+                time.sleep(0.05)
+        left = c.call(76, 1, hb.ShareGroupHeartbeatRequest(
+            group_id=group, member_id=member, member_epoch=-1, rack_id=None,
+            subscribed_topic_names=None))
+        assert left.error_code == ErrorCode.none, left
+
+
 def produce(bootstrap: str, topic: str, count: int, partitions: int = 1, prefix: str = "m") -> list[bytes]:
     # Small producer batches so that batch-optimized acquisition can spread records over members.
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,

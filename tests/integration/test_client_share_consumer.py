@@ -390,12 +390,17 @@ async def test_renew_keeps_a_slow_record_from_redelivery_past_the_original_lock(
     assert await quiet(b, 1.2) == []
 
 
-async def test_renew_of_a_rejected_record_fails_and_disabled_renew_is_invalid_record_state(
+async def test_renew_of_a_rejected_record_is_refused_and_disabled_renew_is_invalid_record_state(
         sb, unique, consumers) -> None:
+    """A RENEW of a record already REJECTed is refused by the client (it would undo the reject);
+    the broker's answer to a RENEW that reaches it is tested in test_share_protocol.py. With
+    share.renew.acknowledge.enable=false the broker refuses a RENEW of an acquired record."""
     setup(sb, unique, count=2, **{"share.renew.acknowledge.enable": "false"})
     c = await consumers(unique, unique, acknowledgement_mode="explicit")
     got = await collect(c, 2)
     c.acknowledge(got[0], AcknowledgeType.REJECT)
+    with pytest.raises(IllegalStateError, match="REJECT"):
+        c.acknowledge(got[0], AcknowledgeType.RENEW)
     c.acknowledge(got[1], AcknowledgeType.RENEW)
     (err,) = (await c.commit_sync()).values()
     assert isinstance(err, InvalidRecordStateError)

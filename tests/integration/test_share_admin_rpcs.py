@@ -38,6 +38,18 @@ NOT_HOSTED = "This server does not host this topic-partition."
 # --------------------------------------------------------------------------- helpers
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker of this module's own on which the test client may act as the cluster
+    (super.users): ``write_state`` sets exact share state with WriteShareGroupState, an
+    inter-broker RPC that plain clients are refused."""
+    b = BrokerProcess(tmp_path_factory.mktemp("admin-rpcs") / "data",
+                      {"super.users": "User:ANONYMOUS"})
+    b.start()
+    yield b
+    b.stop()
+
+
 @pytest.fixture
 def raw(broker: BrokerProcess) -> Iterator[RawClient]:
     with RawClient(broker.bootstrap, client_id="admin-rpc-test") as c:

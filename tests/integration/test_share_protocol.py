@@ -17,7 +17,7 @@ from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient, request
-from tests.integration.share_helpers import produce, set_group_configs
+from tests.integration.share_helpers import initialize_share_state, produce, set_group_configs
 
 Acks = dict[int, list[tuple[int, int, tuple[int, ...]]]]
 
@@ -123,6 +123,7 @@ def topic(sb, unique):
     set_group_configs(sb.bootstrap, unique, {"share.auto.offset.reset": "earliest",
                                              "share.record.lock.duration.ms": "2000"})
     produce(sb.bootstrap, unique, 10, partitions=1)
+    initialize_share_state(sb.bootstrap, unique, unique)
     with RawClient(sb.bootstrap) as c:
         return unique, topic_id(c, unique)
 
@@ -177,20 +178,45 @@ def test_member_id_must_be_1_to_36_characters(mk, member_id: str) -> None:
     assert a.fetch(member_id=member_id, epoch=0).error_code == ErrorCode.invalid_request
 
 
-def test_close_with_epoch_minus_one_releases_records(mk) -> None:
+# The release tests run with 60 s locks and require the records back within RELEASED_WITHIN_S,
+# so a release that only happened through lock expiry fails them.
+LONG_LOCK_MS = 60_000
+RELEASED_WITHIN_S = 10.0
+
+
+@pytest.fixture
+def long_locks(sb, topic) -> None:
+    set_group_configs(sb.bootstrap, topic[0], {"share.record.lock.duration.ms": str(LONG_LOCK_MS)})
+
+
+def acquire_long_locked(m: Member) -> None:
+    assert m.acquire(10) == [(0, 9, 1)]
+    resp = m.fetch(max_wait_ms=0)  # nothing left to acquire; shows the lock duration in force
+    assert resp.acquisition_lock_timeout == timedelta(milliseconds=LONG_LOCK_MS)
+
+
+def test_close_with_epoch_minus_one_releases_records(mk, long_locks) -> None:
     a, b = mk("a"), mk("b")
-    assert a.acquire(10) == [(0, 9, 1)]
+    acquire_long_locked(a)
+    t0 = time.monotonic()
     resp = a.fetch(epoch=-1)
     assert resp.error_code == ErrorCode.none
-    assert b.acquire(10) == [(0, 9, 2)]
+    assert b.acquire(10, timeout=RELEASED_WITHIN_S) == [(0, 9, 2)]
+    assert time.monotonic() - t0 < RELEASED_WITHIN_S < LONG_LOCK_MS / 1000
     assert a.fetch(epoch=5).error_code == ErrorCode.share_session_not_found
 
 
 def test_forgotten_partition_leaves_the_session(mk) -> None:
     a = mk()
-    a.fetch(partitions=(0, 1), max_wait_ms=0)
+    # Open a session on partitions 0 and 1 without acquiring (MaxRecords 0).
+    assert a.fetch(partitions=(0, 1), max_wait_ms=0, max_records=0).error_code == ErrorCode.none
     resp = a.fetch(partitions=(), forget=(0,), max_wait_ms=300)
-    assert part(resp, 0) is None  # partition 0 is no longer fetched
+    assert resp.error_code == ErrorCode.none
+    # Partition 0 has 10 available records, but it left the session: nothing comes from it.
+    assert part(resp, 0) is None
+    # Fetched again once it is back in the session.
+    resp = a.fetch(partitions=(0,), max_wait_ms=2000)
+    assert [(r.first_offset, r.last_offset) for r in part(resp, 0).acquired_records] == [(0, 9)]
 
 
 # -- acknowledgement validation -----------------------------------------------------------------
@@ -240,18 +266,22 @@ def test_piggybacked_ack_result_is_in_the_fetch_response(mk) -> None:
     resp = a.fetch({0: [(0, 9, (2,))]}, max_wait_ms=0)
     p = part(resp)
     assert p.acknowledge_error_code == 0
+    # The acknowledgements are applied before acquiring, so the released records come back in
+    # the same response.
     assert [(r.first_offset, r.last_offset, r.delivery_count) for r in p.acquired_records] \
-        in ([(0, 9, 2)], [])
+        == [(0, 9, 2)]
 
 
 # -- connection drop, RENEW ---------------------------------------------------------------------
 
 
-def test_connection_drop_releases_the_members_records(mk) -> None:
+def test_connection_drop_releases_the_members_records(mk, long_locks) -> None:
     a, b = mk("a"), mk("b")
-    assert a.acquire(10) == [(0, 9, 1)]
+    acquire_long_locked(a)
+    t0 = time.monotonic()
     a.close()
-    assert b.acquire(10, timeout=5) == [(0, 9, 2)]
+    assert b.acquire(10, timeout=RELEASED_WITHIN_S) == [(0, 9, 2)]
+    assert time.monotonic() - t0 < RELEASED_WITHIN_S < LONG_LOCK_MS / 1000
 
 
 def test_renew_keeps_records_locked_past_the_original_lock(mk) -> None:
@@ -266,6 +296,18 @@ def test_renew_keeps_records_locked_past_the_original_lock(mk) -> None:
     p = part(b.fetch(max_wait_ms=0))
     assert p is None or not p.acquired_records, "a renewed record was handed to another member"
     assert part(a.ack({0: [(0, 9, (1,))]})).error_code == ErrorCode.none
+
+
+def test_renew_of_a_rejected_record_is_invalid_record_state(mk) -> None:
+    a, b = mk("a"), mk("b")
+    a.acquire(10)
+    # REJECT offset 5 (inside the window: acknowledgements below the SPSO are ignored).
+    assert part(a.ack({0: [(5, 5, (3,))]})).error_code == ErrorCode.none
+    resp = a.ack({0: [(5, 5, (4,))]}, is_renew=True)  # RENEW the rejected record
+    assert part(resp).error_code == ErrorCode.invalid_record_state
+    # Still rejected: releasing the rest hands out everything but 5.
+    assert part(a.ack({0: [(0, 4, (2,)), (6, 9, (2,))]})).error_code == ErrorCode.none
+    assert b.acquire(9, timeout=5) == [(0, 4, 2), (6, 9, 2)]
 
 
 def test_renew_fetch_must_not_ask_for_records(mk) -> None:
@@ -312,10 +354,37 @@ def heartbeat(c: RawClient, group: str, member_id: str, epoch: int, topics: tupl
         subscribed_topic_names=topics))
 
 
-def test_member_leaving_the_group_releases_its_records(mk, topic) -> None:
+def test_member_leaving_the_group_releases_its_records(sb, mk, topic, long_locks) -> None:
     a, b = mk("a"), mk("b")
     joined = heartbeat(a.c, topic[0], "a", 0, (topic[0],))
     assert joined.error_code == ErrorCode.none
-    assert a.acquire(10) == [(0, 9, 1)]
-    assert heartbeat(a.c, topic[0], "a", -1, None).error_code == ErrorCode.none
-    assert b.acquire(10, timeout=5) == [(0, 9, 2)]
+    acquire_long_locked(a)
+    t0 = time.monotonic()
+    # The leave goes out on another connection: a's share session (and connection) stay open,
+    # so only the leave can release the records.
+    with RawClient(sb.bootstrap) as other:
+        assert heartbeat(other, topic[0], "a", -1, None).error_code == ErrorCode.none
+    assert b.acquire(10, timeout=RELEASED_WITHIN_S) == [(0, 9, 2)]
+    assert time.monotonic() - t0 < RELEASED_WITHIN_S < LONG_LOCK_MS / 1000
+
+
+def test_fetch_of_share_state_the_group_never_initialized_fails_and_initializes_nothing(
+        sb, unique) -> None:
+    """Only the group coordinator initializes share state (Kafka fails such a fetch with
+    UNKNOWN_SERVER_ERROR); once a member's join has initialized it, fetching works."""
+    create_topic(sb.bootstrap, unique, 1)
+    set_group_configs(sb.bootstrap, unique, {"share.auto.offset.reset": "earliest"})
+    produce(sb.bootstrap, unique, 3)
+    with RawClient(sb.bootstrap) as c:
+        tid = topic_id(c, unique)
+    a = Member(sb.bootstrap, unique, "a", tid)
+    try:
+        for _ in range(2):
+            resp = a.fetch(max_wait_ms=0)
+            assert resp.error_code == ErrorCode.none
+            assert part(resp).error_code == ErrorCode.unknown_server_error
+            assert not part(resp).acquired_records
+        initialize_share_state(sb.bootstrap, unique, unique)
+        assert a.acquire(3) == [(0, 2, 1)]
+    finally:
+        a.close()

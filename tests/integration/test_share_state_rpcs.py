@@ -1,22 +1,41 @@
 """The five share-state RPCs (83-87) over a socket against a broker process.
 
-Initialize -> Write -> Read returns the batches; fencing (leader and state epochs), uninitialized
-and unknown keys; delete; the summary (v0 and v1); replies grouped per topic in request order;
-and durability: state written before a SIGKILL is read back after the restart.
+They are inter-broker RPCs authorized as CLUSTER_ACTION: a plain client is refused with
+CLUSTER_AUTHORIZATION_FAILED and a share group's progress is untouched. The other tests run on a
+broker whose ``super.users`` lets the test client act as the cluster: Initialize -> Write -> Read
+returns the batches; fencing (leader and state epochs), uninitialized and unknown keys; delete;
+the summary (v0 and v1); replies grouped per topic in request order; and durability: state
+written before a SIGKILL is read back after the restart.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
 
+from tests.conftest import BrokerProcess
 from tests.integration.rawclient import RawClient, request
+from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
 
 INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
+FIND_COORDINATOR, DESCRIBE_OFFSETS = 10, 90
 ZERO_UUID = uuid.UUID(int=0)
+AS_CLUSTER = {"super.users": "User:ANONYMOUS"}
+
+
+@pytest.fixture(scope="module")
+def cluster_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker on which the test client may send the inter-broker RPCs (super.users)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("state-rpcs") / "data", AS_CLUSTER)
+    b.start()
+    yield b
+    b.stop()
 
 
 def create_topic(c: RawClient, name: str, partitions: int = 1) -> uuid.UUID:
@@ -102,8 +121,8 @@ def _make(cls: type, **fields: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
-def test_initialize_write_read_roundtrip(broker, unique) -> None:
-    with RawClient(broker.bootstrap) as c:
+def test_initialize_write_read_roundtrip(cluster_broker, unique) -> None:
+    with RawClient(cluster_broker.bootstrap) as c:
         tid = create_topic(c, unique, partitions=2)
         assert initialize(c, unique, tid, {0: (0, 10), 1: (0, -1)}) == {0: ErrorCode.none, 1: ErrorCode.none}
         got = read(c, unique, tid, {0: 0, 1: 0})
@@ -125,8 +144,8 @@ def test_initialize_write_read_roundtrip(broker, unique) -> None:
         assert (s0.error_code, s0.start_offset) == (ErrorCode.none, -1)
 
 
-def test_fencing_and_request_errors(broker, unique) -> None:
-    with RawClient(broker.bootstrap) as c:
+def test_fencing_and_request_errors(cluster_broker, unique) -> None:
+    with RawClient(cluster_broker.bootstrap) as c:
         tid = create_topic(c, unique)
         assert write(c, unique, tid, 0, start=0) == ErrorCode.invalid_request  # not initialized
         assert read(c, unique, tid, {0: 0})[0].error_code == ErrorCode.invalid_request
@@ -149,8 +168,8 @@ def test_fencing_and_request_errors(broker, unique) -> None:
         assert initialize(c, unique, tid, {-1: (0, 0)}) == {-1: ErrorCode.invalid_request}
 
 
-def test_delete_then_summary_and_read(broker, unique) -> None:
-    with RawClient(broker.bootstrap) as c:
+def test_delete_then_summary_and_read(cluster_broker, unique) -> None:
+    with RawClient(cluster_broker.bootstrap) as c:
         tid = create_topic(c, unique, partitions=3)
         assert initialize(c, unique, tid, {0: (0, 0), 1: (0, 0)}) == {0: ErrorCode.none, 1: ErrorCode.none}
         assert write(c, unique, tid, 1, start=3, batches=((3, 3, 2, 1),)) == ErrorCode.none
@@ -165,9 +184,9 @@ def test_delete_then_summary_and_read(broker, unique) -> None:
         assert read(c, unique, tid, {1: 0})[1].start_offset == 7
 
 
-def test_many_keys_in_one_request_keep_their_order(broker, unique) -> None:
+def test_many_keys_in_one_request_keep_their_order(cluster_broker, unique) -> None:
     """Keys of one request land on many coordinator partitions; replies come back in order."""
-    with RawClient(broker.bootstrap) as c:
+    with RawClient(cluster_broker.bootstrap) as c:
         tid = create_topic(c, unique, partitions=40)
         order = list(reversed(range(40)))
         codes = initialize(c, unique, tid, {p: (0, p * 100) for p in order})
@@ -179,6 +198,7 @@ def test_many_keys_in_one_request_keep_their_order(broker, unique) -> None:
 
 def test_state_survives_kill_and_restart(fresh_broker, unique) -> None:
     b = fresh_broker
+    b.overrides.update(AS_CLUSTER)
     b.start()
     expected: dict[int, tuple[int, list[tuple[int, int, int, int]]]] = {}
     with RawClient(b.bootstrap) as c:
@@ -204,3 +224,59 @@ def test_state_survives_kill_and_restart(fresh_broker, unique) -> None:
         # Fencing survived too: leader epoch 1 was recorded, 0 is now stale.
         stale = write(c, unique, tid, 1, start=9, leader_epoch=0, state_epoch=1)
         assert stale == ErrorCode.fenced_leader_epoch
+
+
+def _start_offset(c: RawClient, group: str, topic: str) -> int:
+    m = RawClient.request_module(DESCRIBE_OFFSETS, 1)
+    resp = c.call(DESCRIBE_OFFSETS, 1, m.DescribeShareGroupOffsetsRequest(groups=(
+        m.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
+            m.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=(0,)),)),)))
+    (p,) = resp.groups[0].topics[0].partitions
+    assert p.error_code == ErrorCode.none, p
+    return int(p.start_offset)
+
+
+def _consume(bootstrap: str, group: str, topic: str, want: int) -> list[bytes]:
+    """Receive ``want`` records, ACCEPT them and commit (each answered after its state write)."""
+    c = share_consumer(bootstrap, group, topic, explicit=True)
+    got: list[Any] = []
+    try:
+        poll_until([c], lambda: len(got) >= want, on_message=lambda _i, msg: got.append(msg))
+        for msg in got:
+            c.acknowledge(msg, AcknowledgeType.ACCEPT)
+        c.commit_sync(15)
+    finally:
+        c.close()
+    return [msg.value() for msg in got]
+
+
+def test_clients_are_refused_the_share_state_rpcs_and_progress_is_untouched(broker, unique) -> None:
+    """A plain client (the shared broker has no super.users) may neither fence the broker's own
+    share-partition (a read with leader epoch 1000), nor reset, overwrite or delete its state."""
+    with RawClient(broker.bootstrap) as c:
+        tid = create_topic(c, unique)
+    set_group_configs(broker.bootstrap, unique, {"share.auto.offset.reset": "earliest"})
+    produce(broker.bootstrap, unique, 10)
+    assert len(_consume(broker.bootstrap, unique, unique, 10)) == 10
+    refused = ErrorCode.cluster_authorization_failed
+    with RawClient(broker.bootstrap) as c:
+        assert _start_offset(c, unique, unique) == 10
+        assert initialize(c, unique, tid, {0: (1000, 0)}) == {0: refused}
+        assert read(c, unique, tid, {0: 1000})[0].error_code == refused
+        assert write(c, unique, tid, 0, start=0, batches=((0, 9, 0, 1),), leader_epoch=1000,
+                     state_epoch=1000) == refused
+        assert delete(c, unique, tid, (0,)) == {0: refused}
+        assert summary(c, unique, tid, 0).error_code == refused
+        # Even an invalid request is refused first: nothing about the state leaks.
+        assert initialize(c, "", tid, {0: (0, 0)}) == {0: refused}
+        # FindCoordinator for a SHARE key is a share-partition leader's lookup, not a client's.
+        m = RawClient.request_module(FIND_COORDINATOR, 6)
+        resp = c.call(FIND_COORDINATOR, 6, m.FindCoordinatorRequest(
+            key_type=2, coordinator_keys=(f"{unique}:{tid}:0",)))
+        assert resp.coordinators[0].error_code == refused
+        assert _start_offset(c, unique, unique) == 10
+    # The broker's own share-partition is not fenced: it still delivers and records progress.
+    produce(broker.bootstrap, unique, 5, prefix="late")
+    assert sorted(_consume(broker.bootstrap, unique, unique, 5)) == [b"late%d" % i for i in range(5)]
+    with RawClient(broker.bootstrap) as c:
+        assert _start_offset(c, unique, unique) == 15

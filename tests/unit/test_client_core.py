@@ -54,8 +54,8 @@ def test_in_flight_only_accepts_records_of_the_current_batch() -> None:
     f = InFlight()
     a, b = rec(0), rec(1)
     f.replace([a, b])
-    f.acknowledge(a, R)
-    f.acknowledge(a, A)  # the last type before sending wins
+    f.acknowledge(a, A)
+    f.acknowledge(a, A)  # the same type again changes nothing
     with pytest.raises(IllegalStateError):
         f.acknowledge(rec(1), A)  # same offset, but not the delivered object
     assert f.unacknowledged() == [b]
@@ -64,11 +64,30 @@ def test_in_flight_only_accepts_records_of_the_current_batch() -> None:
     assert f.has_pending(renew=True) and f.has_pending(renew=False)
     assert f.take_pending() == {TopicPartition("t", 0): {0: A, 1: N}}
     assert not f.has_pending()
-    f.acknowledge(a, A)  # again after sending: sent again, the broker judges it
-    assert f.take_pending() == {TopicPartition("t", 0): {0: A}}
+    f.acknowledge(a, R)  # again after sending: sent again, the broker judges it
+    f.acknowledge(b, N)  # a renewed record is renewed again,
+    f.acknowledge(b, R)  # then settled
+    assert f.take_pending() == {TopicPartition("t", 0): {0: R, 1: R}}
     f.replace([])
     with pytest.raises(IllegalStateError):
         f.acknowledge(a, A)
+
+
+@pytest.mark.parametrize("first", [A, R, J])
+@pytest.mark.parametrize("then", [A, R, J, N])
+def test_a_final_acknowledgement_cannot_be_changed_before_it_is_sent(first, then) -> None:
+    """A RENEW (or another final type) must not overwrite an unsent REJECT/ACCEPT/RELEASE:
+    a rejected record would silently be redelivered."""
+    f = InFlight()
+    a = rec(0)
+    f.replace([a])
+    f.acknowledge(a, first)
+    if then == first:
+        f.acknowledge(a, then)
+    else:
+        with pytest.raises(IllegalStateError, match=first.name):
+            f.acknowledge(a, then)
+    assert f.take_pending() == {TopicPartition("t", 0): {0: first}}
 
 
 def test_in_flight_acknowledge_all_skips_records_already_acknowledged() -> None:

@@ -173,3 +173,23 @@ async def test_member_listeners_hear_of_a_leave_once_it_is_durable(tmp_path: Pat
         assert left.error_code == ErrorCode.none and left.member_epoch == -1
         assert removed == [("g", "m1")] and not svc.is_member("g", "m1")
         assert resp.member_epoch > 0
+
+
+async def test_initializing_a_partition_that_already_has_state_keeps_its_progress(
+        tmp_path: Path) -> None:
+    """A partition can be planned for initialization while its share state already exists (an
+    earlier answer was lost, then the retry timer or a restart re-planned it); its progress and
+    state epoch stay, so the loaded share-partition is neither reset nor fenced."""
+    persister = CountingPersister()
+    key = SharePartitionKey("g", TOPIC.topic_id, 0)
+    assert (await persister.initialize(InitializeParams(key, 0, -1))).error == ErrorCode.none
+    assert (await persister.write(WriteParams(key, 0, 0, 5, 0, ()))).error == ErrorCode.none
+    persister.initialized.clear()
+    async with service(tmp_path, persister) as (svc, _):
+        joined = await svc.heartbeat(join("g", "m1"))
+        assert joined.assignment == {TOPIC.topic_id: [0, 1]}
+        assert [p.key.partition for p in persister.initialized] == [1]
+        kept = await persister.read(ReadParams(key, 0))
+        assert (kept.error, kept.start_offset, kept.state_epoch) == (ErrorCode.none, 5, 0)
+        # The leader's next write at the state epoch it loaded is not fenced.
+        assert (await persister.write(WriteParams(key, 0, 0, 7, 0, ()))).error == ErrorCode.none

@@ -23,7 +23,7 @@ from coordinator.group import records as r
 from coordinator.group import serde
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse, ShareGroupSettings
-from coordinator.group.shard import GroupCoordinatorShard, initializations
+from coordinator.group.shard import GroupCoordinatorShard, deletions, initializations
 from coordinator.runtime.result import CoordinatorResult
 
 A = uuid.UUID(int=0xA)
@@ -434,6 +434,29 @@ def test_topic_deleted_drops_it_from_assignment_and_state_metadata() -> None:
     assert A not in ctx.shard.groups[G].initialized
     resp = ctx.hb("m1", ctx.epoch("m1"))
     assert resp.assignment == {B: [0, 1]}
+    ctx.assert_replay_matches()
+
+
+def test_deleted_topic_is_deleting_until_its_share_state_is_deleted() -> None:
+    """Kafka's DeletingTopics (record 15): the op asks for the share state of the partitions
+    the group held to be deleted; ``mark_deleted`` ends it. A heartbeat in between neither
+    plans nor forgets the deletion."""
+    ctx = Ctx()
+    ctx.join("m1", ("a", "b"))
+    ctx.topics = TopicsImage.of({"b": (B, 2)})
+    ctx.hb("m1", ctx.epoch("m1"))  # the heartbeat path leaves deleted topics to the topic op
+    assert A in ctx.shard.groups[G].initialized and not ctx.shard.groups[G].deleting
+    result = ctx.change_topics(ctx.topics)
+    assert [(d.group_id, dict(d.partitions)) for d in deletions(result)] == \
+        [(G, {A: frozenset({0, 1, 2})})]
+    group = ctx.shard.groups[G]
+    assert A not in group.initialized and dict(group.deleting) == {A: "a"}
+    # Planned again (partitions no longer known) until the deletion is recorded.
+    again = ctx.change_topics(ctx.topics)
+    assert [dict(d.partitions) for d in deletions(again)] == [{A: frozenset()}]
+    ctx.run(ctx.shard.mark_deleted(G, [A]))
+    assert not ctx.shard.groups[G].deleting
+    assert deletions(ctx.change_topics(ctx.topics)) == ()
     ctx.assert_replay_matches()
 
 

@@ -300,8 +300,17 @@ CASES = [
     ),
     Case("delete-missing-key-is-a-no-op", (), delete(), (), OK),
     Case(
-        "delete-unknown-topic-partition",
+        # The group coordinator deletes the state of a topic after DeleteTopics.
+        "delete-of-a-deleted-topics-state-writes-tombstone",
         (init(0, 0),),
+        delete(),
+        (new_share_tombstone_record(KEY),),
+        OK,
+        partition_exists=False,
+    ),
+    Case(
+        "delete-unknown-topic-partition-without-state",
+        (),
         delete(),
         (),
         error(ErrorCode.unknown_topic_or_partition),
