@@ -35,6 +35,8 @@ from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
+from broker.security.authorizer import AclAuthorizer
+from broker.security.setup import build_authorizer
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
@@ -85,12 +87,15 @@ class Broker:
         self.exit_code = 0
         self._fatal_listeners: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        # ACL authorizer (broker/security/), None when authorizer.class.name is empty.
+        self.authorizer: AclAuthorizer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
+        self.authorizer = build_authorizer(self.config, self.data_dir)
         self.topics = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()

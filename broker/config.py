@@ -197,10 +197,29 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Maximum number of share sessions on this broker.", at_least(1)),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
+    # Authorization (issue 13; broker/security/). Kafka's names and defaults.
+    ConfigDef("authorizer.class.name", "string", "",
+              "Empty: no authorization. org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+              "(or kafka.security.authorizer.AclAuthorizer): ACLs, managed with CreateAcls, "
+              "DescribeAcls and DeleteAcls and kept in the data directory.",
+              lambda v: _security_problem("authorizer_class_problem", v)),
+    ConfigDef("super.users", "string", "",
+              "Principals allowed everything regardless of ACLs, ';'-separated "
+              "(User:admin;User:ops).", lambda v: _security_problem("super_users_problem", v)),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
+              "Allow an operation on a resource that no ACL names at all (default: deny)."),
     ConfigDef("metrics.listen", "string", "",
               "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
               "off.", lambda v: _listener_problem(v) if v else None),
 ]
+
+
+def _security_problem(check: str, value: str) -> str | None:
+    # Imported when used: broker.security builds on this module.
+    from broker.security import setup
+
+    problem: str | None = getattr(setup, check)(value)
+    return problem
 
 
 def _listener_problem(value: str) -> str | None:
