@@ -68,6 +68,10 @@ class _Entry:
     covers: frozenset[AclOperation]
 
 
+def _entry(b: AclBinding) -> _Entry:
+    return _Entry(b.host, b.permission == _ALLOW, covered_operations(b.operation, b.permission))
+
+
 # principal -> entries with that principal, for one resource pattern.
 _Bucket = dict[str, list[_Entry]]
 
@@ -116,7 +120,8 @@ def parse_super_users(value: str) -> frozenset[str]:
 class AclAuthorizer:
     """ACL-based authorization with Kafka's semantics (see the module docstring)."""
 
-    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
+    def __init__(self, super_users: Iterable[str] = (),
+                 allow_everyone_if_no_acl_found: bool = False,
                  acls: Iterable[AclBinding] = ()) -> None:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
@@ -282,8 +287,7 @@ class AclAuthorizer:
             self._bindings.add(b)
             bucket = self._bucket_for(b, create=True)
             assert bucket is not None
-            bucket.setdefault(b.principal, []).append(
-                _Entry(b.host, b.permission == _ALLOW, covered_operations(b.operation, b.permission)))
+            bucket.setdefault(b.principal, []).append(_entry(b))
         self._cache.clear()
 
     def _remove(self, b: AclBinding) -> None:
@@ -293,8 +297,7 @@ class AclAuthorizer:
         bucket = self._bucket_for(b, create=False)
         assert bucket is not None
         entries = bucket[b.principal]
-        entries.remove(_Entry(b.host, b.permission == _ALLOW,
-                              covered_operations(b.operation, b.permission)))
+        entries.remove(_entry(b))
         if not entries:
             del bucket[b.principal]
         if bucket:
@@ -316,7 +319,11 @@ class AclAuthorizer:
             if bucket is None and create:
                 bucket = self._literal[key] = {}
             return bucket
-        by_prefix = self._prefixed.setdefault(b.resource_type, {})
+        by_prefix = self._prefixed.get(b.resource_type)
+        if by_prefix is None:
+            if not create:
+                return None
+            by_prefix = self._prefixed[b.resource_type] = {}
         bucket = by_prefix.get(b.name)
         if bucket is None and create:
             bucket = by_prefix[b.name] = {}
