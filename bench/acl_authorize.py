@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
 
 from broker.security.acl import (
     WILDCARD_PRINCIPAL,
@@ -30,6 +31,7 @@ from broker.security.acl import (
 )
 from broker.security.authorizer import AclAuthorizer
 
+Query = tuple[str, str, AclOperation, ResourceType, str]
 OPS = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
 
 
@@ -76,7 +78,7 @@ def main() -> None:
     rng = random.Random(42)
     acls = make_acls(args.acls, rng)
     a = AclAuthorizer(acls=acls)
-    queries = [(f"User:app-{rng.randrange(max(1, args.acls // 10))}", "10.0.0.1",
+    queries: list[Query] = [(f"User:app-{rng.randrange(max(1, args.acls // 10))}", "10.0.0.1",
                 rng.choice(OPS), ResourceType.TOPIC,
                 rng.choice([f"topic-{rng.randrange(args.acls)}",
                             f"team{rng.randrange(50)}-orders"]))
@@ -85,17 +87,15 @@ def main() -> None:
         assert a.authorize(*q) is naive(acls, *q), q
     hot = queries[:8]
 
-    def run(label: str, call: object, qs: list[tuple[str, str, AclOperation, ResourceType, str]],
-            clear: bool) -> None:
+    def run(label: str, fn: Callable[..., bool], qs: list[Query], clear: bool) -> None:
         n, i = 0, 0
-        fn = call  # type: ignore[assignment]
         deadline = time.perf_counter() + args.seconds
         start = time.perf_counter()
         while time.perf_counter() < deadline:
             for _ in range(200):
                 if clear:
                     a._cache.clear()
-                fn(*qs[i % len(qs)])  # type: ignore[operator]
+                fn(*qs[i % len(qs)])
                 i += 1
             n += 200
         elapsed = time.perf_counter() - start

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
 from broker.security.acl import (
@@ -24,6 +25,7 @@ from broker.security.acl import (
     ResourceType,
     operations_bitfield,
 )
+from broker.security.acl_store import decode, encode
 from broker.security.authorizer import AclAuthorizer, parse_super_users
 
 Op, Perm, Pat, Res = AclOperation, AclPermissionType, PatternType, ResourceType
@@ -333,3 +335,47 @@ def test_index_agrees_with_a_naive_scan(acls: list[AclBinding], removed: list[Ac
         assert a.authorize(principal, host, op, rtype, name) is naive_authorize(
             acls, set(), allow_everyone, principal, host, op, rtype, name), (
             principal, host, op, rtype, name)
+
+
+# ------------------------------------------- stateful: changes, durability and rebuild agree
+
+class AclMachine(RuleBasedStateMachine):
+    """Random CreateAcls/DeleteAcls sequences. Invariants: the live index answers like a naive
+    scan of the expected set, and an authorizer rebuilt from the encoded file equals it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = AclAuthorizer()
+        self.expected: set[AclBinding] = set()
+
+    @rule(bindings=st.lists(BINDINGS, min_size=1, max_size=4))
+    def create(self, bindings: list[AclBinding]) -> None:
+        self.live.apply(self.live.plan_create(bindings))
+        self.expected.update(bindings)
+
+    @rule(name=st.none() | NAMES, pattern=st.sampled_from([Pat.ANY, Pat.MATCH, LIT, PRE]),
+          principal=st.none() | PRINCIPALS, op=st.sampled_from([Op.ANY, Op.READ, Op.ALL]))
+    def delete(self, name: str | None, pattern: PatternType, principal: str | None,
+               op: AclOperation) -> None:
+        flt = AclBindingFilter(Res.ANY, name, pattern, principal, None, op)
+        change = self.live.plan_delete([flt])
+        self.live.apply(change)
+        self.expected = {b for b in self.expected if not flt.matches(b)}
+
+    @invariant()
+    def rebuilt_equals_live(self) -> None:
+        rebuilt = AclAuthorizer(acls=decode(encode(self.live.bindings()), "test"))
+        assert rebuilt.bindings() == self.live.bindings() == self.expected
+
+    @invariant()
+    def index_agrees_with_naive(self) -> None:
+        for principal in (ALICE, BOB):
+            for name in ("abc", "orders", "*a"):
+                for op in (Op.READ, Op.DESCRIBE, Op.WRITE):
+                    assert self.live.authorize(principal, HOST, op, TOPIC, name) is (
+                        naive_authorize(list(self.expected), set(), False, principal, HOST, op,
+                                        TOPIC, name))
+
+
+TestAclMachine = AclMachine.TestCase
+TestAclMachine.settings = settings(max_examples=60, stateful_step_count=15, deadline=None)
