@@ -202,10 +202,10 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Empty: no authorization. org.apache.kafka.metadata.authorizer.StandardAuthorizer "
               "(or kafka.security.authorizer.AclAuthorizer): ACLs, managed with CreateAcls, "
               "DescribeAcls and DeleteAcls and kept in the data directory.",
-              lambda v: _security_problem("authorizer_class_problem", v)),
+              lambda v: _authorizer_class_problem(v)),
     ConfigDef("super.users", "string", "",
               "Principals allowed everything regardless of ACLs, ';'-separated "
-              "(User:admin;User:ops).", lambda v: _security_problem("super_users_problem", v)),
+              "(User:admin;User:ops).", lambda v: _super_users_problem(v)),
     ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
               "Allow an operation on a resource that no ACL names at all (default: deny)."),
     ConfigDef("metrics.listen", "string", "",
@@ -214,12 +214,18 @@ _BROKER_DEFS: list[ConfigDef] = [
 ]
 
 
-def _security_problem(check: str, value: str) -> str | None:
-    # Imported when used: broker.security builds on this module.
-    from broker.security import setup
+# The authorizer checks live with the authorizer; imported when used, since broker.security
+# builds on this module.
+def _authorizer_class_problem(value: str) -> str | None:
+    from broker.security.setup import authorizer_class_problem
 
-    problem: str | None = getattr(setup, check)(value)
-    return problem
+    return authorizer_class_problem(value)
+
+
+def _super_users_problem(value: str) -> str | None:
+    from broker.security.setup import super_users_problem
+
+    return super_users_problem(value)
 
 
 def _listener_problem(value: str) -> str | None:

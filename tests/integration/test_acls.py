@@ -229,3 +229,10 @@ def test_an_unknown_authorizer_class_stops_the_broker(fresh_broker) -> None:
     fresh_broker.overrides["authorizer.class.name"] = "com.example.MyAuthorizer"
     with pytest.raises(RuntimeError, match="is not an authorizer Shoal provides"):
         fresh_broker.start()
+
+
+def test_a_corrupt_acl_file_stops_the_broker_with_a_clear_error(fresh_broker) -> None:
+    fresh_broker.data_dir.mkdir(parents=True)
+    (fresh_broker.data_dir / "acls.json").write_text('{"version": 1, "acls": [')
+    with pytest.raises(RuntimeError, match="could not start: .*acls.json is not valid JSON"):
+        start_with_acls(fresh_broker)
