@@ -27,6 +27,7 @@ is durable (``broker/security/acl_store.py``).
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,20 @@ class _Entry:
 
 
 def _entry(b: AclBinding) -> _Entry:
-    return _Entry(b.host, b.permission == _ALLOW, covered_operations(b.operation, b.permission))
+    return _Entry(canonical_host(b.host), b.permission == _ALLOW,
+                  covered_operations(b.operation, b.permission))
+
+
+def canonical_host(host: str) -> str:
+    """An IP address in the form connections report it (``0:0:0:0:0:0:0:1`` -> ``::1``, the
+    way Python prints peer addresses), so an ACL written with Java's long IPv6 form still
+    matches; anything else (``*``, a name) is kept as written."""
+    if host == WILDCARD:
+        return host
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host
 
 
 # principal -> entries with that principal, for one resource pattern.

@@ -26,7 +26,7 @@ from broker.security.acl import (
     operations_bitfield,
 )
 from broker.security.acl_store import decode, encode
-from broker.security.authorizer import AclAuthorizer, parse_super_users
+from broker.security.authorizer import AclAuthorizer, canonical_host, parse_super_users
 
 Op, Perm, Pat, Res = AclOperation, AclPermissionType, PatternType, ResourceType
 ALLOW, DENY = Perm.ALLOW, Perm.DENY
@@ -101,6 +101,8 @@ CASES = [
     Case("principal-type-matters", (acl("orders", Op.READ, principal="Group:alice"),),
          Op.READ, expected=False),
     Case("host-match", (acl("orders", Op.READ, host=HOST),), Op.READ),
+    Case("host-ipv6-long-form", (acl("orders", Op.READ, host="0:0:0:0:0:0:0:1"),), Op.READ,
+         host="::1"),
     Case("host-mismatch", (acl("orders", Op.READ, host="10.0.0.2"),), Op.READ, expected=False),
     # DENY wins
     Case("deny-wins-same-pattern", (acl("orders", Op.READ), acl("orders", Op.READ, DENY)),
@@ -288,7 +290,8 @@ def naive_authorize(acls: tuple[AclBinding, ...] | list[AclBinding], super_users
     if not applying:
         return allow_everyone
     matching = [b for b in applying
-                if b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in ("*", host)
+                if b.principal in (principal, WILDCARD_PRINCIPAL)
+                and canonical_host(b.host) in ("*", host)
                 and _op_matches(b, op)]
     if any(b.permission == DENY for b in matching):
         return False
