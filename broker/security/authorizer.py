@@ -187,7 +187,8 @@ class AclAuthorizer:
         deny_prefixes: set[str] = set()
         allows: list[AclBinding] = []
         for b in self._bindings:
-            if (b.resource_type != resource_type or b.host not in (WILDCARD, host)
+            if (b.resource_type != resource_type
+                    or canonical_host(b.host) not in (WILDCARD, host)
                     or b.principal not in (principal, WILDCARD_PRINCIPAL)
                     or b.operation not in (operation, AclOperation.ALL)):
                 continue
