@@ -36,6 +36,8 @@ from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
+from broker.security.authorizer import AclAuthorizer
+from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
@@ -90,12 +92,18 @@ class Broker:
         self.exit_code = 0
         self._fatal_listeners: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        # ACL authorizer (broker/security/), None when authorizer.class.name is empty. When set,
+        # it also answers the handlers' checks through ``self.authorizer``.
+        self.acl_authorizer: AclAuthorizer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
+        self.acl_authorizer = build_authorizer(self.config, self.data_dir)
+        if self.acl_authorizer is not None:
+            self.authorizer = AclSeam(self.acl_authorizer)
         self.topics = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()

@@ -92,8 +92,10 @@ CLUSTER_ACTION_APIS = frozenset({83, 84, 85, 86, 87})
 
 
 class Authorizer(Protocol):
-    def authorize(self, principal: Principal, operation: Operation, resource: Resource) -> bool:
-        """Whether ``principal`` may perform ``operation`` on ``resource``."""
+    def authorize(self, principal: Principal, operation: Operation, resource: Resource,
+                  host: str = "*") -> bool:
+        """Whether ``principal``, connected from ``host``, may perform ``operation`` on
+        ``resource``."""
         ...
 
 
@@ -112,7 +114,8 @@ class DefaultAuthorizer:
     def __init__(self, super_users: Iterable[Principal] = ()) -> None:
         self.super_users = frozenset(super_users)
 
-    def authorize(self, principal: Principal, operation: Operation, resource: Resource) -> bool:
+    def authorize(self, principal: Principal, operation: Operation, resource: Resource,
+                  host: str = "*") -> bool:
         if principal in self.super_users:
             return True
         return operation is not Operation.CLUSTER_ACTION

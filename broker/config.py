@@ -203,25 +203,39 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(1)),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
+    # Authorization (issue 13; broker/security/). Kafka's names and defaults.
+    ConfigDef("authorizer.class.name", "string", "",
+              "Empty: no authorization. org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+              "(or kafka.security.authorizer.AclAuthorizer): ACLs, managed with CreateAcls, "
+              "DescribeAcls and DeleteAcls and kept in the data directory.",
+              lambda v: _authorizer_class_problem(v)),
     ConfigDef("super.users", "string", "",
-              "Principals (User:NAME;User:OTHER) allowed every operation, including the "
-              "inter-broker share-state RPCs (83-87), which everyone else is refused with "
-              "CLUSTER_AUTHORIZATION_FAILED. Connections are User:ANONYMOUS until listeners "
-              "authenticate, so User:ANONYMOUS lets any client act as the cluster: for tests "
-              "and tools only, never on a broker clients can reach.",
+              "Principals allowed everything regardless of ACLs, ';'-separated "
+              "(User:admin;User:ops), including the inter-broker share-state RPCs (83-87), "
+              "which everyone else is refused with CLUSTER_AUTHORIZATION_FAILED. Connections "
+              "without authentication are User:ANONYMOUS, so listing User:ANONYMOUS lets any "
+              "such client act as the cluster: for tests and tools only.",
               lambda v: _super_users_problem(v)),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
+              "Allow an operation on a resource that no ACL names at all (default: deny)."),
     ConfigDef("metrics.listen", "string", "",
               "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
               "off.", lambda v: _listener_problem(v) if v else None),
 ]
 
 
+# The authorizer checks live with the authorizer; imported when used, since broker.security
+# builds on this module.
+def _authorizer_class_problem(value: str) -> str | None:
+    from broker.security.setup import authorizer_class_problem
+
+    return authorizer_class_problem(value)
+
+
 def _super_users_problem(value: str) -> str | None:
-    for entry in value.split(";"):
-        kind, sep, name = entry.strip().partition(":")
-        if entry.strip() and (not sep or not kind or not name):
-            return f"entry {entry.strip()!r} must look like User:NAME"
-    return None
+    from broker.security.setup import super_users_problem
+
+    return super_users_problem(value)
 
 
 def _listener_problem(value: str) -> str | None:

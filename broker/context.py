@@ -25,7 +25,8 @@ class RequestContext:
 
     def authorized(self, operation: Operation, resource: Resource) -> bool:
         """Whether the broker's authorizer lets this request's principal do ``operation``."""
-        return bool(self.broker.authorizer.authorize(self.principal, operation, resource))
+        return bool(self.broker.authorizer.authorize(self.principal, operation, resource,
+                                                     self.client_host))
 
 
 class NoResponse:

@@ -39,5 +39,5 @@ def test_super_users_config_is_empty_by_default_and_validated() -> None:
     assert BrokerConfig({"super.users": "User:a;User:b"}).get("super.users") == "User:a;User:b"
     with pytest.raises(ValueError):
         parse_super_users("ANONYMOUS")
-    with pytest.raises(ConfigError, match="User:NAME"):
+    with pytest.raises(ConfigError, match="Type:name"):
         BrokerConfig({"super.users": "nobody"})

@@ -1,0 +1,56 @@
+"""CreateAcls (30) v1-3: add ACLs (needs CLUSTER ALTER).
+
+Each creation is validated on its own (``broker/security/acl.py``: INVALID_REQUEST with a
+message) and the valid ones are added together: written to ``acls.json`` before the answer
+(``broker/security/acl_store.py``). Creating an ACL that exists succeeds. v0 is not served: Kafka
+4.0 removed it (KIP-896) and kio 0.6.5 has no schema for it. Without an ACL authorizer every
+creation answers SECURITY_DISABLED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.context import RequestContext
+from broker.handlers._acls import acl_gate
+from broker.handlers._common import NO_THROTTLE, err_message
+from broker.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    from_code,
+)
+from broker.security.acl_store import commit
+from broker.security.authorizer import AclResult
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 30
+VERSIONS = (1, 3)
+
+
+def binding(c: Any) -> AclBinding:
+    """The binding a CreateAcls creation asks for (unknown codes read as UNKNOWN)."""
+    return AclBinding(from_code(ResourceType, c.resource_type), c.resource_name,
+                      from_code(PatternType, c.resource_pattern_type),
+                      c.principal, c.host, from_code(AclOperation, c.operation),
+                      from_code(AclPermissionType, c.permission_type))
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _create(ctx, req)
+
+
+async def _create(ctx: RequestContext, req: Any) -> Any:
+    authorizer, error, message = acl_gate(ctx, AclOperation.ALTER, "CreateAcls")
+    if authorizer is None:
+        results: tuple[AclResult, ...] = tuple(AclResult(error, message) for _ in req.creations)
+    else:
+        bindings = [binding(c) for c in req.creations]
+        results = await commit(authorizer, lambda: authorizer.plan_create(bindings))
+    m = response_module(API_KEY, ctx.api_version)
+    return make(m.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        make(m.AclCreationResult, error_code=r.error, error_message=err_message(r.error, r.message))
+        for r in results))

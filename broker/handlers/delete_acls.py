@@ -1,0 +1,50 @@
+"""DeleteAcls (31) v1-3: remove the ACLs each filter selects (needs CLUSTER ALTER).
+
+Every filter is matched against the ACLs as they were when the request arrived; the union is
+removed in one durable change (``broker/security/acl_store.py``) before the answer, which lists
+per filter the ACLs it matched. A filter with an UNKNOWN code answers INVALID_REQUEST; without
+an ACL authorizer every filter answers SECURITY_DISABLED. v0 is not served (removed in Kafka
+4.0, KIP-896; not in kio 0.6.5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._acls import acl_gate
+from broker.handlers._common import NO_THROTTLE, err_message
+from broker.handlers.describe_acls import acl_filter
+from broker.security.acl import AclOperation
+from broker.security.acl_store import commit
+from broker.security.authorizer import AclResult
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 31
+VERSIONS = (1, 3)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _delete(ctx, req)
+
+
+async def _delete(ctx: RequestContext, req: Any) -> Any:
+    authorizer, error, message = acl_gate(ctx, AclOperation.ALTER, "DeleteAcls")
+    if authorizer is None:
+        results: tuple[AclResult, ...] = tuple(AclResult(error, message) for _ in req.filters)
+    else:
+        filters = [acl_filter(f) for f in req.filters]
+        results = await commit(authorizer, lambda: authorizer.plan_delete(filters))
+    m = response_module(API_KEY, ctx.api_version)
+    return make(m.DeleteAclsResponse, throttle_time=NO_THROTTLE, filter_results=tuple(
+        make(m.DeleteAclsFilterResult, error_code=r.error,
+             error_message=err_message(r.error, r.message), matching_acls=tuple(
+                 make(m.DeleteAclsMatchingAcl, error_code=ErrorCode.none, error_message=None,
+                      resource_type=b.resource_type, resource_name=b.name,
+                      pattern_type=b.pattern_type, principal=b.principal, host=b.host,
+                      operation=b.operation, permission_type=b.permission)
+                 for b in r.matched))
+        for r in results))
