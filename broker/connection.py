@@ -45,6 +45,7 @@ from broker.wire_limits import DECODE_OFF_LOOP_BYTES, EncodeOffLoop
 from protocol.codec import DecodedRequest, decode_request, encode_response, peek
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
 from protocol.framing import FrameDecoder
+from protocol.guard import CountPaths
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -293,7 +294,7 @@ class Connection(asyncio.Protocol):
 
     def _decode_off_loop(self, frame: bytes, api_key: int, api_version: int,
                          correlation_id: int, route: Route,
-                         limit: tuple[tuple[str, ...], int] | None) -> None:
+                         limit: tuple[CountPaths, int] | None) -> None:
         """Decode (and then handle) a large frame in a worker thread; reading waits for it."""
         slot = _Slot(api_key, api_version, correlation_id)
         self._pending.append(slot)
@@ -303,7 +304,7 @@ class Connection(asyncio.Protocol):
         task.add_done_callback(functools.partial(self._on_task_done, slot))
 
     async def _decode_and_handle(self, frame: bytes, route: Route,
-                                 limit: tuple[tuple[str, ...], int] | None) -> Any:
+                                 limit: tuple[CountPaths, int] | None) -> Any:
         loop = asyncio.get_running_loop()
         try:
             req = await loop.run_in_executor(None, decode_request, frame, limit)

@@ -20,10 +20,10 @@ class Route:
     max_version: int
     handle: Callable[..., Any]
     name: str
-    # Optional per-request element limit (broker/wire_limits.py): ``limit(config)`` gives an
-    # array path and the most elements it may hold; a request over it is answered by
+    # Optional per-request element limit (broker/wire_limits.py): ``limit(config)`` gives
+    # array paths and the most elements it may hold; a request over it is answered by
     # ``refuse(ctx, count, most)`` without decoding its body.
-    limit: Callable[[Any], tuple[tuple[str, ...], int]] | None = None
+    limit: Callable[[Any], tuple[tuple[tuple[str, ...], ...], int]] | None = None
     refuse: Callable[..., Any] | None = None
 
 

@@ -135,11 +135,11 @@ def request_module(api_key: int, api_version: int) -> Any:
 
 
 def decode_request(frame: bytes,
-                   limit: tuple[tuple[str, ...], int] | None = None) -> DecodedRequest:
+                   limit: tuple[guard.CountPaths, int] | None = None) -> DecodedRequest:
     """Decode a whole request frame (without its size prefix).
 
     Every body is first walked by ``protocol.guard`` (linear in the frame size). With ``limit``
-    = (array path, most elements), a request whose arrays at that path hold more elements in
+    = (array paths, most elements), a request whose arrays at those paths hold more elements in
     total is not decoded at all: it comes back with ``body=None`` and ``over_limit`` set, so
     that no object is built for each of, say, two million listed partitions.
 

@@ -18,9 +18,9 @@ walked in place against an end bound; nothing is ever copied. Work is linear in 
 each entity element costs a bounded number of operations and consumes at least one byte, or is
 bounded by the count check.
 
-The walker can also count the elements of one array path (for example ``topics.partitions`` of a
-ShareFetch) so that a request listing more partitions than the broker will accept can be refused
-before kio builds an object for each of them.
+The walker can also count the elements of chosen array paths (for example ``topics.partitions``
+and ``forgotten_topics_data.partitions`` of a ShareFetch) so that a request listing more partitions
+than the broker will accept can be refused before kio builds an object for each of them.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 Walker = Callable[[bytes, int, int, list[int]], int]
+CountPaths = tuple[tuple[str, ...], ...]
 
 
 class _TooMany(Exception):
@@ -122,9 +123,9 @@ class _Gen:
 
     # -- code ---------------------------------------------------------------------------------
 
-    def walker(self, entity_type: type, path: tuple[str, ...]) -> str:
-        """Name of the function walking one ``entity_type`` (counting ``path`` below it)."""
-        key = (entity_type, path)
+    def walker(self, entity_type: type, paths: CountPaths) -> str:
+        """Name of the function walking one ``entity_type`` (counting ``paths`` below it)."""
+        key = (entity_type, paths)
         name = self.names.get(key)
         if name is not None:
             return name
@@ -147,8 +148,9 @@ class _Gen:
             if fixed_run:
                 body.append(f"pos += {fixed_run}")
                 fixed_run = 0
-            sub = path[1:] if path and path[0] == f.name else None
-            body += self._field(entity_type, f, fc, flexible, sub, "end")
+            subs = [p[1:] for p in paths if p and p[0] == f.name]
+            body += self._field(entity_type, f, fc, flexible, () in subs,
+                                tuple(p for p in subs if p), "end")
         if fixed_run:
             body.append(f"pos += {fixed_run}")
         if flexible:
@@ -170,23 +172,23 @@ class _Gen:
         return [f"({var},) = {unpack}(buf, pos)", f"pos += {width}"]
 
     def _field(self, owner: type, f: dataclasses.Field[Any], fc: Any, flexible: bool,
-               sub: tuple[str, ...] | None, end: str) -> list[str]:
+               count: bool, below: CountPaths, end: str) -> list[str]:
         what = f"{owner.__name__}.{f.name}"
         if isinstance(fc, EntityTupleField):
             elem = fc.type_
             size = max(1, self.min_size(elem))
-            child = self.walker(elem, sub or ())
+            child = self.walker(elem, below)
             lines = self._length("n", flexible, 4)
             lines += ["if n > 0:",
                       f"    if n * {size} > {end} - pos:",
                       f"        raise _too_many(n, {size}, {end} - pos, {what!r})"]
-            if sub == ():
+            if count:
                 lines.append("    acc[0] += n")
             lines += ["    for _ in range(n):",
                       f"        pos = {child}(buf, pos, {end}, acc)"]
             return lines
         if isinstance(fc, EntityField):
-            child = self.walker(fc.type_, sub or ())
+            child = self.walker(fc.type_, below)
             if is_optional(f):
                 return [f"if buf[pos] == 0xFF:",
                         "    pos += 1",
@@ -197,6 +199,8 @@ class _Gen:
         kind = f.metadata["kafka_type"]
         if isinstance(fc, PrimitiveTupleField):
             lines = self._length("n", flexible, 4)
+            if count:
+                lines += ["if n > 0:", "    acc[0] += n"]
             if kind in _FIXED:
                 size = _FIXED[kind]
                 return lines + ["if n > 0:",
@@ -235,7 +239,7 @@ class _Gen:
                  "        _end(stop, end, 'a tagged field')"]
         branches: list[str] = []
         for tag, (f, fc) in sorted(tagged.items()):
-            inner = self._field(owner, f, fc, True, None, "stop")
+            inner = self._field(owner, f, fc, True, False, (), "stop")
             branches += [f"{'if' if not branches else 'elif'} tag == {tag}:"]
             branches += ["    " + ln for ln in inner]
             branches += [f"    _end(pos, stop, {f.name!r})"]
@@ -245,25 +249,25 @@ class _Gen:
 
 
 @lru_cache(maxsize=None)
-def _compiled(entity_type: type, count_path: tuple[str, ...] | None) -> Walker:
+def _compiled(entity_type: type, count_paths: CountPaths | None) -> Walker:
     gen = _Gen()
-    top = gen.walker(entity_type, count_path or ())
+    top = gen.walker(entity_type, count_paths or ())
     exec(compile("\n".join(gen.lines), f"<guard {entity_type.__name__}>", "exec"), gen.env)
     walker: Walker = gen.env[top]
     return walker
 
 
 def check_body(entity_type: type, frame: bytes, pos: int,
-               count_path: tuple[str, ...] | None = None) -> int:
+               count_paths: CountPaths | None = None) -> int:
     """Walk a request body; raise if a length could not fit in the frame.
 
-    Returns the total number of elements of the entity arrays at ``count_path`` (field names
-    from the request down, e.g. ``("topics", "partitions")``), or 0 without a path.
+    Returns the total number of elements of the arrays at ``count_paths`` (each a tuple of field
+    names from the request down, e.g. ``(("topics", "partitions"),)``), or 0 without paths.
 
     Raises:
         MalformedRequestError: a length or field runs past the end of the frame.
     """
-    walker = _compiled(entity_type, count_path)
+    walker = _compiled(entity_type, count_paths)
     acc = [0]
     end = len(frame)
     try:

@@ -102,12 +102,25 @@ def test_a_frame_ending_mid_field_is_malformed() -> None:
 def test_counts_the_elements_of_a_path_across_topics() -> None:
     frame = _share_fetch([3, 0, 5])
     t = _request_type(78, 1)
-    assert guard.check_body(t, frame, _body_pos(frame), ("topics", "partitions")) == 8
-    assert guard.check_body(t, frame, _body_pos(frame), ("topics",)) == 3
-    assert guard.check_body(t, frame, _body_pos(frame)) == 0
-    over = codec.decode_request(frame, (("topics", "partitions"), 7))
+    pos = _body_pos(frame)
+    assert guard.check_body(t, frame, pos, (("topics", "partitions"),)) == 8
+    assert guard.check_body(t, frame, pos, (("topics",),)) == 3
+    assert guard.check_body(t, frame, pos, (("topics",), ("topics", "partitions"))) == 11
+    assert guard.check_body(t, frame, pos) == 0
+    over = codec.decode_request(frame, ((("topics", "partitions"),), 7))
     assert over.body is None and over.over_limit == 8
-    assert codec.decode_request(frame, (("topics", "partitions"), 8)).body is not None
+    assert codec.decode_request(frame, ((("topics", "partitions"),), 8)).body is not None
+
+
+def test_counts_primitive_arrays_too() -> None:
+    m = codec.request_module(78, 1)
+    body = make(m.ShareFetchRequest, group_id="g", member_id="m", share_session_epoch=3,
+                max_wait=timedelta(0), min_bytes=1, max_bytes=1, max_records=1, batch_size=1,
+                topics=(), forgotten_topics_data=(make(m.ForgottenTopic, topic_id=uuid.uuid4(),
+                                                       partitions=tuple(range(40))),))
+    frame = codec.encode_request(78, 1, 1, "c", body)[4:]
+    paths = (("topics", "partitions"), ("forgotten_topics_data", "partitions"))
+    assert guard.check_body(_request_type(78, 1), frame, _body_pos(frame), paths) == 40
 
 
 def _best_walk_seconds(frame: bytes, runs: int = 3) -> float:
