@@ -214,6 +214,11 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Shoal extension: close a connection that sent the start of a request frame but "
               "not its end within this long (a slow or stalled sender holds a buffer).",
               at_least(1)),
+    ConfigDef("queued.max.request.bytes", "long", 256 * 1024 * 1024,
+              "Bytes of partly received request frames all connections together may hold; a "
+              "connection whose frame does not fit stops being read until memory frees "
+              "(-1: no limit, Kafka's default; Shoal bounds it so half-sent frames cannot fill "
+              "memory).", _minus_one_or_at_least(1)),
     ConfigDef("queued.max.response.bytes", "long", 16 * 1024 * 1024,
               "Shoal extension: stop reading requests from a connection while this many bytes "
               "of its responses are not yet sent (a client that does not read its answers "

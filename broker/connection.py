@@ -80,6 +80,9 @@ class Connection(asyncio.Protocol):
         self.host = ""
         self._limits = limits
         self._admitted = False
+        self._memory = limits.memory if limits is not None else None
+        self._frame_reserved = 0  # bytes reserved in ``_memory`` for the frame being received
+        self._memory_wait = 0  # bytes this connection waits for before reading on
         self._decoder = FrameDecoder(broker.config.get("socket.request.max.bytes"))
         self._max_queued = broker.config.get("queued.max.requests")
         self._max_unsent = _config(broker, "queued.max.response.bytes", 16 * 1024 * 1024)
@@ -124,6 +127,12 @@ class Connection(asyncio.Protocol):
         self._pending.clear()
         self._backlog.clear()
         self._parked = None
+        if self._memory is not None:
+            self._memory.forget(self)
+            self._memory_wait = 0
+            if self._frame_reserved:
+                reserved, self._frame_reserved = self._frame_reserved, 0
+                self._memory.release(reserved)
         if self._admitted and self._limits is not None:
             self._admitted = False
             self._limits.release(self.host)
@@ -153,8 +162,34 @@ class Connection(asyncio.Protocol):
             self._partial_since_ms = None
         elif frames or self._partial_since_ms is None:
             self._partial_since_ms = now  # a new frame started in this read
+        if self._memory is not None:
+            self._account_partial_frame(bool(frames))
         self._backlog.extend(frames)
         self._pump()
+
+    def _account_partial_frame(self, completed: bool) -> None:
+        """Hold ``queued.max.request.bytes`` for a frame not received in one read, or stop
+        reading until it fits (connection_limits.RequestMemory)."""
+        memory = self._memory
+        assert memory is not None
+        if completed and self._frame_reserved:
+            reserved, self._frame_reserved = self._frame_reserved, 0
+            memory.release(reserved)
+        size = self._decoder.partial_size
+        if size > 0 and not self._frame_reserved and not self._memory_wait:
+            if memory.reserve(size):
+                self._frame_reserved = size
+            else:
+                self._memory_wait = size
+                memory.wait(self, size)
+                log.info("connection from %s waits for %d bytes of request memory "
+                         "(queued.max.request.bytes=%s, %d in use)", self.peer, size,
+                         memory.capacity, memory.used)
+
+    def memory_granted(self) -> None:
+        """RequestMemory made room for the frame this connection waits to receive."""
+        self._frame_reserved, self._memory_wait = self._memory_wait, 0
+        self._update_reading()
 
     # -- limits (broker/connection_limits.py) -------------------------------------------------
 
@@ -388,7 +423,8 @@ class Connection(asyncio.Protocol):
         t = self._transport
         if t is None or self._closing:
             return
-        waiting = bool(self._backlog) or self._parked is not None or self._decoding
+        waiting = bool(self._backlog) or self._parked is not None or self._decoding \
+            or self._memory_wait > 0
         should_pause = (waiting or self._writing_paused
                         or len(self._pending) >= self._max_queued
                         or self._unsent() > self._max_unsent)

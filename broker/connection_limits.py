@@ -14,6 +14,12 @@ Kafka's ``ConnectionQuotas`` and ``Selector`` idle expiry, in one small object t
   on idle expiry, which a client trickling one byte a minute never reaches; without it, a few
   hundred half-sent frames could hold their buffers forever.
 
+- ``queued.max.request.bytes`` (Kafka's name; Kafka's default -1 is unbounded, Shoal's is 256 MiB):
+  a frame that is not received in one read reserves its declared size from one broker-wide
+  ``RequestMemory`` when its size prefix arrives; if that does not fit, the connection stops being
+  read (Kafka mutes it) until other frames complete or their connections close. So 200 clients
+  that each send half of a 50 MB frame hold a few frames' worth of memory, not 5 GB.
+
 Counting and timing are pure (``now_ms`` is an argument); the server runs ``sweep`` on a timer.
 Log lines about refused connections are rate-limited so a flood does not flood the log.
 """
@@ -84,6 +90,48 @@ def _resolve(host: str) -> str:
         return host
 
 
+class MemoryWaiter(Protocol):
+    def memory_granted(self) -> None: ...
+
+
+class RequestMemory:
+    """The broker-wide budget for partly received request frames (``queued.max.request.bytes``).
+
+    ``reserve`` grants a frame's size if it fits, or if nothing is reserved at all (so a frame
+    larger than the whole budget can still be received, alone). Waiters are served in order as
+    memory frees; a waiter whose frame still does not fit keeps its place.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity if capacity > 0 else None
+        self.used = 0
+        self._waiting: dict[MemoryWaiter, int] = {}  # insertion order = arrival order
+
+    def reserve(self, size: int) -> bool:
+        if self.capacity is None or self.used == 0 or self.used + size <= self.capacity:
+            self.used += size
+            return True
+        return False
+
+    def wait(self, who: MemoryWaiter, size: int) -> None:
+        self._waiting[who] = size
+
+    def forget(self, who: MemoryWaiter) -> None:
+        self._waiting.pop(who, None)
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        for who, need in list(self._waiting.items()):
+            if not self.reserve(need):
+                break
+            del self._waiting[who]
+            who.memory_granted()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
 class ConnectionLimits:
     def __init__(self, get: Any) -> None:
         self.max_connections = int(get("max.connections"))
@@ -92,6 +140,7 @@ class ConnectionLimits:
                           parse_overrides(get("max.connections.per.ip.overrides")).items()}
         self.idle_ms = int(get("connections.max.idle.ms"))
         self.partial_ms = int(get("socket.request.partial.timeout.ms"))
+        self.memory = RequestMemory(int(get("queued.max.request.bytes")))
         self.total = 0
         self.per_host: Counter[str] = Counter()
         self._refused = 0

@@ -217,6 +217,51 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def test_half_sent_frames_hold_at_most_the_request_memory_budget(tmp_path: Path) -> None:
+    """40 clients each send half of an 8 MB frame and stall. Before, the broker buffered all
+    of it (~160 MB); now frames wait for queued.max.request.bytes (16 MiB) before being read."""
+    b = _started(tmp_path, {"queued.max.request.bytes": str(16 * 1024 * 1024)})
+    conns: list[tuple[socket.socket, int]] = []
+    try:
+        valid = _api_versions_frame(9)
+        size = 8_000_000
+        frame = struct.pack(">i", size) + valid[4:] + b"\x00" * (size + 4 - len(valid))
+        half = size // 2
+        before = _rss_bytes(b.proc.pid)
+        for _ in range(40):
+            s = _connect(b.bootstrap)
+            s.setblocking(False)
+            sent = 0
+            deadline = time.monotonic() + 1
+            while sent < half and time.monotonic() < deadline:
+                try:
+                    sent += s.send(frame[sent:half])
+                except BlockingIOError:
+                    time.sleep(0.01)  # not read any more: the broker waits for memory
+            conns.append((s, sent))
+        time.sleep(0.5)
+        grown = _rss_bytes(b.proc.pid) - before
+        assert grown < 64 * 1024 * 1024, f"broker RSS grew by {grown / 2**20:.0f} MiB"
+        with RawClient(b.bootstrap, timeout=5) as other:  # small requests need no budget
+            assert other.call(18, 3, request(18, 3, client_software_name="t",
+                                             client_software_version="1")
+                              ).error_code == ErrorCode.none
+        # When the others go away, the last one gets its memory and its request is answered.
+        last, sent = conns.pop()
+        for s, _ in conns:
+            s.close()
+        conns = [(last, sent)]
+        last.setblocking(True)
+        last.settimeout(20)
+        last.sendall(frame[sent:])
+        size_prefix = struct.unpack(">i", _recv(last, 4))[0]
+        assert struct.unpack(">i", _recv(last, size_prefix)[:4])[0] == 9
+    finally:
+        for s, _ in conns:
+            s.close()
+        b.stop()
+
+
 # -- share sessions go with their members -------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.clock import FakeClock
 from broker.config import BrokerConfig, ConfigError
 from broker.connection import Connection
-from broker.connection_limits import ConnectionLimits, parse_overrides
+from broker.connection_limits import ConnectionLimits, RequestMemory, parse_overrides
 from broker.dispatch import Dispatcher
 from protocol import codec
 from protocol.messages import make
@@ -183,3 +183,30 @@ async def test_unsent_responses_stop_reading_and_dispatch_until_the_client_reads
     conn.resume_writing()
     await asyncio.sleep(0)
     assert t.reading and conn.in_flight == 0
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.granted = False
+
+    def memory_granted(self) -> None:
+        self.granted = True
+
+
+def test_request_memory_grants_in_order_as_frames_complete() -> None:
+    mem = RequestMemory(100)
+    assert mem.reserve(60) and not mem.reserve(50)
+    first, second = _Waiter(), _Waiter()
+    mem.wait(first, 50)
+    mem.wait(second, 10)
+    mem.release(60)
+    assert first.granted and second.granted and mem.used == 60
+    gone = _Waiter()
+    mem.wait(gone, 90)
+    mem.forget(gone)  # its connection closed
+    mem.release(50)
+    mem.release(10)
+    assert not gone.granted and mem.used == 0
+    assert mem.reserve(500)  # larger than the budget: received alone
+    assert not mem.reserve(1)
+    assert RequestMemory(-1).reserve(10**12)  # -1: no limit
