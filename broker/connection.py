@@ -19,7 +19,9 @@ Backpressure (Kafka mutes a channel; we stop reading). Frames read but not yet d
 
 While anything waits, the transport stops reading. So a client that pipelines fetches and never
 reads its answers costs the broker about ``queued.max.response.bytes`` plus one response, not
-``queued.max.requests`` full responses.
+``queued.max.requests`` full responses. On the request side, a frame not received in one read
+holds its declared size of the broker-wide ``queued.max.request.bytes`` budget, and a connection
+whose frame does not fit is not read until it does.
 
 Large frames (``broker/wire_limits.py``) are decoded in a worker thread, and large responses can be
 encoded in one, so that no single request holds the event loop. Connection-count, idle and
@@ -205,8 +207,8 @@ class Connection(asyncio.Protocol):
             return None
         return self._partial_since_ms
 
-    def close_for(self, reason: str) -> None:
-        log.warning("closing the connection from %s: %s", self.peer, reason)
+    def close_for(self, reason: str, level: int = logging.WARNING) -> None:
+        log.log(level, "closing the connection from %s: %s", self.peer, reason)
         self._abort()
 
     # -- requests ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class Limited(Protocol):
 
     def idle_since_ms(self) -> int | None: ...          # None while a request is in progress
     def partial_frame_since_ms(self) -> int | None: ...  # None without a half-read frame
-    def close_for(self, reason: str) -> None: ...
+    def close_for(self, reason: str, level: int = logging.WARNING) -> None: ...
 
 
 def parse_overrides(value: str) -> dict[str, int]:
@@ -194,7 +194,7 @@ class ConnectionLimits:
             idle = c.idle_since_ms()
             if idle is not None and now_ms - idle > self.idle_ms:
                 c.close_for(f"it was idle for more than {self.idle_ms} ms "
-                            "(connections.max.idle.ms)")
+                            "(connections.max.idle.ms)", logging.INFO)
                 closed += 1
         return closed
 

@@ -61,7 +61,7 @@ class _Conn:
     def partial_frame_since_ms(self) -> int | None:
         return self._partial
 
-    def close_for(self, reason: str) -> None:
+    def close_for(self, reason: str, level: int = 0) -> None:
         self.closed = reason
 
 
