@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from broker.context import NO_RESPONSE, RequestContext
 from broker.dispatch import Route
 from broker.handlers import api_versions
-from broker.wire_limits import DECODE_OFF_LOOP_BYTES, EncodeOffLoop
+from broker.wire_limits import EncodeOffLoop, decode_off_loop
 from protocol.codec import DecodedRequest, decode_request, encode_response, peek
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
 from protocol.framing import FrameDecoder
@@ -271,7 +271,7 @@ class Connection(asyncio.Protocol):
                        if known else " (unknown api key)")
                 )
             limit = route.limit(self.broker.config) if route.limit is not None else None
-            if len(frame) > DECODE_OFF_LOOP_BYTES:
+            if decode_off_loop(pre.api_key, len(frame)):
                 self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
                                       route, limit)
                 return
@@ -354,7 +354,9 @@ class Connection(asyncio.Protocol):
         result = self._call(route, req)
         if inspect.isawaitable(result):
             result = await result
-        return result
+        if result is NO_RESPONSE or isinstance(result, EncodeOffLoop):
+            return result
+        return EncodeOffLoop(result)  # a large request tends to have a large answer
 
     def _on_task_done(self, slot: _Slot, task: asyncio.Future[Any]) -> None:
         if self._closing or task.cancelled():
