@@ -108,6 +108,36 @@ _BROKER_DEFS: list[ConfigDef] = [
               "from it (backpressure).", at_least(1)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024,
               "Cap on a Fetch response's MaxBytes.", at_least(1024), dynamic=True),
+    # Connection and request bounds (issue 12, sections 1 and 4; broker/connection_limits.py).
+    ConfigDef("max.connections", "int", 2**31 - 1,
+              "Connections the broker accepts in total; further ones are closed at accept.",
+              at_least(0)),
+    ConfigDef("max.connections.per.ip", "int", 2**31 - 1,
+              "Connections accepted from one IP address; further ones are closed at accept.",
+              at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", "string", "",
+              "Per-host exceptions to max.connections.per.ip: host:count,host:count.",
+              lambda v: _overrides_problem(v)),
+    ConfigDef("connections.max.idle.ms", "long", 600_000,
+              "Close a connection with no traffic and no request in progress for this long.",
+              at_least(1)),
+    ConfigDef("socket.request.partial.timeout.ms", "long", 30_000,
+              "Shoal extension: close a connection that sent the start of a request frame but "
+              "not its end within this long (a slow or stalled sender holds a buffer).",
+              at_least(1)),
+    ConfigDef("queued.max.request.bytes", "long", 256 * 1024 * 1024,
+              "Bytes of partly received request frames all connections together may hold; a "
+              "connection whose frame does not fit stops being read until memory frees "
+              "(-1: no limit, Kafka's default; Shoal bounds it so half-sent frames cannot fill "
+              "memory).", _minus_one_or_at_least(1)),
+    ConfigDef("queued.max.response.bytes", "long", 16 * 1024 * 1024,
+              "Shoal extension: stop reading requests from a connection while this many bytes "
+              "of its responses are not yet sent (a client that does not read its answers "
+              "cannot make the broker buffer without limit; Kafka mutes such a channel).",
+              at_least(1024)),
+    ConfigDef("group.share.max.session.partitions", "int", 10_000,
+              "Shoal extension: most partitions one share session may hold; a ShareFetch that "
+              "would exceed it gets SHARE_SESSION_LIMIT_REACHED.", at_least(1)),
     ConfigDef("shutdown.timeout.ms", "long", 5000,
               "How long a graceful shutdown waits for in-flight requests.", at_least(0)),
     ConfigDef("compression.type", "string", "producer",
@@ -244,6 +274,12 @@ def _listener_problem(value: str) -> str | None:
     except ConfigError as exc:
         return str(exc)
     return None
+
+
+def _overrides_problem(value: str) -> str | None:
+    from broker.connection_limits import overrides_problem
+
+    return overrides_problem(value)
 
 
 # (default, min, max) broker config names of each bounded share-group setting.

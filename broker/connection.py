@@ -3,18 +3,37 @@
 ``Connection`` is an ``asyncio.Protocol``. Bytes go through the sans-IO ``FrameDecoder``; each frame
 is decoded with kio and handed to its handler. Handlers may finish out of order (a long-poll Fetch
 behind a quick Metadata on the same connection), but responses are written strictly in request
-order: every request takes a slot in ``_pending`` and the head slot is written as soon as it is
-ready (Kafka's per-connection ordering guarantee, which clients rely on for correlation).
+order: every request takes a slot in ``_pending``; a response is encoded as soon as its handler
+finishes and written once every slot before it has been written (Kafka's per-connection ordering
+guarantee, which clients rely on for correlation).
 
-Backpressure: when ``queued.max.requests`` requests are waiting for their turn, or the transport's
-write buffer is full, the connection stops reading until the backlog halves. A misbehaving client
-(oversized or malformed frame, unknown API) is logged with its address and disconnected; nothing it
-sent affects other connections.
+Backpressure (Kafka mutes a channel; we stop reading). Frames read but not yet dispatched wait in
+``_backlog``. A request is dispatched only while:
+
+- fewer than ``queued.max.requests`` requests are in progress;
+- the connection's unsent response bytes (the transport's write buffer plus responses encoded but
+  waiting for an earlier one) are at most ``queued.max.response.bytes``; and
+- for a request whose response may be large (one with a MaxBytes, i.e. Fetch and ShareFetch), the
+  response bytes it and the large requests already in progress may produce still fit in that bound,
+  unless no other such request is in progress (so one fetch always proceeds).
+
+While anything waits, the transport stops reading. So a client that pipelines fetches and never
+reads its answers costs the broker about ``queued.max.response.bytes`` plus one response, not
+``queued.max.requests`` full responses. On the request side, a frame not received in one read
+holds its declared size of the broker-wide ``queued.max.request.bytes`` budget, and a connection
+whose frame does not fit is not read until it does.
+
+Large frames (``broker/wire_limits.py``) are decoded in a worker thread, and large responses can be
+encoded in one, so that no single request holds the event loop. Connection-count, idle and
+partial-frame limits live in ``broker/connection_limits.py``. A misbehaving client (oversized or
+malformed frame, unknown API) is logged with its address and disconnected; nothing it sent affects
+other connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -22,43 +41,66 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker.context import NO_RESPONSE, RequestContext
+from broker.dispatch import Route
 from broker.handlers import api_versions
-from protocol.codec import decode_request, encode_response, peek
+from broker.wire_limits import EncodeOffLoop, decode_off_loop
+from protocol.codec import DecodedRequest, decode_request, encode_response, peek
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
 from protocol.framing import FrameDecoder
+from protocol.guard import CountPaths
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger("shoal.connection")
 
 _ids = itertools.count(1)
 
+# A request whose response is bounded by at most this many bytes is "small": it is never held
+# back for response-size reasons (only by queued.max.requests and unsent bytes).
+_SMALL_RESPONSE = 64 * 1024
+
 
 class _Slot:
-    __slots__ = ("api_key", "api_version", "correlation_id", "result", "task")
+    __slots__ = ("api_key", "api_version", "correlation_id", "data", "task", "reserved")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
-        self.result: Any = None
-        self.task: asyncio.Task[Any] | None = None
+        self.data: bytes | None = None  # the encoded response once ready (b"": no response)
+        self.task: asyncio.Future[Any] | None = None
+        self.reserved = 0  # response bytes this request may produce, while in progress
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, limits: ConnectionLimits | None = None) -> None:
         self.broker = broker
         self.id = next(_ids)
         self.peer = "?"
         self.host = ""
+        self._limits = limits
+        self._admitted = False
+        self._memory = limits.memory if limits is not None else None
+        self._frame_reserved = 0  # bytes reserved in ``_memory`` for the frame being received
+        self._memory_wait = 0  # bytes this connection waits for before reading on
         self._decoder = FrameDecoder(broker.config.get("socket.request.max.bytes"))
         self._max_queued = broker.config.get("queued.max.requests")
+        self._max_unsent = _config(broker, "queued.max.response.bytes", 16 * 1024 * 1024)
         self._pending: deque[_Slot] = deque()
+        self._backlog: deque[bytes] = deque()  # frames read, not yet dispatched
+        self._parked: tuple[Route, DecodedRequest, int] | None = None  # decoded, held back
+        self._held = 0  # bytes of encoded responses waiting for an earlier one
+        self._reserved = 0  # response bytes large requests in progress may produce
+        self._decoding = False  # a large frame is being decoded in a worker thread
+        self._pumping = False
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
         self._writing_paused = False
         self._closing = False
+        self._last_active_ms = broker.clock.monotonic_ms()
+        self._partial_since_ms: int | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -68,6 +110,15 @@ class Connection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self._limits is not None:
+            if not self._limits.admit(self.host, self.peer, self.broker.clock.monotonic_ms()):
+                self._closing = True
+                transport.abort()  # type: ignore[attr-defined]
+                return
+            self._admitted = True
+        # pause_writing fires once half the unsent bound sits in the socket's write buffer.
+        self._transport.set_write_buffer_limits(high=max(self._max_unsent // 2, 1),
+                                                low=self._max_unsent // 8)
         self.broker.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -76,8 +127,20 @@ class Connection(asyncio.Protocol):
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
         self._pending.clear()
-        self.broker.connections.discard(self)
-        self.broker.on_connection_closed(self.id)
+        self._backlog.clear()
+        self._parked = None
+        if self._memory is not None:
+            self._memory.forget(self)
+            self._memory_wait = 0
+            if self._frame_reserved:
+                reserved, self._frame_reserved = self._frame_reserved, 0
+                self._memory.release(reserved)
+        if self._admitted and self._limits is not None:
+            self._admitted = False
+            self._limits.release(self.host)
+        if self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.broker.on_connection_closed(self.id)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -85,26 +148,109 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._update_reading()
+        self._pump()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        now = self.broker.clock.monotonic_ms()
+        self._last_active_ms = now
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
             self._fail(exc)
             return
-        for frame in frames:
-            if self._closing:
-                return
-            self._on_frame(frame)
+        if self._decoder.buffered == 0:
+            self._partial_since_ms = None
+        elif frames or self._partial_since_ms is None:
+            self._partial_since_ms = now  # a new frame started in this read
+        if self._memory is not None:
+            self._account_partial_frame(bool(frames))
+        self._backlog.extend(frames)
+        self._pump()
+
+    def _account_partial_frame(self, completed: bool) -> None:
+        """Hold ``queued.max.request.bytes`` for a frame not received in one read, or stop
+        reading until it fits (connection_limits.RequestMemory)."""
+        memory = self._memory
+        assert memory is not None
+        if completed and self._frame_reserved:
+            reserved, self._frame_reserved = self._frame_reserved, 0
+            memory.release(reserved)
+        size = self._decoder.partial_size
+        if size > 0 and not self._frame_reserved and not self._memory_wait:
+            if memory.reserve(size):
+                self._frame_reserved = size
+            else:
+                self._memory_wait = size
+                memory.wait(self, size)
+                log.info("connection from %s waits for %d bytes of request memory "
+                         "(queued.max.request.bytes=%s, %d in use)", self.peer, size,
+                         memory.capacity, memory.used)
+
+    def memory_granted(self) -> None:
+        """RequestMemory made room for the frame this connection waits to receive."""
+        self._frame_reserved, self._memory_wait = self._memory_wait, 0
+        self._update_reading()
+
+    # -- limits (broker/connection_limits.py) -------------------------------------------------
+
+    def idle_since_ms(self) -> int | None:
+        """When traffic last moved, or None while a request is in progress or waiting."""
+        if self._pending or self._backlog or self._parked is not None or self._decoding:
+            return None
+        return self._last_active_ms
+
+    def partial_frame_since_ms(self) -> int | None:
+        """When the frame being received started, or None (none, or we stopped reading)."""
+        if self._reading_paused:
+            return None
+        return self._partial_since_ms
+
+    def close_for(self, reason: str, level: int = logging.WARNING) -> None:
+        log.log(level, "closing the connection from %s: %s", self.peer, reason)
+        self._abort()
 
     # -- requests ---------------------------------------------------------------------------
 
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    def _unsent(self) -> int:
+        t = self._transport
+        return self._held + (t.get_write_buffer_size() if t is not None else 0)
+
+    def _may_dispatch(self, estimate: int) -> bool:
+        if len(self._pending) >= self._max_queued or self._decoding:
+            return False
+        unsent = self._unsent()
+        if unsent > self._max_unsent:
+            return False
+        if estimate <= _SMALL_RESPONSE or self._reserved == 0:
+            return True
+        return unsent + self._reserved + estimate <= self._max_unsent
+
+    def _pump(self) -> None:
+        """Dispatch waiting requests while the bounds allow, then pause or resume reading."""
+        if self._pumping:
+            return  # a handler answered synchronously inside the loop below
+        self._pumping = True
+        try:
+            while not self._closing:
+                if self._parked is not None:
+                    route, req, estimate = self._parked
+                    if not self._may_dispatch(estimate):
+                        break
+                    self._parked = None
+                    self._dispatch(route, req, estimate)
+                elif self._backlog and self._may_dispatch(0):
+                    self._on_frame(self._backlog.popleft())
+                else:
+                    break
+        finally:
+            self._pumping = False
+        self._update_reading()
 
     def _on_frame(self, frame: bytes) -> None:
         try:
@@ -115,9 +261,8 @@ class Connection(asyncio.Protocol):
                     # KIP-511: answer an ApiVersions we cannot parse with a v0 response that
                     # lists our versions, so the client can retry with one we support.
                     slot = _Slot(pre.api_key, 0, pre.correlation_id)
-                    slot.result = api_versions.unsupported_version_response(self.broker)
                     self._pending.append(slot)
-                    self._drain()
+                    self._complete(slot, api_versions.unsupported_version_response(self.broker))
                     return
                 known = self.broker.dispatcher.known(pre.api_key)
                 raise UnsupportedApiError(
@@ -125,11 +270,30 @@ class Connection(asyncio.Protocol):
                     + (f" (we serve {known.name} v{known.min_version}-{known.max_version})"
                        if known else " (unknown api key)")
                 )
-            req = decode_request(frame)
+            limit = route.limit(self.broker.config) if route.limit is not None else None
+            if decode_off_loop(pre.api_key, len(frame)):
+                self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
+                                      route, limit)
+                return
+            req = decode_request(frame, limit)
         except ProtocolError as exc:
             self._fail(exc)
             return
-        ctx = RequestContext(
+        estimate = self._estimate(req)
+        if self._may_dispatch(estimate):
+            self._dispatch(route, req, estimate)
+        else:
+            self._parked = (route, req, estimate)
+
+    def _estimate(self, req: DecodedRequest) -> int:
+        """Most response bytes a request may produce, if it says (Fetch, ShareFetch MaxBytes)."""
+        max_bytes = getattr(req.body, "max_bytes", None)
+        if not isinstance(max_bytes, int) or max_bytes <= 0:
+            return 0
+        return min(max_bytes, _config(self.broker, "fetch.max.bytes", max_bytes))
+
+    def _context(self, req: DecodedRequest) -> RequestContext:
+        return RequestContext(
             broker=self.broker,
             api_key=req.api_key,
             api_version=req.api_version,
@@ -138,9 +302,18 @@ class Connection(asyncio.Protocol):
             client_host=self.host,
             connection_id=self.id,
         )
+
+    def _call(self, route: Route, req: DecodedRequest) -> Any:
+        ctx = self._context(req)
+        if req.body is None and route.refuse is not None and route.limit is not None:
+            _path, most = route.limit(self.broker.config)
+            return route.refuse(ctx, req.over_limit, most)
+        return route.handle(ctx, req.body)
+
+    def _dispatch(self, route: Route, req: DecodedRequest, estimate: int) -> None:
         slot = _Slot(req.api_key, req.api_version, req.correlation_id)
         try:
-            result = route.handle(ctx, req.body)
+            result = self._call(route, req)
         except Exception:
             log.exception("handler %s failed for client %s (%s); closing the connection",
                           route.name, self.peer, req.client_id)
@@ -148,18 +321,45 @@ class Connection(asyncio.Protocol):
             return
         self._pending.append(slot)
         if inspect.isawaitable(result):
+            slot.reserved = estimate if estimate > _SMALL_RESPONSE else 0
+            self._reserved += slot.reserved
             task = asyncio.ensure_future(result)
             slot.task = task
-            task.add_done_callback(self._on_task_done)
-            self._update_reading()
+            task.add_done_callback(functools.partial(self._on_task_done, slot))
         else:
-            slot.result = result
-            self._drain()
+            self._complete(slot, result)
 
-    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
-        if self._closing:
-            return
-        if task.cancelled():
+    def _decode_off_loop(self, frame: bytes, api_key: int, api_version: int,
+                         correlation_id: int, route: Route,
+                         limit: tuple[CountPaths, int] | None) -> None:
+        """Decode (and then handle) a large frame in a worker thread; reading waits for it."""
+        slot = _Slot(api_key, api_version, correlation_id)
+        self._pending.append(slot)
+        self._decoding = True
+        task = asyncio.ensure_future(self._decode_and_handle(frame, route, limit))
+        slot.task = task
+        task.add_done_callback(functools.partial(self._on_task_done, slot))
+
+    async def _decode_and_handle(self, frame: bytes, route: Route,
+                                 limit: tuple[CountPaths, int] | None) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            req = await loop.run_in_executor(None, decode_request, frame, limit)
+        except ProtocolError as exc:
+            self._fail(exc)
+            return NO_RESPONSE
+        finally:
+            self._decoding = False
+            loop.call_soon(self._pump)  # frames that arrived meanwhile may go now
+        result = self._call(route, req)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is NO_RESPONSE or isinstance(result, EncodeOffLoop):
+            return result
+        return EncodeOffLoop(result)  # a large request tends to have a large answer
+
+    def _on_task_done(self, slot: _Slot, task: asyncio.Future[Any]) -> None:
+        if self._closing or task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
@@ -167,42 +367,80 @@ class Connection(asyncio.Protocol):
                       exc_info=exc)
             self._abort()
             return
-        self._drain()
+        slot.task = None
+        self._complete(slot, task.result())
 
-    def _drain(self) -> None:
-        transport = self._transport
-        while self._pending:
-            slot = self._pending[0]
-            if slot.task is not None:
-                if not slot.task.done():
-                    break
-                slot.result = slot.task.result()
-                slot.task = None
-            self._pending.popleft()
-            if slot.result is NO_RESPONSE or transport is None:
-                continue
+    def _complete(self, slot: _Slot, result: Any) -> None:
+        """A handler finished: encode its response (off the loop if asked) and write what is due."""
+        if isinstance(result, EncodeOffLoop):
+            loop = asyncio.get_running_loop()
+            task = loop.run_in_executor(None, encode_response, slot.api_key, slot.api_version,
+                                        slot.correlation_id, result.body)
+            slot.task = task
+            task.add_done_callback(functools.partial(self._on_encoded, slot))
+            return
+        if result is NO_RESPONSE:
+            data = b""
+        else:
             try:
                 data = encode_response(slot.api_key, slot.api_version, slot.correlation_id,
-                                       slot.result)
+                                       result)
             except ProtocolError:
                 log.exception("could not encode a response to %s; closing the connection",
                               self.peer)
                 self._abort()
                 return
-            transport.write(data)
-        self._update_reading()
+        self._ready(slot, data)
+
+    def _on_encoded(self, slot: _Slot, task: asyncio.Future[bytes]) -> None:
+        if self._closing or task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("could not encode a response to %s: %s; closing the connection",
+                      self.peer, exc, exc_info=exc)
+            self._abort()
+            return
+        slot.task = None
+        self._ready(slot, task.result())
+
+    def _ready(self, slot: _Slot, data: bytes) -> None:
+        slot.data = data
+        self._held += len(data)
+        self._reserved -= slot.reserved
+        slot.reserved = 0
+        self._drain()
+
+    def _drain(self) -> None:
+        """Write every response whose turn has come, then let waiting requests in."""
+        transport = self._transport
+        while self._pending and self._pending[0].data is not None:
+            slot = self._pending.popleft()
+            data = slot.data or b""
+            self._held -= len(data)
+            if data and transport is not None and not self._closing:
+                transport.write(data)
+                self._last_active_ms = self.broker.clock.monotonic_ms()
+        self._pump()
 
     def _update_reading(self) -> None:
         t = self._transport
         if t is None or self._closing:
             return
-        should_pause = self._writing_paused or len(self._pending) >= self._max_queued
+        waiting = bool(self._backlog) or self._parked is not None or self._decoding \
+            or self._memory_wait > 0
+        should_pause = (waiting or self._writing_paused
+                        or len(self._pending) >= self._max_queued
+                        or self._unsent() > self._max_unsent)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             t.pause_reading()
-        elif self._reading_paused and not self._writing_paused \
-                and len(self._pending) <= self._max_queued // 2:
+        elif self._reading_paused and not should_pause \
+                and len(self._pending) <= self._max_queued // 2 \
+                and self._unsent() <= self._max_unsent // 2:
             self._reading_paused = False
+            if self._partial_since_ms is not None:
+                self._partial_since_ms = self.broker.clock.monotonic_ms()
             t.resume_reading()
 
     # -- teardown ---------------------------------------------------------------------------
@@ -225,11 +463,18 @@ class Connection(asyncio.Protocol):
             self._transport.close()
 
     async def wait_idle(self) -> None:
-        """Wait until every request received so far has been answered."""
+        """Wait until every request dispatched so far has been answered."""
         while self._pending and not self._closing:
             tasks = [s.task for s in self._pending if s.task is not None]
             if not tasks:
                 self._drain()
                 break
             await asyncio.wait(tasks)
-            self._drain()
+            await asyncio.sleep(0)  # let the done callbacks write what completed
+
+
+def _config(broker: Broker, name: str, default: int) -> int:
+    try:
+        return int(broker.config.get(name))
+    except KeyError:
+        return default

@@ -20,6 +20,11 @@ class Route:
     max_version: int
     handle: Callable[..., Any]
     name: str
+    # Optional per-request element limit (broker/wire_limits.py): ``limit(config)`` gives
+    # array paths and the most elements it may hold; a request over it is answered by
+    # ``refuse(ctx, count, most)`` without decoding its body.
+    limit: Callable[[Any], tuple[tuple[tuple[str, ...], ...], int]] | None = None
+    refuse: Callable[..., Any] | None = None
 
 
 class Dispatcher:
@@ -30,7 +35,9 @@ class Dispatcher:
             key = int(m.API_KEY)
             if key in self._routes:
                 raise ValueError(f"two handlers for api key {key}")
-            self._routes[key] = Route(key, lo, hi, m.handle, m.__name__.rsplit(".", 1)[-1])
+            self._routes[key] = Route(key, lo, hi, m.handle, m.__name__.rsplit(".", 1)[-1],
+                                      getattr(m, "request_limit", None),
+                                      getattr(m, "refuse_over_limit", None))
 
     def route(self, api_key: int, api_version: int) -> Route | None:
         """The route serving this key and version, or None if we do not serve it."""

@@ -12,6 +12,7 @@ import logging
 
 from broker.app import Broker
 from broker.connection import Connection
+from broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger("shoal.server")
 
@@ -20,6 +21,8 @@ class Server:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.limits = ConnectionLimits(broker.config.get)
         self.host = ""
         self.port = 0
 
@@ -27,8 +30,9 @@ class Server:
         await self.broker.start()
         host, port = self.broker.config.listen
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self.broker), host, port,
-                                                reuse_address=True, backlog=1024)
+        self._server = await loop.create_server(lambda: Connection(self.broker, self.limits),
+                                                host, port, reuse_address=True, backlog=1024)
+        self._sweeper = loop.create_task(self._sweep())
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         if port == 0 or not self.broker.config.get("advertised.listeners"):
@@ -40,8 +44,24 @@ class Server:
                  self.broker.node_id, self.host, self.port, self.broker.data_dir,
                  self.broker.cluster_id)
 
+    async def _sweep(self) -> None:
+        """Close connections idle or stuck in a partial frame too long (connection_limits.py)."""
+        while True:
+            await asyncio.sleep(self.limits.sweep_interval_ms() / 1000)
+            try:
+                self.limits.sweep(self.broker.connections, self.broker.clock.monotonic_ms())
+            except Exception:
+                log.exception("connection sweep failed; it will run again")
+
     async def stop(self) -> None:
         timeout = self.broker.config.get("shutdown.timeout.ms") / 1000
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         conns = list(self.broker.connections)

@@ -47,6 +47,9 @@ class DecodedRequest:
     correlation_id: int
     client_id: str | None
     body: Any
+    # Elements found at the caller's count path when they exceeded its limit; the body is then
+    # None (not decoded), and the caller answers with an error instead (see decode_request).
+    over_limit: int = 0
 
 
 def peek(frame: bytes) -> RequestPreamble:
@@ -131,8 +134,14 @@ def request_module(api_key: int, api_version: int) -> Any:
     return load_payload_module(api_key, api_version, EntityType.request)
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
+def decode_request(frame: bytes,
+                   limit: tuple[guard.CountPaths, int] | None = None) -> DecodedRequest:
     """Decode a whole request frame (without its size prefix).
+
+    Every body is first walked by ``protocol.guard`` (linear in the frame size). With ``limit``
+    = (array paths, most elements), a request whose arrays at those paths hold more elements in
+    total is not decoded at all: it comes back with ``body=None`` and ``over_limit`` set, so
+    that no object is built for each of, say, two million listed partitions.
 
     Raises:
         UnsupportedApiError: kio has no schema for the key/version.
@@ -142,8 +151,11 @@ def decode_request(frame: bytes) -> DecodedRequest:
     codec = _request_codec(pre.api_key, pre.api_version)
     try:
         header, pos = codec.header_reader(frame, 0)
-        if guard.needs_check(frame, pos):
-            guard.check_body(codec.request_type, frame, pos)
+        counted = guard.check_body(codec.request_type, frame, pos,
+                                   limit[0] if limit is not None else None)
+        if limit is not None and counted > limit[1]:
+            return DecodedRequest(pre.api_key, pre.api_version, pre.correlation_id,
+                                  header.client_id, None, counted)
         body, size = codec.body_reader(frame, pos)
     except MalformedRequestError:
         raise

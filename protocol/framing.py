@@ -37,6 +37,11 @@ class FrameDecoder:
         """Bytes held for the frame being assembled."""
         return len(self._buf)
 
+    @property
+    def partial_size(self) -> int:
+        """Declared payload size of the frame being assembled, or -1 before its prefix is read."""
+        return self._need
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add received bytes; return the frames they complete.
 

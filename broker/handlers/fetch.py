@@ -7,6 +7,11 @@ consumer can make progress. A fetch waiting for data is woken by any append to o
 partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which every client
 treats as "send full requests". No transactions exist, so the last stable offset is the high
 watermark and there are never aborted transactions.
+
+Bounded work per request (issue 12): a pass over the partitions yields to the event loop every
+``YIELD_EVERY`` partitions, long-poll wake-up keys are deduplicated, and a response over many
+partitions is encoded in a worker thread (``broker/wire_limits.py``), so a Fetch listing 100k
+partitions shares the loop with everyone else.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.watch import wait_for_any
+from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from persister.log import OffsetOutOfRangeError
 from protocol.codec import response_module
 from protocol.messages import make
@@ -36,22 +42,24 @@ async def _fetch(ctx: RequestContext, req: Any) -> Any:
     clock = broker.clock
     max_wait_ms = max(0, int(req.max_wait.total_seconds() * 1000))
     deadline = clock.monotonic_ms() + max_wait_ms
+    count = sum(len(ft.partitions) for ft in req.topics)
     while True:
-        resp, total, errors, keys, sent = _read(ctx, req)
+        resp, total, errors, keys, sent = await _read(ctx, req, count > YIELD_EVERY)
         remaining = deadline - clock.monotonic_ms()
         if total >= req.min_bytes or errors or remaining <= 0 or not keys:
             for topic_name, n in sent:
                 broker.metrics.fetch_bytes.inc(topic_name, n)
-            return resp
-        fut = broker.logs.watch.watch(keys)
+            return EncodeOffLoop(resp) if count > YIELD_EVERY else resp
+        fut = broker.logs.watch.watch(dict.fromkeys(keys))
         await wait_for_any(fut, remaining / 1000)
         await asyncio.sleep(0)
 
 
-def _read(ctx: RequestContext, req: Any
-          ) -> tuple[Any, int, bool, list[tuple[str, int]], list[tuple[str, int]]]:
+async def _read(ctx: RequestContext, req: Any, cooperative: bool
+                ) -> tuple[Any, int, bool, list[tuple[str, int]], list[tuple[str, int]]]:
     """One pass over the requested partitions: (response, bytes, any error, watch keys,
-    (topic, bytes) of each non-empty partition for the metrics)."""
+    (topic, bytes) of each non-empty partition for the metrics). ``cooperative``: yield to the
+    loop every YIELD_EVERY partitions."""
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
@@ -61,10 +69,14 @@ def _read(ctx: RequestContext, req: Any
     keys: list[tuple[str, int]] = []
     sent: list[tuple[str, int]] = []
     topics = []
+    done = 0
     for ft in req.topics:
         topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
         parts = []
         for fp in ft.partitions:
+            done += 1
+            if cooperative and done % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             p = fp.partition
             lg = broker.logs.get(topic.name, p) if topic is not None else None
             if lg is None:

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.broker_metrics import counted
 from broker.context import RequestContext
+from broker.handlers.share_fetch import max_session_partitions
 from broker.share.service import ShareService, request_problem, top_level
 from protocol.codec import response_module
 from protocol.messages import make
@@ -26,6 +27,22 @@ VERSIONS = (1, 2)
 def handle(ctx: RequestContext, req: Any) -> Any:
     metrics = ctx.broker.metrics
     return counted(_share_acknowledge, ctx, req, metrics.share_ack_requests, metrics.share_ack_failed)
+
+
+def request_limit(config: Any) -> tuple[tuple[tuple[str, ...], ...], int]:
+    """A ShareAcknowledge cannot name more partitions than a share session may hold."""
+    return (("topics", "partitions"),), max_session_partitions(config)
+
+
+def refuse_over_limit(ctx: RequestContext, count: int, most: int) -> Any:
+    """INVALID_REQUEST for an acknowledgement of more partitions than any session holds; its
+    body is never decoded (broker/wire_limits.py)."""
+    m = response_module(API_KEY, ctx.api_version)
+    lock_ms = ctx.broker.config.get("group.share.record.lock.duration.ms")
+    return top_level(m.ShareAcknowledgeResponse, lock_ms)(
+        ErrorCode.invalid_request,
+        f"the request acknowledges {count} partitions; a share session holds at most {most} "
+        "(group.share.max.session.partitions)")
 
 
 async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:

@@ -8,6 +8,15 @@ one MaxRecords budget. With nothing acquired, the request waits up to MaxWaitMs,
 and by records becoming available again (release, lock expiry). Responses carry the log's own
 batches covering the acquired ranges plus the AcquiredRecords list; the client ignores offsets
 not listed. v2 adds ShareAcquireMode (record_limit) and IsRenewAck (acknowledge only, no fetch).
+
+Bounds (issue 12): a partition of a topic that does not exist (or a partition number the topic does
+not have) never enters the session; it is answered UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION in
+this response only, as Kafka answers it. A session holds at most
+``group.share.max.session.partitions`` partitions (a Shoal extension; Kafka has no such bound).
+A request that would take the session past it, or that lists more partitions than that at all, is
+answered with the top-level SHARE_SESSION_LIMIT_REACHED, the error Kafka gives when a share session
+cannot be held (there for the session count), and the session is left as it was; the latter
+kind is refused before its body is decoded (``request_limit``, broker/wire_limits.py).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from broker.share.partition import SharePartition
 from broker.share.partition_manager import share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
 from broker.watch import wait_for_any
+from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -34,7 +44,42 @@ VERSIONS = (1, 2)
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     metrics = ctx.broker.metrics
-    return counted(_share_fetch, ctx, req, metrics.share_fetch_requests, metrics.share_fetch_failed)
+    return _encode_wide_off_loop(counted(_share_fetch, ctx, req, metrics.share_fetch_requests,
+                                         metrics.share_fetch_failed))
+
+
+async def _encode_wide_off_loop(answer: Any) -> Any:
+    """A response over many partitions is encoded in a worker thread (broker/wire_limits.py)."""
+    resp = await answer
+    if sum(len(t.partitions) for t in resp.responses) > YIELD_EVERY:
+        return EncodeOffLoop(resp)
+    return resp
+
+
+def max_session_partitions(config: Any) -> int:
+    try:
+        return int(config.get("group.share.max.session.partitions"))
+    except KeyError:
+        return 10_000
+
+
+def request_limit(config: Any) -> tuple[tuple[tuple[str, ...], ...], int]:
+    """Most partitions (added plus forgotten) one ShareFetch may list (broker/wire_limits.py)."""
+    return (("topics", "partitions"), ("forgotten_topics_data", "partitions")), \
+        max_session_partitions(config)
+
+
+def refuse_over_limit(ctx: RequestContext, count: int, most: int) -> Any:
+    """The answer to a ShareFetch listing more partitions than a session may hold (not decoded)."""
+    m = response_module(API_KEY, ctx.api_version)
+    lock_ms = ctx.broker.config.get("group.share.record.lock.duration.ms")
+    return top_level(m.ShareFetchResponse, lock_ms)(
+        ErrorCode.share_session_limit_reached, _over_cap_message(count, most))
+
+
+def _over_cap_message(count: int, most: int) -> str:
+    return (f"the request would put {count} partitions in the share session; at most {most} "
+            "are allowed (group.share.max.session.partitions)")
 
 
 def _ms(td: Any) -> int:
@@ -60,13 +105,17 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     if is_renew and (req.max_bytes or req.min_bytes or req.max_records or max_wait_ms):
         return top(ErrorCode.invalid_request,
                    "IsRenewAck requires MaxBytes, MinBytes, MaxRecords and MaxWaitMs to be 0")
-    requested = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]
+    requested, unknown = _known_partitions(broker, req.topics)
+    cap = max_session_partitions(broker.config)
 
     if epoch == 0:
         if has_acks:
             return top(ErrorCode.invalid_request, "a share session opened with epoch 0 cannot "
                                                   "carry acknowledgements")
-        session = svc.sessions.open(group, member, ctx.connection_id, requested)
+        if len(requested) > cap:
+            return top(ErrorCode.share_session_limit_reached,
+                       _over_cap_message(len(requested), cap))
+        session = svc.open_session(group, member, ctx.connection_id, list(requested))
         if session is None:
             # Kafka waits MaxWaitMs before answering, so a client does not spin on the error.
             fut = broker.logs.watch.watch([("share-session-freed",)])
@@ -79,11 +128,15 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         if error != ErrorCode.none or session is None:
             return top(error)
         if epoch != -1:
+            forgotten = {(ft.topic_id, p) for ft in req.forgotten_topics_data
+                         for p in ft.partitions}
+            size = len((session.partitions.keys() | requested.keys()) - forgotten)
+            if size > cap:
+                return top(ErrorCode.share_session_limit_reached, _over_cap_message(size, cap))
             for tp in requested:
                 session.partitions[tp] = None
-            for ft in req.forgotten_topics_data:
-                for p in ft.partitions:
-                    session.partitions.pop((ft.topic_id, p), None)
+            for tp in forgotten:
+                session.partitions.pop(tp, None)
             session.bump()
 
     acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew)
@@ -92,9 +145,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         svc.sessions.close(group, member)
         svc.release_session(session)
         broker.logs.watch.notify(("share-session-freed",))
-        return top(ErrorCode.none, None, _responses(m, ctx, {}, acks, (), full=False))
+        return top(ErrorCode.none, None, _responses(m, ctx, unknown, acks, (), full=False))
     if is_renew or req.max_records <= 0 or req.max_bytes <= 0:
-        return top(ErrorCode.none, None, _responses(m, ctx, {}, acks, (), full=epoch == 0))
+        return top(ErrorCode.none, None, _responses(m, ctx, unknown, acks, (), full=epoch == 0))
 
     mode = AcquireMode(getattr(req, "share_acquire_mode", 0) or 0)
     deadline = broker.clock.monotonic_ms() + max_wait_ms
@@ -106,14 +159,34 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     while True:
         fetched, errors, keys = await _acquire(ctx, svc, group, member, order, req, mode)
         remaining = deadline - broker.clock.monotonic_ms()
-        if fetched or errors or remaining <= 0 or req.min_bytes <= 0:
+        if fetched or errors or unknown or remaining <= 0 or req.min_bytes <= 0:
             break
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
         if session is not svc.sessions.get(group, member):
             break  # the session was closed or replaced while we waited
-    results = {**{tp: v for tp, v in errors.items()}, **fetched}
+    results = {**unknown, **errors, **fetched}
     return top(ErrorCode.none, None, _responses(m, ctx, results, acks, order, full=epoch == 0))
+
+
+def _known_partitions(broker: Any, topics: Any
+                      ) -> tuple[dict[tuple[uuid.UUID, int], None],
+                                 dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]]]:
+    """Split requested partitions into those that exist (an ordered set, duplicates dropped)
+    and the answers for those that do not, which never enter the session."""
+    known: dict[tuple[uuid.UUID, int], None] = {}
+    unknown: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
+    for t in topics:
+        topic = broker.topics.by_id(t.topic_id)
+        for p in t.partitions:
+            tp = (t.topic_id, p.partition_index)
+            if topic is None:
+                unknown[tp] = (ErrorCode.unknown_topic_id, b"", [])
+            elif not 0 <= p.partition_index < topic.partitions:
+                unknown[tp] = (ErrorCode.unknown_topic_or_partition, b"", [])
+            else:
+                known[tp] = None
+    return known, unknown
 
 
 async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,

@@ -91,6 +91,53 @@ class ShareService:
             max_sessions = 2000  # Kafka's default
         self.sessions = ShareSessionCache(max_sessions)
         broker.add_close_listener(self._on_connection_closed)
+        groups = getattr(broker, "share_groups", None)
+        if groups is not None:
+            groups.add_member_listener(self._on_member_removed)
+
+    def open_session(self, group_id: str, member_id: str, connection_id: int,
+                     partitions: list[tuple[uuid.UUID, int]]) -> ShareSession | None:
+        """ShareFetch epoch 0: open (or replace) a share session; None when the cache is full.
+
+        When it is full, a member of the group takes the place of a session whose member is no
+        longer in its group (left, fenced, or never joined), as Kafka evicts sessions that are
+        no longer useful. A requester that is not a member evicts nobody, so a client inventing
+        member ids cannot push out the sessions of real consumers.
+        """
+        session = self.sessions.open(group_id, member_id, connection_id, partitions)
+        if session is not None:
+            return session
+        groups = getattr(self.broker, "share_groups", None)
+        if groups is None or not groups.is_member(group_id, member_id):
+            return None
+        gone = self.sessions.departed(groups.is_member)
+        if gone is None:
+            return None
+        self._evict(gone, f"to make room for member {member_id} of group {group_id} "
+                          "(group.share.max.share.sessions is reached)")
+        return self.sessions.open(group_id, member_id, connection_id, partitions)
+
+    def _on_member_removed(self, group_id: str, member_id: str) -> None:
+        """A member left or was fenced: its share session here goes too. Its records are not
+        released here: a leave already released them, and after a session timeout they wait for
+        their acquisition locks, as in Kafka."""
+        s = self.sessions.close(group_id, member_id)
+        if s is not None:
+            self.broker.metrics.share_session_evictions.value += 1
+            log.info("share session of member %s in group %s closed: the member left the group "
+                     "or was fenced", member_id, group_id,
+                     extra={"event": "share_session_evicted", "group": group_id,
+                            "member": member_id})
+            self.broker.logs.watch.notify(("share-session-freed",))
+
+    def _evict(self, s: ShareSession, why: str) -> None:
+        self.sessions.close(s.group_id, s.member_id)
+        self.broker.metrics.share_session_evictions.value += 1
+        log.info("evicted the share session of member %s in group %s, which is no longer a "
+                 "member, %s; releasing its records", s.member_id, s.group_id, why,
+                 extra={"event": "share_session_evicted", "group": s.group_id,
+                        "member": s.member_id})
+        self.release_session(s)
 
     async def acknowledge(self, group_id: str, member_id: str, topic_id: uuid.UUID,
                           partition: int, batches: Sequence[Any], version: int,

@@ -3,7 +3,9 @@
 Epoch rules (KIP-932; reference section 4): a ShareFetch with epoch 0 replaces any session of the
 same key (without releasing records) and expects epoch 1 next; epoch n > 0 must match the session;
 each successful request increments it (2^31-1 wraps to 1); -1 closes it. A session also dies with
-the TCP connection that created it. ``group.share.max.share.sessions`` bounds the cache.
+the TCP connection that created it, and with its member: when the member leaves its group or is
+fenced, and when the cache is full and a live member needs the slot of a departed one.
+``group.share.max.share.sessions`` bounds the cache.
 
 Pure bookkeeping: no I/O and no clock. The shell releases records when a session closes.
 """
@@ -11,6 +13,7 @@ Pure bookkeeping: no I/O and no clock. The shell releases records when a session
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -74,6 +77,14 @@ class ShareSessionCache:
         for s in gone:
             del self._sessions[(s.group_id, s.member_id)]
         return gone
+
+    def departed(self, is_member: Callable[[str, str], bool]) -> ShareSession | None:
+        """The oldest session whose member is no longer in its group, if any (the one a new
+        session of a live member may take the place of when the cache is full)."""
+        for s in self._sessions.values():
+            if not is_member(s.group_id, s.member_id):
+                return s
+        return None
 
     def group_has_sessions(self, group_id: str) -> bool:
         return any(g == group_id for g, _ in self._sessions)

@@ -1,0 +1,41 @@
+"""Keeping one large request or response off the event loop (issue 12, section 1).
+
+The event loop serves every connection, so no single request may hold it for long:
+
+- A request frame above ``DECODE_OFF_LOOP_BYTES`` (64 KiB; 1 MiB for Produce, whose few large
+  elements are cheap to decode) is walked and decoded by kio in a worker thread
+  (``loop.run_in_executor``); smaller frames, which is every ordinary ShareFetch, Fetch and
+  Produce, are decoded inline as before, at no extra cost. The lower bound for other APIs is
+  because a frame of tiny elements (a Metadata v0 topic name is 2 bytes) holds half a million
+  of them per MiB. While a large frame is being decoded its connection reads nothing more, so
+  one client cannot queue many of them.
+- A handler whose response may be large (a Fetch over many partitions) returns it wrapped in
+  ``EncodeOffLoop``; the connection encodes it in a worker thread.
+- Handlers that walk many partitions yield to the loop every ``YIELD_EVERY`` partitions.
+- Handler modules may declare ``request_limit(config) -> (array path, most)`` and
+  ``refuse_over_limit(ctx, count, most) -> response``: a request listing more elements is refused
+  with that response before kio builds an object per element (``protocol.guard`` counts them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DECODE_OFF_LOOP_BYTES = 64 * 1024
+PRODUCE_OFF_LOOP_BYTES = 1 << 20
+PRODUCE = 0
+
+
+def decode_off_loop(api_key: int, frame_bytes: int) -> bool:
+    """Whether a request frame is decoded in a worker thread rather than on the loop."""
+    return frame_bytes > (PRODUCE_OFF_LOOP_BYTES if api_key == PRODUCE else DECODE_OFF_LOOP_BYTES)
+YIELD_EVERY = 2000
+
+
+class EncodeOffLoop:
+    """A response body the connection should encode in a worker thread."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
