@@ -1,0 +1,71 @@
+"""DescribeUserScramCredentials (50) v0: which SCRAM mechanisms and iteration counts each user
+has (KIP-554; never the salt or keys).
+
+No users (null or empty) lists every user with a credential. Named users are answered in request
+order, once each: one named twice is DUPLICATE_RESOURCE, one without any credential
+RESOURCE_NOT_FOUND, as Kafka does. Needs CLUSTER DESCRIBE (a top-level
+CLUSTER_AUTHORIZATION_FAILED otherwise; with no authorizer configured, allowed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.security.scram_store import MECHANISM_IDS
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 50
+VERSIONS = (0, 0)
+
+
+def _authorize(ctx: RequestContext, operation: str) -> bool:
+    """CLUSTER ``operation`` for the request's principal; allowed with no authorizer (see
+    ``alter_user_scram_credentials._authorize``)."""
+    authorizer = getattr(ctx.broker, "authorizer", None)
+    if authorizer is None:
+        return True
+    return bool(authorizer.authorize_cluster(ctx, operation))
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    if not _authorize(ctx, "DESCRIBE"):
+        return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="not authorized to describe SCRAM credentials "
+                                  "(CLUSTER DESCRIBE)", results=())
+    store = ctx.broker.scram_credentials
+    names = [u.name for u in req.users or ()]
+    results = []
+    if not names:
+        for user, mechs in store.describe().items():
+            results.append(_result(m, user, ErrorCode.none, None, mechs))
+    else:
+        found = store.describe(names)
+        counts = {n: names.count(n) for n in names}
+        for user in dict.fromkeys(names):
+            if counts[user] > 1:
+                results.append(_result(m, user, ErrorCode.duplicate_resource,
+                                       "Cannot describe SCRAM credentials for the same user "
+                                       f"twice in a single request: {user}", {}))
+            elif user not in found:
+                results.append(_result(m, user, ErrorCode.resource_not_found,
+                                       "Attempt to describe a user credential that does not "
+                                       f"exist: {user}", {}))
+            else:
+                results.append(_result(m, user, ErrorCode.none, None, found[user]))
+    return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, results=tuple(results))
+
+
+def _result(m: Any, user: str, error: ErrorCode, message: str | None,
+            mechs: dict[str, int]) -> Any:
+    return make(m.DescribeUserScramCredentialsResult, user=user, error_code=error,
+                error_message=message, credential_infos=tuple(
+                    make(m.CredentialInfo, mechanism=MECHANISM_IDS[mech], iterations=iterations)
+                    for mech, iterations in mechs.items()))
