@@ -123,8 +123,9 @@ class SaslServerConfig:
                      "(or sasl.jaas.config)")
             if text is None:
                 if mechanism == PLAIN:
-                    raise SaslConfigError(f"PLAIN on listener {listener_name} needs {where} with "
-                                          f'{PLAIN_LOGIN_MODULE} required user_<name>="<password>";')
+                    raise SaslConfigError(
+                        f"PLAIN on listener {listener_name} needs {where} with "
+                        f'{PLAIN_LOGIN_MODULE} required user_<name>="<password>";')
                 continue
             try:
                 entry = parse_jaas_config(text, where)

@@ -276,7 +276,8 @@ class ScramStore:
         with self._lock:
             self._apply_locked(upserts, deletes)
 
-    def alter(self, deletions: Sequence[Deletion], upsertions: Sequence[Upsertion]) -> list[UserResult]:
+    def alter(self, deletions: Sequence[Deletion],
+              upsertions: Sequence[Upsertion]) -> list[UserResult]:
         """Validate (``plan_alter``) and apply an AlterUserScramCredentials request atomically.
 
         Raises:

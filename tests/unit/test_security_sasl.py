@@ -126,7 +126,8 @@ PLAIN_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "data", "principal"), PLAIN_CASES, ids=[c[0] for c in PLAIN_CASES])
+@pytest.mark.parametrize(("case", "data", "principal"), PLAIN_CASES,
+                         ids=[c[0] for c in PLAIN_CASES])
 def test_plain(case: str, data: bytes, principal: str | None) -> None:
     a = _plain()
     r = a.step(data)
@@ -217,8 +218,12 @@ def test_scram_wrong_password_and_unknown_user_look_the_same(mech: str) -> None:
             f"Authentication failed: invalid credentials for SASL mechanism {mech}"))
     # The unknown user's server-first looks like a real one, with a stable salt.
     again = _exchange(mech, "nobody", "other")[1][0]
-    salt = dict(p.split("=", 1) for p in unknown[0].response.decode().split(","))["s"]  # type: ignore[union-attr]
-    assert dict(p.split("=", 1) for p in again.response.decode().split(","))["s"] == salt  # type: ignore[union-attr]
+    assert _salt_of(again) == _salt_of(unknown[0])
+
+
+def _salt_of(server_first: StepResult) -> str:
+    assert server_first.response is not None
+    return dict(p.split("=", 1) for p in server_first.response.decode().split(","))["s"]
 
 
 def test_scram_tampered_and_malformed_messages_fail() -> None:
