@@ -49,7 +49,7 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
     deletions = [Deletion(d.name, int(d.mechanism)) for d in req.deletions]
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                             bytes(u.salted_password)) for u in req.upsertions]
-    users = list(dict.fromkeys(c.user for c in [*deletions, *upsertions]))
+    users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
     if not _authorize(ctx, "ALTER"):
         results = [UserResult(u, ErrorCode.cluster_authorization_failed,
                               "not authorized to alter SCRAM credentials (CLUSTER ALTER)")

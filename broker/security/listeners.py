@@ -155,35 +155,8 @@ def parse_listeners(listeners: str, protocol_map: str | None = None,
     """
     pmap = parse_protocol_map(protocol_map)
     excluded = {n.strip().upper() for n in exclude if n.strip()}
-    entries = [e for e in listeners.split(",") if e.strip()]
-    if not entries:
-        raise ListenerError("listeners: at least one listener is required")
-    parsed: list[tuple[str, str, int]] = []
-    for entry in entries:
-        name, host, port = parse_endpoint(entry, "listeners")
-        name = name or "PLAINTEXT"
-        if any(n == name for n, _, _ in parsed):
-            raise ListenerError(f"listeners: each listener must have a different name; {name} "
-                                "appears twice")
-        if port and any(p == port and (h == host or not h or not host) for _, h, p in parsed):
-            raise ListenerError(f"listeners: each listener must have a different port; {port} "
-                                "appears twice")
-        parsed.append((name, host, port))
-    adv: dict[str, tuple[str, int]] = {}
-    for entry in (advertised or "").split(","):
-        if not entry.strip():
-            continue
-        name, host, port = parse_endpoint(entry, "advertised.listeners")
-        name = name or "PLAINTEXT"
-        if name in adv:
-            raise ListenerError(f"advertised.listeners: {name} appears twice")
-        if name not in {n for n, _, _ in parsed}:
-            raise ListenerError(f"advertised.listeners: {name} is not one of the listeners "
-                                f"({', '.join(n for n, _, _ in parsed)})")
-        if host in ("0.0.0.0", "::"):
-            raise ListenerError(f"advertised.listeners: {entry.strip()!r}: cannot advertise the "
-                                f"unroutable address {host}")
-        adv[name] = (host, port)
+    parsed = _parse_bound(listeners)
+    adv = _parse_advertised(advertised, [n for n, _, _ in parsed])
     out: list[Listener] = []
     for name, host, port in parsed:
         if name in excluded:
@@ -203,6 +176,50 @@ def parse_listeners(listeners: str, protocol_map: str | None = None,
             raise ListenerError(f"inter.broker.listener.name: {ibl} is not one of the listeners "
                                 f"({', '.join(x.name for x in out)})")
     return out
+
+
+def _parse_bound(listeners: str) -> list[tuple[str, str, int]]:
+    """Raises:
+        ListenerError: none, malformed, or a name or port twice.
+    """
+    entries = [e for e in listeners.split(",") if e.strip()]
+    if not entries:
+        raise ListenerError("listeners: at least one listener is required")
+    parsed: list[tuple[str, str, int]] = []
+    for entry in entries:
+        name, host, port = parse_endpoint(entry, "listeners")
+        name = name or "PLAINTEXT"
+        if any(n == name for n, _, _ in parsed):
+            raise ListenerError(f"listeners: each listener must have a different name; {name} "
+                                "appears twice")
+        # Port 0 (any free port) may repeat; a port on all interfaces clashes with any host.
+        if port and any(p == port and (h == host or not h or not host) for _, h, p in parsed):
+            raise ListenerError(f"listeners: each listener must have a different port; {port} "
+                                "appears twice")
+        parsed.append((name, host, port))
+    return parsed
+
+
+def _parse_advertised(advertised: str | None, names: list[str]) -> dict[str, tuple[str, int]]:
+    """Raises:
+        ListenerError: malformed, a name twice or not a listener, or an unroutable host.
+    """
+    adv: dict[str, tuple[str, int]] = {}
+    for entry in (advertised or "").split(","):
+        if not entry.strip():
+            continue
+        name, host, port = parse_endpoint(entry, "advertised.listeners")
+        name = name or "PLAINTEXT"
+        if name in adv:
+            raise ListenerError(f"advertised.listeners: {name} appears twice")
+        if name not in names:
+            raise ListenerError(f"advertised.listeners: {name} is not one of the listeners "
+                                f"({', '.join(names)})")
+        if host in ("0.0.0.0", "::"):
+            raise ListenerError(f"advertised.listeners: {entry.strip()!r}: cannot advertise the "
+                                f"unroutable address {host}")
+        adv[name] = (host, port)
+    return adv
 
 
 def listener_config(config: Mapping[str, Any], listener_name: str, key: str,

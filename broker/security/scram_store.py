@@ -169,7 +169,8 @@ def plan_alter(current: Mapping[str, Mapping[str, ScramCredential]],
     order: list[str] = []
     errors: dict[str, tuple[ErrorCode, str]] = {}
     seen: dict[tuple[str, int], int] = {}
-    for change in [*deletions, *upsertions]:
+    changes: list[Deletion | Upsertion] = [*deletions, *upsertions]
+    for change in changes:
         if change.user not in order:
             order.append(change.user)
         seen[(change.user, change.mechanism)] = seen.get((change.user, change.mechanism), 0) + 1
@@ -177,7 +178,7 @@ def plan_alter(current: Mapping[str, Mapping[str, ScramCredential]],
     def fail(user: str, code: ErrorCode, message: str) -> None:
         errors.setdefault(user, (code, message))
 
-    for change in [*deletions, *upsertions]:
+    for change in changes:
         user, mech_id = change.user, change.mechanism
         mechanism = MECHANISMS_BY_ID.get(mech_id)
         if mechanism is None:
@@ -464,15 +465,7 @@ def parse_add_scram(arg: str) -> ScramArg:
     user = fields.get("name", "")
     if not user:
         raise ScramError(f"{mechanism}: name=<user> is required")
-    iterations: int | None = None
-    if "iterations" in fields:
-        try:
-            iterations = int(fields["iterations"])
-        except ValueError:
-            raise ScramError(f"{mechanism}: iterations must be a number") from None
-        problem = iterations_problem(iterations)
-        if problem:
-            raise ScramError(f"{mechanism}: {problem}")
+    iterations = _iterations_field(fields, mechanism)
     salt = _b64_field(fields, "salt", mechanism)
     salted = _b64_field(fields, "saltedpassword", mechanism)
     password = fields.get("password")
@@ -485,6 +478,19 @@ def parse_add_scram(arg: str) -> ScramArg:
         if problem:
             raise ScramError(f"{mechanism}: {problem}")
     return ScramArg(mechanism, user, password, iterations, salt, salted)
+
+
+def _iterations_field(fields: Mapping[str, str], mechanism: str) -> int | None:
+    if "iterations" not in fields:
+        return None
+    try:
+        iterations = int(fields["iterations"])
+    except ValueError:
+        raise ScramError(f"{mechanism}: iterations must be a number") from None
+    problem = iterations_problem(iterations)
+    if problem:
+        raise ScramError(f"{mechanism}: {problem}")
+    return iterations
 
 
 def _b64_field(fields: Mapping[str, str], key: str, mechanism: str) -> bytes | None:

@@ -183,7 +183,7 @@ def _set_ciphers(ctx: ssl.SSLContext, s: TlsSettings) -> None:
     probe.set_ciphers("ALL:@SECLEVEL=0")
     known = {c["name"] for c in probe.get_ciphers()}
     wanted = [openssl_cipher_name(n) for n in tls12]
-    unknown = [n for n, w in zip(tls12, wanted) if w not in known]
+    unknown = [n for n, w in zip(tls12, wanted, strict=True) if w not in known]
     if unknown:
         raise TlsConfigError(f"{s.name(key)}: unknown or unavailable cipher suite(s) "
                              f"{', '.join(unknown)}")

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 import scramp
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
@@ -37,7 +39,8 @@ def _upsert(user: str, mech: ScramMechanism, password: str, iterations: int = 40
                                         password.encode(), salt)
 
 
-def _alter(admin: AdminClient, alterations: list[object]) -> dict[str, str | None]:
+def _alter(admin: AdminClient,
+           alterations: list[UserScramCredentialAlteration]) -> dict[str, str | None]:
     """{user: None (ok) or the error's name}."""
     out: dict[str, str | None] = {}
     for user, fut in admin.alter_user_scram_credentials(alterations,
@@ -51,7 +54,9 @@ def _alter(admin: AdminClient, alterations: list[object]) -> dict[str, str | Non
 
 
 def _describe_all(admin: AdminClient) -> dict[str, dict[str, int]]:
-    got = admin.describe_user_scram_credentials(request_timeout=TIMEOUT).result(TIMEOUT)
+    future = admin.describe_user_scram_credentials(request_timeout=TIMEOUT)
+    assert isinstance(future, Future)
+    got = future.result(TIMEOUT)
     return {user: {ScramMechanism(i.mechanism).name: i.iterations
                    for i in d.scram_credential_infos} for user, d in got.items()}
 
@@ -89,6 +94,7 @@ def test_alter_describe_and_survive_kill(tmp_path: Path) -> None:
             "erin": "DUPLICATE_RESOURCE"}
         futures = admin.describe_user_scram_credentials(["bob", "nobody"],
                                                         request_timeout=TIMEOUT)
+        assert isinstance(futures, dict)
         assert [i.iterations for i in futures["bob"].result(TIMEOUT).scram_credential_infos] == [
             4096]
         with pytest.raises(KafkaException) as info:

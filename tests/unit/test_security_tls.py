@@ -201,7 +201,8 @@ def test_cipher_suites(pki: dict[str, str], ca: trustme.CA) -> None:
     ctx = server_context({**pki, "ssl.enabled.protocols": "TLSv1.2",
                           "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}, "SSL")
     client, _ = _handshake(ctx, _client(ca))
-    assert client.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    cipher = client.cipher()
+    assert cipher is not None and cipher[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
     # Only TLS 1.3 suites: TLS 1.3 only.
     ctx = server_context({**pki, "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"}, "SSL")
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_3
@@ -329,7 +330,9 @@ def test_dn_of_a_real_certificate_matches_cryptography(tmp_path: Path, pki: dict
     client.load_cert_chain(str(pem))
     _, server = _handshake(server_context({**pki, "ssl.client.auth": "required"}, "SSL"),
                            client)
-    dn = dn_from_peercert(server.getpeercert())
+    peer = server.getpeercert()
+    assert peer is not None
+    dn = dn_from_peercert(peer)
     assert dn == subject.rfc4514_string() == "CN=carol,OU=eng,O=Acme\\, Inc,C=DE"
 
 
