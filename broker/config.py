@@ -295,13 +295,14 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Ask TLS clients for a certificate: none, requested or required.",
               one_of("none", "requested", "required")),
     ConfigDef("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3",
-              "TLS versions served (TLSv1.2, TLSv1.3)."),
+              "TLS versions served (TLSv1.2, TLSv1.3).", lambda v: _protocols_problem(v)),
     ConfigDef("ssl.protocol", "string", "TLSv1.3",
               "Accepted for Kafka compatibility; the versions come from ssl.enabled.protocols."),
     ConfigDef("ssl.cipher.suites", "list", "",
               "TLS 1.2 cipher suites (Kafka/IANA names); empty: OpenSSL's defaults."),
     ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT",
-              "Rules mapping a client certificate's DN to a principal name."),
+              "Rules mapping a client certificate's DN to a principal name (DEFAULT, "
+              "RULE:pattern/replacement/[LU]).", lambda v: _mapping_rules_problem(v)),
     ConfigDef("ssl.endpoint.identification.algorithm", "string", "https",
               "Accepted for Kafka compatibility (a broker verifies no server certificate)."),
     # Authorization (issue 13; broker/security/authorizer.py).
@@ -318,6 +319,24 @@ _BROKER_DEFS: list[ConfigDef] = [
 # mechanism's config (listener.name.<listener>.<mechanism>.sasl.jaas.config), as in Kafka.
 LISTENER_PREFIX = "listener.name."
 _SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+def _protocols_problem(value: str) -> str | None:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in names if p not in ("TLSv1.2", "TLSv1.3")]
+    if bad or not names:
+        return f"{', '.join(bad) or 'empty'}: Shoal serves TLSv1.2 and TLSv1.3"
+    return None
+
+
+def _mapping_rules_problem(value: str) -> str | None:
+    from broker.security.tls import TlsConfigError, parse_mapping_rules
+
+    try:
+        parse_mapping_rules(value, "rules")
+    except TlsConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _mechanisms_problem(value: str) -> str | None:

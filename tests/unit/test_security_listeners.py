@@ -172,6 +172,8 @@ PER_LISTENER_BAD = [
     ({"listener.name.SSL.ssl.client.auth": "required"}, "must be lower case"),
     ({"listener.name.ssl": "x"}, "expected listener.name.<listener>.<config>"),
     ({"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-1"}, "unknown SASL mechanism"),
+    ({"listener.name.ssl.ssl.principal.mapping.rules": "RULE:x"}, "invalid rule"),
+    ({"ssl.enabled.protocols": "TLSv1.3,SSLv3"}, "SSLv3: Shoal serves TLSv1.2 and TLSv1.3"),
     ({"listeners": "A://:1"}, "no security protocol for listener A"),
     ({"inter.broker.listener.name": "SSL"}, "is not one of the listeners"),
 ]
