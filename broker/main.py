@@ -73,6 +73,22 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(values)
 
 
+def unserved_listener_problem(config: BrokerConfig) -> str | None:
+    """Why the server cannot honour the listeners, or None. The server (``broker/server.py``)
+    serves the first listener, without TLS or SASL, until issue 13 phase 2 wires
+    ``broker/security/`` in; serving a TLS or SASL listener as plaintext would silently drop
+    its security, so that stops the broker instead. Phase 2 removes this check."""
+    first = config.listeners[0]
+    if first.security_protocol.value != "PLAINTEXT":
+        return (f"listener {first.name} uses {first.security_protocol.value}, which this Shoal "
+                "does not serve yet; refusing to serve it as PLAINTEXT")
+    for other in config.listeners[1:]:
+        logging.getLogger("shoal").warning(
+            "listener %s is not served yet: only the first listener (%s) is", other.name,
+            first.name)
+    return None
+
+
 async def run_broker(config: BrokerConfig, ready_file: str | None = None,
                      add_scram: Sequence[ScramArg] = ()) -> int:
     """Run until a signal (returns 0) or a storage failure (returns the broker's exit code).
@@ -127,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config = build_config(args)
             add_scram = [parse_add_scram(a) for a in args.add_scram or []]
+            problem = unserved_listener_problem(config)
+            if problem:
+                raise ConfigError(problem)
         except (ConfigError, OSError, ScramError) as exc:
             where = "--add-scram: " if isinstance(exc, ScramError) else ""
             print(f"shoal: configuration error: {where}{exc}", file=sys.stderr)

@@ -229,6 +229,9 @@ class ScramStore:
         self.path = path
         self._lock = threading.Lock()
         self._snapshot: Snapshot = _load(path)
+        # A crash between creating a temp file and the rename leaves one behind.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
 
     @classmethod
     def open(cls, data_dir: Path) -> ScramStore:

@@ -79,6 +79,12 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]
 
 
+def test_a_temp_file_left_by_a_crash_is_removed(tmp_path: Path) -> None:
+    (tmp_path / f".{FILE_NAME}.abc.tmp").write_text("{}")
+    ScramStore.open(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_corrupt_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / FILE_NAME).write_text('{"version": 7}')
     with pytest.raises(ScramError, match="not a SCRAM credential file"):
