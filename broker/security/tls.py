@@ -22,8 +22,8 @@ both are removed before this module returns, also on error. Inline values may be
 line (Kafka accepts that); the base64 body is re-wrapped for OpenSSL.
 
 Principal: ``User:<subject DN>`` in RFC 2253 form as Java's ``X500Principal.getName()`` prints
-it (most specific RDN first: ``CN=alice,OU=eng,O=Acme``), then ``ssl.principal.mapping.rules``
-(Kafka's ``SslPrincipalMapper``: ``DEFAULT`` and ``RULE:pattern/replacement/[LU]``, first match
+it (most specific RDN first: ``CN=alice,OU=eng,O=Acme``; Java also escapes '=' and '#'), then
+``ssl.principal.mapping.rules`` (Kafka's ``SslPrincipalMapper``: ``DEFAULT`` and ``RULE:pattern/replacement/[LU]``, first match
 wins; a DN no rule matches is an error). A connection without a client certificate is
 ``User:ANONYMOUS``. Attributes without an RFC 2253 keyword are printed as ``OID=#hex`` of their
 DER value like Java does; ``getpeercert()`` does not keep the ASN.1 string type, so it is assumed
@@ -347,14 +347,15 @@ def _der_hex(tag: int, value: str) -> str:
 
 
 def _escape(value: str) -> str:
-    """RFC 2253 section 2.4 escaping, as Java prints it."""
-    out = []
-    for i, ch in enumerate(value):
-        if ch in ',+"\\<>;' or (ch == "#" and i == 0) or (ch == " " and i in (0, len(value) - 1)):
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
+    """RFC 2253 section 2.4 escaping as Java prints it: besides what the RFC requires, Java also
+    escapes '=' and every '#' (not only a leading one), and every leading or trailing space."""
+    escaped = "".join("\\" + ch if ch in ',=+<>#;"\\' else ch for ch in value)
+    body = escaped.strip(" \r")
+    if not body:
+        return "".join("\\" + ch for ch in escaped)
+    start = escaped.index(body)
+    lead, trail = escaped[:start], escaped[start + len(body):]
+    return "".join("\\" + c for c in lead) + body + "".join("\\" + c for c in trail)
 
 
 def dn_from_peercert(cert: Mapping[str, Any]) -> str:
