@@ -26,9 +26,10 @@ it (most specific RDN first: ``CN=alice,OU=eng,O=Acme``; Java also escapes '=' a
 ``ssl.principal.mapping.rules`` (Kafka's ``SslPrincipalMapper``: ``DEFAULT`` and
 ``RULE:pattern/replacement/[LU]``, first match wins; a DN no rule matches is an error). A
 connection without a client certificate is ``User:ANONYMOUS``. Attributes without an RFC 2253
-keyword are printed as ``OID=#hex`` of their DER value like Java does; ``getpeercert()`` does not keep the ASN.1 string type, so it is assumed
-(IA5String for emailAddress, PrintableString for serialNumber and dnQualifier, else UTF8String,
-the defaults of OpenSSL and of ``cryptography``).
+keyword are printed as ``OID=#hex`` of their DER value like Java does; ``getpeercert()`` does
+not keep the ASN.1 string type, so it is assumed (IA5String for emailAddress, PrintableString
+for serialNumber and dnQualifier, else UTF8String: the defaults of OpenSSL and of
+``cryptography``).
 
 Building a context reads files; everything else here is pure.
 """
