@@ -264,8 +264,9 @@ class Authenticator:
 
     def _mock(self, user: str) -> ScramCredential:
         assert self.mechanism is not None
-        mac = hmac.new(self._mock_secret, f"{self.mechanism}\x00{user}".encode(), "sha512")
-        salt = mac.digest()[:32]
+        # 64 bytes, the salt length librdkafka's AlterUserScramCredentials uses.
+        salt = hmac.new(self._mock_secret, f"{self.mechanism}\x00{user}".encode(),
+                        "sha512").digest()
         size = 32 if self.mechanism == SCRAM_SHA_256 else 64
         # Random keys: no client proof can match them.
         return ScramCredential(salt, secrets.token_bytes(size), secrets.token_bytes(size),
