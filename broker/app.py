@@ -37,8 +37,8 @@ from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
-from broker.security.setup import AclSeam, build_authorizer
 from broker.security.scram_store import ScramArg, ScramStore
+from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem

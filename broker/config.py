@@ -305,14 +305,6 @@ _BROKER_DEFS: list[ConfigDef] = [
               "RULE:pattern/replacement/[LU]).", lambda v: _mapping_rules_problem(v)),
     ConfigDef("ssl.endpoint.identification.algorithm", "string", "https",
               "Accepted for Kafka compatibility (a broker verifies no server certificate)."),
-    # Authorization (issue 13; broker/security/authorizer.py).
-    ConfigDef("authorizer.class.name", "string", "",
-              "Empty: no authorization. Kafka's StandardAuthorizer or AclAuthorizer: ACLs.",
-              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                     "kafka.security.authorizer.AclAuthorizer")),
-    ConfigDef("super.users", "string", "", "Principals allowed everything (User:a;User:b)."),
-    ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
-              "Allow an operation on a resource no ACL matches."),
 ]
 
 # listener.name.<listener>.<config>: a per-listener value of a declared config, or of a SASL

@@ -6,7 +6,7 @@ The client sends salted passwords, never passwords. Validation is Kafka's, as da
 (two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a missing credential). The
 answer has one result per user; a user with any invalid change keeps its credentials unchanged.
 Valid changes are written durably (``scram-credentials.json``) before the answer, off the event
-loop. Needs CLUSTER ALTER (``_authorize``; with no authorizer configured, everything is allowed).
+loop. Needs CLUSTER ALTER (``_authorize``: with ``authorizer.class.name`` empty, allowed).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.security.scram_store import Deletion, Upsertion, UserResult
@@ -31,13 +32,11 @@ log = logging.getLogger("shoal.security.scram")
 
 
 def _authorize(ctx: RequestContext, operation: str) -> bool:
-    """CLUSTER ``operation`` for the request's principal. With no authorizer on the broker,
-    allowed (today's default). Phase 2 of issue 13 provides ``broker.authorizer``; the call
-    below is the shape it is expected to have."""
-    authorizer = getattr(ctx.broker, "authorizer", None)
-    if authorizer is None:
+    """CLUSTER ``operation`` (Kafka's AclOperation name) for the request's principal, through
+    the broker's authorizer (``broker/authz.py``); allowed when the broker has none."""
+    if getattr(ctx.broker, "authorizer", None) is None:
         return True
-    return bool(authorizer.authorize_cluster(ctx, operation))
+    return ctx.authorized(Operation[operation], CLUSTER)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -52,8 +51,8 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
     users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
     if not _authorize(ctx, "ALTER"):
         results = [UserResult(u, ErrorCode.cluster_authorization_failed,
-                              "not authorized to alter SCRAM credentials (CLUSTER ALTER)")
-                   for u in users]
+                              f"{ctx.principal} is not authorized to alter SCRAM credentials: "
+                              "it needs ALTER on the CLUSTER resource") for u in users]
     else:
         store = ctx.broker.scram_credentials
         try:

@@ -151,3 +151,33 @@ def test_a_tls_or_sasl_listener_is_not_served_as_plaintext(tmp_path: Path) -> No
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "listener SASL_SSL uses SASL_SSL, which this Shoal does not serve yet" in proc.stderr
+
+
+def test_acl_authorizer_guards_the_scram_rpcs(tmp_path: Path) -> None:
+    """With ACLs on, altering needs CLUSTER ALTER and describing CLUSTER DESCRIBE: an anonymous
+    client without ACLs is refused, a super user is not."""
+    acls = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    b = BrokerProcess(tmp_path / "data", overrides=acls)
+    b.start()
+    try:
+        admin = _admin(b)
+        assert _alter(admin, [_upsert("alice", SHA256, "pw")]) == {
+            "alice": "CLUSTER_AUTHORIZATION_FAILED"}
+        with pytest.raises(KafkaException) as info:
+            _describe_all(admin)
+        assert info.value.args[0].name() == "CLUSTER_AUTHORIZATION_FAILED"
+        futures = admin.describe_user_scram_credentials(["alice"], request_timeout=TIMEOUT)
+        assert isinstance(futures, dict)
+        with pytest.raises(KafkaException) as info:
+            futures["alice"].result(TIMEOUT)
+        assert info.value.args[0].name() == "CLUSTER_AUTHORIZATION_FAILED"
+    finally:
+        b.stop()
+    b = BrokerProcess(tmp_path / "data", overrides={**acls, "super.users": "User:ANONYMOUS"})
+    b.start()
+    try:
+        admin = _admin(b)
+        assert _alter(admin, [_upsert("alice", SHA256, "pw")]) == {"alice": None}
+        assert _describe_all(admin) == {"alice": {"SCRAM_SHA_256": 4096}}
+    finally:
+        b.stop()

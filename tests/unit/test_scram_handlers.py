@@ -10,6 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation, Principal, Resource
+from broker.context import RequestContext
 from broker.handlers import alter_user_scram_credentials as alter
 from broker.handlers import describe_user_scram_credentials as describe
 from broker.security.scram_store import ScramStore, credential_from_password
@@ -19,19 +21,24 @@ SALT = b"0123456789abcdef"
 
 
 class DenyAll:
-    def __init__(self) -> None:
-        self.asked: list[str] = []
+    """A ``broker.authz.Authorizer`` that refuses everything and records what it was asked."""
 
-    def authorize_cluster(self, ctx: Any, operation: str) -> bool:
-        self.asked.append(operation)
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Operation, Resource, str]] = []
+
+    def authorize(self, principal: Principal, operation: Operation, resource: Resource,
+                  host: str = "*") -> bool:
+        self.asked.append((str(principal), operation, resource, host))
         return False
 
 
-def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> Any:
+def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> RequestContext:
     store = ScramStore.open(tmp_path)
     store.upsert("alice", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "a", 8192))
     broker = SimpleNamespace(scram_credentials=store, authorizer=authorizer)
-    return SimpleNamespace(broker=broker, api_key=api_key, api_version=0, client_host="127.0.0.1")
+    return RequestContext(broker=broker, api_key=api_key, api_version=0,  # type: ignore[arg-type]
+                          correlation_id=1, client_id="t", client_host="10.0.0.1",
+                          connection_id=1, principal=Principal("User", "bob"))
 
 
 def _describe_request(*names: str) -> Any:
@@ -76,13 +83,25 @@ def test_alter_answers_per_user(tmp_path: Path) -> None:
 def test_the_authorization_hook(tmp_path: Path) -> None:
     deny = DenyAll()
     ctx = _ctx(tmp_path, 50, deny)
+    # In per-user results, not at the top level (see the handler's doc).
     res = describe.handle(ctx, _describe_request())
-    assert (res.error_code, res.results) == (ErrorCode.cluster_authorization_failed, ())
+    assert res.error_code == ErrorCode.none
+    assert [(r.user, r.error_code, r.credential_infos) for r in res.results] == [
+        ("", ErrorCode.cluster_authorization_failed, ())]
+    res = describe.handle(ctx, _describe_request("alice", "x", "alice"))
+    assert res.error_code == ErrorCode.none
+    assert [(r.user, r.error_code) for r in res.results] == [
+        ("alice", ErrorCode.cluster_authorization_failed),
+        ("x", ErrorCode.cluster_authorization_failed)]
+    deny.asked.pop()
     m = request_module(51, 0)
     req = m.AlterUserScramCredentialsRequest(
         deletions=(m.ScramCredentialDeletion(name="alice", mechanism=1),), upsertions=())
     res = asyncio.run(alter.handle(_ctx(tmp_path, 51, deny), req))
     assert [(r.user, r.error_code) for r in res.results] == [
         ("alice", ErrorCode.cluster_authorization_failed)]
-    assert deny.asked == ["DESCRIBE", "ALTER"]
+    assert deny.asked == [("User:bob", Operation.DESCRIBE, CLUSTER, "10.0.0.1"),
+                          ("User:bob", Operation.ALTER, CLUSTER, "10.0.0.1")]
+    assert res.results[0].error_message == ("User:bob is not authorized to alter SCRAM "
+                                            "credentials: it needs ALTER on the CLUSTER resource")
     assert ScramStore.open(tmp_path).lookup("alice", "SCRAM-SHA-256") is not None
