@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.security.jaas import JaasError, parse_jaas_config
 from broker.security.sasl import (
-    AuthError,
     Authenticator,
+    AuthError,
     SaslConfigError,
     SaslServerConfig,
     State,
