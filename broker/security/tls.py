@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.security.listeners import listener_prefix
+from broker.security.listeners import listener_config, listener_prefix
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -523,6 +523,16 @@ class PrincipalMapper:
             if mapped is not None:
                 return mapped
         raise NoMatchingRule(f"no ssl.principal.mapping.rules rule matches {dn!r}")
+
+
+def principal_mapper(config: Mapping[str, Any], listener_name: str) -> PrincipalMapper:
+    """The listener's ``ssl.principal.mapping.rules`` (prefixed value first).
+
+    Raises:
+        TlsConfigError: see ``parse_mapping_rules``.
+    """
+    return PrincipalMapper(listener_config(config, listener_name, "ssl.principal.mapping.rules",
+                                           "DEFAULT"))
 
 
 def tls_principal(peercert: Mapping[str, Any] | None, mapper: PrincipalMapper) -> str:

@@ -27,6 +27,7 @@ from broker.security.tls import (
     normalize_pem,
     openssl_cipher_name,
     parse_mapping_rules,
+    principal_mapper,
     server_context,
     tls_principal,
 )
@@ -355,6 +356,14 @@ MAPPINGS = [
 @pytest.mark.parametrize(("rules", "dn", "name"), MAPPINGS, ids=[r for r, _, _ in MAPPINGS])
 def test_principal_mapping_rules(rules: str, dn: str, name: str) -> None:
     assert PrincipalMapper(rules).name(dn) == name
+
+
+def test_principal_mapper_per_listener() -> None:
+    config = {"ssl.principal.mapping.rules": "DEFAULT",
+              "listener.name.ssl.ssl.principal.mapping.rules": "RULE:^CN=([^,]*).*$/$1/U"}
+    assert principal_mapper(config, "SSL").name("CN=al,O=x") == "AL"
+    assert principal_mapper(config, "SASL_SSL").name("CN=al,O=x") == "CN=al,O=x"
+    assert principal_mapper({}, "SSL").name("CN=al") == "CN=al"
 
 
 def test_no_matching_rule_is_an_error() -> None:
