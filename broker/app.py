@@ -37,6 +37,7 @@ from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
+from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
@@ -95,6 +96,10 @@ class Broker:
         # ACL authorizer (broker/security/), None when authorizer.class.name is empty. When set,
         # it also answers the handlers' checks through ``self.authorizer``.
         self.acl_authorizer: AclAuthorizer | None = None
+        # SCRAM credentials (durable; broker/security/scram_store.py), opened in start() after
+        # adding those given with ``shoal broker --add-scram``.
+        self.scram_credentials: ScramStore
+        self.scram_bootstrap: list[ScramArg] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -104,6 +109,11 @@ class Broker:
         self.acl_authorizer = build_authorizer(self.config, self.data_dir)
         if self.acl_authorizer is not None:
             self.authorizer = AclSeam(self.acl_authorizer)
+        self.scram_credentials = ScramStore.open(self.data_dir)
+        for arg in self.scram_bootstrap:
+            self.scram_credentials.upsert(arg.user, arg.mechanism, arg.credential())
+            log.info("SCRAM credential of user %s (%s) set from --add-scram", arg.user,
+                     arg.mechanism)
         self.topics = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()

@@ -25,6 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.security.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Listener,
+    ListenerError,
+    parse_listeners,
+)
+
 LONG_MAX = 2**63 - 1
 
 log = logging.getLogger("shoal.config")
@@ -65,9 +72,10 @@ def _minus_one_or_at_least(n: int) -> Callable[[Any], str | None]:
 _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("node.id", "int", 1, "Id of this broker in Metadata responses.", at_least(0)),
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
-              "Address to listen on (PLAINTEXT://host:port or host:port)."),
+              "Listeners, NAME://host:port,... (host:port alone is PLAINTEXT)."),
     ConfigDef("advertised.listeners", "string", "",
-              "Address clients are told to connect to; defaults to the listener."),
+              "Address clients are told to connect to, per listener name; defaults to the "
+              "listener."),
     ConfigDef("log.dirs", "string", "./data", "Directory holding all partition logs and state."),
     ConfigDef("num.partitions", "int", 1, "Partitions of auto-created topics and of CreateTopics "
               "requests that ask for the default (-1).", at_least(1), dynamic=True),
@@ -251,7 +259,81 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metrics.listen", "string", "",
               "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
               "off.", lambda v: _listener_problem(v) if v else None),
+    # Listeners and security (issue 13; broker/security/). Each may also be given for one
+    # listener as listener.name.<lower-case listener name>.<name> (LISTENER_PREFIX below).
+    ConfigDef("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP,
+              "Security protocol of each listener name (NAME:PROTOCOL,...)."),
+    ConfigDef("inter.broker.listener.name", "string", "",
+              "Accepted and checked to name a listener; a single broker has no inter-broker "
+              "traffic."),
+    ConfigDef("sasl.enabled.mechanisms", "list", "GSSAPI",
+              "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's "
+              "default GSSAPI is not supported: set this on a SASL listener).",
+              lambda v: _mechanisms_problem(v)),
+    ConfigDef("sasl.jaas.config", "string", None,
+              "JAAS login config of SASL listeners (PlainLoginModule user_<name>=\"<password>\").",
+              sensitive=True),
+    ConfigDef("ssl.keystore.type", "string", "JKS", "Only PEM key stores can be used.",
+              one_of("JKS", "PKCS12", "PEM")),
+    ConfigDef("ssl.keystore.location", "string", None,
+              "PEM file with the private key and certificate chain."),
+    ConfigDef("ssl.keystore.key", "string", None, "Inline PEM private key.", sensitive=True),
+    ConfigDef("ssl.keystore.certificate.chain", "string", None,
+              "Inline PEM certificate chain."),
+    ConfigDef("ssl.keystore.password", "string", None,
+              "Key store password (not used for PEM: see ssl.key.password).", sensitive=True),
+    ConfigDef("ssl.key.password", "string", None, "Password of an encrypted private key.",
+              sensitive=True),
+    ConfigDef("ssl.truststore.type", "string", "JKS", "Only PEM trust stores can be used.",
+              one_of("JKS", "PKCS12", "PEM")),
+    ConfigDef("ssl.truststore.location", "string", None,
+              "PEM file with the CA certificates trusted for client certificates."),
+    ConfigDef("ssl.truststore.certificates", "string", None, "Inline PEM CA certificates."),
+    ConfigDef("ssl.truststore.password", "string", None,
+              "Trust store password (not used for PEM).", sensitive=True),
+    ConfigDef("ssl.client.auth", "string", "none",
+              "Ask TLS clients for a certificate: none, requested or required.",
+              one_of("none", "requested", "required")),
+    ConfigDef("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3",
+              "TLS versions served (TLSv1.2, TLSv1.3).", lambda v: _protocols_problem(v)),
+    ConfigDef("ssl.protocol", "string", "TLSv1.3",
+              "Accepted for Kafka compatibility; the versions come from ssl.enabled.protocols."),
+    ConfigDef("ssl.cipher.suites", "list", "",
+              "TLS 1.2 cipher suites (Kafka/IANA names); empty: OpenSSL's defaults."),
+    ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT",
+              "Rules mapping a client certificate's DN to a principal name (DEFAULT, "
+              "RULE:pattern/replacement/[LU]).", lambda v: _mapping_rules_problem(v)),
+    ConfigDef("ssl.endpoint.identification.algorithm", "string", "https",
+              "Accepted for Kafka compatibility (a broker verifies no server certificate)."),
 ]
+
+# listener.name.<listener>.<config>: a per-listener value of a declared config, or of a SASL
+# mechanism's config (listener.name.<listener>.<mechanism>.sasl.jaas.config), as in Kafka.
+LISTENER_PREFIX = "listener.name."
+_SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+def _protocols_problem(value: str) -> str | None:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in names if p not in ("TLSv1.2", "TLSv1.3")]
+    if bad or not names:
+        return f"{', '.join(bad) or 'empty'}: Shoal serves TLSv1.2 and TLSv1.3"
+    return None
+
+
+def _mapping_rules_problem(value: str) -> str | None:
+    from broker.security.tls import TlsConfigError, parse_mapping_rules
+
+    try:
+        parse_mapping_rules(value, "rules")
+    except TlsConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _mechanisms_problem(value: str) -> str | None:
+    unknown = [m for m in (x.strip() for x in value.split(",")) if m and m not in _SASL_MECHANISMS]
+    return f"unknown SASL mechanism(s) {', '.join(unknown)}" if unknown else None
 
 
 # The authorizer checks live with the authorizer; imported when used, since broker.security
@@ -317,9 +399,6 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "controller.quorum.voters": "Shoal has no KRaft controller quorum",
     "controller.quorum.bootstrap.servers": "Shoal has no KRaft controller quorum",
     "controller.listener.names": "Shoal has no controller listener",
-    # Listeners: one PLAINTEXT listener (the first entry of listeners), no inter-broker traffic.
-    "inter.broker.listener.name": "a single broker has no inter-broker traffic",
-    "listener.security.protocol.map": "Shoal serves PLAINTEXT only",
     # Threads and sockets: one asyncio event loop, OS default socket buffers.
     "num.network.threads": "Shoal serves all connections on one event loop",
     "num.io.threads": "Shoal serves all requests on one event loop",
@@ -458,11 +537,16 @@ class BrokerConfig:
         self._static: dict[str, Any] = {}
         self._dynamic: set[str] = set()
         self._listeners: list[Callable[[str], None]] = []
+        # listener.name.<listener>.<config> values (startup only), and the raw values of the
+        # accepted no-effect Kafka configs (controller.listener.names drops listeners).
+        self._per_listener: dict[str, Any] = {}
+        self._no_effect: dict[str, str] = {}
         for name, raw in (overrides or {}).items():
             self.set(name, raw, initial=True)
         problem = share_bounds_problem(self.get)
         if problem:
             raise ConfigError(problem)
+        self._check_listeners()
 
     def set(self, name: str, raw: Any, *, initial: bool = False) -> None:
         """Set a config from its raw value. At startup (``initial``) a name in
@@ -477,6 +561,10 @@ class BrokerConfig:
             if initial and name in NO_EFFECT_KAFKA_CONFIGS:
                 log.warning("broker config %s=%s is accepted but has no effect in Shoal: %s",
                             name, raw, NO_EFFECT_KAFKA_CONFIGS[name])
+                self._no_effect[name] = str(raw)
+                return
+            if initial and name.startswith(LISTENER_PREFIX):
+                self._per_listener[name] = _parse_per_listener(name, raw)
                 return
             raise ConfigError(unknown_broker_config_problem(name))
         if not initial and not d.dynamic:
@@ -553,6 +641,34 @@ class BrokerConfig:
     def items(self) -> list[tuple[str, Any]]:
         return sorted((k, v) for k, v in self._values.items() if k in BROKER_CONFIGS)
 
+    def as_mapping(self) -> dict[str, Any]:
+        """Every declared value plus the ``listener.name.*`` ones, for
+        ``broker.security.listeners.listener_config`` and the TLS/SASL builders."""
+        return {**self._values, **self._per_listener}
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """The listeners to serve (without controller listeners), as ``_check_listeners``
+        validated them."""
+        return parse_listeners(
+            self._values["listeners"], self._values["listener.security.protocol.map"],
+            self._values["advertised.listeners"], self._values["inter.broker.listener.name"],
+            exclude=self._no_effect.get("controller.listener.names", "").split(","))
+
+    def _check_listeners(self) -> None:
+        """Raises:
+            ConfigError: the listener configs are inconsistent (``parse_listeners``).
+        """
+        try:
+            names = {x.name.lower() for x in self.listeners}
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
+        for key in self._per_listener:
+            listener = key[len(LISTENER_PREFIX):].split(".", 1)[0]
+            if listener not in names:
+                log.warning("broker config %s is for listener %s, which is not in listeners",
+                            key, listener.upper())
+
     # Typed accessors for the hot paths.
     @property
     def node_id(self) -> int:
@@ -570,6 +686,31 @@ class BrokerConfig:
     def advertised(self) -> tuple[str, int]:
         adv = self._values["advertised.listeners"]
         return parse_listener(adv) if adv else self.listen
+
+
+def _parse_per_listener(name: str, raw: Any) -> Any:
+    """Parse ``listener.name.<listener>.<config>``: a declared config (validated as such) or a
+    SASL mechanism's ``<mechanism>.sasl.*`` config (kept as text).
+
+    Raises:
+        ConfigError: no listener name, or an unknown config after it.
+    """
+    listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
+    if not listener or not key:
+        raise ConfigError(f"{name}: expected {LISTENER_PREFIX}<listener>.<config>")
+    if listener != listener.lower():
+        raise ConfigError(f"{name}: the listener name in {LISTENER_PREFIX}<listener>. must be "
+                          f"lower case ({listener.lower()})")
+    d = BROKER_CONFIGS.get(key)
+    if d is not None:
+        return parse_value(d, raw)
+    mechanism, _, sasl_key = key.partition(".")
+    if mechanism.upper() in _SASL_MECHANISMS and sasl_key.startswith("sasl."):
+        return str(raw).strip()
+    close = difflib.get_close_matches(key, list(BROKER_CONFIGS), n=1)
+    hint = f"did you mean {LISTENER_PREFIX}{listener}.{close[0]}?" if close else \
+        "check the spelling or remove it."
+    raise ConfigError(f"unknown broker config {name!r}; {hint} {_SEE_README}")
 
 
 def parse_listener(value: str) -> tuple[str, int]:

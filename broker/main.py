@@ -1,6 +1,7 @@
 """The ``shoal`` command line.
 
 ``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
+(``--add-scram 'SCRAM-SHA-256=[name=U,password=P]'``, repeatable, stores SCRAM credentials first)
 until SIGTERM/SIGINT, then shuts down gracefully (exit status 0). A storage failure in the data
 directory also shuts it down, with exit status 1 (``persister/log_dir.py``). At start the
 open-file soft limit is raised to the hard limit (``broker/resources.py``). Options override the properties file, which
@@ -18,10 +19,12 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.cli import add_commands
 from broker.config import BrokerConfig, ConfigError, read_properties
+from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
 
 
 def _setup_logging(level: str, fmt: str) -> None:
@@ -70,12 +73,32 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(values)
 
 
-async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> int:
-    """Run until a signal (returns 0) or a storage failure (returns the broker's exit code)."""
+def unserved_listener_problem(config: BrokerConfig) -> str | None:
+    """Why the server cannot honour the listeners, or None. The server (``broker/server.py``)
+    serves the first listener, without TLS or SASL, until issue 13 phase 2 wires
+    ``broker/security/`` in; serving a TLS or SASL listener as plaintext would silently drop
+    its security, so that stops the broker instead. Phase 2 removes this check."""
+    first = config.listeners[0]
+    if first.security_protocol.value != "PLAINTEXT":
+        return (f"listener {first.name} uses {first.security_protocol.value}, which this Shoal "
+                "does not serve yet; refusing to serve it as PLAINTEXT")
+    for other in config.listeners[1:]:
+        logging.getLogger("shoal").warning(
+            "listener %s is not served yet: only the first listener (%s) is", other.name,
+            first.name)
+    return None
+
+
+async def run_broker(config: BrokerConfig, ready_file: str | None = None,
+                     add_scram: Sequence[ScramArg] = ()) -> int:
+    """Run until a signal (returns 0) or a storage failure (returns the broker's exit code).
+    ``add_scram`` credentials are stored when the broker starts (``--add-scram``)."""
     from broker.app import Broker
     from broker.server import Server
 
-    server = Server(Broker(config))
+    broker = Broker(config)
+    broker.scram_bootstrap = list(add_scram)
+    server = Server(broker)
     stop = asyncio.Event()
     server.broker.add_fatal_listener(stop.set)
     await server.start()
@@ -105,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (config "
                    "metrics.listen; off by default)")
+    b.add_argument("--add-scram", action="append", metavar="'MECH=[name=U,password=P]'",
+                   help="store a SCRAM credential at start, as kafka-storage format "
+                   "--add-scram (repeatable; also iterations=N, salt=B64, saltedpassword=B64)")
     b.add_argument("--log-level", default="INFO")
     b.add_argument("--log-format", choices=("plain", "json"), default="plain")
     b.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
@@ -116,8 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(args.log_level, args.log_format)
         try:
             config = build_config(args)
-        except (ConfigError, OSError) as exc:
-            print(f"shoal: configuration error: {exc}", file=sys.stderr)
+            add_scram = [parse_add_scram(a) for a in args.add_scram or []]
+            problem = unserved_listener_problem(config)
+            if problem:
+                raise ConfigError(problem)
+        except (ConfigError, OSError, ScramError) as exc:
+            where = "--add-scram: " if isinstance(exc, ScramError) else ""
+            print(f"shoal: configuration error: {where}{exc}", file=sys.stderr)
             return 2
         if not args.no_uvloop:
             try:
@@ -130,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
         raise_open_file_limit()
         try:
-            code = asyncio.run(run_broker(config, args.ready_file))
-        except OSError as exc:
+            code = asyncio.run(run_broker(config, args.ready_file, add_scram))
+        except (OSError, ScramError) as exc:
             print(f"shoal: could not start: {exc}", file=sys.stderr)
             return 1
         return code

@@ -20,9 +20,10 @@ class BrokerProcess:
     """A ``shoal broker`` subprocess. ``kill()`` is ``kill -9``; ``start()`` reuses the data dir."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
+        self.extra_args = list(extra_args or [])  # more `shoal broker` options
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
@@ -36,6 +37,7 @@ class BrokerProcess:
                "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
+        cmd += self.extra_args
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

@@ -1,0 +1,72 @@
+"""AlterUserScramCredentials (51) v0: create, replace and delete SCRAM credentials (KIP-554).
+
+The client sends salted passwords, never passwords. Validation is Kafka's, as data
+(``broker/security/scram_store.plan_alter``): UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL
+(empty user, iterations outside [4096, 16384], a salt shorter than 12 bytes), DUPLICATE_RESOURCE
+(two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a missing credential). The
+answer has one result per user; a user with any invalid change keeps its credentials unchanged.
+Valid changes are written durably (``scram-credentials.json``) before the answer, off the event
+loop. Needs CLUSTER ALTER (``_authorize``: with ``authorizer.class.name`` empty, allowed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import CLUSTER, Operation
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, err_message
+from broker.security.scram_store import Deletion, Upsertion, UserResult
+from persister.log_dir import describe
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 51
+VERSIONS = (0, 0)
+
+log = logging.getLogger("shoal.security.scram")
+
+
+def _authorize(ctx: RequestContext, operation: str) -> bool:
+    """CLUSTER ``operation`` (Kafka's AclOperation name) for the request's principal, through
+    the broker's authorizer (``broker/authz.py``); allowed when the broker has none."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return True
+    return ctx.authorized(Operation[operation], CLUSTER)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    return _alter(ctx, req)
+
+
+async def _alter(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    deletions = [Deletion(d.name, int(d.mechanism)) for d in req.deletions]
+    upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
+                            bytes(u.salted_password)) for u in req.upsertions]
+    users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
+    if not _authorize(ctx, "ALTER"):
+        results = [UserResult(u, ErrorCode.cluster_authorization_failed,
+                              f"{ctx.principal} is not authorized to alter SCRAM credentials: "
+                              "it needs ALTER on the CLUSTER resource") for u in users]
+    else:
+        store = ctx.broker.scram_credentials
+        try:
+            results = await asyncio.to_thread(store.alter, deletions, upsertions)
+        except OSError as exc:
+            log.error("writing SCRAM credentials to %s failed: %s", store.path, describe(exc))
+            results = [UserResult(u, ErrorCode.unknown_server_error,
+                                  f"SCRAM credentials could not be written: {describe(exc)}")
+                       for u in users]
+        for r in results:
+            if r.error == ErrorCode.none:
+                log.info("SCRAM credentials of user %s altered (client %s)", r.user,
+                         ctx.client_host)
+    return make(m.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        make(m.AlterUserScramCredentialsResult, user=r.user, error_code=r.error,
+             error_message=err_message(r.error, r.message))
+        for r in results))

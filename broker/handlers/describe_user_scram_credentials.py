@@ -1,0 +1,80 @@
+"""DescribeUserScramCredentials (50) v0: which SCRAM mechanisms and iteration counts each user
+has (KIP-554; never the salt or keys).
+
+No users (null or empty) lists every user with a credential. Named users are answered in request
+order, once each: one named twice is DUPLICATE_RESOURCE, one without any credential
+RESOURCE_NOT_FOUND, as Kafka does. Needs CLUSTER DESCRIBE (with ``authorizer.class.name`` empty,
+allowed). Deliberate difference: Kafka answers a refusal with a top-level
+CLUSTER_AUTHORIZATION_FAILED, which makes confluent-kafka 2.16.1 abort the client process; Shoal
+puts the error in each named user's result (a single result for user "" when all users were
+asked), so clients fail the request cleanly with the same error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import CLUSTER, Operation
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from broker.security.scram_store import MECHANISM_IDS
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 50
+VERSIONS = (0, 0)
+
+
+def _authorize(ctx: RequestContext, operation: str) -> bool:
+    """CLUSTER ``operation`` (Kafka's AclOperation name) for the request's principal, through
+    the broker's authorizer (``broker/authz.py``); allowed when the broker has none."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return True
+    return ctx.authorized(Operation[operation], CLUSTER)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    names = [u.name for u in req.users or ()]
+    if not _authorize(ctx, "DESCRIBE"):
+        message = (f"{ctx.principal} is not authorized to describe SCRAM credentials: it needs "
+                   "DESCRIBE on the CLUSTER resource")
+        # Kafka answers with a top-level error; confluent-kafka 2.16.1 aborts the client process
+        # (free(): invalid pointer) on any top-level error here. The refusal goes in per-user
+        # results instead (user "" for a describe of all users), which fail the futures of
+        # librdkafka and of Java's client alike.
+        return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.none, error_message=None,
+                    results=tuple(_result(m, user, ErrorCode.cluster_authorization_failed,
+                                          message, {}) for user in dict.fromkeys(names or [""])))
+    store = ctx.broker.scram_credentials
+    results = []
+    if not names:
+        for user, mechs in store.describe().items():
+            results.append(_result(m, user, ErrorCode.none, None, mechs))
+    else:
+        found = store.describe(names)
+        counts = {n: names.count(n) for n in names}
+        for user in dict.fromkeys(names):
+            if counts[user] > 1:
+                results.append(_result(m, user, ErrorCode.duplicate_resource,
+                                       "Cannot describe SCRAM credentials for the same user "
+                                       f"twice in a single request: {user}", {}))
+            elif user not in found:
+                results.append(_result(m, user, ErrorCode.resource_not_found,
+                                       "Attempt to describe a user credential that does not "
+                                       f"exist: {user}", {}))
+            else:
+                results.append(_result(m, user, ErrorCode.none, None, found[user]))
+    return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, results=tuple(results))
+
+
+def _result(m: Any, user: str, error: ErrorCode, message: str | None,
+            mechs: dict[str, int]) -> Any:
+    return make(m.DescribeUserScramCredentialsResult, user=user, error_code=error,
+                error_message=message, credential_infos=tuple(
+                    make(m.CredentialInfo, mechanism=MECHANISM_IDS[mech], iterations=iterations)
+                    for mech, iterations in mechs.items()))

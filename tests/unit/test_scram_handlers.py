@@ -1,0 +1,107 @@
+"""The SCRAM credential handlers without a server: Kafka's per-user answers, the describe-all and
+duplicate cases clients cannot send, and the authorization hook."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import CLUSTER, Operation, Principal, Resource
+from broker.context import RequestContext
+from broker.handlers import alter_user_scram_credentials as alter
+from broker.handlers import describe_user_scram_credentials as describe
+from broker.security.scram_store import ScramStore, credential_from_password
+from protocol.codec import request_module
+
+SALT = b"0123456789abcdef"
+
+
+class DenyAll:
+    """A ``broker.authz.Authorizer`` that refuses everything and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Operation, Resource, str]] = []
+
+    def authorize(self, principal: Principal, operation: Operation, resource: Resource,
+                  host: str = "*") -> bool:
+        self.asked.append((str(principal), operation, resource, host))
+        return False
+
+
+def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> RequestContext:
+    store = ScramStore.open(tmp_path)
+    store.upsert("alice", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "a", 8192))
+    broker = SimpleNamespace(scram_credentials=store, authorizer=authorizer)
+    return RequestContext(broker=broker, api_key=api_key, api_version=0,  # type: ignore[arg-type]
+                          correlation_id=1, client_id="t", client_host="10.0.0.1",
+                          connection_id=1, principal=Principal("User", "bob"))
+
+
+def _describe_request(*names: str) -> Any:
+    m = request_module(50, 0)
+    return m.DescribeUserScramCredentialsRequest(
+        users=tuple(m.UserName(name=n) for n in names) if names else None)
+
+
+def test_describe_all_named_duplicate_and_unknown(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, 50)
+    res = describe.handle(ctx, _describe_request())
+    assert res.error_code == ErrorCode.none
+    assert [(r.user, r.error_code, [(c.mechanism, c.iterations) for c in r.credential_infos])
+            for r in res.results] == [("alice", ErrorCode.none, [(1, 8192)])]
+    res = describe.handle(ctx, _describe_request("bob", "alice", "bob", "carol"))
+    assert [(r.user, r.error_code) for r in res.results] == [
+        ("bob", ErrorCode.duplicate_resource), ("alice", ErrorCode.none),
+        ("carol", ErrorCode.resource_not_found)]
+    assert res.results[2].error_message == ("Attempt to describe a user credential that does "
+                                            "not exist: carol")
+
+
+def test_alter_answers_per_user(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, 51)
+    m = request_module(51, 0)
+    req = m.AlterUserScramCredentialsRequest(
+        deletions=(m.ScramCredentialDeletion(name="alice", mechanism=2),),
+        upsertions=(m.ScramCredentialUpsertion(name="bob", mechanism=2, iterations=4096,
+                                               salt=SALT, salted_password=b"k" * 64),
+                    m.ScramCredentialUpsertion(name="carol", mechanism=9, iterations=4096,
+                                               salt=SALT, salted_password=b"k" * 64)))
+    res = asyncio.run(alter.handle(ctx, req))
+    assert [(r.user, r.error_code, r.error_message) for r in res.results] == [
+        ("alice", ErrorCode.resource_not_found, "Attempt to delete a user credential that does "
+                                                "not exist (alice, SCRAM-SHA-512)"),
+        ("bob", ErrorCode.none, None),
+        ("carol", ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism id 9")]
+    assert ScramStore.open(tmp_path).describe() == {"alice": {"SCRAM-SHA-256": 8192},
+                                                    "bob": {"SCRAM-SHA-512": 4096}}
+
+
+def test_the_authorization_hook(tmp_path: Path) -> None:
+    deny = DenyAll()
+    ctx = _ctx(tmp_path, 50, deny)
+    # In per-user results, not at the top level (see the handler's doc).
+    res = describe.handle(ctx, _describe_request())
+    assert res.error_code == ErrorCode.none
+    assert [(r.user, r.error_code, r.credential_infos) for r in res.results] == [
+        ("", ErrorCode.cluster_authorization_failed, ())]
+    res = describe.handle(ctx, _describe_request("alice", "x", "alice"))
+    assert res.error_code == ErrorCode.none
+    assert [(r.user, r.error_code) for r in res.results] == [
+        ("alice", ErrorCode.cluster_authorization_failed),
+        ("x", ErrorCode.cluster_authorization_failed)]
+    deny.asked.pop()
+    m = request_module(51, 0)
+    req = m.AlterUserScramCredentialsRequest(
+        deletions=(m.ScramCredentialDeletion(name="alice", mechanism=1),), upsertions=())
+    res = asyncio.run(alter.handle(_ctx(tmp_path, 51, deny), req))
+    assert [(r.user, r.error_code) for r in res.results] == [
+        ("alice", ErrorCode.cluster_authorization_failed)]
+    assert deny.asked == [("User:bob", Operation.DESCRIBE, CLUSTER, "10.0.0.1"),
+                          ("User:bob", Operation.ALTER, CLUSTER, "10.0.0.1")]
+    assert res.results[0].error_message == ("User:bob is not authorized to alter SCRAM "
+                                            "credentials: it needs ALTER on the CLUSTER resource")
+    assert ScramStore.open(tmp_path).lookup("alice", "SCRAM-SHA-256") is not None
