@@ -1,0 +1,261 @@
+"""Structure-aware wire fuzzing of a real broker (issue 12, section 8).
+
+For every (api key, version) the dispatcher serves (which is what ApiVersions advertises),
+hypothesis builds valid-shaped request bodies from kio's generated types
+(``tests/integration/wirefuzz.py``) and damaged copies of them (bit flips, truncation, inflated
+length fields, spliced bytes), and sends them to a broker of the module's own. Each example
+asserts:
+
+- a valid-shaped body gets exactly one well-formed answer with its correlation id (Produce with
+  acks=0: none), on a connection that stays open;
+- a damaged body gets a well-formed answer or the connection is closed (it may not decode);
+- the broker log gains no ERROR line, traceback or "handler ... failed for client";
+- a separate control connection still answers Metadata.
+
+``make test`` runs a bounded number of examples per API version (well under a minute in all);
+``make test-slow`` runs ``test_black_box_fuzz_soak``: many more examples, raw random frames,
+pipelined over several connections.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from broker.dispatch import default_dispatcher
+from tests.conftest import BrokerProcess
+from tests.integration import wirefuzz as wf
+from tests.integration.rawclient import RawClient, request, request_module
+
+SERVED = [(k, v) for k, lo, hi in default_dispatcher().ranges() for v in range(lo, hi + 1)]
+LONG_POLL = {1, 78}  # Fetch, ShareFetch: a damaged max_wait may legitimately make them wait
+FAST = settings(max_examples=int(os.environ.get("SHOAL_FUZZ_EXAMPLES", "10")), deadline=None,
+                database=None, derandomize=False,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.filter_too_much,
+                                       HealthCheck.function_scoped_fixture])
+
+
+class Target:
+    """The fuzzed broker, its log watch, a control client and a probe connection."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+        self.log = wf.LogWatch(broker.log_path)
+        self.control = RawClient(broker.bootstrap, timeout=5)
+        self.probe = wf.Probe(broker.bootstrap, timeout=3)
+
+    def refresh_world(self) -> None:
+        """(Re)create the fuzz topic the strategies name (a fuzzed DeleteTopics may drop it)
+        and learn its topic id."""
+        m = request_module(19, 7)
+        topic = m.CreatableTopic(name=wf.TOPIC, num_partitions=4, replication_factor=1,
+                                 assignments=(), configs=())
+        self.control.call(19, 7, request(19, 7, topics=(topic,), timeout=timedelta(seconds=5),
+                                         validate_only=False))
+        wanted = request_module(3, 12).MetadataRequestTopic(name=wf.TOPIC, topic_id=None)
+        md = self.control.call(3, 12, request(3, 12, topics=(wanted,),
+                                              allow_auto_topic_creation=False,
+                                              include_topic_authorized_operations=False))
+        for t in md.topics:
+            if t.name == wf.TOPIC and t.topic_id is not None:
+                wf.WORLD.topic_id = t.topic_id
+        member = str(uuid.uuid4())
+        joined = self.control.call(76, 1, request(76, 1, group_id=wf.GROUP, member_id=member,
+                                                  member_epoch=0, rack_id=None,
+                                                  subscribed_topic_names=(wf.TOPIC,)))
+        if joined.error_code == ErrorCode.none:
+            wf.WORLD.member_ids.append(member)
+
+    def control_answers(self) -> None:
+        md = self.control.call(3, 12, request(3, 12, topics=None, allow_auto_topic_creation=False,
+                                              include_topic_authorized_operations=False))
+        assert md.brokers, "control Metadata lists no broker"
+
+    def assert_log_clean(self, what: str) -> None:
+        bad = self.log.bad()
+        assert bad is None, f"broker logged an unexpected failure after {what}:\n{bad}"
+
+    def close(self) -> None:
+        self.control.close()
+        self.probe.close()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    data = tmp_path_factory.mktemp("fuzz-broker") / "data"
+    b = BrokerProcess(data)
+    b.start()
+    t = Target(b)
+    t.refresh_world()
+    yield t
+    t.close()
+    b.stop()
+
+
+def _describe(api_key: int, api_version: int, req: object) -> str:
+    text = repr(req)
+    return f"api {api_key} v{api_version}: {text[:1500]}"
+
+
+def _expects_answer(api_key: int, req: object) -> bool:
+    return not (api_key == 0 and getattr(req, "acks", None) == 0)
+
+
+def run_valid(t: Target, api_key: int, api_version: int, req: object) -> None:
+    cid = t.probe.next_id()
+    outcome, got = t.probe.exchange(api_key, api_version,
+                                    wf.frame(api_key, api_version, cid, req), cid)
+    what = _describe(api_key, api_version, req)
+    t.assert_log_clean(what)
+    assert outcome == "answered", f"valid-shaped request was {outcome}: {what}"
+    if _expects_answer(api_key, req):
+        wf.check_response(api_key, api_version, cid, got)
+    else:
+        assert got == [], f"acks=0 produce was answered: {what}"
+
+
+def run_mutated(t: Target, api_key: int, api_version: int, data: bytes, cid: int) -> None:
+    outcome, got = t.probe.exchange(api_key, api_version, data, cid)
+    what = f"api {api_key} v{api_version} damaged frame {data[:200].hex()}"
+    t.assert_log_clean(what)
+    if outcome == "waiting":
+        assert api_key in LONG_POLL, f"no answer and no close within 3 s: {what}"
+        return
+    if got:
+        wf.check_response(api_key, api_version, cid, got)
+
+
+@pytest.mark.parametrize(("api_key", "api_version"), SERVED,
+                         ids=[f"api{k}-v{v}" for k, v in SERVED])
+def test_valid_and_damaged_requests(target: Target, api_key: int, api_version: int) -> None:
+    target.refresh_world()
+
+    @FAST
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        req = data.draw(wf.body(api_key, api_version), label="body")
+        run_valid(target, api_key, api_version, req)
+        cid = target.probe.next_id()
+        encoded = wf.frame(api_key, api_version, cid, req)
+        head = wf.header_size(api_key, api_version)
+        for _ in range(2):
+            bad = data.draw(wf.mutated(encoded, head), label="damaged")
+            run_mutated(target, api_key, api_version, bad, cid)
+        target.control_answers()
+
+    check()
+    assert target.broker.alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs the fuzzer found crashing a handler, kept as fixed cases (table-driven, with ids).
+
+
+def _metadata_unnamed(version: int) -> object:
+    m = request_module(3, version)
+    return request(3, version, topics=(m.MetadataRequestTopic(name=None, topic_id=None),),
+                   allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                   include_topic_authorized_operations=False)
+
+
+FOUND = {
+    # Metadata v10/v11 listing a topic with neither name nor id: the response could not encode
+    # a null name ("could not encode a response"), and the connection was dropped.
+    "metadata-v10-null-name": (3, 10, lambda: _metadata_unnamed(10)),
+    "metadata-v11-null-name": (3, 11, lambda: _metadata_unnamed(11)),
+    "metadata-v12-null-name": (3, 12, lambda: _metadata_unnamed(12)),
+}
+
+
+@pytest.mark.parametrize("name", list(FOUND))
+def test_found_by_fuzzing(target: Target, name: str) -> None:
+    api_key, api_version, build = FOUND[name]
+    run_valid(target, api_key, api_version, build())
+    target.control_answers()
+
+
+# ---------------------------------------------------------------------------------------------
+# make test-slow: black-box soak, several connections, pipelined, raw random frames too
+
+
+def _random_frame(rng: random.Random, cid: int) -> bytes:
+    key, version = rng.choice(SERVED)
+    if rng.random() < 0.3:
+        key, version = rng.randrange(-5, 120), rng.randrange(-2, 20)
+    header = struct.pack(">hhih", key, version, cid, 3) + b"rnd"
+    if rng.random() < 0.5:
+        header += b"\x00"
+    body = rng.randbytes(rng.randrange(0, 300))
+    if rng.random() < 0.3:
+        at = rng.randrange(0, len(body) + 1)
+        body = body[:at] + rng.choice(wf._INFLATED) + body[at:]
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _pipeline_worker(bootstrap: str, seed: int, frames: int, errors: list[str]) -> None:
+    """Send ``frames`` raw random frames pipelined in bursts; reconnect whenever closed."""
+    rng = random.Random(seed)
+    host, _, port = bootstrap.rpartition(":")
+    sent = 0
+    while sent < frames:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as s:
+                burst = b"".join(_random_frame(rng, sent + i) for i in range(rng.randrange(1, 20)))
+                sent += burst.count(b"rnd") or 1
+                s.sendall(burst)
+                s.settimeout(0.5)
+                try:
+                    while s.recv(65536):
+                        pass
+                except (TimeoutError, ConnectionError):
+                    pass
+        except OSError as exc:  # the broker must keep accepting
+            errors.append(f"seed {seed}: {exc!r}")
+            return
+
+
+@pytest.mark.slow
+def test_black_box_fuzz_soak(target: Target) -> None:
+    soak = settings(FAST, max_examples=int(os.environ.get("SHOAL_FUZZ_SOAK_EXAMPLES", "1500")))
+    target.refresh_world()
+    errors: list[str] = []
+    workers = [threading.Thread(target=_pipeline_worker,
+                                args=(target.broker.bootstrap, seed, 4000, errors))
+               for seed in range(4)]
+    for w in workers:
+        w.start()
+    try:
+        @soak
+        @given(st.sampled_from(SERVED), st.data())
+        def check(api: tuple[int, int], data: st.DataObject) -> None:
+            api_key, api_version = api
+            req = data.draw(wf.body(api_key, api_version), label="body")
+            run_valid(target, api_key, api_version, req)
+            cid = target.probe.next_id()
+            encoded = wf.frame(api_key, api_version, cid, req)
+            bad = data.draw(wf.mutated(encoded, wf.header_size(api_key, api_version)))
+            run_mutated(target, api_key, api_version, bad, cid)
+            target.control_answers()
+
+        check()
+    finally:
+        for w in workers:
+            w.join(120)
+    assert not errors, errors
+    time.sleep(0.5)
+    target.control_answers()
+    target.assert_log_clean("the raw pipelined frames")
