@@ -220,6 +220,11 @@ def list_offsets_frame(correlation_id: int, topic: str) -> bytes:
     return _kio_frame(2, 7, correlation_id, replica_id=-1, isolation_level=0, topics=(t,))
 
 
+def _code(code: Any) -> str:
+    """An error code's name (``none``, ``share_session_limit_reached``, ...)."""
+    return str(getattr(code, "name", code))
+
+
 def decode(api_key: int, version: int, frame: bytes) -> Any:
     from protocol.codec import decode_response
 
@@ -306,7 +311,7 @@ def attack_worker(kind: str, p: dict[str, Any], out: Any, stop: Any) -> None:
             resp = _call(s, 0, 9, forged_produce_frame(1, p["topic"]))
             pr = resp.responses[0].partition_responses[0]
             res["error_code"] = int(pr.error_code)
-            res["error"] = str(pr.error_code)
+            res["produce_error"] = _code(pr.error_code)
             res["base_offset"] = int(pr.base_offset)
             lo = _call(s, 2, 7, list_offsets_frame(2, p["topic"]))
             res["log_end_offset"] = int(lo.topics[0].partitions[0].offset)
@@ -341,7 +346,7 @@ def _timed_call(s: socket.socket, api_key: int, version: int, frame: bytes,
                            "response_bytes": len(data) + 4}
     try:
         body = decode(api_key, version, data)
-        out["outcome"] = f"answered, error {getattr(body, 'error_code', 'n/a')}"
+        out["outcome"] = f"answered, {_code(getattr(body, 'error_code', 'n/a'))}"
     except Exception as exc:  # noqa: BLE001
         out["outcome"] = f"answered, undecodable: {exc}"
     return out
@@ -386,14 +391,14 @@ def _wide_share_fetch(addr: tuple[str, int], p: dict[str, Any],
     hb = _call(s, 76, 1, heartbeat_frame(1, group, member, 0, (p["topic"],)))
     t_build = time.monotonic()
     frame = wide_share_fetch_frame(2, group, member, uuid.UUID(p["topic_id"]), p["n"])
-    res: dict[str, Any] = {"frame_bytes": len(frame), "heartbeat_error": str(hb.error_code),
+    res: dict[str, Any] = {"frame_bytes": len(frame), "heartbeat_error": _code(hb.error_code),
                            "build_s": round(time.monotonic() - t_build, 2)}
     res.update(_timed_call(s, 78, 1, frame, p["timeout"]))
     if res["answered"]:
         try:  # close the session and leave, so the session count of step 7 is its own
             s.settimeout(p["timeout"])
             closed = _call(s, 78, 1, close_share_session_frame(3, group, member))
-            res["close_session_error"] = str(closed.error_code)
+            res["close_session_error"] = _code(closed.error_code)
             _call(s, 76, 1, heartbeat_frame(4, group, member, -1, None))
         except (OSError, ConnectionError) as exc:
             res["close_session_error"] = repr(exc)
@@ -416,7 +421,7 @@ def _heartbeat_round(conns: dict[str, socket.socket], members: dict[str, list[st
                 ok += 1
                 epochs[(g, m)] = int(r.member_epoch)
             else:
-                errors[str(r.error_code)] = errors.get(str(r.error_code), 0) + 1
+                errors[_code(r.error_code)] = errors.get(_code(r.error_code), 0) + 1
     return ok
 
 
@@ -454,7 +459,7 @@ def _share_load(addr: tuple[str, int], p: dict[str, Any], socks: list[socket.soc
             if int(r.error_code) == 0:
                 opened += 1
             else:
-                open_errors[str(r.error_code)] = open_errors.get(str(r.error_code), 0) + 1
+                open_errors[_code(r.error_code)] = open_errors.get(_code(r.error_code), 0) + 1
     res: dict[str, Any] = {"groups": len(groups), "members_per_group": p["members"],
                            "members_joined": joined, "join_errors": join_errors,
                            "join_s": round(t_join, 2), "sessions_opened": opened,
@@ -478,7 +483,7 @@ def _share_load(addr: tuple[str, int], p: dict[str, Any], socks: list[socket.soc
             if int(r.error_code) == 0:
                 still_sessions += 1
             else:
-                verify_errors[str(r.error_code)] = verify_errors.get(str(r.error_code), 0) + 1
+                verify_errors[_code(r.error_code)] = verify_errors.get(_code(r.error_code), 0) + 1
     res["heartbeat_errors_while_held"] = beat_errors
     want = len(groups) * p["members"]
     res.update(members_at_end=still_members, sessions_at_end=still_sessions,
@@ -725,6 +730,9 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
         for step, (a, b) in windows.items():
             fig["steps"][step]["control"] = control_figures(list(sent), list(rtt), a, b, end)
             fig["steps"][step]["window_s"] = round(b - a, 2)
+            inside = [r for t, r, _ in monitor.timeline if a <= t <= b]
+            if inside:  # what the broker held while this step was being set up
+                fig["steps"][step]["rss_peak_mb"] = round(max(inside) / 2**20, 1)
         fig["rss_baseline_mb"] = round(base_rss / 2**20, 1)
         fig["rss_peak_mb"] = round(peak / 2**20, 1)
         fig["rss_growth_mb"] = round((peak - base_rss) / 2**20, 1)

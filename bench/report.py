@@ -243,13 +243,14 @@ def hostile_section(systems: list[dict[str, Any]]) -> list[str]:
                   f"{_g('control_baseline', 'p50_ms')(h)} ms, p99 "
                   f"{_g('control_baseline', 'p99_ms')(h)} ms, RSS {h.get('rss_baseline_mb')} MB;"
                   f" peak during them {h.get('rss_peak_mb')} MB.", "",
-                  "| step | outcome | control p50 (ms) | control p99 (ms) | lost | step s |",
-                  "|---|---|---:|---:|---:|---:|"]
+                  "| step | outcome | control p50 (ms) | control p99 (ms) | lost | step s "
+                  "| RSS peak (MB) |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
         for name, st in h["steps"].items():
             c = st.get("control", {})
             lines.append(f"| {name} | {_step_outcome(name, st)} | {_fmt(c.get('p50_ms'), 1)} | "
                          f"{_fmt(c.get('p99_ms'), 1)} | {_fmt(c.get('lost'), 0)} | "
-                         f"{_fmt(st.get('window_s'), 1)} |")
+                         f"{_fmt(st.get('window_s'), 1)} | {_fmt(st.get('rss_peak_mb'), 1)} |")
     return lines
 
 
@@ -264,7 +265,8 @@ def _step_outcome(name: str, st: dict[str, Any]) -> str:
         return (f"{(st.get('frame_bytes') or 0) / 2**20:.1f} MB frame: {st.get('outcome')}"
                 + (f" in {st['response_s']} s" if st.get("response_s") is not None else ""))
     if name == "forged_batch":
-        return f"produce {st.get('error')}, log end offset {st.get('log_end_offset')}"
+        return (f"produce answered {st.get('produce_error')}, log end offset "
+                f"{st.get('log_end_offset')}")
     if name == "share_load":
         return (f"{st.get('members_joined')} joined, {st.get('sessions_opened')} sessions opened "
                 f"{st.get('session_open_errors') or ''}; at the end {st.get('members_at_end')} "
