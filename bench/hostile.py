@@ -633,6 +633,22 @@ def _zigzag(v: int) -> bytes:
     return _uvarint((v << 1) ^ (v >> 63))
 
 
+def _wait_report(out: Any, proc: Any, timeout: float, step: str) -> dict[str, Any]:
+    """The next report on ``out``; an error if ``proc`` died without one or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return dict(out.get(timeout=0.5))
+        except queue.Empty:
+            if not proc.is_alive():
+                try:
+                    return dict(out.get(timeout=1.0))
+                except queue.Empty:
+                    return {"ok": False, "kind": step,
+                            "error": f"the {step} process exited ({proc.exitcode}) without a report"}
+    return {"ok": False, "kind": step, "error": f"no report within {timeout:.0f} s"}
+
+
 STEPS = ["flood", "half_sent", "slow_reader", "wide_fetch", "wide_share_fetch",
          "forged_batch", "share_load"]
 
@@ -681,7 +697,7 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
                     "forged_batch": {"topic": "hostile-forged"},
                     "share_load": {"groups": n["groups"], "members": n["members"]}}
         windows: dict[str, tuple[float, float]] = {}
-        share_stop = None
+        share_stop = share_proc = None
         for step in STEPS:
             stop = CTX.Event()
             stops.append(stop)
@@ -692,10 +708,9 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
             proc = start_process(attack_worker, step, {**common, **per_step[step]}, out, stop,
                                  name=f"hostile-{step}")
             procs.append(proc)
-            try:
-                res = out.get(timeout=STEP_TIMEOUT_S + 60)
-            except queue.Empty:
-                res = {"ok": False, "kind": step, "error": "no report within the step timeout"}
+            if step == "share_load":
+                share_proc = proc
+            res = _wait_report(out, proc, STEP_TIMEOUT_S + 60, step)
             windows[step] = (t0, time.monotonic())
             res.pop("kind", None)
             res.pop("phase", None)
@@ -704,14 +719,14 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
                 log(f"  h: {step} failed: {str(res.get('error', '')).strip().splitlines()[-1:]}")
         time.sleep(HOLD_S)
         t_verify = time.monotonic()
-        if share_stop is not None:
+        if share_stop is not None and share_proc is not None:
             share_stop.set()
-            try:
-                final = out.get(timeout=STEP_TIMEOUT_S)
-                final.pop("kind", None)
+            final = _wait_report(out, share_proc, STEP_TIMEOUT_S, "share_load")
+            final.pop("kind", None)
+            if final.get("ok"):
                 fig["steps"]["share_load"] = final
-            except queue.Empty:
-                fig["steps"]["share_load"]["verify"] = "no report within the step timeout"
+            else:
+                fig["steps"]["share_load"]["verify"] = final.get("error")
         t_end = time.monotonic()
         peak = max((r for t, r, _ in monitor.timeline if t_attack <= t <= t_end), default=0)
         fig["serving_at_end"] = metadata_ok(*addr, timeout=10)
