@@ -228,9 +228,10 @@ class Probe:
         return self.correlation
 
     def exchange(self, api_key: int, api_version: int, data: bytes, correlation_id: int,
-                 ) -> tuple[str, list[tuple[int, bytes]]]:
+                 timeout: float | None = None) -> tuple[str, list[tuple[int, bytes]]]:
         """Send ``data`` and the sentinel; return (outcome, [(correlation id, frame)])."""
         sock = self._connect()
+        sock.settimeout(timeout or self.timeout)
         sentinel_id = self.next_id()
         sentinel = encode_request(self.SENTINEL_KEY, self.SENTINEL_VERSION, sentinel_id,
                                   CLIENT_ID, request_type(18, 0)())
