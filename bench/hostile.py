@@ -285,16 +285,22 @@ def attack_worker(kind: str, p: dict[str, Any], out: Any, stop: Any) -> None:
     t0 = time.monotonic()
     try:
         res: dict[str, Any] = {"ok": True, "kind": kind}
-        if kind == "flood":
+        if kind in ("flood", "half_sent"):
+            # A broker with connection limits may refuse some: counted, not an error.
+            prefix = struct.pack(">i", HALF_FRAME_SIZE) + b"\x00" * 1024
+            refused: list[str] = []
+            opened = 0
             for _ in range(p["n"]):
-                socks.append(_connect(addr))
-            res["opened"] = len(socks)
-        elif kind == "half_sent":
-            for _ in range(p["n"]):
-                s = _connect(addr)
-                s.sendall(struct.pack(">i", HALF_FRAME_SIZE) + b"\x00" * 1024)
-                socks.append(s)
-            res["opened"] = len(socks)
+                try:
+                    s = _connect(addr)
+                    socks.append(s)
+                    if kind == "half_sent":
+                        s.sendall(prefix)
+                    opened += 1
+                except OSError as exc:
+                    refused.append(repr(exc))
+            res.update(opened=opened, refused=len(refused),
+                       first_refusal=refused[0] if refused else None)
         elif kind == "slow_reader":
             res.update(_slow_reader(addr, p, socks))
         elif kind == "wide_fetch":

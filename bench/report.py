@@ -258,7 +258,8 @@ def _step_outcome(name: str, st: dict[str, Any]) -> str:
     if not st.get("ok", True) and st.get("error"):
         return "error: " + str(st["error"]).strip().splitlines()[-1][:160].replace("|", "/")
     if name in ("flood", "half_sent"):
-        return f"{st.get('opened')} connections open"
+        return (f"{st.get('opened')} connections open"
+                + (f", {st['refused']} refused" if st.get("refused") else ""))
     if name == "slow_reader":
         return f"{st.get('requests_sent')} of {st.get('requests_wanted')} fetches sent unread"
     if name in ("wide_fetch", "wide_share_fetch"):

@@ -245,7 +245,7 @@ def _pipeline_worker(bootstrap: str, seed: int, frames: int, errors: list[str]) 
 
 @pytest.mark.slow
 def test_black_box_fuzz_soak(target: Target) -> None:
-    soak = settings(FAST, max_examples=int(os.environ.get("SHOAL_FUZZ_SOAK_EXAMPLES", "3000")))
+    soak = settings(FAST, max_examples=int(os.environ.get("SHOAL_FUZZ_SOAK_EXAMPLES", "10000")))
     target.refresh_world()
     errors: list[str] = []
     workers = [threading.Thread(target=_pipeline_worker,
