@@ -290,7 +290,11 @@ def attack_worker(kind: str, p: dict[str, Any], out: Any, stop: Any) -> None:
             prefix = struct.pack(">i", HALF_FRAME_SIZE) + b"\x00" * 1024
             refused: list[str] = []
             opened = 0
+            deadline = time.monotonic() + p["timeout"]
             for _ in range(p["n"]):
+                if time.monotonic() > deadline:
+                    refused.append(f"step timeout ({p['timeout']:.0f} s) reached")
+                    break
                 try:
                     s = _connect(addr)
                     socks.append(s)

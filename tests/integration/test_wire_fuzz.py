@@ -152,6 +152,14 @@ def run_mutated(t: Target, api_key: int, api_version: int, data: bytes, cid: int
         wf.check_response(api_key, api_version, cid, got)
 
 
+def test_the_fuzzed_versions_are_the_advertised_ones(target: Target) -> None:
+    resp = target.control.call(18, 3, request(18, 3, client_software_name="wirefuzz",
+                                              client_software_version="1"))
+    advertised = [(k.api_key, v) for k in resp.api_keys
+                  for v in range(k.min_version, k.max_version + 1)]
+    assert sorted(advertised) == sorted(SERVED)
+
+
 @pytest.mark.parametrize(("api_key", "api_version"), SERVED,
                          ids=[f"api{k}-v{v}" for k, v in SERVED])
 def test_valid_and_damaged_requests(target: Target, api_key: int, api_version: int) -> None:
