@@ -38,6 +38,8 @@ from broker.dispatch import default_dispatcher
 from tests.conftest import BrokerProcess
 from tests.integration import wirefuzz as wf
 from tests.integration.rawclient import RawClient, request, request_module
+from tests.integration.share_helpers import produce, set_group_configs
+from tests.unit.batches import make_batch
 
 SERVED = [(k, v) for k, lo, hi in default_dispatcher().ranges() for v in range(lo, hi + 1)]
 LONG_POLL = {1, 78}  # Fetch, ShareFetch: a damaged max_wait may legitimately make them wait
@@ -176,6 +178,88 @@ def test_valid_and_damaged_requests(target: Target, api_key: int, api_version: i
         for _ in range(2):
             bad = data.draw(wf.mutated(encoded, head), label="damaged")
             run_mutated(target, api_key, api_version, bad, cid)
+        target.control_answers()
+
+    check()
+    assert target.broker.alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# Acknowledgements on a live share session: random bodies rarely name a member with a session
+# and acquired records, so this test sets that up for each example and fuzzes what is sent in
+# it (offset ranges around and far beyond the acquired ones, any acknowledge types).
+
+ACK_GROUP = "fuzz-acks"
+_OFFSET = st.one_of(st.integers(-2, 40), st.sampled_from([2**31 - 1, 2**32, 2**62, 2**63 - 1,
+                                                          -(2**63)]))
+_ACK_BATCH = st.tuples(_OFFSET, st.one_of(st.integers(0, 8), _OFFSET),
+                       st.lists(st.one_of(st.integers(0, 4), st.integers(-128, 127)),
+                                max_size=4))
+
+
+def _batches(m: object, acks: list[tuple[int, int, list[int]]]) -> tuple[object, ...]:
+    """Batches from (first offset, last offset or a small length, types)."""
+    return tuple(m.AcknowledgementBatch(  # type: ignore[attr-defined]
+        first_offset=f, last_offset=min(f + d, 2**63 - 1) if 0 <= d <= 8 else d,
+        acknowledge_types=tuple(t)) for f, d, t in acks)
+
+
+def _session_fetch(c: RawClient, member: str, epoch: int, acks: list[tuple[int, int, list[int]]],
+                   version: int = 2) -> object:
+    m = request_module(78, version)
+    batches = _batches(m, acks)
+    topics = (m.FetchTopic(topic_id=wf.WORLD.topic_id, partitions=(
+        m.FetchPartition(partition_index=0, acknowledgement_batches=batches),)),)
+    return request(78, version, group_id=ACK_GROUP, member_id=member,
+                   share_session_epoch=epoch, max_wait=timedelta(milliseconds=50), min_bytes=1,
+                   max_bytes=1 << 20, max_records=20, batch_size=20, topics=topics,
+                   forgotten_topics_data=(), share_acquire_mode=0, is_renew_ack=False)
+
+
+def _acknowledge(member: str, epoch: int, acks: list[tuple[int, int, list[int]]],
+                 version: int, renew: bool) -> object:
+    m = request_module(79, version)
+    batches = _batches(m, acks)
+    return request(79, version, group_id=ACK_GROUP, member_id=member, share_session_epoch=epoch,
+                   topics=(m.AcknowledgeTopic(topic_id=wf.WORLD.topic_id, partitions=(
+                       m.AcknowledgePartition(partition_index=0,
+                                              acknowledgement_batches=batches),)),),
+                   is_renew_ack=renew)
+
+
+def _produce_some(c: RawClient, n: int) -> None:
+    m = request_module(0, 9)
+    batch = make_batch([(None, b"r%d" % i) for i in range(n)])
+    resp = c.call(0, 9, request(0, 9, transactional_id=None, acks=1,
+                                timeout=timedelta(seconds=10), topic_data=(m.TopicProduceData(
+                                    name=wf.TOPIC, partition_data=(m.PartitionProduceData(
+                                        index=0, records=batch),)),)))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+def test_acknowledgements_on_a_live_session(target: Target) -> None:
+    target.refresh_world()
+    set_group_configs(target.broker.bootstrap, ACK_GROUP, {"share.auto.offset.reset": "earliest"})
+    produce(target.broker.bootstrap, wf.TOPIC, 40, partitions=1)
+
+    @settings(FAST, max_examples=int(os.environ.get("SHOAL_FUZZ_ACK_EXAMPLES", "40")))
+    @given(st.lists(_ACK_BATCH, min_size=1, max_size=3), st.sampled_from(["fetch", "ack"]),
+           st.sampled_from([1, 2]), st.booleans())
+    def check(acks: list[tuple[int, int, list[int]]], rpc: str, version: int,
+              renew: bool) -> None:
+        member = str(uuid.uuid4())[:20]
+        _produce_some(target.control, 5)  # accepted records are gone; keep some to acquire
+        with RawClient(target.broker.bootstrap, timeout=15) as c:
+            opened = c.call(78, 2, _session_fetch(c, member, 0, []))
+            assert opened.error_code == ErrorCode.none, opened
+            if rpc == "fetch":
+                req = _session_fetch(c, member, 1, acks, version)
+                api_key = 78
+            else:
+                req = _acknowledge(member, 1, acks, version, renew and version >= 2)
+                api_key = 79
+            run_valid(target, api_key, version, req)
+        # The session's connection is gone (its records are released); the broker still serves.
         target.control_answers()
 
     check()
