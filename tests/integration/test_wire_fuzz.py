@@ -307,7 +307,7 @@ def _random_frame(rng: random.Random, cid: int) -> bytes:
     body = rng.randbytes(rng.randrange(0, 300))
     if rng.random() < 0.3:
         at = rng.randrange(0, len(body) + 1)
-        body = body[:at] + rng.choice(wf._INFLATED) + body[at:]
+        body = body[:at] + rng.choice(wf.INFLATED) + body[at:]
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
 

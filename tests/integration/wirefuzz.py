@@ -166,7 +166,7 @@ def frame(api_key: int, api_version: int, correlation_id: int, req: Any) -> byte
 # which correlation id to answer; only the body is damaged. The size prefix is kept consistent
 # with the bytes sent, so each mutated frame is still exactly one frame on the wire.
 
-_INFLATED = [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08",
+INFLATED = [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08",
              b"\xff\xff", b"\x7f\xff", b"\x00\x10\x00\x00"]
 
 
@@ -183,7 +183,7 @@ def mutated(draw: st.DrawFn, data: bytes, head: int) -> bytes:
         del body_[draw(st.integers(0, max(0, len(body_) - 1))):]
     elif kind == "inflate":
         i = draw(st.integers(0, len(body_)))
-        blob = draw(st.sampled_from(_INFLATED))
+        blob = draw(st.sampled_from(INFLATED))
         body_[i:i + len(blob)] = blob
     else:
         i = draw(st.integers(0, len(body_)))
