@@ -615,6 +615,8 @@ def _create_topic(addr: tuple[str, int], name: str, partitions: int) -> uuid.UUI
 
 def _fill(addr: tuple[str, int], topic: str, mb: int) -> None:
     """Append ``mb`` MiB of 64 KiB records to partition 0 (the slow reader's data)."""
+    import crc32c
+
     from bench.clients import payload
 
     value = payload(64 * 1024)
@@ -626,8 +628,6 @@ def _fill(addr: tuple[str, int], topic: str, mb: int) -> None:
                        + b"\x00")
                 recs += _zigzag(len(rec)) + rec
             after = struct.pack(">hiqqqhii", 0, 7, 0, 0, -1, -1, -1, 8) + bytes(recs)
-            import crc32c
-
             batch = struct.pack(">qiibI", 0, 9 + len(after), 0, 2, crc32c.crc32c(after)) + after
             part = _entity(0, 9, "PartitionProduceData", index=0, records=batch)
             data = _entity(0, 9, "TopicProduceData", name=topic, partition_data=(part,))
