@@ -12,9 +12,14 @@ asserts:
 - the broker log gains no ERROR line, traceback or "handler ... failed for client";
 - a separate control connection still answers Metadata.
 
-``make test`` runs a bounded number of examples per API version (well under a minute in all);
-``make test-slow`` runs ``test_black_box_fuzz_soak``: many more examples, raw random frames,
-pipelined over several connections.
+Two tests reach states single requests cannot: acknowledgements on a live share session
+(``test_acknowledgements_on_a_live_session``) and random sequences of share-group operations by
+three members (``test_share_group_sequences``).
+
+``make test`` runs a bounded number of examples (about 15 s in all; ``SHOAL_FUZZ_EXAMPLES``,
+``SHOAL_FUZZ_ACK_EXAMPLES`` and ``SHOAL_FUZZ_SEQ_EXAMPLES`` raise them); ``make test-slow`` runs
+``test_black_box_fuzz_soak``: many more examples (``SHOAL_FUZZ_SOAK_EXAMPLES``), and raw random
+frames pipelined over four more connections at the same time.
 """
 
 from __future__ import annotations
@@ -205,22 +210,22 @@ def _batches(m: object, acks: list[tuple[int, int, list[int]]]) -> tuple[object,
 
 
 def _session_fetch(c: RawClient, member: str, epoch: int, acks: list[tuple[int, int, list[int]]],
-                   version: int = 2) -> object:
+                   version: int = 2, group: str = ACK_GROUP) -> object:
     m = request_module(78, version)
     batches = _batches(m, acks)
     topics = (m.FetchTopic(topic_id=wf.WORLD.topic_id, partitions=(
         m.FetchPartition(partition_index=0, acknowledgement_batches=batches),)),)
-    return request(78, version, group_id=ACK_GROUP, member_id=member,
+    return request(78, version, group_id=group, member_id=member,
                    share_session_epoch=epoch, max_wait=timedelta(milliseconds=50), min_bytes=1,
                    max_bytes=1 << 20, max_records=20, batch_size=20, topics=topics,
                    forgotten_topics_data=(), share_acquire_mode=0, is_renew_ack=False)
 
 
 def _acknowledge(member: str, epoch: int, acks: list[tuple[int, int, list[int]]],
-                 version: int, renew: bool) -> object:
+                 version: int, renew: bool, group: str = ACK_GROUP) -> object:
     m = request_module(79, version)
     batches = _batches(m, acks)
-    return request(79, version, group_id=ACK_GROUP, member_id=member, share_session_epoch=epoch,
+    return request(79, version, group_id=group, member_id=member, share_session_epoch=epoch,
                    topics=(m.AcknowledgeTopic(topic_id=wf.WORLD.topic_id, partitions=(
                        m.AcknowledgePartition(partition_index=0,
                                               acknowledgement_batches=batches),)),),
@@ -260,6 +265,116 @@ def test_acknowledgements_on_a_live_session(target: Target) -> None:
                 api_key = 79
             run_valid(target, api_key, version, req)
         # The session's connection is gone (its records are released); the broker still serves.
+        target.control_answers()
+
+    check()
+    assert target.broker.alive()
+
+
+# ---------------------------------------------------------------------------------------------
+# Share-group sequences: single requests cannot reach states that need an order (a member with
+# a session whose group is then deleted, offsets altered under acquired records, ...). Each
+# example runs a random sequence of share-group operations on a group of its own with three
+# members, each on its own connection; every answer must be well-formed and the log clean.
+
+_EPOCH = st.one_of(st.sampled_from(["current"] * 6 + [0, -1]), st.sampled_from(["current"] * 6 + [0, -1]),
+                   st.integers(-2, 5))
+_STEP = st.one_of(
+    st.tuples(st.just("heartbeat"), st.integers(0, 2), _EPOCH),
+    st.tuples(st.just("fetch"), st.integers(0, 2), _EPOCH, st.lists(_ACK_BATCH, max_size=2)),
+    st.tuples(st.just("ack"), st.integers(0, 2), _EPOCH, st.lists(_ACK_BATCH, max_size=2)),
+    st.tuples(st.just("produce"), st.integers(1, 5)),
+    st.tuples(st.just("reconnect"), st.integers(0, 2)),
+    st.tuples(st.just("alter_offsets"), st.integers(0, 3), _OFFSET),
+    st.tuples(st.just("delete_offsets")),
+    st.tuples(st.just("describe")),
+    st.tuples(st.just("delete_group")),
+)
+
+
+class _Members:
+    """Three members of one share group: connection, member epoch, session epoch each."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.bootstrap, self.group = bootstrap, group
+        self.ids = [f"{group[-8:]}-m{i}" for i in range(3)]
+        self.conns = [RawClient(bootstrap, timeout=15) for _ in self.ids]
+        self.member_epoch = [0, 0, 0]
+        self.session_epoch = [0, 0, 0]
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+
+
+def _pick(epoch: object, current: int) -> int:
+    return current if epoch == "current" else int(epoch)  # type: ignore[call-overload]
+
+
+def _run_step(t: Target, ms: _Members, step: tuple) -> None:  # type: ignore[type-arg]
+    kind, group = step[0], ms.group
+    calls: list[tuple[RawClient, int, int, object]] = []
+    if kind == "heartbeat":
+        i, e = step[1], _pick(step[2], ms.member_epoch[step[1]])
+        calls.append((ms.conns[i], 76, 1, request(
+            76, 1, group_id=group, member_id=ms.ids[i], member_epoch=e, rack_id=None,
+            subscribed_topic_names=(wf.TOPIC,) if e == 0 else None)))
+    elif kind in ("fetch", "ack"):
+        i, e = step[1], _pick(step[2], ms.session_epoch[step[1]])
+        acks = step[3] if e != 0 or kind == "ack" else []
+        req = (_session_fetch(ms.conns[i], ms.ids[i], e, acks, group=group) if kind == "fetch"
+               else _acknowledge(ms.ids[i], e, acks, 2, False, group=group))
+        calls.append((ms.conns[i], 78 if kind == "fetch" else 79, 2, req))
+    elif kind == "produce":
+        _produce_some(t.control, step[1])
+    elif kind == "reconnect":
+        ms.conns[step[1]].close()
+        ms.conns[step[1]] = RawClient(ms.bootstrap, timeout=15)
+    elif kind == "alter_offsets":
+        m = request_module(91, 0)
+        calls.append((t.control, 91, 0, request(91, 0, group_id=group, topics=(
+            m.AlterShareGroupOffsetsRequestTopic(topic_name=wf.TOPIC, partitions=(
+                m.AlterShareGroupOffsetsRequestPartition(partition_index=step[1],
+                                                         start_offset=step[2]),)),))))
+    elif kind == "delete_offsets":
+        m = request_module(92, 0)
+        calls.append((t.control, 92, 0, request(92, 0, group_id=group, topics=(
+            m.DeleteShareGroupOffsetsRequestTopic(topic_name=wf.TOPIC),))))
+    elif kind == "describe":
+        m = request_module(90, 1)
+        calls.append((t.control, 77, 1, request(77, 1, group_ids=(group,),
+                                                 include_authorized_operations=True)))
+        calls.append((t.control, 90, 1, request(90, 1, groups=(
+            m.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None),))))
+    else:
+        calls.append((t.control, 42, 2, request(42, 2, groups_names=(group,))))
+    for conn, api_key, version, req in calls:
+        resp = conn.call(api_key, version, req)  # decodes it and checks the correlation id
+        t.assert_log_clean(f"{step}: {_describe(api_key, version, req)}")
+        if getattr(resp, "error_code", None) == ErrorCode.none:
+            if kind == "heartbeat":
+                i = step[1]
+                ms.member_epoch[i] = resp.member_epoch  # type: ignore[attr-defined]
+            elif kind in ("fetch", "ack"):
+                i, e = step[1], _pick(step[2], ms.session_epoch[step[1]])
+                ms.session_epoch[i] = 0 if e == -1 else e + 1
+
+
+def test_share_group_sequences(target: Target) -> None:
+    target.refresh_world()
+    counter = iter(range(10**6))
+
+    @settings(FAST, max_examples=int(os.environ.get("SHOAL_FUZZ_SEQ_EXAMPLES", "25")))
+    @given(st.lists(_STEP, min_size=3, max_size=14))
+    def check(steps: list[tuple]) -> None:  # type: ignore[type-arg]
+        group = f"fuzz-seq-{next(counter)}-{uuid.uuid4().hex[:8]}"
+        set_group_configs(target.broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        ms = _Members(target.broker.bootstrap, group)
+        try:
+            for step in steps:
+                _run_step(target, ms, step)
+        finally:
+            ms.close()
         target.control_answers()
 
     check()
