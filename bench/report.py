@@ -96,8 +96,8 @@ ROWS += [
         digits=1),
     Row("h", H_TITLE, "broker serving at the end (Metadata)", "1 = yes", _g("h", "serving"),
         (">=", 1)),
-    Row("h", H_TITLE, "200 members x 10 groups, 2,000 share sessions held", "1 = yes",
-        _g("h", "held"), (">=", 1)),
+    Row("h", H_TITLE, "share load held (10 groups x 200 members, 2,000 sessions at scale 1)",
+        "1 = yes", _g("h", "held"), (">=", 1)),
 ]
 
 THROUGHPUT_SCENARIOS = [("a", "a produce"), ("b1", "b1 1p x 2c expl"), ("b2", "b2 4p x 1c impl"),
