@@ -6,7 +6,7 @@ DATA_DIR ?= ./data
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test test-slow test-crash bench bench-spark kcat java clean
+.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile kcat java clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,7 @@ test-slow: $(STAMP) kcat java
 test-crash: $(STAMP)
 	$(BIN)/pytest -m slow -k crash -p no:cacheprovider
 
-## Benchmark (bench/README.md): a fresh broker, scenarios a-e, a report in bench/results/<timestamp>/.
+## Benchmark (bench/README.md): a fresh broker, scenarios a-h, a report in bench/results/<timestamp>/.
 ## PROFILE=1 profiles the broker during (b); SCALE=0.05 is a quick run; BOOTSTRAP=host:port also
 ## runs the client-side scenarios against another Kafka-protocol broker for comparison.
 bench: $(STAMP)
@@ -54,6 +54,11 @@ bench: $(STAMP)
 ## source (pipeline/, issue 8). Needs Java (make java); SCALE=0.2 is a quick run.
 bench-spark: $(STAMP) java
 	$(BIN)/python -m bench.run --only g $(if $(SCALE),--scale $(SCALE),)
+
+## Scenario (h) alone: hostile load (issue 12) against a broker of its own while a control
+## producer/consumer pair measures round trips; SCALE=0.1 is a quick run.
+bench-hostile: $(STAMP)
+	$(BIN)/python -m bench.run --only h $(if $(SCALE),--scale $(SCALE),)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

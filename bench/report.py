@@ -86,6 +86,20 @@ ROWS += [
         _g("g", "ceiling", "rate")),
 ]
 
+H_TITLE = "(h) hostile load: control producer/consumer round trips during the attacks"
+ROWS += [
+    Row("h", H_TITLE, "control round trip p50", "ms", _g("h", "control", "p50_ms"), digits=1),
+    Row("h", H_TITLE, "control round trip p99", "ms", _g("h", "control", "p99_ms"),
+        ("<=", 100), digits=1),
+    Row("h", H_TITLE, "control round trips lost", "records", _g("h", "control", "lost")),
+    Row("h", H_TITLE, "broker RSS growth", "MB", _g("h", "rss_growth_mb"), ("<=", 200),
+        digits=1),
+    Row("h", H_TITLE, "broker serving at the end (Metadata)", "1 = yes", _g("h", "serving"),
+        (">=", 1)),
+    Row("h", H_TITLE, "share load held (10 groups x 200 members, 2,000 sessions at scale 1)",
+        "1 = yes", _g("h", "held"), (">=", 1)),
+]
+
 THROUGHPUT_SCENARIOS = [("a", "a produce"), ("b1", "b1 1p x 2c expl"), ("b2", "b2 4p x 1c impl"),
                         ("b3", "b3 1p x 8c expl"), ("b4", "b4 16p x 4c impl"),
                         ("g", "g Spark source")]
@@ -207,11 +221,59 @@ def markdown(results: dict[str, Any]) -> str:
         for r in prof["top_project_cumulative"]:
             lines.append(f"| {r['cum_pct']:.1f} | {r['self_pct']:.1f} | `{r['function']}` |")
         lines += ["", "Full lists: `profile_top.txt`."]
+    lines += hostile_section(systems)
     files = ["`results.json` (every figure)"] + [f"`{p}`" for p in results.get("plots", [])]
     lines += ["", "Files: " + ", ".join(files) + "."]
     if results.get("plots_note"):
         lines.append(results["plots_note"] + ".")
     return "\n".join(lines) + "\n"
+
+
+def hostile_section(systems: list[dict[str, Any]]) -> list[str]:
+    """Scenario (h) step by step: what each attack did and the control pair during it."""
+    lines: list[str] = []
+    for s in systems:
+        h = s["scenarios"].get("h")
+        if not isinstance(h, dict) or "steps" not in h:
+            continue
+        verdicts = h.get("verdicts", {})
+        lines += ["", f"## Hostile load (h), {s['name']}", "",
+                  "Targets: " + ", ".join(f"{k} **{v}**" for k, v in verdicts.items())
+                  + f". Baseline before the attacks: control p50 "
+                  f"{_g('control_baseline', 'p50_ms')(h)} ms, p99 "
+                  f"{_g('control_baseline', 'p99_ms')(h)} ms, RSS {h.get('rss_baseline_mb')} MB;"
+                  f" peak during them {h.get('rss_peak_mb')} MB.", "",
+                  "| step | outcome | control p50 (ms) | control p99 (ms) | lost | step s "
+                  "| RSS peak (MB) |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for name, st in h["steps"].items():
+            c = st.get("control", {})
+            lines.append(f"| {name} | {_step_outcome(name, st)} | {_fmt(c.get('p50_ms'), 1)} | "
+                         f"{_fmt(c.get('p99_ms'), 1)} | {_fmt(c.get('lost'), 0)} | "
+                         f"{_fmt(st.get('window_s'), 1)} | {_fmt(st.get('rss_peak_mb'), 1)} |")
+    return lines
+
+
+def _step_outcome(name: str, st: dict[str, Any]) -> str:
+    if not st.get("ok", True) and st.get("error"):
+        return "error: " + str(st["error"]).strip().splitlines()[-1][:160].replace("|", "/")
+    if name in ("flood", "half_sent"):
+        return (f"{st.get('opened')} connections open"
+                + (f", {st['refused']} refused" if st.get("refused") else ""))
+    if name == "slow_reader":
+        return f"{st.get('requests_sent')} of {st.get('requests_wanted')} fetches sent unread"
+    if name in ("wide_fetch", "wide_share_fetch"):
+        return (f"{(st.get('frame_bytes') or 0) / 2**20:.1f} MB frame: {st.get('outcome')}"
+                + (f" in {st['response_s']} s" if st.get("response_s") is not None else ""))
+    if name == "forged_batch":
+        return (f"produce answered {st.get('produce_error')}, log end offset "
+                f"{st.get('log_end_offset')}")
+    if name == "share_load":
+        return (f"{st.get('members_joined')} joined, {st.get('sessions_opened')} sessions opened "
+                f"{st.get('session_open_errors') or ''}; at the end {st.get('members_at_end')} "
+                f"members, {st.get('sessions_at_end')} sessions {st.get('verify_errors') or ''}"
+                ).replace("|", "/")
+    return "-"
 
 
 def plots(results: dict[str, Any], out: Path) -> list[str]:

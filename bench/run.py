@@ -19,6 +19,9 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``g``  issue 8: records/s through a trivial PySpark streaming query on the ``shoal-share``
   source (``pipeline/``; 600,000 x scale records, at least 20,000, 32 partitions;
   ``bench/spark_source.py``). Skipped where pyspark or Java is missing (``make bench-spark``)
+- ``h``  issue 12: hostile load on a broker of its own (wide ShareFetch and Fetch, forged batch,
+  connection flood, slow reader, half-sent frames, 2,000 share sessions) while a control
+  producer/consumer pair measures round trips (``bench/hostile.py``; ``make bench-hostile``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f and g against an already running
 Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
@@ -57,7 +60,7 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g"]
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
@@ -183,6 +186,10 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         ours = fig.get("client.ShareConsumer", {}).get("rate") or 0
         theirs = fig.get("confluent_kafka.ShareConsumer", {}).get("rate") or 0
         return f"client.ShareConsumer {ours:,.0f} rec/s, confluent_kafka.ShareConsumer {theirs:,.0f} rec/s"
+    if key == "h":
+        from bench import hostile
+
+        return hostile.summary_line(fig)
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
@@ -302,6 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                 _log("(e) restart with share state: bench/share_state_restart.py")
                 shoal["scenarios"]["e"] = _attempt(lambda: scenarios.scenario_e(settings, _log),
                                                    "e")
+            if "h" in selected:
+                from bench import hostile
+
+                _log("(h) hostile load on a broker of its own: bench/hostile.py")
+                shoal["scenarios"]["h"] = _attempt(lambda: hostile.scenario_h(
+                    settings.scale, settings.work_dir, out_dir / "broker-hostile.log", overrides,
+                    _log), "h")
+                _log(f"  h: {_brief('h', shoal['scenarios']['h'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

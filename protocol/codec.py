@@ -22,7 +22,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from protocol import guard
+from protocol import guard, nulls
 from protocol.errors import LocalProtocolError, MalformedRequestError, UnsupportedApiError
 from protocol.headers import response_header_version
 
@@ -157,6 +157,7 @@ def decode_request(frame: bytes,
             return DecodedRequest(pre.api_key, pre.api_version, pre.correlation_id,
                                   header.client_id, None, counted)
         body, size = codec.body_reader(frame, pos)
+        nulls.check(body)
     except MalformedRequestError:
         raise
     except Exception as exc:  # the native reader raises assorted errors on garbage

@@ -53,13 +53,18 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         for rt in req.topics:
             name = rt.name
             topic_id = getattr(rt, "topic_id", None)
-            if name is None and topic_id is not None and topic_id.int != 0:
-                t = broker.topics.by_id(topic_id)
-                if t is None:
+            if name is None:
+                t = broker.topics.by_id(topic_id) if topic_id is not None else None
+                if t is not None:
+                    topics.append(topic_entry(m, node, t))
+                elif ctx.api_version >= 12:
                     topics.append(make(m.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id,
                                        name=None, topic_id=topic_id, is_internal=False, partitions=()))
                 else:
-                    topics.append(topic_entry(m, node, t))
+                    # v10-11 responses cannot carry a null name: Kafka refuses a null name below
+                    # v12 (KafkaApis.handleTopicMetadataRequest). Encoding null failed here.
+                    topics.append(make(m.MetadataResponseTopic, error_code=ErrorCode.invalid_request,
+                                       name="", topic_id=topic_id, is_internal=False, partitions=()))
                 continue
             t = broker.topics.get(name)
             if t is None and allow_auto:

@@ -96,3 +96,56 @@ def test_spark_scenario_figures_and_skip(tmp_path: Path) -> None:
     md = report.write(doc, tmp_path)
     assert "skipped: pyspark not installed" in md and md.count("skipped:") == 1
     assert doc["targets"] == [] and "error" not in md
+
+
+def test_hostile_scenario_smoke(tmp_path: Path) -> None:
+    """Scenario h at scale 0.01 (30 idle connections, a 20,000-partition ShareFetch, ...)."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "h",
+         "--results-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads((out / "results.json").read_text())
+    h = doc["systems"][0]["scenarios"]["h"]
+    assert "error" not in h, h
+    assert set(h["steps"]) == {"flood", "half_sent", "slow_reader", "wide_fetch",
+                               "wide_share_fetch", "forged_batch", "share_load"}
+    assert all(st.get("ok") for st in h["steps"].values()), h["steps"]
+    assert h["steps"]["flood"]["opened"] == 30 and h["steps"]["half_sent"]["opened"] == 2
+    assert h["steps"]["share_load"]["members_joined"] == 20
+    assert h["control"]["round_trips"] > 0 and h["control"]["p99_ms"] is not None
+    assert h["serving_at_end"] is True and h["broker_alive_at_end"] is True
+    assert h["broker_exit_code"] is not None  # stopped by the scenario
+    assert set(h["verdicts"]) == {"control_p99", "rss_growth", "serving_at_end",
+                                  "share_load_held"}
+    assert all(v in ("PASS", "FAIL") for v in h["verdicts"].values())
+    assert {t["figure"] for t in doc["targets"] if t["scenario"] == "h"} >= {
+        "control round trip p99", "broker RSS growth"}
+    assert "## Hostile load (h), shoal" in (out / "summary.md").read_text()
+
+
+def test_hostile_wide_frames_match_kio() -> None:
+    """The hand-written wide frames of scenario h decode to what kio would encode."""
+    import uuid
+
+    from bench import hostile
+    from protocol import codec
+
+    tid = uuid.uuid4()
+    share = codec.decode_request(hostile.wide_share_fetch_frame(5, "g", "m", tid, 3)[4:])
+    assert (share.api_key, share.api_version, share.correlation_id) == (78, 1, 5)
+    assert share.body.share_session_epoch == 0 and share.body.forgotten_topics_data == ()
+    (topic,) = share.body.topics
+    assert topic.topic_id == tid and [p.partition_index for p in topic.partitions] == [0, 1, 2]
+    fetch = codec.decode_request(hostile.wide_fetch_frame(6, "t", 3)[4:]).body
+    assert [p.partition for p in fetch.topics[0].partitions] == [0, 1, 2]
+    assert fetch.topics[0].topic == "t" and fetch.rack_id == ""
+    close = codec.decode_request(hostile.close_share_session_frame(7, "g", "m")[4:]).body
+    assert close.share_session_epoch == -1 and close.topics == ()
+    batch = hostile.forged_batch()
+    assert len(batch) == 69
+    from protocol import record_batch
+
+    header = record_batch.parse_header(batch, 0)
+    assert header.record_count == 2**31 - 1 and record_batch.crc_ok(batch, 0, header)
