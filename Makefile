@@ -19,13 +19,18 @@ EXTRAS_test  := [test,spark]
 EXTRAS_bench := [bench]
 EXTRAS_spark := [spark]
 
+# The venv is created without pip: ensurepip costs ~5 s of CPU, a third of a first `make run`.
+# $(PYTHON)'s own pip installs into it (pip >= 22.3: --python); a Python without one gets pip in
+# the venv instead. Once the venv has a pip (the test extra brings one), that one is used.
+PIP = $(if $(wildcard $(BIN)/pip),$(BIN)/pip,$(PYTHON) -m pip --python $(BIN)/python)
+
 $(VENV)/.created:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip
 	touch $@
 
 $(VENV)/.installed-%: pyproject.toml $(VENV)/.created
-	$(BIN)/pip install --quiet -e '.$(EXTRAS_$*)'
+	$(PIP) install --quiet --disable-pip-version-check -e '.$(EXTRAS_$*)'
 	touch $@
 
 setup: $(VENV)/.installed-core
