@@ -137,11 +137,12 @@ def apt_install(step: str, packages: Sequence[str]) -> None:
                                "install them")
     root = as_root(step, f"{', '.join(packages)} must be installed")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
+    wait = ["-o", "DPkg::Lock::Timeout=300"]  # another apt run may hold the lock for a while
     if not _apt_updated:
-        run(step, [*root, "apt-get", "update", "-qq"], timeout=300, env=env)
+        run(step, [*root, "apt-get", *wait, "update", "-qq"], timeout=600, env=env)
         _apt_updated = True
-    run(step, [*root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-        timeout=900, env=env)
+    run(step, [*root, "apt-get", *wait, "install", "-y", "-qq", "--no-install-recommends",
+               *packages], timeout=1200, env=env)
 
 
 def apt_candidate(package: str) -> bool:
@@ -287,13 +288,16 @@ def ensure_python_image(configured: str, work_dir: Path) -> str:
     """
     if image_exists(configured):
         return configured
-    pulled = subprocess.run(["docker", "pull", "--quiet", configured], capture_output=True,
-                            text=True, timeout=300)
-    if pulled.returncode == 0:
-        return configured
+    try:
+        pulled = subprocess.run(["docker", "pull", "--quiet", configured], capture_output=True,
+                                text=True, timeout=120)
+        if pulled.returncode == 0:
+            return configured
+        why = _tail(pulled.stderr, 300)
+    except subprocess.TimeoutExpired:
+        why = "no answer from the registry within 120 s"
     if _base_recipe(BASE_IMAGE) != BASE_RECIPE:
-        build_base_image(work_dir, reason=f"{configured} cannot be pulled "
-                                          f"({_tail(pulled.stderr, 300)})")
+        build_base_image(work_dir, reason=f"{configured} cannot be pulled ({why})")
     return BASE_IMAGE
 
 
@@ -361,7 +365,9 @@ def build_base_image(work_dir: Path, reason: str) -> None:
     if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
         apt_install(f"{step} (install debootstrap)", ["debootstrap"])
     mirror = debian_mirror()
-    rootfs = Path(tempfile.mkdtemp(prefix="shoal-rootfs-", dir=work_dir))
+    # Not under /tmp, which may be a nodev or noexec tmpfs where debootstrap cannot work.
+    parent = Path("/var/tmp") if Path("/var/tmp").is_dir() else work_dir
+    rootfs = Path(tempfile.mkdtemp(prefix="shoal-rootfs-", dir=parent))
     try:
         run(step, [*root, "debootstrap", "--variant=minbase",
                    f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, str(rootfs), mirror],

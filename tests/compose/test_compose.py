@@ -41,7 +41,7 @@ import pytest
 from tests.compose import engine
 from tests.compose.engine import ROOT, StepFailed, run
 
-pytestmark = [pytest.mark.compose, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.compose, pytest.mark.timeout(1500)]
 
 COMPOSE_FILE = ROOT / "docker" / "docker-compose.yml"
 # What docker-compose.yml configures; the test reads it back rather than guessing.
@@ -59,7 +59,10 @@ def reported() -> Iterator[None]:
     except engine.Unprovisionable as exc:
         pytest.skip(f"cannot run the compose test on this machine: {exc}")
     except StepFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+        if isinstance(exc.__context__, StepFailed):  # teardown failed after an earlier step
+            message = f"{exc.__context__}\nthen, tearing down: {message}"
+        pytest.fail(message, pytrace=False)
 
 
 def test_compose_demo_end_to_end(tmp_path: Path) -> None:
