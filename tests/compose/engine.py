@@ -227,6 +227,11 @@ class DockerDaemon:
         step = "start dockerd"
         if _daemon_answers():
             return cls()
+        socket = Path("/var/run/docker.sock")
+        if socket.exists() and os.geteuid() != 0 and not os.access(socket, os.R_OK | os.W_OK):
+            raise StepFailed("reach the Docker daemon",
+                             f"{socket} exists but this user may not use it; run as root or "
+                             "as a member of the docker group")
         root = as_root(step, "no Docker daemon is running")
         dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
         log_path = log_dir / "dockerd.log"
