@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash test-compose bench bench-spark kcat java clean
+.PHONY: setup run test test-slow test-crash bench bench-spark kcat java clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -32,6 +32,9 @@ $(VENV)/.created:
 $(VENV)/.installed-%: pyproject.toml $(VENV)/.created
 	$(PIP) install --quiet --disable-pip-version-check -e '.$(EXTRAS_$*)'
 	touch $@
+
+# Everything the single stamp of earlier Makefiles installed, for targets written against it.
+STAMP := $(VENV)/.installed-test $(VENV)/.installed-bench
 
 setup: $(VENV)/.installed-core
 
@@ -67,6 +70,7 @@ test-crash: $(VENV)/.installed-test
 ## installs Docker and a compose command from Debian packages when missing, starts dockerd when
 ## none runs (and stops it after), and builds the images offline from wheels in docker/wheels/
 ## on PYTHON_IMAGE, or on a base image made with debootstrap when that cannot be pulled.
+.PHONY: test-compose
 test-compose: $(VENV)/.installed-test
 	PYTHON_IMAGE=$(PYTHON_IMAGE) $(BIN)/pytest -m compose tests/compose -p no:cacheprovider
 
