@@ -72,7 +72,7 @@ test-crash: $(VENV)/.installed-test
 ## on PYTHON_IMAGE, or on a base image made with debootstrap when that cannot be pulled.
 .PHONY: test-compose
 test-compose: $(VENV)/.installed-test
-	PYTHON_IMAGE=$(PYTHON_IMAGE) $(BIN)/pytest -m compose tests/compose -p no:cacheprovider
+	PYTHON_IMAGE=$(PYTHON_IMAGE) $(BIN)/pytest -m compose tests/compose -p no:cacheprovider -rP
 
 ## Benchmark (bench/README.md): a fresh broker, scenarios a-e, a report in bench/results/<timestamp>/.
 ## PROFILE=1 profiles the broker during (b); SCALE=0.05 is a quick run; BOOTSTRAP=host:port also

@@ -44,8 +44,10 @@ from tests.compose.engine import ROOT, StepFailed, run
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1500)]
 
 COMPOSE_FILE = ROOT / "docker" / "docker-compose.yml"
-# What docker-compose.yml configures; the test reads it back rather than guessing.
+# What docker-compose.yml configures (checked against the file before anything runs).
 TOPIC, GROUP, PARTITIONS, COUNT = "orders", "orders-workers", 3, 1000
+COMPOSE_SETTINGS = (f"SHOAL_TOPIC: {TOPIC}", f"SHOAL_GROUP: {GROUP}",
+                    f'SHOAL_PARTITIONS: "{PARTITIONS}"', f'SHOAL_COUNT: "{COUNT}"')
 CONSUMERS = ("consumer-1", "consumer-2", "consumer-3")
 IMAGE_LIMIT_BYTES = 150_000_000
 BROKER_UID = "10001"
@@ -110,6 +112,11 @@ class ComposeDemo:
     the images (so teardown removes exactly these) and a unique project name."""
 
     def __init__(self, compose: list[str], base_image: str, work: Path) -> None:
+        text = COMPOSE_FILE.read_text()
+        changed = [line for line in COMPOSE_SETTINGS if line not in text]
+        if changed:
+            raise StepFailed("read docker-compose.yml", f"it no longer has {changed}; update "
+                                                        "the constants in this test")
         run_id = uuid.uuid4().hex[:8]
         self.project = f"shoaltest{run_id}"
         self.broker_image = f"shoal:test-{run_id}"
@@ -135,7 +142,8 @@ class ComposeDemo:
                    cwd=COMPOSE_FILE.parent, check=check)
 
     def container(self, service: str) -> str:
-        done = self.compose(f"find the {service} container", "ps", "--all", "-q", service, timeout=60)
+        done = self.compose(f"find the {service} container", "ps", "--all", "-q", service,
+                            timeout=60)
         ids = done.stdout.split()
         if not ids:
             raise StepFailed(f"find the {service} container", "compose lists no container")
@@ -241,9 +249,7 @@ class ComposeDemo:
             out = self.logs(consumer)
             keys.update(line.split()[4] for line in out.splitlines()
                         if line.startswith("record "))
-            summary = json.loads([line for line in out.splitlines()
-                                  if line.startswith("{")][-1])
-            received[consumer] = summary["received"]
+            received[consumer] = _summary(step, consumer, out)["received"]
         missing = {f"order-{n}" for n in range(COUNT)} - set(keys)
         twice = sorted(k for k, n in keys.items() if n > 1)
         if missing or twice or sum(received.values()) != COUNT:
@@ -258,10 +264,9 @@ class ComposeDemo:
         done = self.compose(step, "run", "--rm", "--no-deps", "-T", "-e", "SHOAL_IDLE_TIMEOUT=8",
                             "-e", "SHOAL_CLIENT_ID=consumer-after-restart", CONSUMERS[0],
                             timeout=180)
-        summary = json.loads([line for line in done.stdout.splitlines()
-                              if line.startswith("{")][-1])
-        if summary["received"]:
-            raise StepFailed(step, f"a new consumer received {summary['received']} records:\n"
+        received = _summary(step, "consumer-after-restart", done.stdout)["received"]
+        if received:
+            raise StepFailed(step, f"a new consumer received {received} records:\n"
                                    f"{done.stdout[-1500:]}")
 
     # -- through the broker ---------------------------------------------------------------------
@@ -352,6 +357,18 @@ class ComposeDemo:
             raise StepFailed(step, f"the broker runs as uid {uid}, not {BROKER_UID}")
         if not listing:
             raise StepFailed(step, f"the volume {self.run_volume} is empty")
+
+
+def _summary(step: str, consumer: str, log: str) -> dict:
+    """The JSON line share_consumer.py prints last.
+
+    Raises:
+        StepFailed: the log has none.
+    """
+    lines = [line for line in log.splitlines() if line.startswith("{")]
+    if not lines:
+        raise StepFailed(step, f"{consumer} printed no summary; its log ends:\n{log[-1500:]}")
+    return json.loads(lines[-1])
 
 
 def _metric_sum(text: str, name: str, **labels: str) -> float:
