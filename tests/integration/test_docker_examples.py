@@ -1,6 +1,7 @@
 """docker/: the example scripts end to end against a local broker, the health probe, and the
-compose file (validated with ``docker compose config`` when a docker client with compose is
-installed; CI has no Docker engine, and ``config`` needs none)."""
+compose file (validated with ``docker compose config`` when a compose command is installed;
+``config`` needs no engine). The images are built and run by tests/compose
+(``make test-compose``)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def _compose_command() -> list[str] | None:
 def test_compose_file_is_valid() -> None:
     compose = _compose_command()
     if compose is None:
-        pytest.skip("no docker client with compose installed (CI has no Docker)")
+        pytest.skip("no compose command installed (make test-compose installs one)")
     path = str(DOCKER / "docker-compose.yml")
     checked = subprocess.run([*compose, "-f", path, "config", "-q"], cwd=DOCKER,
                              capture_output=True, text=True, timeout=60)
