@@ -20,8 +20,8 @@ Backpressure (Kafka mutes a channel; we stop reading). Frames read but not yet d
 While anything waits, the transport stops reading. So a client that pipelines fetches and never
 reads its answers costs the broker about ``queued.max.response.bytes`` plus one response, not
 ``queued.max.requests`` full responses. On the request side, a frame not received in one read
-holds its declared size of the broker-wide ``queued.max.request.bytes`` budget, and a connection
-whose frame does not fit is not read until it does.
+holds its declared size of the broker-wide ``queued.max.request.bytes`` budget once more than its
+first 64 KiB have arrived, and a connection whose frame does not fit is not read until it does.
 
 Large frames (``broker/wire_limits.py``) are decoded in a worker thread, and large responses can be
 encoded in one, so that no single request holds the event loop. Connection-count, idle and
@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from broker.connection_limits import ConnectionLimits
 
 log = logging.getLogger("shoal.connection")
+
+# A partly received frame reserves request memory once this much of it has arrived.
+_RESERVE_AFTER = 64 * 1024
 
 _ids = itertools.count(1)
 
@@ -178,7 +181,13 @@ class Connection(asyncio.Protocol):
             reserved, self._frame_reserved = self._frame_reserved, 0
             memory.release(reserved)
         size = self._decoder.partial_size
-        if size > 0 and not self._frame_reserved and not self._memory_wait:
+        if size > 0 and not self._frame_reserved and not self._memory_wait \
+                and self._decoder.buffered >= _RESERVE_AFTER:
+            # Only a frame whose client has sent more than its start reserves its declared size:
+            # a client that announces 50 MB and sends a few bytes holds what it sent, so hundreds
+            # of announced-but-unsent frames cannot keep an honest large request from being read.
+            # Reserving the whole frame (not the part buffered) keeps frames that are being
+            # received from waiting for one another's memory forever.
             if memory.reserve(size):
                 self._frame_reserved = size
             else:

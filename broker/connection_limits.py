@@ -16,9 +16,11 @@ Kafka's ``ConnectionQuotas`` and ``Selector`` idle expiry, in one small object t
 
 - ``queued.max.request.bytes`` (Kafka's name; Kafka's default -1 is unbounded, Shoal's is 256 MiB):
   a frame that is not received in one read reserves its declared size from one broker-wide
-  ``RequestMemory`` when its size prefix arrives; if that does not fit, the connection stops being
-  read (Kafka mutes it) until other frames complete or their connections close. So 200 clients
-  that each send half of a 50 MB frame hold a few frames' worth of memory, not 5 GB.
+  ``RequestMemory`` once more than its first 64 KiB have arrived; if that does not fit, the
+  connection stops being read (Kafka mutes it) until other frames complete or their connections
+  close. So 200 clients that each send half of a 50 MB frame hold a few frames' worth of memory,
+  not 5 GB; and clients that only announce a large frame (and send a few bytes of it) reserve
+  nothing, so they cannot keep an honest large request waiting.
 
 Counting and timing are pure (``now_ms`` is an argument); the server runs ``sweep`` on a timer.
 Log lines about refused connections are rate-limited so a flood does not flood the log.

@@ -391,3 +391,31 @@ def test_holds_3000_connections_2000_share_sessions_and_200_members(tmp_path: Pa
         for s in socks:
             s.close()
         b.stop()
+
+
+def test_announced_but_unsent_frames_do_not_starve_an_honest_large_request(tmp_path: Path) -> None:
+    """60 clients announce a 50 MB frame and send a few bytes of it. Each holds what it sent
+    (plus a small read-ahead) of queued.max.request.bytes, not the 50 MB it announced, so an
+    honest 6 MB request on another connection is read and answered at once (before, it waited
+    behind them until the partial-frame timeout closed them a few at a time)."""
+    b = _started(tmp_path, {"queued.max.request.bytes": str(16 * 1024 * 1024)})
+    stalled: list[socket.socket] = []
+    try:
+        valid = _api_versions_frame(11)
+        announced = struct.pack(">i", 50_000_000) + valid[4:]
+        for _ in range(60):
+            s = _connect(b.bootstrap)
+            s.sendall(announced)
+            stalled.append(s)
+        time.sleep(0.3)
+        size = 6_000_000
+        honest = _connect(b.bootstrap)
+        stalled.append(honest)
+        honest.settimeout(10)
+        honest.sendall(struct.pack(">i", size) + valid[4:] + b"\x00" * (size + 4 - len(valid)))
+        size_prefix = struct.unpack(">i", _recv(honest, 4))[0]
+        assert struct.unpack(">i", _recv(honest, size_prefix)[:4])[0] == 11
+    finally:
+        for s in stalled:
+            s.close()
+        b.stop()
