@@ -1,15 +1,21 @@
-"""Produce (0) v3-12: validate record batches, apply idempotence checks, append.
+"""Produce (0) v3-12: validate the record batch, apply idempotence checks, append.
 
-Each partition's records must be whole v2 batches with a valid CRC32C and no larger than
-``max.message.bytes``; otherwise that partition is answered with CORRUPT_MESSAGE or
-MESSAGE_TOO_LARGE and nothing of it is appended (other partitions are unaffected). Batches are
-stored byte for byte (only the base offset is rewritten, which the CRC does not cover), so every
-compression codec passes through untouched. The response is sent after the append is in the log
-(page cache), and after an fsync too when the flush policy says so. ``acks=0`` gets no response.
+Each partition's records must be one v2 batch that passes ``protocol.log_validator`` (every record
+is read, compressed ones after decompression; CRC-32C, counts, offset deltas, sizes,
+``max.message.bytes``, timestamps per ``message.timestamp.type`` and its before/after bounds);
+otherwise that partition is answered with CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE or
+INVALID_TIMESTAMP and an error message, and nothing of it is appended (other partitions and the
+connection are unaffected). Batches are stored as produced (only the base offset is rewritten,
+which the CRC does not cover), except that the header's max timestamp and timestamp type are set
+as the topic demands (LogAppendTime), with a new CRC. The response is sent after the append is in
+the log (page cache), and after an fsync too when the flush policy says so. ``acks=0`` gets no
+response.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,64 +25,86 @@ from broker.config import topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
+from protocol.log_validator import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    Rejected,
+    ValidationPolicy,
+    validate_produced,
+)
 from protocol.messages import make
-from protocol.record_batch import CorruptRecordError, RecordTooLargeError, validate_batches
 
 API_KEY = 0
 VERSIONS = (3, 12)
 
+log = logging.getLogger("shoal.produce")
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
 
 def _partition(m: Any, index: int, error: ErrorCode, base: int = -1, log_start: int = -1,
-               message: str | None = None) -> Any:
+               message: str | None = None, append_time_ms: int = -1,
+               record_errors: tuple[tuple[int, str], ...] = ()) -> Any:
+    append_time = None if append_time_ms < 0 else \
+        _EPOCH + datetime.timedelta(milliseconds=append_time_ms)
+    errors = tuple(make(m.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=msg)
+                   for i, msg in record_errors)
     return make(m.PartitionProduceResponse, index=index, error_code=error, base_offset=base,
-                log_append_time=None, log_start_offset=log_start, record_errors=(),
+                log_append_time=append_time, log_start_offset=log_start, record_errors=errors,
                 error_message=message)
 
 
+def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int) -> ValidationPolicy:
+    """The topic's produce rules, from its configs and the broker defaults."""
+    def v(name: str) -> Any:
+        return topic_config_value(name, configs, broker.config)
+
+    ts_type = LOG_APPEND_TIME if v("message.timestamp.type") == "LogAppendTime" else CREATE_TIME
+    return ValidationPolicy(max_batch_bytes=int(v("max.message.bytes")), timestamp_type=ts_type,
+                            before_max_ms=int(v("message.timestamp.before.max.ms")),
+                            after_max_ms=int(v("message.timestamp.after.max.ms")),
+                            api_version=api_version)
+
+
 def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,
-                     records: bytes | None) -> tuple[ErrorCode, int, int, str | None]:
-    """Validate and append one partition's records: (error, base offset, log start, message)."""
+                     records: bytes | None, api_version: int = VERSIONS[1]) -> Any:
+    """Validate and append one partition's records.
+
+    Returns ``(error, base offset, log start, message, log append time, record errors)``.
+    """
     lg = broker.logs.get(topic_name, p)
     if lg is None:
-        return ErrorCode.unknown_topic_or_partition, -1, -1, None
+        return ErrorCode.unknown_topic_or_partition, -1, -1, None, -1, ()
     if not records:
-        return ErrorCode.invalid_record, -1, lg.log_start_offset, "empty record set"
-    max_bytes = topic_config_value("max.message.bytes", configs, broker.config)
-    try:
-        headers = validate_batches(records, max_bytes)
-    except RecordTooLargeError as exc:
-        return ErrorCode.message_too_large, -1, lg.log_start_offset, str(exc)
-    except CorruptRecordError as exc:
-        return ErrorCode.corrupt_message, -1, lg.log_start_offset, str(exc)
+        return (ErrorCode.invalid_record, -1, lg.log_start_offset,
+                "Produce v3+ needs exactly one record batch per partition; got none", -1, ())
+    now = broker.clock.now_ms()
+    checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
+    if isinstance(checked, Rejected):
+        log.info("refused a batch for %s-%d: %s (%s)", topic_name, p, checked.message,
+                 checked.error.name)
+        return (checked.error, -1, lg.log_start_offset,
+                f"{topic_name}-{p}: {checked.message}", -1, checked.record_errors)
+    h = checked.header
+    if h.is_transactional:
+        return (ErrorCode.invalid_record, -1, lg.log_start_offset,
+                "transactional batches are not supported by Shoal yet", -1, ())
     states = broker.producer_states(topic_name, p)
-    for h in headers:
-        if h.is_transactional:
-            return (ErrorCode.invalid_record, -1, lg.log_start_offset,
-                    "transactional batches are not supported by Shoal yet")
-    if len(headers) == 1:
-        h = headers[0]
-        check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count)
-        if check.error != ErrorCode.none:
-            return check.error, -1, lg.log_start_offset, None
-        if check.duplicate_of is not None:
-            return ErrorCode.none, check.duplicate_of[0], lg.log_start_offset, None
-    else:
-        for h in headers:
-            check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count)
-            if check.error != ErrorCode.none or check.duplicate_of is not None:
-                return (ErrorCode.out_of_order_sequence_number if check.error == ErrorCode.none
-                        else check.error), -1, lg.log_start_offset, None
-    result = lg.append(records, broker.clock.now_ms())
-    offset = result.base_offset
-    for h in headers:
-        last = offset + h.last_offset_delta
-        states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, offset, last)
-        offset = last + 1
+    check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, now)
+    if check.error != ErrorCode.none:
+        return check.error, -1, lg.log_start_offset, None, -1, ()
+    if check.duplicate_of is not None:
+        return ErrorCode.none, check.duplicate_of[0], lg.log_start_offset, None, -1, ()
+    result = lg.append(checked.data, now)
+    last = result.base_offset + h.last_offset_delta
+    states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count,
+                   result.base_offset, last, now)
     broker.logs.appended(topic_name, p)
     metrics = broker.metrics
-    metrics.produce_bytes.inc(topic_name, len(records))
-    metrics.produce_records.inc(topic_name, offset - result.base_offset)
-    return ErrorCode.none, result.base_offset, lg.log_start_offset, None
+    metrics.produce_bytes.inc(topic_name, len(checked.data))
+    metrics.produce_records.inc(topic_name, h.record_count)
+    return (ErrorCode.none, result.base_offset, lg.log_start_offset, None,
+            checked.log_append_time_ms, ())
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -100,11 +128,12 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 parts.append(_partition(m, pd.index, ErrorCode.invalid_topic_exception,
                                         message=f"cannot produce to internal topic {topic.name}"))
                 continue
-            err, base, start, msg = append_partition(broker, topic.name, topic.configs, pd.index,
-                                                     pd.records)
+            err, base, start, msg, append_time, record_errors = append_partition(
+                broker, topic.name, topic.configs, pd.index, pd.records, ctx.api_version)
             if err == ErrorCode.none:
                 appended.append((topic.name, pd.index))
-            parts.append(_partition(m, pd.index, err, base, start, msg))
+            parts.append(_partition(m, pd.index, err, base, start, msg, append_time,
+                                    record_errors))
         responses.append(make(m.TopicProduceResponse, name=getattr(td, "name", None),
                               topic_id=getattr(td, "topic_id", None),
                               partition_responses=tuple(parts)))
