@@ -241,7 +241,7 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
     hi = -(2**63)
     i = 0
     try:
-        while i < count:
+        for i in range(count):  # noqa: B007 (i is reported on IndexError)
             if pos >= end:
                 raise _Invalid(ErrorCode.invalid_record,
                                f"batch declares {count} records but holds {i}")
@@ -280,15 +280,18 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
                 raise _Invalid(ErrorCode.invalid_record,
                                f"record {i} has offset delta {delta}; deltas must run 0..{count - 1}")
             x = b[q]
-            if x < 0x80:
-                n = (x >> 1) ^ -(x & 1)
+            if x == 1:  # null key, the common case
                 q += 1
             else:
-                n, q = _varint(b, q, 5)
-            if n > 0:
-                q += n
-            elif n < -1:
-                raise _Invalid(ErrorCode.invalid_record, f"record {i} has key length {n}")
+                if x < 0x80:
+                    n = (x >> 1) ^ -(x & 1)
+                    q += 1
+                else:
+                    n, q = _varint(b, q, 5)
+                if n > 0:
+                    q += n
+                elif n < -1:
+                    raise _Invalid(ErrorCode.invalid_record, f"record {i} has key length {n}")
             x = b[q]
             if x < 0x80:
                 n = (x >> 1) ^ -(x & 1)
@@ -317,7 +320,6 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
             if ts > hi:
                 hi = ts
             pos = rec_end
-            i += 1
     except IndexError:
         raise _Invalid(ErrorCode.invalid_record, f"record {i} runs past the end of the batch") from None
     if pos != end:

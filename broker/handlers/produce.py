@@ -40,6 +40,21 @@ VERSIONS = (3, 12)
 log = logging.getLogger("shoal.produce")
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+# Refused batches are logged at most this often, so a hostile client cannot flood the log; the
+# next line says how many were not logged.
+_LOG_INTERVAL_MS = 1000
+_log_state = {"next_ms": 0, "suppressed": 0}
+
+
+def _log_refusal(now_ms: int, topic: str, p: int, error: ErrorCode, message: str) -> None:
+    if now_ms < _log_state["next_ms"]:
+        _log_state["suppressed"] += 1
+        return
+    more = _log_state["suppressed"]
+    _log_state["next_ms"], _log_state["suppressed"] = now_ms + _LOG_INTERVAL_MS, 0
+    log.info("refused a produced batch for %s-%d with %s: %s (the producer gets this error; "
+             "check its client version and settings)%s", topic, p, error.name.upper(), message,
+             f"; {more} more refusal(s) not logged" if more else "")
 
 
 def _partition(m: Any, index: int, error: ErrorCode, base: int = -1, log_start: int = -1,
@@ -81,8 +96,7 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
     now = broker.clock.now_ms()
     checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
     if isinstance(checked, Rejected):
-        log.info("refused a batch for %s-%d: %s (%s)", topic_name, p, checked.message,
-                 checked.error.name)
+        _log_refusal(broker.clock.monotonic_ms(), topic_name, p, checked.error, checked.message)
         return (checked.error, -1, lg.log_start_offset,
                 f"{topic_name}-{p}: {checked.message}", -1, checked.record_errors)
     h = checked.header
