@@ -28,6 +28,7 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16  # magic, version int32, compatible version int32
 _INT32 = struct.Struct(">i")
 _FIRST_GUESS = 64 * 1024
+_DEFLATE_MAX_RATIO = 1032
 # cramjam's message when the output buffer filled up before the input ended.
 _FULL = "failed to write whole buffer"
 
@@ -54,8 +55,10 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, limit: int) -> 
         raise DecompressionError(f"unknown compression codec {codec}")
     guess = _FIRST_GUESS + 8 * len(data)
     if codec == 1 and len(data) >= 4:
-        # The gzip trailer holds the input size modulo 2^32: a good first guess.
-        guess = max(guess, int.from_bytes(bytes(data[-4:]), "little") + 1)
+        # The gzip trailer holds the input size modulo 2^32: a good first guess, but only a claim
+        # (deflate expands at most about 1032x, so a larger one is not believed).
+        isize = int.from_bytes(bytes(data[-4:]), "little")
+        guess = max(guess, min(isize + 1, _DEFLATE_MAX_RATIO * len(data) + _FIRST_GUESS))
     return _bounded(module, data, guess, limit, CODEC_NAMES[codec])
 
 
