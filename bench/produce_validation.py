@@ -42,7 +42,8 @@ def batch(n: int, codec: int) -> bytes:
     body = bytearray()
     for i in range(n):
         value = os.urandom(RECORD // 2) + bytes(RECORD // 2)
-        rec = b"\x00" + _varint(i % 3) + _varint(i) + _varint(-1) + _varint(len(value)) + value
+        # Timestamp deltas as a lingering producer writes them: up to ~100 ms apart.
+        rec = b"\x00" + _varint(i // 8) + _varint(i) + _varint(-1) + _varint(len(value)) + value
         rec += _varint(0)
         body += _varint(len(rec)) + rec
     payload = bytes(body)

@@ -255,30 +255,28 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
                 pos += 2
             else:
                 length, pos = _varint(b, pos, 5)
-            if length < MIN_RECORD_BYTES - 1 or pos + length > end:
+            rec_end = pos + length
+            if length < MIN_RECORD_BYTES - 1 or rec_end > end:
                 raise _Invalid(ErrorCode.invalid_record,
                                f"record {i} has length {length} with {end - pos} bytes left")
-            rec_end = pos + length
-            q = pos + 1  # record attributes: unused in v2
-            x = b[q]
+            # pos: record attributes (unused in v2), then the timestamp delta.
+            x = b[pos + 1]
             if x < 0x80:
                 ts = (x >> 1) ^ -(x & 1)
-                q += 1
+                q = pos + 2
+            elif b[pos + 2] < 0x80:  # deltas of 64 ms .. 8 s: a producer lingering
+                x = (x & 0x7F) | (b[pos + 2] << 7)
+                ts = (x >> 1) ^ -(x & 1)
+                q = pos + 3
             else:
-                ts, q = _varint(b, q, 10)
-            x = b[q]
-            if x < 0x80:
-                delta = (x >> 1) ^ -(x & 1)
+                ts, q = _varint(b, pos + 1, 10)
+            # The offset delta must be i: compare with its encoding (zig-zag 2i) directly.
+            if i < 64 and b[q] == i << 1:
                 q += 1
-            elif b[q + 1] < 0x80:  # records 64 .. 8191 of a batch
-                x = (x & 0x7F) | (b[q + 1] << 7)
-                delta = (x >> 1) ^ -(x & 1)
+            elif i < 8192 and b[q] == ((i << 1) & 0x7F) | 0x80 and b[q + 1] == i >> 6:
                 q += 2
             else:
-                delta, q = _varint(b, q, 5)
-            if delta != i:
-                raise _Invalid(ErrorCode.invalid_record,
-                               f"record {i} has offset delta {delta}; deltas must run 0..{count - 1}")
+                q = _delta(b, q, i, count)
             x = b[q]
             if x == 1:  # null key, the common case
                 q += 1
@@ -306,15 +304,13 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
                 q += n
             elif n < -1:
                 raise _Invalid(ErrorCode.invalid_record, f"record {i} has value length {n}")
-            x = b[q]
-            if x:
-                q = _headers(b, q, rec_end, i)
-            else:
-                q += 1
-            if q != rec_end:
-                raise _Invalid(ErrorCode.invalid_record,
-                               f"record {i} declares {length} bytes but its fields take "
-                               f"{q - pos}")
+            # No headers and the record ends here: the common case, one test for both.
+            if q + 1 != rec_end or b[q]:
+                q = _headers(b, q, rec_end, i) if b[q] else q + 1
+                if q != rec_end:
+                    raise _Invalid(ErrorCode.invalid_record,
+                                   f"record {i} declares {length} bytes but its fields take "
+                                   f"{q - pos}")
             if ts < lo:
                 lo = ts
             if ts > hi:
@@ -326,6 +322,15 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
         raise _Invalid(ErrorCode.invalid_record,
                        f"{end - pos} bytes follow the last of the {count} declared records")
     return lo, hi
+
+
+def _delta(b: bytes | bytearray, q: int, i: int, count: int) -> int:
+    """Check an offset delta not in its shortest encoding (or wrong); return the position after."""
+    delta, q = _varint(b, q, 5)
+    if delta != i:
+        raise _Invalid(ErrorCode.invalid_record,
+                       f"record {i} has offset delta {delta}; deltas must run 0..{count - 1}")
+    return q
 
 
 def _headers(b: bytes | bytearray, q: int, rec_end: int, i: int) -> int:
