@@ -225,3 +225,10 @@ def test_every_truncation_of_a_batch_is_refused_not_raised() -> None:
         res = validate_produced(raw_batch(bytes(damaged), 4), POLICY, NOW)
         assert isinstance(res, Validated | Rejected)
     assert struct  # keep the import honest
+
+
+def test_offset_delta_in_a_longer_encoding_than_needed_is_still_read() -> None:
+    # attributes, timestamp delta 0, offset delta 0 as two bytes (0x80 0x00), null key, value "v",
+    # no headers: unusual but valid varints.
+    rec = bytes([0, 0, 0x80, 0x00, 0x01, 0x02, ord("v"), 0])
+    ok(raw_batch(bytes([len(rec) << 1]) + rec, 1, base_ts=NOW))
