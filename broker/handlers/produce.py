@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -57,16 +58,27 @@ def _log_refusal(now_ms: int, topic: str, p: int, error: ErrorCode, message: str
              f"; {more} more refusal(s) not logged" if more else "")
 
 
-def _partition(m: Any, index: int, error: ErrorCode, base: int = -1, log_start: int = -1,
-               message: str | None = None, append_time_ms: int = -1,
-               record_errors: tuple[tuple[int, str], ...] = ()) -> Any:
-    append_time = None if append_time_ms < 0 else \
-        _EPOCH + datetime.timedelta(milliseconds=append_time_ms)
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """What one partition of a Produce request is answered with."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    log_append_time_ms: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+def _partition(m: Any, index: int, out: PartitionOutcome) -> Any:
+    append_time = None if out.log_append_time_ms < 0 else \
+        _EPOCH + datetime.timedelta(milliseconds=out.log_append_time_ms)
     errors = tuple(make(m.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=msg)
-                   for i, msg in record_errors)
-    return make(m.PartitionProduceResponse, index=index, error_code=error, base_offset=base,
-                log_append_time=append_time, log_start_offset=log_start, record_errors=errors,
-                error_message=message)
+                   for i, msg in out.record_errors)
+    return make(m.PartitionProduceResponse, index=index, error_code=out.error,
+                base_offset=out.base_offset, log_append_time=append_time,
+                log_start_offset=out.log_start_offset, record_errors=errors,
+                error_message=out.message)
 
 
 def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int) -> ValidationPolicy:
@@ -82,33 +94,34 @@ def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int)
 
 
 def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,
-                     records: bytes | None, api_version: int = VERSIONS[1]) -> Any:
-    """Validate and append one partition's records.
-
-    Returns ``(error, base offset, log start, message, log append time, record errors)``.
-    """
+                     records: bytes | None, api_version: int = VERSIONS[1]) -> PartitionOutcome:
+    """Validate and append one partition's records."""
     lg = broker.logs.get(topic_name, p)
     if lg is None:
-        return ErrorCode.unknown_topic_or_partition, -1, -1, None, -1, ()
+        return PartitionOutcome(ErrorCode.unknown_topic_or_partition)
+    lso = lg.log_start_offset
     if not records:
-        return (ErrorCode.invalid_record, -1, lg.log_start_offset,
-                "Produce v3+ needs exactly one record batch per partition; got none", -1, ())
+        return PartitionOutcome(ErrorCode.invalid_record, log_start_offset=lso,
+                                message="Produce v3+ needs exactly one record batch per "
+                                        "partition; got none")
     now = broker.clock.now_ms()
     checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
     if isinstance(checked, Rejected):
         _log_refusal(broker.clock.monotonic_ms(), topic_name, p, checked.error, checked.message)
-        return (checked.error, -1, lg.log_start_offset,
-                f"{topic_name}-{p}: {checked.message}", -1, checked.record_errors)
+        return PartitionOutcome(checked.error, log_start_offset=lso,
+                                message=f"{topic_name}-{p}: {checked.message}",
+                                record_errors=checked.record_errors)
     h = checked.header
     if h.is_transactional:
-        return (ErrorCode.invalid_record, -1, lg.log_start_offset,
-                "transactional batches are not supported by Shoal yet", -1, ())
+        return PartitionOutcome(ErrorCode.invalid_record, log_start_offset=lso,
+                                message="transactional batches are not supported by Shoal yet")
+    # Idempotence is checked after validation, as Kafka does (a refused batch is no duplicate).
     states = broker.producer_states(topic_name, p)
     check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, now)
     if check.error != ErrorCode.none:
-        return check.error, -1, lg.log_start_offset, None, -1, ()
+        return PartitionOutcome(check.error, log_start_offset=lso)
     if check.duplicate_of is not None:
-        return ErrorCode.none, check.duplicate_of[0], lg.log_start_offset, None, -1, ()
+        return PartitionOutcome(ErrorCode.none, check.duplicate_of[0], lso)
     result = lg.append(checked.data, now)
     last = result.base_offset + h.last_offset_delta
     states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count,
@@ -117,8 +130,8 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
     metrics = broker.metrics
     metrics.produce_bytes.inc(topic_name, len(checked.data))
     metrics.produce_records.inc(topic_name, h.record_count)
-    return (ErrorCode.none, result.base_offset, lg.log_start_offset, None,
-            checked.log_append_time_ms, ())
+    return PartitionOutcome(ErrorCode.none, result.base_offset, lg.log_start_offset,
+                            log_append_time_ms=checked.log_append_time_ms)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -134,20 +147,20 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             if topic is None or not 0 <= pd.index < topic.partitions:
                 err = ErrorCode.unknown_topic_id if by_id and topic is None \
                     else ErrorCode.unknown_topic_or_partition
-                parts.append(_partition(m, pd.index, err))
+                parts.append(_partition(m, pd.index, PartitionOutcome(err)))
                 continue
             if topic.internal:
                 # Coordinator logs are written only by their coordinators; a stray record would
                 # break replay (Kafka answers InvalidTopicException too).
-                parts.append(_partition(m, pd.index, ErrorCode.invalid_topic_exception,
-                                        message=f"cannot produce to internal topic {topic.name}"))
+                parts.append(_partition(m, pd.index, PartitionOutcome(
+                    ErrorCode.invalid_topic_exception,
+                    message=f"cannot produce to internal topic {topic.name}")))
                 continue
-            err, base, start, msg, append_time, record_errors = append_partition(
-                broker, topic.name, topic.configs, pd.index, pd.records, ctx.api_version)
-            if err == ErrorCode.none:
+            out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
+                                   ctx.api_version)
+            if out.error == ErrorCode.none:
                 appended.append((topic.name, pd.index))
-            parts.append(_partition(m, pd.index, err, base, start, msg, append_time,
-                                    record_errors))
+            parts.append(_partition(m, pd.index, out))
         responses.append(make(m.TopicProduceResponse, name=getattr(td, "name", None),
                               topic_id=getattr(td, "topic_id", None),
                               partition_responses=tuple(parts)))
