@@ -53,7 +53,7 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, limit: int) -> 
     module = _MODULES.get(codec)
     if module is None:
         raise DecompressionError(f"unknown compression codec {codec}")
-    guess = _FIRST_GUESS + 8 * len(data)
+    guess = _FIRST_GUESS + 4 * len(data)
     if codec == 1 and len(data) >= 4:
         # The gzip trailer holds the input size modulo 2^32: a good first guess, but only a claim
         # (deflate expands at most about 1032x, so a larger one is not believed).
