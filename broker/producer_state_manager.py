@@ -60,10 +60,8 @@ class ProducerStateManager:
         if s is None:
             lg = self._logs.get(topic, partition)
             if lg is None:
-                s = ProducerStates()  # no log: nothing can be appended anyway
-            else:
-                s = self._load(topic, partition, lg)
-            self._states[key] = s
+                return ProducerStates()  # no log: nothing can be appended anyway
+            s = self._states[key] = self._load(topic, partition, lg)
         return s
 
     def _load(self, topic: str, partition: int, lg: PartitionLog) -> ProducerStates:
