@@ -104,8 +104,8 @@ class Validated:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """Why a partition's records were refused; ``batch_index`` is set for per-batch errors that
-    Kafka reports in ``record_errors`` (timestamps)."""
+    """Why a partition's records were refused; ``record_errors`` lists (index of the record in
+    the batch, why) for the records Kafka names individually (timestamps out of bounds)."""
 
     error: ErrorCode
     message: str
@@ -115,10 +115,12 @@ class Rejected:
 class _Invalid(Exception):
     """Internal: one check failed (never leaves this module)."""
 
-    def __init__(self, error: ErrorCode, message: str) -> None:
+    def __init__(self, error: ErrorCode, message: str,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error = error
         self.message = message
+        self.record_errors = record_errors
 
 
 def validate_produced(data: bytes | bytearray, policy: ValidationPolicy,
@@ -127,9 +129,7 @@ def validate_produced(data: bytes | bytearray, policy: ValidationPolicy,
     try:
         return _validate(data, policy, now_ms)
     except _Invalid as exc:
-        if exc.error == ErrorCode.invalid_timestamp:
-            return Rejected(exc.error, exc.message, ((0, exc.message),))
-        return Rejected(exc.error, exc.message)
+        return Rejected(exc.error, exc.message, exc.record_errors)
 
 
 def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) -> Validated:
@@ -180,6 +180,7 @@ def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) ->
             raise _Invalid(ErrorCode.invalid_record,
                            f"batch declares {count} records in {total - BATCH_HEADER_SIZE} bytes")
         lo, hi = walk_records(data, BATCH_HEADER_SIZE, total, count)
+        records: tuple[bytes | bytearray, int, int] = (data, BATCH_HEADER_SIZE, total)
     else:
         try:
             body = decompress(codec, memoryview(data)[BATCH_HEADER_SIZE:total],
@@ -191,27 +192,22 @@ def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) ->
             raise _Invalid(ErrorCode.invalid_record,
                            f"batch declares {count} records in {len(body)} bytes "
                            f"({CODEC_NAMES[codec]}-decompressed)")
-        with body:
-            lo, hi = walk_records(body.obj, 0, len(body), count)  # type: ignore[arg-type]
-    return _timestamps(data, h, lo, hi, policy, now_ms)
+        buf = body.obj
+        lo, hi = walk_records(buf, 0, len(body), count)  # type: ignore[arg-type]
+        records = (buf, 0, len(body))  # type: ignore[assignment]
+    return _timestamps(data, h, lo, hi, policy, now_ms, records)
 
 
 def _timestamps(data: bytes | bytearray, h: BatchHeader, lo: int, hi: int,
-                policy: ValidationPolicy, now_ms: int) -> Validated:
+                policy: ValidationPolicy, now_ms: int,
+                records: tuple[bytes | bytearray, int, int]) -> Validated:
     if policy.timestamp_type == LOG_APPEND_TIME:
         want_type, want_max, append_time = TIMESTAMP_TYPE_MASK, now_ms, now_ms
     else:
         first, last = h.base_timestamp + lo, h.base_timestamp + hi
-        if now_ms - first > policy.before_max_ms:
-            raise _Invalid(ErrorCode.invalid_timestamp,
-                           f"record timestamp {first} is more than "
-                           f"message.timestamp.before.max.ms={policy.before_max_ms} before the "
-                           f"broker's time {now_ms}")
-        if last - now_ms > policy.after_max_ms:
-            raise _Invalid(ErrorCode.invalid_timestamp,
-                           f"record timestamp {last} is more than "
-                           f"message.timestamp.after.max.ms={policy.after_max_ms} after the "
-                           f"broker's time {now_ms}")
+        earliest, latest = now_ms - policy.before_max_ms, now_ms + policy.after_max_ms
+        if first < earliest or last > latest:
+            raise _timestamp_error(h, records, earliest, latest, policy, now_ms)
         want_type, want_max, append_time = 0, last, -1
     if (h.attributes & TIMESTAMP_TYPE_MASK) == want_type and h.max_timestamp == want_max:
         return Validated(data, h, append_time)
@@ -223,6 +219,36 @@ def _timestamps(data: bytes | bytearray, h: BatchHeader, lo: int, hi: int,
     out[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
     header = BatchHeader(*HEADER_STRUCT.unpack_from(out, 0))
     return Validated(out, header, append_time)
+
+
+# At most this many per-record entries in an INVALID_TIMESTAMP answer (the message counts them all).
+MAX_RECORD_ERRORS = 100
+
+
+def _timestamp_error(h: BatchHeader, records: tuple[bytes | bytearray, int, int], earliest: int,
+                     latest: int, policy: ValidationPolicy, now_ms: int) -> _Invalid:
+    """INVALID_TIMESTAMP naming the records out of bounds (their index in the batch), as Kafka
+    does in ``record_errors``. Only reached on failure: reads the (valid) records again."""
+    b, pos, end = records
+    bad: list[tuple[int, str]] = []
+    n_bad = 0
+    for i in range(h.record_count):
+        length, pos = _varint(b, pos, 5)
+        ts = h.base_timestamp + _varint(b, pos + 1, 10)[0]
+        pos += length
+        if earliest <= ts <= latest:
+            continue
+        n_bad += 1
+        if len(bad) < MAX_RECORD_ERRORS:
+            if ts < earliest:
+                why = (f"timestamp {ts} is more than message.timestamp.before.max.ms="
+                       f"{policy.before_max_ms} before the broker's time {now_ms}")
+            else:
+                why = (f"timestamp {ts} is more than message.timestamp.after.max.ms="
+                       f"{policy.after_max_ms} after the broker's time {now_ms}")
+            bad.append((i, f"record {i}: {why}"))
+    message = f"{n_bad} of {h.record_count} record(s) out of bounds; first, {bad[0][1]}"
+    return _Invalid(ErrorCode.invalid_timestamp, message, tuple(bad))
 
 
 def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[int, int]:

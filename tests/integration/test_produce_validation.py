@@ -61,7 +61,7 @@ def test_invalid_batch_is_refused_and_nothing_is_appended(broker, unique, forge,
         assert fragment in got.error_message and f"{unique}-0" in got.error_message
         assert got.base_offset == -1
         if error == ErrorCode.invalid_timestamp:
-            assert [e.batch_index for e in got.record_errors] == [0]
+            assert [e.batch_index for e in got.record_errors] == [0]  # the one record
         # Nothing appended, and the same connection still produces.
         assert log_end_offset(c, unique) == 1
         after = produce(c, unique, make_batch([(None, b"after")] * 3, timestamp_ms=_now()))

@@ -171,7 +171,8 @@ def test_create_time_bounds(stamps: list[int], before: int, after: int, accepted
     assert isinstance(res, Validated) == accepted, res
     if not accepted:
         assert isinstance(res, Rejected) and res.error == ErrorCode.invalid_timestamp
-        assert res.record_errors and res.record_errors[0][0] == 0
+        bad = [i for i, s in enumerate(stamps) if not -before <= s <= after]
+        assert [i for i, _ in res.record_errors] == bad
         assert "message.timestamp" in res.message
 
 
@@ -242,3 +243,16 @@ def test_arbitrary_records_are_validated_or_refused_never_raised(payload: bytes,
     data = raw_batch(payload, count, attributes=(attributes & ~7) | codec, base_ts=NOW)
     res = validate_produced(data, POLICY, NOW)
     assert isinstance(res, Validated | Rejected)
+
+
+@pytest.mark.parametrize("codec", [0, 2, 4])
+def test_invalid_timestamp_names_each_record_out_of_bounds(codec: int) -> None:
+    stamps = [NOW] * 300
+    for i in (3, 150, 299):
+        stamps[i] = NOW + 10_000 + i
+    data = make_batch([(None, b"v")] * 300, timestamps=stamps, compression=codec)
+    res = refused(data, ValidationPolicy(max_batch_bytes=1 << 20, after_max_ms=5_000))
+    assert res.error == ErrorCode.invalid_timestamp
+    assert [i for i, _ in res.record_errors] == [3, 150, 299]
+    assert res.message.startswith("3 of 300 record(s) out of bounds")
+    assert f"timestamp {NOW + 10_003}" in res.record_errors[0][1]
