@@ -14,8 +14,11 @@ response.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import inspect
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +29,24 @@ from broker.config import topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
+from broker.topics import Topic
 from protocol.log_validator import (
     CREATE_TIME,
+    DECOMPRESSED_FLOOR,
     LOG_APPEND_TIME,
+    MIN_RECORD_BYTES,
     Rejected,
+    Validated,
     ValidationPolicy,
     validate_produced,
 )
 from protocol.messages import make
+from protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
+    RECORD_COUNT_OFFSET,
+)
 
 API_KEY = 0
 VERSIONS = (3, 12)
@@ -94,8 +107,10 @@ def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int)
 
 
 def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,
-                     records: bytes | None, api_version: int = VERSIONS[1]) -> PartitionOutcome:
-    """Validate and append one partition's records."""
+                     records: bytes | None, api_version: int = VERSIONS[1],
+                     checked: Validated | Rejected | None = None) -> PartitionOutcome:
+    """Validate (unless ``checked`` already holds the validation) and append one partition's
+    records."""
     lg = broker.logs.get(topic_name, p)
     if lg is None:
         return PartitionOutcome(ErrorCode.unknown_topic_or_partition)
@@ -105,7 +120,8 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
                                 message="Produce v3+ needs exactly one record batch per "
                                         "partition; got none")
     now = broker.clock.now_ms()
-    checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
+    if checked is None:
+        checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
     if isinstance(checked, Rejected):
         _log_refusal(broker.clock.monotonic_ms(), topic_name, p, checked.error, checked.message)
         return PartitionOutcome(checked.error, log_start_offset=lso,
@@ -136,14 +152,99 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
+    order = _order(broker)
+    before = order.get(ctx.connection_id)
+    if before is None and validation_cost(req) < OFFLOAD_COST:
+        return _produce(ctx, req, {})
+    # Validated in a worker thread so other connections keep being served; later Produce
+    # requests of this connection wait for it, so its appends stay in request order (an
+    # idempotent producer pipelines up to five requests).
+    task = asyncio.ensure_future(_produce_later(ctx, req, before))
+    order[ctx.connection_id] = task
+    task.add_done_callback(lambda t, c=ctx.connection_id: order.pop(c, None)
+                           if order.get(c) is t else None)
+    return task
+
+
+# Validation of a request estimated to read more records than this (about 0.1 s on the event
+# loop) runs in a worker thread. A compressed batch counts for at least COMPRESSED_COST, since it
+# may expand up to its decompression limit before its record count can be checked.
+OFFLOAD_COST = 100_000
+COMPRESSED_COST = 10_000
+
+_orders: weakref.WeakKeyDictionary[Broker, dict[int, asyncio.Future[Any]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _order(broker: Broker) -> dict[int, asyncio.Future[Any]]:
+    """Per connection, its latest Produce still validating off the event loop."""
+    order = _orders.get(broker)
+    if order is None:
+        order = _orders[broker] = {}
+        broker.add_close_listener(lambda cid: order.pop(cid, None))
+    return order
+
+
+def validation_cost(req: Any) -> int:
+    """Records the validation of a Produce request may have to read (from the batch headers'
+    claims, capped by what the bytes can hold)."""
+    cost = 0
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if not r or len(r) < BATCH_HEADER_SIZE:
+                continue
+            count = max(0, int.from_bytes(r[RECORD_COUNT_OFFSET:BATCH_HEADER_SIZE], "big",
+                                          signed=True))
+            if r[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK:
+                cost += COMPRESSED_COST + min(count, DECOMPRESSED_FLOOR // MIN_RECORD_BYTES)
+            else:
+                cost += min(count, len(r) // MIN_RECORD_BYTES)
+    return cost
+
+
+async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[Any] | None) -> Any:
+    if before is not None:
+        await asyncio.wait([before])  # its outcome is its own request's
+    broker = ctx.broker
+    checks: dict[tuple[int, int], Validated | Rejected] = {}
+    if validation_cost(req) >= OFFLOAD_COST:
+        now = broker.clock.now_ms()
+        jobs = []
+        for ti, td in enumerate(req.topic_data):
+            topic = _topic(broker, td, ctx.api_version)
+            if topic is None or topic.internal:
+                continue
+            policy = validation_policy(topic.configs, broker, ctx.api_version)
+            for pi, pd in enumerate(td.partition_data):
+                if pd.records and 0 <= pd.index < topic.partitions:
+                    jobs.append(((ti, pi), pd.records, policy))
+        results = await asyncio.to_thread(
+            lambda: [validate_produced(r, policy, now) for _, r, policy in jobs])
+        checks = {key: res for (key, _, _), res in zip(jobs, results, strict=True)}
+    result = _produce(ctx, req, checks)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _topic(broker: Broker, td: Any, api_version: int) -> Topic | None:
+    return broker.topics.by_id(td.topic_id) if api_version >= 13 else broker.topics.get(td.name)
+
+
+def _produce(ctx: RequestContext, req: Any,
+             checks: dict[tuple[int, int], Validated | Rejected]) -> Any:
+    """Validate (what ``checks`` does not already hold) and append every partition, then
+    answer (after a flush when the policy says so)."""
+    broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
     responses = []
     appended: list[tuple[str, int]] = []
-    for td in req.topic_data:
-        topic = broker.topics.by_id(td.topic_id) if by_id else broker.topics.get(td.name)
+    for ti, td in enumerate(req.topic_data):
+        topic = _topic(broker, td, ctx.api_version)
         parts = []
-        for pd in td.partition_data:
+        for pi, pd in enumerate(td.partition_data):
             if topic is None or not 0 <= pd.index < topic.partitions:
                 err = ErrorCode.unknown_topic_id if by_id and topic is None \
                     else ErrorCode.unknown_topic_or_partition
@@ -157,7 +258,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                     message=f"cannot produce to internal topic {topic.name}")))
                 continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
-                                   ctx.api_version)
+                                   ctx.api_version, checks.get((ti, pi)))
             if out.error == ErrorCode.none:
                 appended.append((topic.name, pd.index))
             parts.append(_partition(m, pd.index, out))

@@ -93,3 +93,46 @@ def test_log_append_time_topic_stamps_batches_with_the_broker_clock(broker, uniq
         consumer.close()
     assert [m.value() for m in msgs] == [b"a", b"b"]
     assert {m.timestamp() for m in msgs} == {(TIMESTAMP_LOG_APPEND_TIME, stamped)}
+
+
+def test_heavy_validation_leaves_other_connections_served_and_keeps_request_order(
+        broker, unique) -> None:
+    """A request whose records take long to read is validated off the event loop: another
+    connection is answered meanwhile, and the pipelined requests of the same connection are
+    still appended in order (an idempotent producer would otherwise see OUT_OF_ORDER)."""
+    import select
+    from datetime import timedelta
+
+    from tests.integration.produce_helpers import init_producer_id
+    from tests.integration.rawclient import request
+
+    n = 110_000  # 7-9 byte records: about 1 MB per partition, about 0.1 s each to read
+    create_topic(broker.bootstrap, unique, 4)
+    body = encode_records([(0, i, None, None) for i in range(n)])
+    with RawClient(broker.bootstrap) as a, RawClient(broker.bootstrap) as b:
+        pid, epoch = init_producer_id(a)
+        m = a.request_module(0, 9)
+
+        def req(parts: dict[int, bytes]):  # type: ignore[no-untyped-def]
+            return request(0, 9, transactional_id=None, acks=-1, timeout=timedelta(seconds=30),
+                           topic_data=(m.TopicProduceData(name=unique, partition_data=tuple(
+                               m.PartitionProduceData(index=p, records=r)
+                               for p, r in parts.items())),))
+
+        heavy = {p: raw_batch(body, n, base_ts=_now(), producer_id=pid, producer_epoch=epoch,
+                              base_sequence=0) for p in range(4)}
+        follow = make_batch([(None, b"next")], timestamp_ms=_now(), producer_id=pid,
+                            producer_epoch=epoch, base_sequence=n)
+        first = a.send(0, 9, req(heavy))
+        second = a.send(0, 9, req({0: follow}))
+        b.call(18, 3, request(18, 3, client_software_name="t", client_software_version="1"))
+        # B was answered while A's first request was still being validated.
+        ready, _, _ = select.select([a._sock], [], [], 0)  # noqa: SLF001
+        assert not ready, "the other connection waited for the heavy validation"
+        got1, r1 = a.receive(0, 9)
+        got2, r2 = a.receive(0, 9)
+    assert (got1, got2) == (first, second)
+    assert [(p.error_code, p.base_offset) for p in r1.responses[0].partition_responses] == \
+        [(ErrorCode.none, 0)] * 4
+    p2 = r2.responses[0].partition_responses[0]
+    assert (p2.error_code, p2.base_offset) == (ErrorCode.none, n)
