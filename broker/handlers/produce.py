@@ -10,6 +10,11 @@ which the CRC does not cover), except that the header's max timestamp and timest
 as the topic demands (LogAppendTime), with a new CRC. The response is sent after the append is in
 the log (page cache), and after an fsync too when the flush policy says so. ``acks=0`` gets no
 response.
+
+Reading the records costs about 1 us each. A request whose headers claim many records to read
+(``OFFLOAD_COST``) is validated in a worker thread so other connections keep being served; the
+idempotence checks and appends always run on the event loop, and each connection's Produce
+requests are appended in the order they arrived (a later one waits for an offloaded one).
 """
 
 from __future__ import annotations
