@@ -81,7 +81,8 @@ def _bounded(module: object, data: bytes | bytearray | memoryview, guess: int, l
         if n > limit:
             raise DecompressionError(f"{name} payload decompresses to more than {limit} bytes",
                                      too_large=True)
-        return memoryview(out)[:n]
+        del out[n:]  # shrinks in place: the buffer then holds exactly the records
+        return memoryview(out)
 
 
 def _snappy(data: bytes | bytearray | memoryview, limit: int) -> memoryview:
@@ -122,7 +123,8 @@ def _snappy_block(view: memoryview, limit: int) -> memoryview:
         got = cramjam.snappy.decompress_raw_into(view, out)
     except cramjam.DecompressionError as exc:
         raise DecompressionError(f"snappy payload does not decompress: {exc}") from None
-    return memoryview(out)[:got]
+    del out[got:]
+    return memoryview(out)
 
 
 _MODULES = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}

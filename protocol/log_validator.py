@@ -193,6 +193,8 @@ def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) ->
                            f"batch declares {count} records in {len(body)} bytes "
                            f"({CODEC_NAMES[codec]}-decompressed)")
         buf = body.obj
+        if len(buf) != len(body):  # type: ignore[arg-type]
+            buf = bytes(body)  # the walk relies on the buffer ending with the records
         lo, hi = walk_records(buf, 0, len(body), count)  # type: ignore[arg-type]
         records = (buf, 0, len(body))  # type: ignore[assignment]
     return _timestamps(data, h, lo, hi, policy, now_ms, records)
@@ -267,10 +269,9 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
     hi = -(2**63)
     i = 0
     try:
+        # ``b`` ends at ``end`` (callers pass exactly the records), so running out of records
+        # is an IndexError; a length that disagrees with the fields is caught at the record's end.
         for i in range(count):  # noqa: B007 (i is reported on IndexError)
-            if pos >= end:
-                raise _Invalid(ErrorCode.invalid_record,
-                               f"batch declares {count} records but holds {i}")
             x = b[pos]
             if x < 0x80:
                 length = (x >> 1) ^ -(x & 1)
@@ -282,9 +283,6 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
             else:
                 length, pos = _varint(b, pos, 5)
             rec_end = pos + length
-            if length < MIN_RECORD_BYTES - 1 or rec_end > end:
-                raise _Invalid(ErrorCode.invalid_record,
-                               f"record {i} has length {length} with {end - pos} bytes left")
             # pos: record attributes (unused in v2), then the timestamp delta.
             x = b[pos + 1]
             if x < 0x80:
@@ -343,6 +341,9 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
                 hi = ts
             pos = rec_end
     except IndexError:
+        if pos >= end:
+            raise _Invalid(ErrorCode.invalid_record,
+                           f"batch declares {count} records but holds {i}") from None
         raise _Invalid(ErrorCode.invalid_record, f"record {i} runs past the end of the batch") from None
     if pos != end:
         raise _Invalid(ErrorCode.invalid_record,
