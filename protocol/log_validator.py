@@ -276,9 +276,8 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
             if x < 0x80:
                 length = (x >> 1) ^ -(x & 1)
                 pos += 1
-            elif b[pos + 1] < 0x80:  # two bytes: records of 64 B .. 8 KiB
-                x = (x & 0x7F) | (b[pos + 1] << 7)
-                length = (x >> 1) ^ -(x & 1)
+            elif (y := b[pos + 1]) < 0x80:  # two bytes: records of 64 B .. 8 KiB
+                length = _ZIGZAG14[(x & 0x7F) | (y << 7)]
                 pos += 2
             else:
                 length, pos = _varint(b, pos, 5)
@@ -288,16 +287,18 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
             if x < 0x80:
                 ts = (x >> 1) ^ -(x & 1)
                 q = pos + 2
-            elif b[pos + 2] < 0x80:  # deltas of 64 ms .. 8 s: a producer lingering
-                x = (x & 0x7F) | (b[pos + 2] << 7)
-                ts = (x >> 1) ^ -(x & 1)
+            elif (y := b[pos + 2]) < 0x80:  # deltas of 64 ms .. 8 s: a producer lingering
+                ts = _ZIGZAG14[(x & 0x7F) | (y << 7)]
                 q = pos + 3
             else:
                 ts, q = _varint(b, pos + 1, 10)
-            # The offset delta must be i: compare with its encoding (zig-zag 2i) directly.
-            if i < 64 and b[q] == i << 1:
-                q += 1
-            elif i < 8192 and b[q] == ((i << 1) & 0x7F) | 0x80 and b[q + 1] == i >> 6:
+            # The offset delta must be i: compare with its shortest encoding (zig-zag 2i).
+            if i < 64:
+                if b[q] == i << 1:
+                    q += 1
+                else:
+                    q = _delta(b, q, i, count)
+            elif i < 8192 and b[q] | (b[q + 1] << 8) == _DELTA2[i]:
                 q += 2
             else:
                 q = _delta(b, q, i, count)
@@ -318,9 +319,8 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
             if x < 0x80:
                 n = (x >> 1) ^ -(x & 1)
                 q += 1
-            elif b[q + 1] < 0x80:
-                x = (x & 0x7F) | (b[q + 1] << 7)
-                n = (x >> 1) ^ -(x & 1)
+            elif (y := b[q + 1]) < 0x80:
+                n = _ZIGZAG14[(x & 0x7F) | (y << 7)]
                 q += 2
             else:
                 n, q = _varint(b, q, 5)
@@ -349,6 +349,13 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
         raise _Invalid(ErrorCode.invalid_record,
                        f"{end - pos} bytes follow the last of the {count} declared records")
     return lo, hi
+
+
+# Zig-zag values of every 14-bit payload of a two-byte varint, and the two bytes (little-endian)
+# of the shortest encoding of offset deltas 64..8191: table lookups instead of arithmetic in the
+# hot loop.
+_ZIGZAG14 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 14))
+_DELTA2 = tuple((((i << 1) & 0x7F) | 0x80) | ((i >> 6) << 8) for i in range(8192))
 
 
 def _delta(b: bytes | bytearray, q: int, i: int, count: int) -> int:
