@@ -62,9 +62,9 @@ def test_zero_length_frame() -> None:
     assert FrameDecoder().feed(encode_frame(b"") * 3) == [b"", b"", b""]
 
 
-def test_large_frames_collected_from_chunks_of_any_type_and_size() -> None:
-    # Large frames are gathered chunk by chunk (no growing buffer); buffers a caller reuses after
-    # feed() returns must not leak into the frame, and frames may end mid-chunk.
+def test_large_frames_from_chunks_of_any_type_and_size_decode_intact() -> None:
+    # Buffers a caller reuses after feed() returns must not leak into a frame, and frames may end
+    # mid-chunk.
     big = bytes(range(256)) * 4096  # 1 MiB
     stream = encode_frame(big) + encode_frame(b"small") + encode_frame(big[::-1]) + encode_frame(b"")
     for size in (7, 4096, 65536, 300_001, len(stream)):
