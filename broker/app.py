@@ -39,6 +39,7 @@ from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
+from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
@@ -74,7 +75,7 @@ class Broker:
         self.cluster_id = ""
         self.topics: TopicRegistry
         self.logs: LogManager
-        self._producer_states: dict[tuple[str, int], ProducerStates] = {}
+        self.producers: ProducerStateManager
         self._next_pid = 0
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,6 +121,7 @@ class Broker:
         self.logs.log_dir.add_listener(self._on_log_dir_offline)
         for topic in self.topics.all():
             self.logs.open_topic(topic)
+        self.producers = ProducerStateManager(self.logs, self.config, self.clock)
         self._load_producer_ids()
         # Durable share state: the share coordinator over __share_group_state, reached by the
         # share-partition leaders through the persister (a test may inject another persister).
@@ -135,6 +137,8 @@ class Broker:
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
         self._spawn(self._every("group.share.partition.unload.idle.ms", self._unload_idle_shares))
+        self._spawn(self._every("producer.id.expiration.check.interval.ms",
+                                self._expire_producer_ids))
         self.config.on_change(self._on_broker_config_change)
         await self._start_metrics_server()
         self.started = True
@@ -155,6 +159,7 @@ class Broker:
             await self.share_groups.stop()
             await self.shares.stop()
             await self.share_coordinator.close()
+            await asyncio.to_thread(self.producers.close)
             await asyncio.to_thread(self.logs.close)
         self.started = False
 
@@ -337,8 +342,7 @@ class Broker:
     def delete_topic(self, name: str) -> Topic:
         topic = self.topics.delete(name)
         self.logs.drop_topic(topic)
-        for p in range(topic.partitions):
-            self._producer_states.pop((name, p), None)
+        self.producers.drop_topic(name, topic.partitions)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
         if self.started:
             # Loaded share-partitions and their lock timers go now; the group coordinator
@@ -399,11 +403,14 @@ class Broker:
     # -- producers ---------------------------------------------------------------------------
 
     def producer_states(self, topic: str, partition: int) -> ProducerStates:
-        key = (topic, partition)
-        s = self._producer_states.get(key)
-        if s is None:
-            s = self._producer_states[key] = ProducerStates()
-        return s
+        """A partition's idempotent-producer state (loaded from snapshot and log on first use)."""
+        return self.producers.states(topic, partition)
+
+    async def _expire_producer_ids(self) -> None:
+        n = self.producers.expire()
+        if n:
+            log.info("forgot %d idle producer id(s) (producer.id.expiration.ms=%d)", n,
+                     self.config.get("producer.id.expiration.ms"))
 
     def _load_producer_ids(self) -> None:
         path = self.data_dir / "producer-id-block"

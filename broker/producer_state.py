@@ -11,7 +11,10 @@ Kafka's rules (KIP-98), checked before a batch is appended:
 - a producer id this partition has never seen may start anywhere only if the broker lost its state
   (restart): then UNKNOWN_PRODUCER_ID, which clients handle by bumping their epoch.
 
-State lives in memory and is rebuilt from the log tail on startup (``observe``).
+This is the in-memory state of one partition (pure: ``now_ms`` comes in). It survives restarts
+through snapshot files and a replay of the log after the newest one
+(``broker/producer_state_manager.py``, ``persister/producer_snapshot.py``). A producer id with no
+append for ``producer.id.expiration.ms`` is forgotten (``expire``), which bounds memory.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from persister.producer_snapshot import ProducerSnapshotEntry
+
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1
 
@@ -28,8 +33,10 @@ INT32_MAX = 2**31 - 1
 @dataclass(slots=True)
 class _Entry:
     epoch: int
+    last_append_ms: int = -1
     # (first seq, last seq, base offset, last offset), newest last
-    batches: deque[tuple[int, int, int, int]] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    batches: deque[tuple[int, int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,13 @@ class ProducerStates:
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int) -> SequenceCheck:
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, record_count: int,
+              now_ms: int = 0) -> SequenceCheck:
+        """Whether a batch may be appended, or is a duplicate of a recent one."""
+        del now_ms  # reserved for the transaction timeout checks of issue 15
         if producer_id < 0 or first_seq < 0:
             return SequenceCheck(ErrorCode.none)
         last_seq = _next_seq(first_seq, record_count - 1)
@@ -74,7 +87,7 @@ class ProducerStates:
         return SequenceCheck(ErrorCode.none)
 
     def observe(self, producer_id: int, epoch: int, first_seq: int, record_count: int,
-                base_offset: int, last_offset: int) -> None:
+                base_offset: int, last_offset: int, now_ms: int = 0) -> None:
         """Record an appended batch (also used to rebuild state from the log)."""
         if producer_id < 0 or first_seq < 0:
             return
@@ -82,4 +95,31 @@ class ProducerStates:
         if e is None or epoch > e.epoch:
             e = _Entry(epoch)
             self._entries[producer_id] = e
-        e.batches.append((first_seq, _next_seq(first_seq, record_count - 1), base_offset, last_offset))
+        elif epoch < e.epoch:
+            return  # a fenced epoch's batch seen while replaying: it was refused when produced
+        e.last_append_ms = max(e.last_append_ms, now_ms)
+        e.batches.append((first_seq, _next_seq(first_seq, record_count - 1), base_offset,
+                          last_offset))
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producer ids idle for longer than ``expiration_ms``; return how many."""
+        stale = [pid for pid, e in self._entries.items()
+                 if now_ms - e.last_append_ms >= expiration_ms]
+        for pid in stale:
+            del self._entries[pid]
+        return len(stale)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def to_snapshot(self) -> list[ProducerSnapshotEntry]:
+        return [ProducerSnapshotEntry(pid, e.epoch, e.last_append_ms, tuple(e.batches))
+                for pid, e in self._entries.items()]
+
+    @classmethod
+    def from_snapshot(cls, entries: list[ProducerSnapshotEntry]) -> ProducerStates:
+        states = cls()
+        for s in entries:
+            e = _Entry(s.producer_epoch, s.last_append_ms)
+            e.batches.extend(s.batches)
+            states._entries[s.producer_id] = e
+        return states

@@ -48,6 +48,7 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,10 @@ class PartitionLog:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._retention_lock = threading.Lock()
+        # Called with the new segment's base offset after each roll, under the lock and before
+        # the batch that caused the roll is written (producer-state snapshots,
+        # broker/producer_state_manager.py). It must not call back into this log.
+        self.roll_listener: Callable[[int], None] | None = None
 
     # -- opening and recovery ----------------------------------------------------------------
 
@@ -438,6 +443,8 @@ class PartitionLog:
         seg.open_index_files()
         self._bases.append(seg.base_offset)
         self._rolled_unflushed = True
+        if self.roll_listener is not None:
+            self.roll_listener(seg.base_offset)
         return seg
 
     # -- reads -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Kafka record batch v2 ("magic 2") as raw bytes: header access, validation and offset rewriting.
 
-A batch is a 61-byte header followed by the records. The broker never decodes records: it reads
-the header, checks the CRC and rewrites the two fields that sit outside it. Layout (big-endian)::
+A batch is a 61-byte header followed by the records. This module reads the header, checks the
+CRC and rewrites the two fields that sit outside it; reading the records of a produced batch is
+``protocol/log_validator.py``. Layout (big-endian)::
 
     0  base_offset int64          23 last_offset_delta int32   51 producer_epoch int16
     8  batch_length int32         27 base_timestamp int64      53 base_sequence int32
@@ -165,7 +166,10 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
 def validate_batches(
     buf: bytes | bytearray | memoryview, max_batch_bytes: int
 ) -> list[BatchHeader]:
-    """Check produced batches before they are appended; return their headers in order.
+    """Check the headers and CRCs of concatenated batches; return their headers in order.
+
+    Header-level only: produced batches go through ``protocol.log_validator.validate_produced``,
+    which also reads every record.
 
     Checks per batch: well-formed header, size within ``max_batch_bytes``, complete, CRC matches,
     a known compression codec, and ``record_count == last_offset_delta + 1`` (true for every batch

@@ -32,7 +32,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from broker.share.inflight import InFlightBatch, InFlightCache, LockIndex, RecordInfo
+from broker.share.inflight import (
+    MAX_EXPLODED_OFFSETS,
+    InFlightBatch,
+    InFlightCache,
+    LockIndex,
+    RecordInfo,
+)
 from broker.share.record_state import RecordState
 
 __all__ = [
@@ -272,10 +278,17 @@ def apply_plan(
         batch = InFlightBatch(first, last_span, RecordInfo(RecordState.AVAILABLE, 0))
         if last_taken < last_span:
             # A cut inside a log batch: the cached batch still covers the whole log batch and the
-            # rest stays AVAILABLE with delivery count 0 (reference, record_limit mode).
-            batch.explode()
+            # rest stays AVAILABLE with delivery count 0 (reference, record_limit mode). A huge
+            # batch is split at the cut instead of exploded (MAX_EXPLODED_OFFSETS).
+            if batch.size > MAX_EXPLODED_OFFSETS:
+                cache.add(batch)
+                cache.split(batch, last_taken + 1)
+            else:
+                batch.explode()
+                cache.add(batch)
             left_available = True
-        cache.add(batch)
+        else:
+            cache.add(batch)
         for _lo, _hi, info in cache.units(first, last_taken):
             info.acquire(member_id, now_ms, deadline_ms)
         locks.push(deadline_ms, first, last_taken)

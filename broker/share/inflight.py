@@ -5,7 +5,10 @@ ordered map keyed by each batch's first offset (reference section 3, "In-flight 
 first carries one :class:`RecordInfo` for its whole range: one state, delivery count, owner and
 lock deadline. As soon as something has to treat part of it differently (a partial ack, per-offset
 ack types, a record_limit acquisition, the SPSO landing inside it) it is *exploded* into one
-:class:`RecordInfo` per offset, and stays that way until it is trimmed.
+:class:`RecordInfo` per offset, and stays that way until it is trimmed. A batch larger than :data:`MAX_EXPLODED_OFFSETS` is never
+exploded whole: it is first split (``InFlightCache.carve``) into whole batches at the boundaries of
+the range being worked on, so a log batch claiming billions of offsets costs a few objects, not
+one per offset.
 
 Invariants (checked by the property tests):
 - batches never overlap, and ``first_offset <= last_offset``;
@@ -36,6 +39,7 @@ from broker.share.record_state import RecordState, check_transition
 from persister.api import PersisterStateBatch
 
 __all__ = [
+    "MAX_EXPLODED_OFFSETS",
     "InFlightBatch",
     "InFlightCache",
     "LockIndex",
@@ -51,6 +55,11 @@ __all__ = [
     "state_batches",
     "trim_below",
 ]
+
+
+# The most offsets one batch is exploded into (one RecordInfo each, about 100 bytes); larger whole
+# batches are split at the edges of the range in use instead (InFlightCache.carve).
+MAX_EXPLODED_OFFSETS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,12 +289,40 @@ class InFlightCache:
         for batch in self.overlapping(lo, hi):
             yield from batch.runs(lo, hi)
 
+    def split(self, batch: InFlightBatch, at: int) -> InFlightBatch:
+        """Split a whole cached batch before offset ``at`` (inside it); return the right part.
+
+        Both parts keep the batch's state (the right one a copy), as an explosion would.
+        """
+        info = batch.whole
+        if not batch.first_offset < at <= batch.last_offset:
+            raise ValueError(f"cannot split {batch!r} at {at}")
+        self.remove(batch)
+        left = InFlightBatch(batch.first_offset, at - 1, info)
+        right = InFlightBatch(at, batch.last_offset, info.copy())
+        self._batches[left.first_offset] = left
+        self._batches[right.first_offset] = right
+        return right
+
+    def carve(self, lo: int, hi: int, *cuts: int) -> None:
+        """Split whole batches larger than MAX_EXPLODED_OFFSETS at ``lo``, ``hi + 1`` and any
+        ``cuts`` inside them, so that working on ``[lo, hi]`` never explodes one of them."""
+        points = sorted({lo, hi + 1, *cuts})
+        for batch in self.overlapping(lo, hi):
+            if batch.exploded or batch.size <= MAX_EXPLODED_OFFSETS:
+                continue
+            for at in points:
+                if batch.first_offset < at <= batch.last_offset:
+                    batch = self.split(batch, at)
+
     def units(self, lo: int, hi: int) -> Iterator[tuple[int, int, RecordInfo]]:
         """Mutable (first, last, info) units covering the cached part of ``[lo, hi]``.
 
         A batch fully inside the range is yielded whole; a batch only partly inside is exploded
-        first, so mutating a yielded info never touches offsets outside ``[lo, hi]``.
+        first (or split, if large), so mutating a yielded info never touches offsets outside
+        ``[lo, hi]``.
         """
+        self.carve(lo, hi)
         for batch in self.overlapping(lo, hi):
             if not batch.exploded and lo <= batch.first_offset and batch.last_offset <= hi:
                 yield batch.first_offset, batch.last_offset, batch.whole

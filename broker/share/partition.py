@@ -317,7 +317,9 @@ class SharePartition:
             else:
                 for t in types:
                     self._acks[t] += 1
-                # Per-offset types: work offset by offset (explodes partly covered batches).
+                # Per-offset types: work offset by offset (explodes partly covered batches;
+                # large ones are split first, so at most len(types) offsets are exploded).
+                self._cache.carve(lo, hi)
                 for batch in self._cache.overlapping(lo, hi):
                     batch.explode()
                 units = self._cache.runs(lo, hi)
@@ -505,6 +507,7 @@ class SharePartition:
         """Move matching ACQUIRED records in ``ranges`` to AVAILABLE/ARCHIVED; return ranges."""
         released: list[tuple[int, int]] = []
         for lo, hi in ranges:
+            self._cache.carve(lo, hi, self._start)
             for batch in self._cache.overlapping(lo, hi):
                 if not batch.exploded:
                     if not predicate(batch.whole):

@@ -60,3 +60,25 @@ def test_frame_at_cap_is_accepted_and_partial_frames_wait() -> None:
 
 def test_zero_length_frame() -> None:
     assert FrameDecoder().feed(encode_frame(b"") * 3) == [b"", b"", b""]
+
+
+def test_large_frames_from_chunks_of_any_type_and_size_decode_intact() -> None:
+    # Buffers a caller reuses after feed() returns must not leak into a frame, and frames may end
+    # mid-chunk.
+    big = bytes(range(256)) * 4096  # 1 MiB
+    stream = encode_frame(big) + encode_frame(b"small") + encode_frame(big[::-1]) + encode_frame(b"")
+    for size in (7, 4096, 65536, 300_001, len(stream)):
+        dec = FrameDecoder(max_frame_bytes=2 << 20)
+        got: list[bytes] = []
+        scratch = bytearray(size)
+        for i in range(0, len(stream), size):
+            chunk = stream[i : i + size]
+            if size % 2:
+                scratch[: len(chunk)] = chunk
+                got += dec.feed(memoryview(scratch)[: len(chunk)])
+                scratch[:] = b"\xff" * len(scratch)  # the caller reuses its buffer
+            else:
+                got += dec.feed(chunk)
+            assert dec.buffered <= len(big) + 4
+        assert got == [big, b"small", big[::-1], b""], size
+        assert dec.buffered == 0
