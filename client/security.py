@@ -46,6 +46,8 @@ __all__ = [
     "SaslExchange",
     "SecurityConfigError",
     "SecuritySettings",
+    "is_security_property",
+    "librdkafka_config",
     "parse_jaas_options",
     "parse_properties",
     "ssl_context",
@@ -74,6 +76,11 @@ _IGNORED = frozenset({
     "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
     "sasl.login.refresh.buffer.seconds", "sasl.kerberos.service.name",
 })
+
+
+def is_security_property(key: str) -> bool:
+    """Whether a Kafka client property is about TLS or SASL (what this module reads)."""
+    return key in _KNOWN or key in _IGNORED or key.startswith(("ssl.", "sasl."))
 
 
 class SecurityConfigError(ValueError):
@@ -156,6 +163,30 @@ class SecuritySettings:
         settings.validate()
         return settings
 
+    @classmethod
+    def from_options(cls, config: Mapping[str, Any] | None = None,
+                     **kwargs: Any) -> SecuritySettings:
+        """Settings from a dict of Kafka security properties plus keyword arguments named
+        after them with ``_`` for ``.`` (``security_protocol="SASL_SSL"``,
+        ``sasl_username=...``); a keyword wins over the dict, None means not given.
+
+        Raises:
+            SecurityConfigError: a property that is not about security, or see
+                ``from_properties``.
+        """
+        props = dict(config or {})
+        for key in props:
+            if not is_security_property(key):
+                raise SecurityConfigError(f"{key!r} is not a security property (security."
+                                          "protocol, sasl.*, ssl.*)")
+        for name, value in kwargs.items():
+            key = name.replace("_", ".")
+            if not is_security_property(key):
+                raise SecurityConfigError(f"unknown security setting {name!r}")
+            if value is not None:
+                props[key] = value
+        return cls.from_properties(props)
+
     def validate(self) -> None:
         """Check the settings hang together.
 
@@ -223,6 +254,43 @@ def parse_jaas_options(text: str) -> dict[str, str]:
     for m in _JAAS_OPTION.finditer(text, head.end()):
         quoted, bare = m.group(2), m.group(3)
         out[m.group(1)] = (re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare)
+    return out
+
+
+def librdkafka_config(props: Mapping[str, Any]) -> dict[str, str]:
+    """Security properties in the names librdkafka (confluent-kafka) takes.
+
+    librdkafka has no ``sasl.jaas.config`` and no PEM trust/key stores: the JAAS user name and
+    password become ``sasl.username``/``sasl.password``, ``ssl.truststore.location`` becomes
+    ``ssl.ca.location``, a PEM ``ssl.keystore.location`` (key and chain in one file) becomes
+    ``ssl.certificate.location`` and ``ssl.key.location``. Other properties pass unchanged.
+    Only PEM stores translate: librdkafka's own ``ssl.keystore.location`` is PKCS#12, so with
+    ``ssl.keystore.type`` other than PEM the keystore properties stay as they are.
+
+    Raises:
+        SecurityConfigError: an unreadable ``sasl.jaas.config``.
+    """
+    p = {str(k): str(v) for k, v in props.items() if v is not None}
+    out = dict(p)
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas:
+        opts = parse_jaas_options(jaas)
+        for key in ("username", "password"):
+            if key in opts:
+                out.setdefault(f"sasl.{key}", opts[key])
+    if out.pop("ssl.truststore.type", "PEM").upper() == "PEM" and "ssl.truststore.location" in out:
+        out.setdefault("ssl.ca.location", out.pop("ssl.truststore.location"))
+    if "ssl.truststore.certificates" in out:
+        out.setdefault("ssl.ca.pem", out.pop("ssl.truststore.certificates"))
+    keystore_type = p.get("ssl.keystore.type", "PEM").upper()
+    if keystore_type == "PEM":
+        out.pop("ssl.keystore.type", None)
+        if "ssl.keystore.location" in out:
+            location = out.pop("ssl.keystore.location")
+            out.setdefault("ssl.certificate.location", location)
+            out.setdefault("ssl.key.location", location)
+        if "ssl.keystore.password" in out:
+            out.setdefault("ssl.key.password", out.pop("ssl.keystore.password"))
     return out
 
 
