@@ -401,14 +401,14 @@ class _Scram(_Mechanism):
         self._sent_final = False
 
     def first(self) -> bytes:
-        return self._client.get_client_first().encode()
+        return str(self._client.get_client_first()).encode()
 
     def step(self, challenge: bytes) -> bytes | None:
         try:
             if not self._sent_final:
                 self._client.set_server_first(challenge.decode())
                 self._sent_final = True
-                return self._client.get_client_final().encode()
+                return str(self._client.get_client_final()).encode()
             self._client.set_server_final(challenge.decode())
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             # scramp's message names the SCRAM failure only (no key, no proof).

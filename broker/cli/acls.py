@@ -156,18 +156,24 @@ def _check(args: argparse.Namespace) -> tuple[list[Resource], list[AclOperation]
         err(f"--{'add' if args.add else 'remove'} needs a resource: --topic, --group, "
             "--transactional-id or --cluster")
     if args.add:
-        if not principals:
-            err("--add needs --allow-principal or --deny-principal")
-        if args.resource_pattern_type not in (None, "literal", "prefixed"):
-            err(f"--resource-pattern-type {args.resource_pattern_type} is not valid with "
-                "--add; use literal or prefixed")
-        for rtype, _ in resources:
-            allowed = SUPPORTED_OPERATIONS[rtype] + (AclOperation.ALL,)
-            bad = [o for o in ops if o not in allowed]
-            if bad:
-                err(f"{rtype.name} ACLs do not support operation {_camel(bad[0])}; use "
-                    f"{', '.join(_camel(o) for o in allowed)}")
+        _check_add(args, resources, ops)
     return resources, ops
+
+
+def _check_add(args: argparse.Namespace, resources: list[Resource],
+               ops: list[AclOperation]) -> None:
+    err = args.usage_error
+    if not (args.allow_principal or args.deny_principal):
+        err("--add needs --allow-principal or --deny-principal")
+    if args.resource_pattern_type not in (None, "literal", "prefixed"):
+        err(f"--resource-pattern-type {args.resource_pattern_type} is not valid with --add; "
+            "use literal or prefixed")
+    for rtype, _ in resources:
+        allowed = SUPPORTED_OPERATIONS[rtype] + (AclOperation.ALL,)
+        bad = [o for o in ops if o not in allowed]
+        if bad:
+            err(f"{rtype.name} ACLs do not support operation {_camel(bad[0])}; use "
+                f"{', '.join(_camel(o) for o in allowed)}")
 
 
 def _pattern(args: argparse.Namespace, default: PatternType) -> PatternType:
@@ -188,9 +194,12 @@ def main(args: argparse.Namespace) -> int:
         return _list(conn, args, resources)
 
 
-def _entries(principals: Sequence[str], hosts: Sequence[str],
-             ops: Sequence[AclOperation | None], permission: AclPermissionType
-             ) -> list[tuple[str, str | None, AclOperation | None, AclPermissionType]]:
+# (principal, host, operation, permission) of ACLs to add or filters to remove; None = any.
+Entry = tuple[str | None, str | None, AclOperation | None, AclPermissionType]
+
+
+def _entries(principals: Sequence[str | None], hosts: Sequence[str | None],
+             ops: Sequence[AclOperation | None], permission: AclPermissionType) -> list[Entry]:
     return [(p, h, o, permission) for p in principals for h in hosts for o in ops]
 
 
@@ -201,14 +210,15 @@ def _add(conn: Connection, args: argparse.Namespace, resources: list[Resource],
     entries = (_entries(args.allow_principal, args.allow_host or ["*"], wanted, ALLOW)
                + _entries(args.deny_principal, args.deny_host or ["*"], wanted, DENY))
     bindings = list(dict.fromkeys(
-        AclBinding(rtype, name, pattern, p, h or "*", o or AclOperation.ALL, perm)
+        AclBinding(rtype, name, pattern, p or "", h or "*", o or AclOperation.ALL, perm)
         for rtype, name in resources for p, h, o, perm in entries))
     m = request_module(CREATE_ACLS, conn.version(CREATE_ACLS))
     _, resp = conn.call(CREATE_ACLS, "CreateAclsRequest", creations=tuple(
         make(m.AclCreation, resource_type=b.resource_type, resource_name=b.name,
              resource_pattern_type=b.pattern_type, principal=b.principal, host=b.host,
              operation=b.operation, permission_type=b.permission) for b in bindings))
-    failed = [(b, r) for b, r in zip(bindings, resp.results) if r.error_code != ErrorCode.none]
+    failed = [(b, r) for b, r in zip(bindings, resp.results, strict=True)
+              if r.error_code != ErrorCode.none]
     if failed:
         b, r = failed[0]
         added = len(bindings) - len(failed)
@@ -229,13 +239,12 @@ def _add(conn: Connection, args: argparse.Namespace, resources: list[Resource],
 def _remove(conn: Connection, args: argparse.Namespace, resources: list[Resource],
             ops: list[AclOperation]) -> int:
     pattern = _pattern(args, PatternType.LITERAL)
+    wanted: list[AclOperation | None] = [*dict.fromkeys(ops)] or [None]
     if args.allow_principal or args.deny_principal:
-        wanted: list[AclOperation | None] = list(dict.fromkeys(ops)) or [None]
         entries = (_entries(args.allow_principal, args.allow_host or [None], wanted, ALLOW)
                    + _entries(args.deny_principal, args.deny_host or [None], wanted, DENY))
     else:
-        entries = [(None, None, o, AclPermissionType.ANY)  # type: ignore[misc]
-                   for o in (list(dict.fromkeys(ops)) or [None])]
+        entries = _entries([None], [None], wanted, AclPermissionType.ANY)
     filters = [AclBindingFilter(rtype, name, pattern, p, h, o or AclOperation.ANY, perm)
                for rtype, name in resources for p, h, o, perm in entries]
     if not args.force and sys.stdin.isatty() and not _confirm(filters):
@@ -244,18 +253,7 @@ def _remove(conn: Connection, args: argparse.Namespace, resources: list[Resource
     m = request_module(DELETE_ACLS, conn.version(DELETE_ACLS))
     _, resp = conn.call(DELETE_ACLS, "DeleteAclsRequest", filters=tuple(
         make(m.DeleteAclsFilter, **_filter_fields(f)) for f in filters))
-    removed: list[AclBinding] = []
-    errors: list[str] = []
-    for r in resp.filter_results:
-        if r.error_code != ErrorCode.none:
-            errors.append(_hinted(r.error_code, r.error_message))
-            continue
-        for a in r.matching_acls:
-            if a.error_code != ErrorCode.none:
-                errors.append(_hinted(a.error_code, a.error_message))
-            else:
-                removed.append(_binding(a.resource_type, a.resource_name, a.pattern_type, a))
-    removed = sorted(dict.fromkeys(removed))
+    removed, errors = _removed(resp)
     if errors and not removed:
         raise CliError(f"cannot remove ACLs: {errors[0]}")
     if args.output == "json":
@@ -269,6 +267,22 @@ def _remove(conn: Connection, args: argparse.Namespace, resources: list[Resource
         print(f"shoal acls: some ACLs could not be removed: {errors[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _removed(resp: Any) -> tuple[list[AclBinding], list[str]]:
+    """The ACLs a DeleteAcls response says were removed (sorted), and its errors."""
+    removed: set[AclBinding] = set()
+    errors: list[str] = []
+    for r in resp.filter_results:
+        if r.error_code != ErrorCode.none:
+            errors.append(_hinted(r.error_code, r.error_message))
+            continue
+        for a in r.matching_acls:
+            if a.error_code != ErrorCode.none:
+                errors.append(_hinted(a.error_code, a.error_message))
+            else:
+                removed.add(_binding(a.resource_type, a.resource_name, a.pattern_type, a))
+    return sorted(removed), errors
 
 
 def _confirm(filters: Sequence[AclBindingFilter]) -> bool:

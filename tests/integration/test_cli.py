@@ -23,6 +23,7 @@ from confluent_kafka import AcknowledgeType, ShareConsumer
 from tests.conftest import ROOT, BrokerProcess
 from tests.integration.share_helpers import poll_until, produce, share_consumer
 
+
 def shoal(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     # ``python -m broker.main`` from this checkout (as the broker fixture starts the broker):
     # the ``shoal`` script runs whichever checkout the venv was installed from.
