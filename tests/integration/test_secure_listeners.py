@@ -372,3 +372,34 @@ def test_stalled_tls_and_sasl_handshakes_are_closed(secure: Secure) -> None:
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
+
+
+def test_plaintext_and_sasl_plaintext_listeners_side_by_side(tmp_path: Path) -> None:
+    """Two listeners of one broker, each advertising itself; ``inter.broker.listener.name`` is
+    accepted; PLAIN over SASL_PLAINTEXT; no authorizer, so both principals may do everything."""
+    plain, sasl = free_port(), free_port()
+    broker = BrokerProcess(tmp_path / "data", listen=False, port=plain, extra_args=[
+        "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},"
+                      f"SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "--override", "inter.broker.listener.name=PLAINTEXT",
+        "--override", "sasl.enabled.mechanisms=PLAIN",
+        "--override", "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                      'user_alice="alice-secret";'])
+    broker.start()
+    try:
+        by_plain = AdminClient({"bootstrap.servers": f"127.0.0.1:{plain}"})
+        by_sasl = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl}",
+                               "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                               "sasl.username": "alice", "sasl.password": "alice-secret"})
+        for admin, port in ((by_plain, plain), (by_sasl, sasl)):
+            meta = admin.list_topics(timeout=T)
+            assert [(b.host, b.port) for b in meta.brokers.values()] == [("127.0.0.1", port)]
+        _create_topic({"bootstrap.servers": f"127.0.0.1:{sasl}",
+                       "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                       "sasl.username": "alice", "sasl.password": "alice-secret"}, "side")
+        with RawClient(f"127.0.0.1:{plain}") as c:  # no SASL here: Kafka's answer
+            resp = c.call(17, 1, request(17, 1, mechanism="PLAIN"))
+            assert resp.error_code == ErrorCode.illegal_sasl_state
+    finally:
+        assert broker.stop() == 0, broker.logs()
