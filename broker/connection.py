@@ -345,7 +345,9 @@ class Connection(asyncio.Protocol):
                        if known else " (unknown api key)")
                 )
             limit = route.limit(self.broker.config) if route.limit is not None else None
-            if decode_off_loop(pre.api_key, len(frame)):
+            # SASL frames are answered by the gate on the loop (at most
+            # sasl.server.max.receive.size bytes before authentication).
+            if admit is not Admit.INTERCEPT and decode_off_loop(pre.api_key, len(frame)):
                 self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
                                       route, limit)
                 return

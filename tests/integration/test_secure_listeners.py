@@ -403,3 +403,32 @@ def test_plaintext_and_sasl_plaintext_listeners_side_by_side(tmp_path: Path) -> 
             assert resp.error_code == ErrorCode.illegal_sasl_state
     finally:
         assert broker.stop() == 0, broker.logs()
+
+
+def test_connection_limits_count_tls_handshakes_across_listeners(tmp_path: Path) -> None:
+    """``max.connections.per.ip`` counts a TLS connection from accept, before its handshake, and
+    across listeners. Runs on the stdlib event loop (``--no-uvloop``), so the TLS path is
+    exercised on both loops by this module."""
+    certs = tmp_path / "certs"
+    _write_certs(certs)
+    plain, tls = free_port(), free_port()
+    broker = BrokerProcess(tmp_path / "data", listen=False, port=plain, extra_args=[
+        "--no-uvloop",
+        "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+        "--override", "ssl.keystore.type=PEM",
+        "--override", f"ssl.keystore.location={certs / 'server.pem'}",
+        "--override", "max.connections.per.ip=2"])
+    broker.start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with RawClient(f"127.0.0.1:{tls}", tls=ctx) as served:
+            assert served.call(18, 3, request(18, 3, client_software_name="t",
+                                              client_software_version="1")).api_keys
+            with socket.create_connection(("127.0.0.1", tls), timeout=T) as silent:
+                time.sleep(0.2)  # accepted and counted, handshake pending
+                with socket.create_connection(("127.0.0.1", plain), timeout=T) as third:
+                    assert closed_by_peer(third)
+                assert not closed_by_peer(silent, timeout=0.3)
+        assert "max.connections.per.ip=2" in broker.logs()
+    finally:
+        assert broker.stop() == 0, broker.logs()
