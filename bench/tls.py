@@ -2,15 +2,19 @@
 
 One fresh broker serves two listeners, ``PLAINTEXT`` and ``SSL`` (a server certificate made at
 run time with trustme; no client certificate), so both runs share the process, data directory
-and machine state. For each listener, in turn: a producer process sends N x 1 KiB records
-(acks=all, 4 partitions, as scenario a), then one ShareConsumer process (implicit
-acknowledgement, as b2) consumes them. The figures are records/s and the SSL/PLAINTEXT ratio
-for each (1.0 = TLS costs nothing). The clients are ``bench/clients.py``'s workers with the
-listener's security settings. N = 200,000 x ``--scale`` (at least 2,000).
+and machine state. For each listener: a producer process sends N x 1 KiB records (acks=all,
+4 partitions, as scenario a), then one ShareConsumer process (implicit acknowledgement, as b2)
+consumes them from a new topic and group. The listeners take turns in ABBA order (PLAINTEXT,
+SSL, SSL, PLAINTEXT) so that drift on a shared machine (page cache, writeback, other load)
+falls on both alike; dirty pages are synced before each measured phase. The figures are the
+mean records/s per listener and the SSL/PLAINTEXT ratio (1.0 = TLS costs nothing). The clients are ``bench/clients.py``'s workers with the
+listener's security settings. N = 500,000 x ``--scale`` (at least 2,000), as scenarios a and b.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +32,9 @@ from bench.scenarios import (
     _share_figures,
 )
 
-FULL_RECORDS = 200_000
+FULL_RECORDS = 500_000  # as the other throughput scenarios (settings.records())
 PROTOCOLS = ("PLAINTEXT", "SSL")
+ORDER = ("PLAINTEXT", "SSL", "SSL", "PLAINTEXT")  # ABBA
 
 
 class _TwoListenerBroker(ShoalBroker):
@@ -126,16 +131,25 @@ def scenario_t(settings: Settings, log: Any) -> dict[str, Any]:
                       "SSL": (f"127.0.0.1:{broker.ssl_port}",
                               {"security.protocol": "SSL",
                                "ssl.ca.location": str(work / "certs" / "ca.pem")})}
-        for protocol in PROTOCOLS:
+        runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
+        for i, protocol in enumerate(ORDER):
             bootstrap, config = bootstraps[protocol]
-            topic = settings.topic(f"tls-{protocol.lower()}")
+            topic = settings.topic(f"tls-{protocol.lower()}-{i}")
             group = f"{topic}-group"
             admin.create_topic(topic, A_PARTITIONS)
             admin.set_group_configs(group, {"share.auto.offset.reset": "earliest"})
-            log(f"  (t) {protocol}: produce {n:,} records, then share-consume them")
-            fig[protocol] = {"produce": _produce(bootstrap, config, topic, n),
-                             "share_consume": _consume(bootstrap, config, topic, group, n)}
+            log(f"  (t) {protocol} ({i + 1}/{len(ORDER)}): produce {n:,} records, then "
+                "share-consume them")
+            os.sync()
+            produced = _produce(bootstrap, config, topic, n)
+            os.sync()
+            runs[protocol].append({"produce": produced,
+                                   "share_consume": _consume(bootstrap, config, topic, group, n)})
         admin.close()
+        for protocol, got in runs.items():
+            fig[protocol] = {kind: {
+                "rate": _mean([r[kind].get("rate") for r in got]),
+                "runs": [r[kind] for r in got]} for kind in ("produce", "share_consume")}
         for kind in ("produce", "share_consume"):
             plain = fig["PLAINTEXT"][kind].get("rate") or 0
             tls = fig["SSL"][kind].get("rate") or 0
@@ -144,6 +158,11 @@ def scenario_t(settings: Settings, log: Any) -> dict[str, Any]:
         broker.stop()
         remove_tree(work)
     return fig
+
+
+def _mean(rates: list[Any]) -> float | None:
+    values = [r for r in rates if r]
+    return round(statistics.fmean(values), 1) if len(values) == len(rates) else None
 
 
 def brief(fig: dict[str, Any]) -> str:
