@@ -19,6 +19,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``g``  issue 8: records/s through a trivial PySpark streaming query on the ``shoal-share``
   source (``pipeline/``; 600,000 x scale records, at least 20,000, 32 partitions;
   ``bench/spark_source.py``). Skipped where pyspark or Java is missing (``make bench-spark``)
+- ``t``  issue 13: produce and share-consume over an SSL listener vs a PLAINTEXT one of the same
+  broker (its own), with the SSL/plaintext ratio (``bench/tls.py``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f and g against an already running
 Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
@@ -42,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report, scenarios
+from bench import report, scenarios, tls
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -57,7 +59,7 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g"]
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "t"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
@@ -177,6 +179,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"p99.9 {fig.get('p999_ms')} ms ({fig.get('received')} records)")
     if key == "d":
         return f"cold start {fig.get('cold_start_s')} s, idle RSS {fig.get('idle_rss_mb')} MB"
+    if key == "t":
+        return tls.brief(fig)
     if key == "e":
         return f"load clean {fig.get('clean_load_ms')} ms, crash {fig.get('crash_load_ms')} ms"
     if key == "f":
@@ -302,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                 _log("(e) restart with share state: bench/share_state_restart.py")
                 shoal["scenarios"]["e"] = _attempt(lambda: scenarios.scenario_e(settings, _log),
                                                    "e")
+            if "t" in selected:
+                _log("(t) TLS vs plaintext: bench/tls.py")
+                shoal["scenarios"]["t"] = _attempt(lambda: tls.scenario_t(settings, _log), "t")
+                _log(f"  t: {_brief('t', shoal['scenarios']['t'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

@@ -324,10 +324,9 @@ class Connection(asyncio.Protocol):
             admit = gate.admit(pre.api_key) if gate is not None else Admit.SERVE
             if admit is Admit.REFUSE:
                 assert gate is not None
-                reason = gate.refused(pre.api_key)
-                self.broker.metrics.sasl_failures.inc(
-                    (self.listener.name if self.listener is not None else "?", gate.mechanism))
-                self.close_for(f"{reason}; Kafka closes such connections")
+                # Kafka: IllegalSaslStateException, the connection closes unanswered.
+                self._on_auth_reply(gate, Reply(close=True, failure=gate.refused(pre.api_key)),
+                                    None)
                 return
             route = self.broker.dispatcher.route(pre.api_key, pre.api_version)
             if route is None:
@@ -345,7 +344,9 @@ class Connection(asyncio.Protocol):
                        if known else " (unknown api key)")
                 )
             limit = route.limit(self.broker.config) if route.limit is not None else None
-            if decode_off_loop(pre.api_key, len(frame)):
+            # SASL frames are answered by the gate on the loop (at most
+            # sasl.server.max.receive.size bytes before authentication).
+            if admit is not Admit.INTERCEPT and decode_off_loop(pre.api_key, len(frame)):
                 self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
                                       route, limit)
                 return

@@ -16,7 +16,7 @@ Kafka's ``ConnectionQuotas`` and ``Selector`` idle expiry, in one small object t
 
 - ``connections.authentication.timeout.ms`` (Shoal extension): a connection on a TLS or SASL
   listener that has not finished its TLS handshake and SASL authentication this long after it
-  was accepted is closed (the TLS handshake alone is also bounded by ``start_tls``).
+  was accepted is closed (the server bounds the TLS handshake itself with the same value).
 
 - ``queued.max.request.bytes`` (Kafka's name; Kafka's default -1 is unbounded, Shoal's is 256 MiB):
   a frame that is not received in one read reserves its declared size from one broker-wide

@@ -148,17 +148,26 @@ class Server:
                          peer: str, endpoint: Endpoint) -> None:
         """TLS handshake of an accepted (and counted) socket, then its Connection."""
         timeout = self.broker.config.get("connections.authentication.timeout.ms") / 1000
-        try:
-            await loop.connect_accepted_socket(
-                lambda: Connection(self.broker, self.limits, endpoint, admitted=True), sock,
-                ssl=endpoint.ssl, ssl_handshake_timeout=timeout)
-        except asyncio.CancelledError:
+        made: list[Connection] = []
+
+        def factory() -> Connection:
+            made.append(Connection(self.broker, self.limits, endpoint, admitted=True))
+            return made[0]
+
+        def give_up() -> None:
             sock.close()
-            self.limits.release(host)
+            # A connection that got as far as connection_made releases its count when lost.
+            if not made or made[0] not in self.broker.connections:
+                self.limits.release(host)
+
+        try:
+            await loop.connect_accepted_socket(factory, sock, ssl=endpoint.ssl,
+                                               ssl_handshake_timeout=timeout)
+        except asyncio.CancelledError:
+            give_up()
             raise
         except (OSError, ssl.SSLError, EOFError) as exc:
-            sock.close()
-            self.limits.release(host)
+            give_up()
             self.broker.metrics.tls_handshake_failures.inc(endpoint.name)
             suppressed = self.limits.tls_log.admit(self.broker.clock.monotonic_ms())
             if suppressed is not None:
