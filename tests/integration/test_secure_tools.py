@@ -3,7 +3,8 @@
 ``tests/secure-server.properties`` (SASL_SSL with PLAIN and SCRAM, SSL with a required client
 certificate, StandardAuthorizer, ``super.users=User:admin``).
 
-Certificates are made at test time (trustme); no private key is committed. Everything the tests
+The broker and its certificates come from ``test_secure_listeners``' fixture (made at test time
+with trustme; no private key is committed). Everything the tests
 set up goes through the CLI as admin over SASL_SSL: topics, group configs, SCRAM users and the
 ACLs a share consumer needs (GROUP READ and TOPIC READ), then the asyncio ShareConsumer logs in as
 that user and consumes. Every wait is bounded.
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,69 +22,46 @@ import trustme
 from confluent_kafka import Producer
 
 from client import KafkaError, ShareConsumer, ShareRecord
-from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.integration import test_secure_listeners as listeners
 from tests.integration.test_cli import Cli
 
 pytestmark = pytest.mark.timeout(120)
 
-REFERENCE = ROOT / "tests" / "secure-server.properties"
-CLIENT_DN = "CN=alice-cert,OU=tests,O=Shoal"
+CLIENT_DN = listeners.CLIENT_DN
+Secure = listeners.Secure
+# The broker of the secure-listener tests, from the same reference file and fixture (a module
+# of our own gets its own broker).
+secure = listeners.secure
 
 
-class Secure:
-    """The running broker, its two listeners and the client-side TLS files."""
-
-    def __init__(self, broker: BrokerProcess, sasl_port: int, ssl_port: int,
-                 certs: Path) -> None:
-        self.broker = broker
-        self.sasl = f"127.0.0.1:{sasl_port}"
-        self.ssl = f"127.0.0.1:{ssl_port}"
-        self.certs = certs
-        self.ca = str(certs / "ca.pem")
-
-    def properties(self, name: str, text: str) -> str:
-        path = self.certs.parent / name
-        path.write_text(text)
-        return str(path)
-
-    def scram(self, user: str = "admin", password: str = "admin-secret",
-              mechanism: str = "SCRAM-SHA-256") -> dict[str, str]:
-        return {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
-                "sasl.username": user, "sasl.password": password, "ssl.ca.location": self.ca}
+def certs(secure: Secure) -> Path:
+    return Path(secure.ca).parent
 
 
-def _write_certs(certs: Path) -> None:
-    certs.mkdir()
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(certs / "ca.pem"))
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
-        str(certs / "server.pem"))
-    client = ca.issue_cert("alice@example.com", common_name="alice-cert",
-                           organization_name="Shoal", organization_unit_name="tests")
-    client.private_key_pem.write_to_path(str(certs / "client.key"))
-    client.cert_chain_pems[0].write_to_path(str(certs / "client.pem"))
-    client.private_key_and_cert_chain_pem.write_to_path(str(certs / "client-keystore.pem"))
-    trustme.CA().cert_pem.write_to_path(str(certs / "other-ca.pem"))
+def properties(secure: Secure, name: str, text: str) -> str:
+    """A ``--command-config`` file next to the certificates."""
+    path = certs(secure).parent / name
+    path.write_text(text)
+    return str(path)
+
+
+def scram(secure: Secure, user: str = "admin", password: str = "admin-secret",
+          mechanism: str = "SCRAM-SHA-256") -> dict[str, str]:
+    """Security properties (no bootstrap.servers) for a SCRAM login over SASL_SSL."""
+    conf = secure.sasl_conf(mechanism, user, password)
+    del conf["bootstrap.servers"]
+    return conf
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
-    root = tmp_path_factory.mktemp("secure-tools")
-    certs = root / "certs"
-    _write_certs(certs)
-    sasl_port, ssl_port = free_port(), free_port()
-    listeners = f"SASL_SSL://127.0.0.1:{sasl_port},SSL://127.0.0.1:{ssl_port}"
-    config = root / "server.properties"
-    # The reference file with only certificate paths and ports changed.
-    config.write_text(REFERENCE.read_text().replace("/etc/shoal/certs", str(certs))
-                      .replace(":9093", f":{sasl_port}").replace(":9094", f":{ssl_port}"))
-    broker = BrokerProcess(root / "data", port=sasl_port, extra_args=[
-        "--config", str(config), "--listen", listeners,
-        "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]",
-        "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]"])
-    broker.start()
-    yield Secure(broker, sasl_port, ssl_port, certs)
-    assert broker.stop() == 0, broker.logs()
+def extra_certs(secure: Secure) -> Path:
+    """Java's PEM key store of the client certificate (key and chain in one file) and a CA
+    that did not sign the broker's certificate."""
+    d = certs(secure)
+    (d / "client-keystore.pem").write_text(Path(secure.client_key).read_text()
+                                           + Path(secure.client_cert).read_text())
+    trustme.CA().cert_pem.write_to_path(str(d / "other-ca.pem"))
+    return d
 
 
 class SecureCli(Cli):
@@ -101,13 +78,13 @@ class SecureCli(Cli):
 @pytest.fixture(scope="module")
 def admin(secure: Secure) -> SecureCli:
     """The CLI as admin with SCRAM-SHA-256 in librdkafka's property names."""
-    props = "".join(f"{k}={v}\n" for k, v in secure.scram().items())
-    return SecureCli(secure.sasl, secure.properties("admin.properties", props))
+    props = "".join(f"{k}={v}\n" for k, v in scram(secure).items())
+    return SecureCli(secure.sasl, properties(secure, "admin.properties", props))
 
 
 def _produce(secure: Secure, topic: str, count: int) -> list[bytes]:
     values = [f"{topic}-{i}".encode() for i in range(count)]
-    p = Producer({"bootstrap.servers": secure.sasl, **secure.scram()})
+    p = Producer({"bootstrap.servers": secure.sasl, **scram(secure)})
     for v in values:
         p.produce(topic, v)
     assert p.flush(30) == 0
@@ -143,7 +120,7 @@ def test_cli_manages_users_and_acls_over_sasl_ssl(secure: Secure, admin: SecureC
     admin.ok("acls", "--add", "--allow-principal", "User:carol", "--operation", "Describe",
              "--cluster")
     # carol logs in with Java's property names: a JAAS line and a PEM trust store.
-    carol = SecureCli(secure.sasl, secure.properties("carol.properties", (
+    carol = SecureCli(secure.sasl, properties(secure, "carol.properties", (
         "# carol, as a Java client would be configured\n"
         "security.protocol=SASL_SSL\n"
         "sasl.mechanism=SCRAM-SHA-512\n"
@@ -160,7 +137,7 @@ def test_cli_manages_users_and_acls_over_sasl_ssl(secure: Secure, admin: SecureC
     err = carol.fails("acls", "--add", "--allow-principal", "User:carol", "--topic", "t")
     assert "CLUSTER_AUTHORIZATION_FAILED" in err and "User:carol" in err
     # PLAIN with the JAAS user of the reference file.
-    plain = SecureCli(secure.sasl, secure.properties("plain.properties", (
+    plain = SecureCli(secure.sasl, properties(secure, "plain.properties", (
         "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
         f"sasl.password=admin-secret\nssl.ca.location={secure.ca}\n")))
     assert "carol" in plain.ok("users", "--describe")
@@ -173,11 +150,12 @@ def test_cli_manages_users_and_acls_over_sasl_ssl(secure: Secure, admin: SecureC
     ("sasl.mechanism=OAUTHBEARER\n", "sasl.mechanism 'OAUTHBEARER' is not supported"),
     ("ssl.ca.location={other_ca}\n", "the broker's certificate did not verify"),
 ], ids=["bad-password", "unsupported-mechanism", "untrusted-broker"])
-def test_cli_security_failures_are_one_line(secure: Secure, props: str, message: str) -> None:
-    base = secure.scram()
+def test_cli_security_failures_are_one_line(secure: Secure, extra_certs: Path, props: str,
+                                            message: str) -> None:
+    base = scram(secure)
     lines = "".join(f"{k}={v}\n" for k, v in base.items())
-    text = lines + props.format(other_ca=secure.certs / "other-ca.pem")
-    cli = SecureCli(secure.sasl, secure.properties("failing.properties", text))
+    text = lines + props.format(other_ca=extra_certs / "other-ca.pem")
+    cli = SecureCli(secure.sasl, properties(secure, "failing.properties", text))
     r = cli.run("topics", "--list")
     assert r.returncode in (1, 2) and r.stdout == "", r
     assert r.stderr.count("\n") == 1, r.stderr
@@ -185,21 +163,21 @@ def test_cli_security_failures_are_one_line(secure: Secure, props: str, message:
     assert "wrong" not in r.stderr and "admin-secret" not in r.stderr
 
 
-def test_cli_with_a_client_certificate_is_that_principal(secure: Secure,
-                                                         admin: SecureCli) -> None:
+def test_cli_with_a_client_certificate_is_that_principal(secure: Secure, admin: SecureCli,
+                                                         extra_certs: Path) -> None:
     principal = f"User:{CLIENT_DN}"
     admin.ok("acls", "--add", "--allow-principal", principal, "--operation", "Describe",
              "--cluster")
     try:
         for name, props in (
                 ("mtls.properties", f"security.protocol=SSL\nssl.ca.location={secure.ca}\n"
-                                    f"ssl.certificate.location={secure.certs / 'client.pem'}\n"
-                                    f"ssl.key.location={secure.certs / 'client.key'}\n"),
+                                    f"ssl.certificate.location={secure.client_cert}\n"
+                                    f"ssl.key.location={secure.client_key}\n"),
                 ("mtls-java.properties",
                  "security.protocol=SSL\nssl.truststore.type=PEM\n"
                  f"ssl.truststore.location={secure.ca}\nssl.keystore.type=PEM\n"
-                 f"ssl.keystore.location={secure.certs / 'client-keystore.pem'}\n")):
-            cli = SecureCli(secure.ssl, secure.properties(name, props))
+                 f"ssl.keystore.location={extra_certs / 'client-keystore.pem'}\n")):
+            cli = SecureCli(secure.ssl, properties(secure, name, props))
             listed = json.loads(cli.ok("acls", "--list", "--cluster", "--principal", principal,
                                        "--output", "json"))
             assert [a["principal"] for a in listed] == [principal]
@@ -207,7 +185,7 @@ def test_cli_with_a_client_certificate_is_that_principal(secure: Secure,
             err = cli.fails("acls", "--add", "--allow-principal", "User:x", "--topic", "t")
             assert "CLUSTER_AUTHORIZATION_FAILED" in err and principal in err
         # Without a certificate the SSL listener (client auth required) refuses the handshake.
-        bare = SecureCli(secure.ssl, secure.properties(
+        bare = SecureCli(secure.ssl, properties(secure,
             "no-cert.properties", f"security.protocol=SSL\nssl.ca.location={secure.ca}\n"))
         r = bare.run("acls", "--list")
         assert r.returncode == 1 and r.stderr.count("\n") == 1, r
@@ -234,7 +212,7 @@ async def test_share_consumer_over_sasl_ssl_after_granting_group_and_topic_read(
     # The first batch through a config dict with Kafka's names, the rest with keywords.
     first = ShareConsumer(secure.sasl, group, acknowledgement_mode="explicit",
                           max_poll_records=10, acquire_mode="record_limit",
-                          config=secure.scram("alice", "alice-secret", "SCRAM-SHA-512"))
+                          config=scram(secure, "alice", "alice-secret", "SCRAM-SHA-512"))
     await first.start()
     try:
         first.subscribe([topic])
@@ -250,14 +228,14 @@ async def test_share_consumer_over_sasl_ssl_after_granting_group_and_topic_read(
     try:
         second.subscribe([topic])
         got += await _collect(second, len(sent) - len(got))
-        assert sorted(r.value for r in got) == sorted(sent)
+        assert sorted(r.value or b"" for r in got) == sorted(sent)
     finally:
         await second.close()
 
 
 async def test_share_consumer_with_a_wrong_password_fails_to_start(secure: Secure) -> None:
     c = ShareConsumer(secure.sasl, "secure-nobody",
-                      config=secure.scram("admin", "not-the-password"))
+                      config=scram(secure, "admin", "not-the-password"))
     with pytest.raises(KafkaError) as ei:
         await c.start()
     assert ei.value.name == "SASL_AUTHENTICATION_FAILED"
