@@ -368,3 +368,23 @@ def test_kafka_configs_scram_syntax() -> None:
                          ("SCRAM-SHA-256=[salt=x,password=x]", "unknown SCRAM-SHA-256 setting")]:
         with pytest.raises(CliError, match=message):
             parse_scram_config("a", bad)
+
+
+# ------------------------------------------------------------------- ShareConsumer settings
+
+
+def test_share_consumer_takes_kafka_names_or_keywords() -> None:
+    from client import ShareConsumer
+
+    c = ShareConsumer("h:1", "g", config={"security.protocol": "SASL_SSL",
+                                          "sasl.mechanism": "PLAIN", "sasl.username": "a",
+                                          "sasl.password": "x"}, sasl_username="b")
+    settings = c._cluster._security  # what every BrokerConnection of the consumer uses
+    assert settings is not None
+    assert (settings.protocol, settings.sasl_username) == ("SASL_SSL", "b")
+    with pytest.raises(SecurityConfigError, match="'group.id' is not a security property"):
+        ShareConsumer("h:1", "g", config={"group.id": "g"})
+    with pytest.raises(SecurityConfigError, match="needs sasl.mechanism"):
+        ShareConsumer("h:1", "g", security_protocol="SASL_PLAINTEXT")
+    with pytest.raises(ValueError, match="not both"):
+        ShareConsumer("h:1", "g", security=SecuritySettings(), config={})
