@@ -100,6 +100,14 @@ ROWS += [
         "1 = yes", _g("h", "held"), (">=", 1)),
 ]
 
+T_TITLE = "(t) TLS: SSL vs PLAINTEXT listener, 4 partitions, 1 share consumer (implicit)"
+ROWS += [Row("t", T_TITLE, f"{label} over {protocol}", "rec/s", _g("t", protocol, kind, "rate"))
+         for kind, label in (("produce", "produce"), ("share_consume", "share-consume"))
+         for protocol in ("PLAINTEXT", "SSL")]
+ROWS += [Row("t", T_TITLE, f"{label} SSL / PLAINTEXT", "ratio", _g("t", f"{kind}_ssl_ratio"),
+             digits=2)
+         for kind, label in (("produce", "produce"), ("share_consume", "share-consume"))]
+
 THROUGHPUT_SCENARIOS = [("a", "a produce"), ("b1", "b1 1p x 2c expl"), ("b2", "b2 4p x 1c impl"),
                         ("b3", "b3 1p x 8c expl"), ("b4", "b4 16p x 4c impl"),
                         ("g", "g Spark source")]

@@ -22,6 +22,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``h``  issue 12: hostile load on a broker of its own (wide ShareFetch and Fetch, forged batch,
   connection flood, slow reader, half-sent frames, 2,000 share sessions) while a control
   producer/consumer pair measures round trips (``bench/hostile.py``; ``make bench-hostile``)
+- ``t``  issue 13: produce and share-consume over an SSL listener vs a PLAINTEXT one of the same
+  broker (its own), with the SSL/plaintext ratio (``bench/tls.py``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f and g against an already running
 Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
@@ -45,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report, scenarios
+from bench import report, scenarios, tls
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -60,7 +62,7 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h"]
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h", "t"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
@@ -180,6 +182,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"p99.9 {fig.get('p999_ms')} ms ({fig.get('received')} records)")
     if key == "d":
         return f"cold start {fig.get('cold_start_s')} s, idle RSS {fig.get('idle_rss_mb')} MB"
+    if key == "t":
+        return tls.brief(fig)
     if key == "e":
         return f"load clean {fig.get('clean_load_ms')} ms, crash {fig.get('crash_load_ms')} ms"
     if key == "f":
@@ -317,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                     settings.scale, settings.work_dir, out_dir / "broker-hostile.log", overrides,
                     _log), "h")
                 _log(f"  h: {_brief('h', shoal['scenarios']['h'])}")
+            if "t" in selected:
+                _log("(t) TLS vs plaintext: bench/tls.py")
+                shoal["scenarios"]["t"] = _attempt(lambda: tls.scenario_t(settings, _log), "t")
+                _log(f"  t: {_brief('t', shoal['scenarios']['t'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

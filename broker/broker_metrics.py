@@ -101,6 +101,19 @@ class BrokerMetrics:
         self.share_session_evictions = r.counter(
             "shoal_share_session_evictions_total",
             "Share sessions removed because their connection closed.")
+        self.sasl_successes = r.labelled_counter(
+            "shoal_sasl_authentications_total",
+            "Connections that authenticated with SASL, by listener and mechanism.",
+            ("listener", "mechanism"))
+        self.sasl_failures = r.labelled_counter(
+            "shoal_sasl_authentication_failures_total",
+            "SASL authentications refused (bad credentials, unknown mechanism, a request out "
+            "of order), by listener and mechanism (\"none\" before one was chosen).",
+            ("listener", "mechanism"))
+        self.tls_handshake_failures = r.labelled_counter(
+            "shoal_tls_handshake_failures_total",
+            "TLS handshakes that failed or timed out (plaintext clients, bad certificates), "
+            "by listener.", ("listener",))
         r.add_collector(self._collect_broker)
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)

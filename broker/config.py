@@ -150,6 +150,14 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Shoal extension: close a connection that sent the start of a request frame but "
               "not its end within this long (a slow or stalled sender holds a buffer).",
               at_least(1)),
+    ConfigDef("connections.authentication.timeout.ms", "long", 10_000,
+              "Shoal extension: close a connection on a TLS or SASL listener that has not "
+              "finished its TLS handshake and SASL authentication within this long after it "
+              "was accepted (Kafka has no bound; a stalled handshake would hold the socket).",
+              at_least(1)),
+    ConfigDef("sasl.server.max.receive.size", "int", 524_288,
+              "Largest frame a client may send on a SASL listener before it has "
+              "authenticated.", at_least(1)),
     ConfigDef("queued.max.request.bytes", "long", 256 * 1024 * 1024,
               "Bytes of partly received request frames all connections together may hold; a "
               "connection whose frame does not fit stops being read until memory frees "

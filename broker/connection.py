@@ -28,6 +28,20 @@ encoded in one, so that no single request holds the event loop. Connection-count
 partial-frame limits live in ``broker/connection_limits.py``. A misbehaving client (oversized or
 malformed frame, unknown API) is logged with its address and disconnected; nothing it sent affects
 other connections.
+
+Security (issue 13). Each connection belongs to one listener (``broker/endpoint.py``):
+
+- TLS (SSL, SASL_SSL): the server accepts the socket, counts it against the connection limits
+  and runs the TLS handshake (``broker/server.py``); the connection starts once it has
+  succeeded. Its principal is the client certificate's DN mapped by
+  ``ssl.principal.mapping.rules`` (``User:ANONYMOUS`` without a certificate); a DN no rule maps
+  closes the connection, as in Kafka.
+- SASL (SASL_PLAINTEXT, SASL_SSL): ``broker/authentication.py`` decides what may come before the
+  client has authenticated; until then frames are capped at ``sasl.server.max.receive.size`` and
+  the whole exchange at ``connections.authentication.timeout.ms``. The SASL principal replaces
+  the certificate's (as in Kafka). Failures are answered as Kafka answers them, counted
+  (``shoal_sasl_authentication_failures_total``) and logged with the user name the client gave
+  and its address, rate-limited; a password or SCRAM proof never reaches the log.
 """
 
 from __future__ import annotations
@@ -40,9 +54,14 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.authentication import Admit, Reply, SaslGate
+from broker.authz import ANONYMOUS, Principal
+from broker.connection_limits import RateLimitedLog
 from broker.context import NO_RESPONSE, RequestContext
 from broker.dispatch import Route
-from broker.handlers import api_versions
+from broker.handlers import api_versions, sasl_authenticate, sasl_handshake
+from broker.security.sasl import Authenticator
+from broker.security.tls import NoMatchingRule, PrincipalMapper, tls_principal
 from broker.wire_limits import EncodeOffLoop, decode_off_loop
 from protocol.codec import DecodedRequest, decode_request, encode_response, peek
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
@@ -52,6 +71,7 @@ from protocol.guard import CountPaths
 if TYPE_CHECKING:
     from broker.app import Broker
     from broker.connection_limits import ConnectionLimits
+    from broker.endpoint import Endpoint
 
 log = logging.getLogger("shoal.connection")
 
@@ -64,9 +84,13 @@ _ids = itertools.count(1)
 # back for response-size reasons (only by queued.max.requests and unsent bytes).
 _SMALL_RESPONSE = 64 * 1024
 
+# Rate limit of the SASL failure warnings when no ConnectionLimits is given (unit tests).
+_SASL_LOG = RateLimitedLog()
+
 
 class _Slot:
-    __slots__ = ("api_key", "api_version", "correlation_id", "data", "task", "reserved")
+    __slots__ = ("api_key", "api_version", "correlation_id", "data", "task", "reserved",
+                 "close_after")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         self.api_key = api_key
@@ -75,20 +99,33 @@ class _Slot:
         self.data: bytes | None = None  # the encoded response once ready (b"": no response)
         self.task: asyncio.Future[Any] | None = None
         self.reserved = 0  # response bytes this request may produce, while in progress
+        self.close_after = False  # close the connection once this response is written
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, limits: ConnectionLimits | None = None) -> None:
+    def __init__(self, broker: Broker, limits: ConnectionLimits | None = None,
+                 listener: Endpoint | None = None, admitted: bool = False) -> None:
         self.broker = broker
         self.id = next(_ids)
         self.peer = "?"
         self.host = ""
+        self.listener = listener
+        self.principal: Principal = ANONYMOUS
+        self._gate: SaslGate | None = None
+        if listener is not None and listener.sasl is not None:
+            self._gate = SaslGate(Authenticator(listener.sasl,
+                                                broker.scram_credentials.lookup))
         self._limits = limits
-        self._admitted = False
+        # True when the server counted this connection already (TLS: at accept, before the
+        # handshake); released when the connection is lost either way.
+        self._admitted = admitted
         self._memory = limits.memory if limits is not None else None
         self._frame_reserved = 0  # bytes reserved in ``_memory`` for the frame being received
         self._memory_wait = 0  # bytes this connection waits for before reading on
         self._decoder = FrameDecoder(broker.config.get("socket.request.max.bytes"))
+        if self._gate is not None:
+            self._decoder.set_limit(_config(broker, "sasl.server.max.receive.size", 524_288),
+                                    "sasl.server.max.receive.size, before authentication")
         self._max_queued = broker.config.get("queued.max.requests")
         self._max_unsent = _config(broker, "queued.max.response.bytes", 16 * 1024 * 1024)
         self._pending: deque[_Slot] = deque()
@@ -103,6 +140,7 @@ class Connection(asyncio.Protocol):
         self._writing_paused = False
         self._closing = False
         self._last_active_ms = broker.clock.monotonic_ms()
+        self._accepted_ms = self._last_active_ms
         self._partial_since_ms: int | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -113,16 +151,33 @@ class Connection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
-        if self._limits is not None:
+        if self._limits is not None and not self._admitted:
             if not self._limits.admit(self.host, self.peer, self.broker.clock.monotonic_ms()):
                 self._closing = True
                 transport.abort()  # type: ignore[attr-defined]
                 return
             self._admitted = True
+        self.broker.connections.add(self)
+        self._set_buffer_limits()
+        if self.listener is not None and self.listener.mapper is not None:
+            self._take_certificate_principal(transport, self.listener.mapper)
+
+    def _set_buffer_limits(self) -> None:
+        assert self._transport is not None
         # pause_writing fires once half the unsent bound sits in the socket's write buffer.
         self._transport.set_write_buffer_limits(high=max(self._max_unsent // 2, 1),
                                                 low=self._max_unsent // 8)
-        self.broker.connections.add(self)
+
+    def _take_certificate_principal(self, transport: asyncio.BaseTransport,
+                                    mapper: PrincipalMapper) -> None:
+        """The principal of a TLS connection: its client certificate's mapped DN."""
+        sslobj = transport.get_extra_info("ssl_object")
+        try:
+            name = tls_principal(sslobj.getpeercert() if sslobj is not None else None, mapper)
+        except NoMatchingRule as exc:
+            self.close_for(f"{exc}; Kafka refuses such clients too")
+            return
+        self.principal = Principal.parse(name)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -216,6 +271,13 @@ class Connection(asyncio.Protocol):
             return None
         return self._partial_since_ms
 
+    def unauthenticated_since_ms(self) -> int | None:
+        """When the connection was accepted while its SASL authentication has not finished,
+        else None (TLS handshakes are bounded by the server, ``broker/server.py``)."""
+        if self._gate is not None:
+            return self._accepted_ms
+        return None
+
     def close_for(self, reason: str, level: int = logging.WARNING) -> None:
         log.log(level, "closing the connection from %s: %s", self.peer, reason)
         self._abort()
@@ -262,8 +324,19 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def _on_frame(self, frame: bytes) -> None:
+        gate = self._gate
+        if gate is not None and gate.raw_tokens:
+            self._on_auth_reply(gate, gate.raw_token(frame), None)
+            return
         try:
             pre = peek(frame)
+            admit = gate.admit(pre.api_key) if gate is not None else Admit.SERVE
+            if admit is Admit.REFUSE:
+                assert gate is not None
+                # Kafka: IllegalSaslStateException, the connection closes unanswered.
+                self._on_auth_reply(gate, Reply(close=True, failure=gate.refused(pre.api_key)),
+                                    None)
+                return
             route = self.broker.dispatcher.route(pre.api_key, pre.api_version)
             if route is None:
                 if pre.api_key == api_versions.API_KEY and pre.api_version > 0:
@@ -280,13 +353,24 @@ class Connection(asyncio.Protocol):
                        if known else " (unknown api key)")
                 )
             limit = route.limit(self.broker.config) if route.limit is not None else None
-            if decode_off_loop(pre.api_key, len(frame)):
+            # SASL frames are answered by the gate on the loop (at most
+            # sasl.server.max.receive.size bytes before authentication).
+            if admit is not Admit.INTERCEPT and decode_off_loop(pre.api_key, len(frame)):
                 self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
                                       route, limit)
                 return
             req = decode_request(frame, limit)
         except ProtocolError as exc:
             self._fail(exc)
+            return
+        if admit is Admit.INTERCEPT:
+            assert gate is not None
+            slot = _Slot(req.api_key, req.api_version, req.correlation_id)
+            if req.api_key == sasl_handshake.API_KEY:
+                reply = gate.handshake(req.api_version, req.body.mechanism)
+            else:
+                reply = gate.authenticate(req.api_version, req.body.auth_bytes)
+            self._on_auth_reply(gate, reply, slot)
             return
         estimate = self._estimate(req)
         if self._may_dispatch(estimate):
@@ -301,6 +385,39 @@ class Connection(asyncio.Protocol):
             return 0
         return min(max_bytes, _config(self.broker, "fetch.max.bytes", max_bytes))
 
+    def _on_auth_reply(self, gate: SaslGate, reply: Reply, slot: _Slot | None) -> None:
+        """Send what the SASL gate answered; then authenticated, failed, or still going."""
+        metrics = self.broker.metrics
+        listener = self.listener.name if self.listener is not None else "?"
+        if reply.failure is not None:
+            metrics.sasl_failures.inc((listener, gate.mechanism))
+            suppressed = (self._limits.sasl_log if self._limits is not None else _SASL_LOG) \
+                .admit(self.broker.clock.monotonic_ms())
+            if suppressed is not None:
+                more = f" ({suppressed} more since the last report)" if suppressed else ""
+                user = gate.auth.attempted_user
+                log.warning("SASL authentication of %s from %s on listener %s failed: %s; "
+                            "closing this connection%s",
+                            f"User:{user}" if user else "an unnamed user", self.peer, listener,
+                            reply.failure, more)
+        if reply.principal is not None:
+            metrics.sasl_successes.inc((listener, gate.mechanism))
+            self.principal = Principal.parse(reply.principal)
+            self._gate = None
+            self._decoder.set_limit(self.broker.config.get("socket.request.max.bytes"),
+                                    "socket.request.max.bytes")
+            log.debug("connection from %s on listener %s authenticated as %s (%s)", self.peer,
+                      listener, self.principal, gate.mechanism)
+        if reply.raw is not None or slot is None:
+            slot = _Slot(-1, 0, 0)  # a bare token: written as is, in its turn
+            slot.close_after = reply.close
+            self._pending.append(slot)
+            self._ready(slot, reply.raw or b"")
+            return
+        slot.close_after = reply.close
+        self._pending.append(slot)
+        self._complete(slot, reply.body)
+
     def _context(self, req: DecodedRequest) -> RequestContext:
         return RequestContext(
             broker=self.broker,
@@ -310,6 +427,8 @@ class Connection(asyncio.Protocol):
             client_id=req.client_id,
             client_host=self.host,
             connection_id=self.id,
+            principal=self.principal,
+            listener=self.listener,
         )
 
     def _call(self, route: Route, req: DecodedRequest) -> Any:
@@ -430,6 +549,9 @@ class Connection(asyncio.Protocol):
             if data and transport is not None and not self._closing:
                 transport.write(data)
                 self._last_active_ms = self.broker.clock.monotonic_ms()
+            if slot.close_after:
+                self.close()
+                return
         self._pump()
 
     def _update_reading(self) -> None:

@@ -14,6 +14,10 @@ Kafka's ``ConnectionQuotas`` and ``Selector`` idle expiry, in one small object t
   on idle expiry, which a client trickling one byte a minute never reaches; without it, a few
   hundred half-sent frames could hold their buffers forever.
 
+- ``connections.authentication.timeout.ms`` (Shoal extension): a connection on a TLS or SASL
+  listener that has not finished its TLS handshake and SASL authentication this long after it
+  was accepted is closed (the server bounds the TLS handshake itself with the same value).
+
 - ``queued.max.request.bytes`` (Kafka's name; Kafka's default -1 is unbounded, Shoal's is 256 MiB):
   a frame that is not received in one read reserves its declared size from one broker-wide
   ``RequestMemory`` once more than its first 64 KiB have arrived; if that does not fit, the
@@ -36,6 +40,23 @@ from typing import Any, Protocol
 
 log = logging.getLogger("shoal.connection")
 
+
+class RateLimitedLog:
+    """At most one line per ``interval_ms``; the next one says how many were left out."""
+
+    def __init__(self, interval_ms: int = 10_000) -> None:
+        self.interval_ms = interval_ms
+        self._last: int | None = None
+        self._suppressed = 0
+
+    def admit(self, now_ms: int) -> int | None:
+        """None: do not log now; else how many lines were left out since the last one."""
+        if self._last is not None and now_ms - self._last < self.interval_ms:
+            self._suppressed += 1
+            return None
+        suppressed, self._suppressed, self._last = self._suppressed, 0, now_ms
+        return suppressed
+
 INT_MAX = 2**31 - 1
 REFUSAL_LOG_INTERVAL_MS = 10_000
 
@@ -47,6 +68,7 @@ class Limited(Protocol):
 
     def idle_since_ms(self) -> int | None: ...          # None while a request is in progress
     def partial_frame_since_ms(self) -> int | None: ...  # None without a half-read frame
+    def unauthenticated_since_ms(self) -> int | None: ...  # None once authenticated
     def close_for(self, reason: str, level: int = logging.WARNING) -> None: ...
 
 
@@ -142,6 +164,10 @@ class ConnectionLimits:
                           parse_overrides(get("max.connections.per.ip.overrides")).items()}
         self.idle_ms = int(get("connections.max.idle.ms"))
         self.partial_ms = int(get("socket.request.partial.timeout.ms"))
+        self.auth_ms = int(get("connections.authentication.timeout.ms"))
+        # Rate limits of the warnings about failed TLS handshakes and SASL authentications.
+        self.tls_log = RateLimitedLog(REFUSAL_LOG_INTERVAL_MS)
+        self.sasl_log = RateLimitedLog(REFUSAL_LOG_INTERVAL_MS)
         self.memory = RequestMemory(int(get("queued.max.request.bytes")))
         self.total = 0
         self.per_host: Counter[str] = Counter()
@@ -187,6 +213,12 @@ class ConnectionLimits:
         """Close connections idle or holding a partial frame too long; returns how many."""
         closed = 0
         for c in list(connections):
+            accepted = c.unauthenticated_since_ms()
+            if accepted is not None and now_ms - accepted > self.auth_ms:
+                c.close_for(f"it did not finish its TLS handshake and SASL authentication "
+                            f"within {self.auth_ms} ms (connections.authentication.timeout.ms)")
+                closed += 1
+                continue
             partial = c.partial_frame_since_ms()
             if partial is not None and now_ms - partial > self.partial_ms:
                 c.close_for(f"it sent part of a request and not the rest within "
@@ -201,4 +233,4 @@ class ConnectionLimits:
         return closed
 
     def sweep_interval_ms(self) -> int:
-        return max(10, min(1000, self.partial_ms // 4, self.idle_ms // 4))
+        return max(10, min(1000, self.partial_ms // 4, self.idle_ms // 4, self.auth_ms // 4))

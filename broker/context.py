@@ -9,6 +9,7 @@ from broker.authz import ANONYMOUS, Operation, Principal, Resource
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.endpoint import Endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +21,18 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
-    # Who sent the request (broker/authz.py). ANONYMOUS until listeners authenticate.
+    # Who sent the request (broker/authz.py): the SASL principal on SASL listeners, the client
+    # certificate's on TLS listeners (ANONYMOUS without one), else ANONYMOUS.
     principal: Principal = ANONYMOUS
+    # The listener the request came in on (None in unit tests that build contexts by hand).
+    listener: Endpoint | None = None
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """The broker address to tell this client: its listener's advertised address."""
+        if self.listener is not None:
+            return self.listener.advertised
+        return self.broker.advertised
 
     def authorized(self, operation: Operation, resource: Resource) -> bool:
         """Whether the broker's authorizer lets this request's principal do ``operation``."""

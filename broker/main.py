@@ -24,7 +24,9 @@ from pathlib import Path
 
 from broker.cli import add_commands
 from broker.config import BrokerConfig, ConfigError, read_properties
+from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
+from broker.security.tls import TlsConfigError
 
 
 def _setup_logging(level: str, fmt: str) -> None:
@@ -73,22 +75,6 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(values)
 
 
-def unserved_listener_problem(config: BrokerConfig) -> str | None:
-    """Why the server cannot honour the listeners, or None. The server (``broker/server.py``)
-    serves the first listener, without TLS or SASL, until issue 13 phase 2 wires
-    ``broker/security/`` in; serving a TLS or SASL listener as plaintext would silently drop
-    its security, so that stops the broker instead. Phase 2 removes this check."""
-    first = config.listeners[0]
-    if first.security_protocol.value != "PLAINTEXT":
-        return (f"listener {first.name} uses {first.security_protocol.value}, which this Shoal "
-                "does not serve yet; refusing to serve it as PLAINTEXT")
-    for other in config.listeners[1:]:
-        logging.getLogger("shoal").warning(
-            "listener %s is not served yet: only the first listener (%s) is", other.name,
-            first.name)
-    return None
-
-
 async def run_broker(config: BrokerConfig, ready_file: str | None = None,
                      add_scram: Sequence[ScramArg] = ()) -> int:
     """Run until a signal (returns 0) or a storage failure (returns the broker's exit code).
@@ -104,7 +90,9 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     await server.start()
     if ready_file:
         Path(ready_file).write_text(f"{server.host}:{server.port}\n")
-    print(f"shoal: listening on {server.host}:{server.port}", flush=True)
+    for endpoint, (host, port) in zip(server.endpoints, server.bound, strict=True):
+        print(f"shoal: listening on {host}:{port} ({endpoint.name}, "
+              f"{endpoint.security_protocol.value})", flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -143,9 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config = build_config(args)
             add_scram = [parse_add_scram(a) for a in args.add_scram or []]
-            problem = unserved_listener_problem(config)
-            if problem:
-                raise ConfigError(problem)
         except (ConfigError, OSError, ScramError) as exc:
             where = "--add-scram: " if isinstance(exc, ScramError) else ""
             print(f"shoal: configuration error: {where}{exc}", file=sys.stderr)
@@ -162,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         raise_open_file_limit()
         try:
             code = asyncio.run(run_broker(config, args.ready_file, add_scram))
+        except (TlsConfigError, SaslConfigError) as exc:
+            print(f"shoal: configuration error: {exc}", file=sys.stderr)
+            return 2
         except (OSError, ScramError) as exc:
             print(f"shoal: could not start: {exc}", file=sys.stderr)
             return 1

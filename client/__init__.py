@@ -13,7 +13,9 @@ Modules: ``consumer`` (the asyncio shell), ``fetcher`` (ShareFetch tasks per lea
 record buffer), ``ack_sender`` (share sessions per broker, unsent acknowledgements,
 ShareAcknowledge), ``membership`` and ``session`` (sans-IO heartbeat and share-session state),
 ``acks`` (acknowledgement bookkeeping of the current batch), ``records`` (decoding),
-``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec), ``errors``.
+``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec),
+``security`` (TLS and SASL settings and the SASL exchange, shared with the ``shoal`` CLI),
+``errors``.
 """
 
 from client.consumer import ShareConsumer
@@ -27,6 +29,7 @@ from client.errors import (
     error_class,
 )
 from client.records import AcknowledgeType, ShareRecord, TopicPartition
+from client.security import SecurityConfigError, SecuritySettings
 
 __all__ = [
     "AcknowledgeType",
@@ -34,6 +37,8 @@ __all__ = [
     "IllegalStateError",
     "InvalidRecordStateError",
     "KafkaError",
+    "SecurityConfigError",
+    "SecuritySettings",
     "ShareConsumer",
     "ShareConsumerError",
     "ShareRecord",

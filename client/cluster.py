@@ -20,6 +20,7 @@ from typing import Any
 
 from client.connection import BrokerConnection
 from client.errors import error_for
+from client.security import SecuritySettings
 from protocol.codec import request_module
 
 METADATA = 3
@@ -40,9 +41,11 @@ def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
 
 class Cluster:
     def __init__(self, bootstrap_servers: str | list[str], client_id: str,
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000,
+                 security: SecuritySettings | None = None) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._client_id = client_id
+        self._security = security
         self.timeout = request_timeout_ms / 1000
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
@@ -60,7 +63,7 @@ class Cluster:
         """
         errors = []
         for host, port in self._bootstrap:
-            conn = BrokerConnection(host, port, self._client_id)
+            conn = BrokerConnection(host, port, self._client_id, security=self._security)
             try:
                 await conn.connect(self.timeout)
             except (TimeoutError, OSError) as e:
@@ -88,7 +91,7 @@ class Cluster:
             if conn is not None and not conn.closed:
                 return conn
             host, port = self.brokers[node_id]
-            conn = BrokerConnection(host, port, self._client_id, node_id)
+            conn = BrokerConnection(host, port, self._client_id, node_id, self._security)
             await conn.connect(self.timeout)
             self._conns[node_id] = conn
             return conn

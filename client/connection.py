@@ -8,7 +8,10 @@ requests in order). A caller that stops waiting (cancellation) only drops its fu
 is read and discarded.
 
 On connect the connection asks ApiVersions (v3) and keeps the broker's ranges, so callers can
-pick ``version(api_key, lo, hi)``: the highest version both sides speak.
+pick ``version(api_key, lo, hi)``: the highest version both sides speak. With security settings
+(``client/security.py``) the socket is TLS from the first byte (SSL, SASL_SSL) and, after
+ApiVersions, the connection authenticates with SASL (SASL_PLAINTEXT, SASL_SSL) before any other
+request is sent.
 
 Invariants: every pending future is resolved (answer or error) or cancelled by ``close``; the
 reader task is cancelled and awaited by ``close``.
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from typing import Any
 
 from client.errors import UnsupportedVersionError, error_for
+from client.security import SaslExchange, SecuritySettings, ssl_context
 from protocol.codec import decode_response, encode_request, request_module
 from protocol.framing import FrameDecoder
 
@@ -30,9 +35,11 @@ __all__ = ["BrokerConnection"]
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str, node_id: int = -1) -> None:
+    def __init__(self, host: str, port: int, client_id: str, node_id: int = -1,
+                 security: SecuritySettings | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self._client_id = client_id
+        self._security = security or SecuritySettings()
         self._correlation = itertools.count(1)
         self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
         self._reader: asyncio.StreamReader | None = None
@@ -49,10 +56,22 @@ class BrokerConnection:
         """Open the socket and learn the broker's API versions.
 
         Raises:
-            OSError / TimeoutError: the broker is unreachable.
+            OSError / TimeoutError: the broker is unreachable (``ssl.SSLError``, an OSError:
+                the TLS handshake failed).
+            SecurityConfigError: the TLS files cannot be loaded.
+            KafkaError: SASL authentication failed.
         """
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout)
+        context = ssl_context(self._security)
+        try:
+            await self._open(context, timeout)
+        except BaseException:
+            await self.close()  # no reader task or socket outlives a failed connect
+            raise
+
+    async def _open(self, context: ssl.SSLContext | None, timeout: float) -> None:
+        self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(
+            self.host, self.port, ssl=context,
+            server_hostname=self.host if context is not None else None), timeout)
         self._task = asyncio.create_task(self._read_loop(), name=f"shoal-client-read-{self.node_id}")
         m = request_module(API_VERSIONS, 3)
         resp = await asyncio.wait_for(self.call(API_VERSIONS, 3, m.ApiVersionsRequest(
@@ -62,6 +81,10 @@ class BrokerConnection:
             raise err
         self.api_ranges = {int(k.api_key): (int(k.min_version), int(k.max_version))
                            for k in resp.api_keys}
+        if self._security.uses_sasl:
+            exchange = SaslExchange(self._security, self.api_ranges)
+            while (req := exchange.next_request()) is not None:
+                exchange.receive(await asyncio.wait_for(self.call(*req), timeout))
 
     def version(self, api_key: int, lo: int, hi: int) -> int:
         """The highest version in ``lo..hi`` the broker also supports.

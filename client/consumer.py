@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -48,6 +48,7 @@ from client.errors import (
 from client.fetcher import ACQUIRE_MODES, Fetcher
 from client.membership import SHARE_GROUP_HEARTBEAT, Membership
 from client.records import AcknowledgeType, ShareRecord, TopicPartition
+from client.security import SecuritySettings
 from client.session import SHARE_FETCH, FetchParams
 
 log = logging.getLogger("client.share_consumer")
@@ -68,6 +69,20 @@ class ShareConsumer:
         renew_locks: run the lock keeper (RENEW for records still being processed).
         acknowledgement_commit_callback: ``cb(offsets_by_partition, exception_or_None)``.
         max_share_version: highest ShareFetch/ShareAcknowledge version to use (2; 1 for tests).
+        config: Kafka security properties by their Kafka names, as a confluent-kafka config
+            holds them: ``{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": ..., "sasl.password": ..., "ssl.ca.location": ...}``
+            (``sasl.jaas.config``, ``ssl.certificate.location``, ``ssl.key.location``,
+            ``ssl.key.password``, ``ssl.endpoint.identification.algorithm`` too; see
+            ``client/security.py``).
+        security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_ca_location,
+        ssl_certificate_location, ssl_key_location, ssl_key_password,
+        ssl_endpoint_identification_algorithm: the same settings as keywords; a keyword wins
+            over ``config``.
+        security: ready-made ``SecuritySettings`` (instead of the two above).
+
+    Raises:
+        ValueError: a bad option (``SecurityConfigError`` for a security setting).
     """
 
     def __init__(self, bootstrap_servers: str | list[str], group_id: str, *,
@@ -77,7 +92,14 @@ class ShareConsumer:
                  fetch_max_bytes: int = 50 * 1024 * 1024, request_timeout_ms: int = 30_000,
                  renew_locks: bool = False, rack_id: str | None = None,
                  acknowledgement_commit_callback: AckCallback | None = None,
-                 max_share_version: int = 2) -> None:
+                 max_share_version: int = 2, config: Mapping[str, Any] | None = None,
+                 security_protocol: str | None = None, sasl_mechanism: str | None = None,
+                 sasl_username: str | None = None, sasl_password: str | None = None,
+                 ssl_ca_location: str | None = None,
+                 ssl_certificate_location: str | None = None,
+                 ssl_key_location: str | None = None, ssl_key_password: str | None = None,
+                 ssl_endpoint_identification_algorithm: str | None = None,
+                 security: SecuritySettings | None = None) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError(f"acknowledgement_mode must be implicit or explicit, not "
                              f"{acknowledgement_mode!r}")
@@ -89,7 +111,16 @@ class ShareConsumer:
         self._explicit = acknowledgement_mode == "explicit"
         self._renew_locks = renew_locks
         self._max_share_version = max_share_version
-        self._cluster = Cluster(bootstrap_servers, client_id, request_timeout_ms)
+        if security is None:
+            security = SecuritySettings.from_options(
+                config, security_protocol=security_protocol, sasl_mechanism=sasl_mechanism,
+                sasl_username=sasl_username, sasl_password=sasl_password,
+                ssl_ca_location=ssl_ca_location, ssl_certificate_location=ssl_certificate_location,
+                ssl_key_location=ssl_key_location, ssl_key_password=ssl_key_password,
+                ssl_endpoint_identification_algorithm=ssl_endpoint_identification_algorithm)
+        elif config is not None:
+            raise ValueError("pass security settings as security= or as config=, not both")
+        self._cluster = Cluster(bootstrap_servers, client_id, request_timeout_ms, security)
         self._membership = Membership(group_id, rack_id=rack_id)
         self._group_id = group_id
         self._coordinator: int | None = None

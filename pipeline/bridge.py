@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -50,6 +50,7 @@ class ConsumerThread:
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: tuple[str, ...], *,
                  max_records: int, renew_locks: bool, client_id: str,
+                 security: Mapping[str, str] | None = None,
                  prepare: Callable[[list[ShareRecord]], Any] | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
@@ -58,7 +59,7 @@ class ConsumerThread:
         self._consumer = ShareConsumer(
             bootstrap_servers, group_id, acknowledgement_mode="explicit",
             max_poll_records=max_records, acquire_mode="record_limit", client_id=client_id,
-            renew_locks=renew_locks)
+            renew_locks=renew_locks, config=security)
         self._prepare = prepare
         self.held: list[ShareRecord] = []
         self.prepared: Any = None  # ``prepare(held)``

@@ -8,7 +8,14 @@ producer exists, and the error names the option and says what to pass instead.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from client.security import (
+    SecurityConfigError,
+    SecuritySettings,
+    is_security_property,
+    librdkafka_config,
+)
 
 
 class OptionError(ValueError):
@@ -65,6 +72,24 @@ def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], def
     return raw.lower()
 
 
+def _security(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``kafka.``-prefixed security options (``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.ssl.ca.location``, ...) without the prefix, checked.
+
+    Raises:
+        OptionError: a bad value (the message names the ``kafka.`` option, never a password).
+    """
+    props = {k[len("kafka."):].lower(): str(v).strip() for k, v in options.items()
+             if k.lower().startswith("kafka.") and is_security_property(k[len("kafka."):].lower())
+             and str(v).strip() != ""}
+    try:
+        SecuritySettings.from_properties(props)
+    except SecurityConfigError as exc:
+        raise OptionError(f"{exc} (set as Spark options with the 'kafka.' prefix, e.g. "
+                          ".option('kafka.security.protocol', 'SASL_SSL'))") from None
+    return tuple(sorted(props.items()))
+
+
 def _topics(raw: str, name: str) -> tuple[str, ...]:
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
     if not topics:
@@ -101,6 +126,9 @@ class SourceOptions:
     # server in the driver at driver_host (pipeline/transport.py).
     transport: str = "inline"
     driver_host: str = "127.0.0.1"
+    # Security properties from ``kafka.security.protocol``, ``kafka.sasl.*`` and ``kafka.ssl.*``
+    # (client/security.py), without the prefix. Kept out of repr: they hold passwords.
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -123,6 +151,7 @@ class SourceOptions:
             client_id=_get(options, "kafka.client.id", "client.id") or "shoal-spark-source",
             transport=_choice(options, "transport", ("inline", "tcp"), "inline"),
             driver_host=_get(options, "driverHost") or "127.0.0.1",
+            security=_security(options),
         )
 
 
@@ -132,14 +161,19 @@ class WriterOptions:
 
     bootstrap_servers: str
     topic: str | None
-    # Extra librdkafka producer settings, from options named ``kafka.<setting>``.
-    producer_config: tuple[tuple[str, str], ...] = ()
+    # Extra librdkafka producer settings, from options named ``kafka.<setting>``; security
+    # properties in Java's names (sasl.jaas.config, PEM ssl.truststore/keystore) are translated
+    # to librdkafka's. Kept out of repr: they may hold passwords.
+    producer_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
         bootstrap = _required(options, "kafka.bootstrap.servers", "bootstrap.servers")
-        extra = tuple(sorted(
-            (k[len("kafka."):], str(v)) for k, v in options.items()
-            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"))
+        extra = {k[len("kafka."):]: str(v) for k, v in options.items()
+                 if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
+        try:
+            translated = librdkafka_config(extra)
+        except SecurityConfigError as exc:
+            raise OptionError(f"option 'kafka.sasl.jaas.config': {exc}") from None
         return cls(bootstrap_servers=bootstrap, topic=_get(options, "topic"),
-                   producer_config=extra)
+                   producer_config=tuple(sorted(translated.items())))

@@ -304,7 +304,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts = o.num_partitions
         return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
                               max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
-                              client_id=o.client_id,
+                              client_id=o.client_id, security=dict(o.security),
                               prepare=lambda records: [to_ipc(to_arrow(c))
                                                        for c in split(records, parts)])
 

@@ -25,12 +25,20 @@ DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes 
 class FrameDecoder:
     """Turns received bytes into whole frames (without their size prefix)."""
 
-    __slots__ = ("_buf", "_max", "_need")
+    __slots__ = ("_buf", "_max", "_need", "limit_name")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 limit_name: str = "socket.request.max.bytes") -> None:
         self._buf = bytearray()
         self._max = max_frame_bytes
         self._need = -1  # payload size of the frame being assembled, -1 while reading its prefix
+        self.limit_name = limit_name  # the config named in FrameTooLargeError
+
+    def set_limit(self, max_frame_bytes: int, limit_name: str) -> None:
+        """Change the cap for frames whose size prefix is read from now on (a SASL listener
+        caps frames lower until the client has authenticated)."""
+        self._max = max_frame_bytes
+        self.limit_name = limit_name
 
     @property
     def buffered(self) -> int:
@@ -62,7 +70,7 @@ class FrameDecoder:
                     self._buf = bytearray()
                     raise FrameTooLargeError(
                         f"frame size {size} is outside 0..{self._max} "
-                        "(socket.request.max.bytes); closing the connection"
+                        f"({self.limit_name}); closing the connection"
                     )
                 pos += 4
                 self._need = size

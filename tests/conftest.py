@@ -20,8 +20,13 @@ class BrokerProcess:
     """A ``shoal broker`` subprocess. ``kill()`` is ``kill -9``; ``start()`` reuses the data dir."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
-                 port: int | None = None, extra_args: list[str] | None = None) -> None:
+                 port: int | None = None, extra_args: list[str] | None = None,
+                 listen: bool = True) -> None:
         self.data_dir = data_dir
+        # False: the listeners come from extra_args (--config FILE); readiness is then the
+        # broker's ready file rather than a TCP connect (which a TLS listener logs as a failed
+        # handshake).
+        self.listen = listen
         self.overrides = dict(overrides or {})
         self.extra_args = list(extra_args or [])  # more `shoal broker` options
         self.port = port or free_port()
@@ -33,8 +38,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
-        cmd = [sys.executable, "-m", "broker.main", "broker", "--listen", self.bootstrap,
-               "--data-dir", str(self.data_dir)]
+        cmd = [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(self.data_dir)]
+        ready = self.data_dir.parent / f"broker-{self.port}.ready"
+        if self.listen:
+            cmd += ["--listen", self.bootstrap]
+        else:
+            ready.unlink(missing_ok=True)
+            cmd += ["--ready-file", str(ready)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         cmd += self.extra_args
@@ -44,6 +54,11 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
+            if not self.listen:
+                if ready.exists():
+                    return
+                time.sleep(0.05)
+                continue
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return

@@ -1,10 +1,15 @@
-"""``shoal`` admin commands: share groups, topics and configs over the Kafka protocol.
+"""``shoal`` admin commands: share groups, topics, configs, ACLs and SCRAM users over the Kafka
+protocol.
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``broker/cli/wire.py``, never through a broker's files. ``add_commands`` registers the
 subcommands on ``broker/main.py``'s parser; each sets ``args.run``, which returns the exit code:
 0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
 that says what failed and what to do.
+
+Every command takes ``--command-config FILE``: Kafka client properties (``security.protocol``,
+``sasl.mechanism``, ``sasl.username``/``sasl.password`` or ``sasl.jaas.config``,
+``ssl.ca.location``, ...; see ``client/security.py``), as kafka-*.sh take them.
 """
 
 from __future__ import annotations
@@ -14,18 +19,22 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from broker.cli.wire import CliError
+from broker.cli.wire import CliError, Cluster
+from client.security import SecurityConfigError, SecuritySettings, parse_properties
 
 DEFAULT_TIMEOUT_MS = 30_000
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``share-groups``, ``topics`` and ``configs`` to the ``shoal`` subparsers."""
-    from broker.cli import configs, share_groups, topics
+    """Add ``share-groups``, ``topics``, ``configs``, ``acls`` and ``users`` to the ``shoal``
+    subparsers."""
+    from broker.cli import acls, configs, share_groups, topics, users
 
     share_groups.add_parser(sub)
     topics.add_parser(sub)
     configs.add_parser(sub)
+    acls.add_parser(sub)
+    users.add_parser(sub)
 
 
 def new_parser(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
@@ -37,6 +46,10 @@ def new_parser(sub: Any, name: str, help_text: str, description: str) -> argpars
                    help=f"timeout of each request in ms (default {DEFAULT_TIMEOUT_MS})")
     p.add_argument("--output", choices=("table", "json"), default="table",
                    help="print aligned tables (default) or JSON")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="Kafka client properties for the connection: security.protocol, "
+                   "sasl.mechanism, sasl.username, sasl.password (or sasl.jaas.config), "
+                   "ssl.ca.location, ssl.certificate.location, ssl.key.location, ...")
     prog = p.prog
 
     def one_line_error(message: str) -> NoReturn:
@@ -45,6 +58,31 @@ def new_parser(sub: Any, name: str, help_text: str, description: str) -> argpars
 
     p.error = one_line_error  # type: ignore[method-assign]
     return p
+
+
+def security_settings(path: str | None) -> SecuritySettings:
+    """The security settings in a ``--command-config`` file (PLAINTEXT without one).
+
+    Raises:
+        CliError: the file cannot be read or its settings are invalid (exit code 2).
+    """
+    if path is None:
+        return SecuritySettings()
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+    except OSError as exc:
+        raise CliError(f"cannot read --command-config {path}: {exc.strerror or exc}",
+                       exit_code=2) from None
+    try:
+        return SecuritySettings.from_properties(props)
+    except SecurityConfigError as exc:
+        raise CliError(f"--command-config {path}: {exc}", exit_code=2) from None
+
+
+def open_cluster(args: argparse.Namespace) -> Cluster:
+    """A ``Cluster`` for ``--bootstrap-server``, secured as ``--command-config`` says."""
+    return Cluster(args.bootstrap_server, args.timeout, security_settings(args.command_config))
 
 
 def run_command(prog: str, fn: Callable[[argparse.Namespace], int],

@@ -5,7 +5,10 @@
                   [--add-config NAME=VALUE[,NAME=VALUE...]] [--delete-config NAME[,NAME...]]
 
 Entity types: ``groups`` (ConfigResource GROUP, the KIP-932 ``share.*`` configs), ``topics``,
-``brokers`` (entity name = broker id). ``--alter`` sends one IncrementalAlterConfigs with SET for
+``brokers`` (entity name = broker id), and ``users`` for SCRAM credentials
+(``--add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``, ``--delete-config
+SCRAM-SHA-256``; ``--describe`` without ``--entity-name`` lists every user; see
+``broker/cli/users.py``). ``--alter`` sends one IncrementalAlterConfigs with SET for
 each added and DELETE for each deleted config, all or nothing. ``--describe`` prints
 ``NAME VALUE SOURCE`` for the configs set on the entity (all of them with ``--all``).
 """
@@ -17,9 +20,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, run_command
+from broker.cli import new_parser, open_cluster, run_command, users
 from broker.cli.output import Cell, emit, print_json
-from broker.cli.wire import CliError, Cluster, Connection, error_text
+from broker.cli.wire import CliError, Connection, error_text
 from protocol.codec import request_module
 from protocol.messages import make
 
@@ -38,8 +41,8 @@ def add_parser(sub: Any) -> None:
     p = new_parser(sub, "configs", "describe and alter group, topic and broker configs",
                    "Describe and alter configs on any Kafka-protocol broker "
                    "(like kafka-configs.sh).")
-    p.add_argument("--entity-type", required=True, choices=sorted(RESOURCE_TYPES))
-    p.add_argument("--entity-name", required=True, metavar="NAME")
+    p.add_argument("--entity-type", required=True, choices=sorted([*RESOURCE_TYPES, "users"]))
+    p.add_argument("--entity-name", metavar="NAME")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
@@ -71,8 +74,12 @@ def _changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.entity_type == "users":
+        return _users(args)
+    if args.entity_name is None:
+        args.usage_error(f"--entity-type {args.entity_type} needs --entity-name")
     changes = _changes(args) if args.alter else []
-    with Cluster(args.bootstrap_server, args.timeout) as cluster:
+    with open_cluster(args) as cluster:
         conn = cluster.any
         if args.entity_type == "brokers" and args.entity_name.isdigit():
             conn = cluster.node(int(args.entity_name))
@@ -127,4 +134,36 @@ def _describe(conn: Connection, args: argparse.Namespace) -> int:
         value = "[hidden]" if c.is_sensitive else c.value
         rows.append([c.name, value, SOURCES.get(source, str(source))])
     emit(args.output, ["NAME", "VALUE", "SOURCE"], rows)
+    return 0
+
+
+def _users(args: argparse.Namespace) -> int:
+    """SCRAM credentials, in kafka-configs.sh's users form."""
+    err = args.usage_error
+    name = args.entity_name
+    upserts: list[users.Upsertion] = []
+    deletes: list[tuple[str, str]] = []
+    if args.alter:
+        if name is None:
+            err("--alter --entity-type users needs --entity-name")
+        upserts = [users.parse_scram_config(name, item) for raw in args.add_config
+                   for item in users.split_outside_brackets(raw)]
+        for mech in _pairs(args.delete_config):
+            if mech.upper() not in users.MECHANISMS:
+                err(f"users have SCRAM-SHA-256 and SCRAM-SHA-512 configs, not {mech!r}")
+            deletes.append((name, mech.upper()))
+        if not upserts and not deletes:
+            err("--alter needs --add-config or --delete-config")
+    elif args.add_config or args.delete_config:
+        err("--add-config and --delete-config need --alter")
+    with open_cluster(args) as cluster:
+        if args.describe:
+            return users.describe(cluster.any, [name] if name else [], args.output)
+        users.alter(cluster.any, upserts, deletes)
+    if args.output == "json":
+        print_json({"entity_type": "users", "entity_name": name,
+                    "set": {u.mechanism: {"iterations": u.iterations} for u in upserts},
+                    "deleted": [mech for _, mech in deletes]})
+    else:
+        print(f"Completed updating config for user {name}.")
     return 0

@@ -32,7 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, run_command
+from broker.cli import new_parser, open_cluster, run_command
 from broker.cli.output import Cell, emit, print_json
 from broker.cli.wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
@@ -134,7 +134,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     _check(args)
-    with Cluster(args.bootstrap_server, args.timeout) as cluster:
+    with open_cluster(args) as cluster:
         if args.list:
             return _list(cluster, args)
         if args.describe:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,6 +21,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from client.errors import KafkaError
+from client.security import SaslExchange, SecurityConfigError, SecuritySettings, ssl_context
 from protocol.codec import decode_response, encode_request, request_module
 from protocol.errors import ProtocolError
 from protocol.messages import make
@@ -33,8 +36,10 @@ MAX_FRAME = 64 << 20
 API_NAMES = {
     2: "ListOffsets", 3: "Metadata", 10: "FindCoordinator", 15: "DescribeGroups",
     16: "ListGroups", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
-    32: "DescribeConfigs", 37: "CreatePartitions", 42: "DeleteGroups",
-    44: "IncrementalAlterConfigs", 77: "ShareGroupDescribe", 90: "DescribeShareGroupOffsets",
+    17: "SaslHandshake", 29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",
+    32: "DescribeConfigs", 36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups",
+    44: "IncrementalAlterConfigs", 50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials", 77: "ShareGroupDescribe", 90: "DescribeShareGroupOffsets",
     91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
 }
 
@@ -42,8 +47,8 @@ API_NAMES = {
 # ``make``, which drops fields a version does not have).
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     2: (1, 10), 3: (1, 12), 10: (1, 6), 15: (0, 6), 16: (0, 5), 19: (2, 7), 20: (1, 6),
-    32: (1, 4), 37: (0, 3), 42: (0, 2), 44: (0, 1), 77: (1, 1), 90: (0, 1), 91: (0, 0),
-    92: (0, 0),
+    29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 37: (0, 3), 42: (0, 2), 44: (0, 1),
+    50: (0, 0), 51: (0, 0), 77: (1, 1), 90: (0, 1), 91: (0, 0), 92: (0, 0),
 }
 
 
@@ -90,19 +95,62 @@ class Node:
 
 
 class Connection:
-    """One socket to one broker, with the API versions it supports."""
+    """One socket to one broker, with the API versions it supports.
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    With ``security`` (``--command-config``) the socket is wrapped in TLS before the first
+    byte and, after ApiVersions, authenticates with SASL (``client/security.py``).
+    """
+
+    def __init__(self, host: str, port: int, timeout_s: float,
+                 security: SecuritySettings | None = None) -> None:
         self.address = f"{host}:{port}"
+        security = security or SecuritySettings()
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+            context = ssl_context(security)
+        except SecurityConfigError as exc:
+            raise CliError(f"{exc}; fix --command-config", exit_code=2) from None
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
             raise CliError(f"cannot connect to {self.address}: {_reason(exc)}; check "
                            "--bootstrap-server and that the broker is running") from None
+        if context is not None:
+            sock = self._tls(sock, context, host)
+        self._sock = sock
         self._sock.settimeout(timeout_s)
         self._correlation = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
-        self._negotiate()
+        try:
+            self._negotiate()
+            if security.uses_sasl:
+                self._authenticate(security)
+        except CliError:
+            self._sock.close()
+            raise
+
+    def _tls(self, sock: socket.socket, context: ssl.SSLContext, host: str) -> socket.socket:
+        try:
+            return context.wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise CliError(f"TLS to {self.address} failed: the broker's certificate did not "
+                           f"verify ({exc.verify_message}); check ssl.ca.location and "
+                           "ssl.endpoint.identification.algorithm in --command-config"
+                           ) from None
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            raise CliError(f"TLS to {self.address} failed: {_reason(exc)}; is this a TLS "
+                           "listener (security.protocol in --command-config)?") from None
+
+    def _authenticate(self, security: SecuritySettings) -> None:
+        try:
+            exchange = SaslExchange(security, self.versions)
+            while (req := exchange.next_request()) is not None:
+                exchange.receive(self._call(*req))
+        except KafkaError as exc:
+            raise CliError(f"SASL {security.sasl_mechanism} authentication to {self.address} "
+                           f"failed: {exc}; check the credentials in --command-config"
+                           ) from None
 
     def close(self) -> None:
         self._sock.close()
@@ -176,6 +224,8 @@ class Connection:
 
 
 def _reason(exc: OSError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or type(exc).__name__
     if isinstance(exc, socket.gaierror):
         return f"unknown host ({exc.strerror})"
     return exc.strerror or type(exc).__name__
@@ -193,8 +243,10 @@ class TopicMetadata:
 class Cluster:
     """Connections to a cluster, opened through ``--bootstrap-server``."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int) -> None:
+    def __init__(self, bootstrap: str, timeout_ms: int,
+                 security: SecuritySettings | None = None) -> None:
         self.timeout_s = max(timeout_ms, 1) / 1000
+        self.security = security
         addresses = [a for a in bootstrap.split(",") if a.strip()]
         if not addresses:
             raise CliError("--bootstrap-server is empty; give HOST:PORT", exit_code=2)
@@ -203,7 +255,7 @@ class Cluster:
         for a in addresses:
             host, port = parse_address(a)
             try:
-                self.bootstrap = Connection(host, port, self.timeout_s)
+                self.bootstrap = Connection(host, port, self.timeout_s, security)
                 break
             except CliError as exc:
                 last = exc
@@ -246,7 +298,8 @@ class Cluster:
             raise CliError(f"broker {node_id} is not in the cluster metadata; retry")
         if n.address == self.any.address:
             return self.any
-        conn = self._conns[node_id] = Connection(n.host, n.port, self.timeout_s)
+        conn = self._conns[node_id] = Connection(n.host, n.port, self.timeout_s,
+                                                      self.security)
         return conn
 
     def broker_ids(self) -> list[int]:
@@ -276,7 +329,8 @@ class Cluster:
             return node, self.any
         conn = self._conns.get(node.node_id)
         if conn is None:
-            conn = self._conns[node.node_id] = Connection(node.host, node.port, self.timeout_s)
+            conn = self._conns[node.node_id] = Connection(node.host, node.port,
+                                                               self.timeout_s, self.security)
         return node, conn
 
     def metadata(self, topics: Sequence[str] | None) -> dict[str, TopicMetadata]:

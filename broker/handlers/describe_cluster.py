@@ -43,7 +43,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         error, message = (ErrorCode.unsupported_endpoint_type,
                           f"unknown endpoint type {endpoint_type}")
     else:
-        host, port = broker.advertised
+        host, port = ctx.advertised
         brokers = (make(m.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
                         rack=None, is_fenced=False),)
     return make(m.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=error,

@@ -39,7 +39,7 @@ def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     node = ctx.broker.node_id
-    host, port = ctx.broker.advertised
+    host, port = ctx.advertised
     key_type = getattr(req, "key_type", 0)
     if ctx.api_version >= 4:
         coords = []

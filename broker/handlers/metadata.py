@@ -44,7 +44,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     node = broker.node_id
-    host, port = broker.advertised
+    host, port = ctx.advertised
     topics: list[Any] = []
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         topics = [topic_entry(m, node, t) for t in broker.topics.all() if not t.internal]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from functools import lru_cache
 from types import TracebackType
@@ -64,9 +65,12 @@ def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
 
 
 class RawClient:
-    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "shoal-raw") -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "shoal-raw",
+                 tls: ssl.SSLContext | None = None) -> None:
         host, _, port = bootstrap.rpartition(":")
         self._sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if tls is not None:
+            self._sock = tls.wrap_socket(self._sock, server_hostname=host)
         self._sock.settimeout(timeout)
         self._client_id = client_id
         self._correlation = itertools.count(1)
@@ -114,6 +118,22 @@ class RawClient:
         got, resp = self.receive(api_key, api_version)
         assert got == sent, f"correlation id {got}, expected {sent}"
         return resp
+
+    def send_frame(self, payload: bytes) -> None:
+        """Send bytes as one size-prefixed frame without a request header (SASL v0 tokens)."""
+        self._sock.sendall(len(payload).to_bytes(4, "big") + payload)
+
+    def receive_frame(self) -> bytes:
+        """Read one size-prefixed frame's payload.
+
+        Raises:
+            ConnectionError: the broker closed the connection.
+        """
+        return self._recv(int.from_bytes(self._recv(4), "big"))
+
+    @property
+    def sock(self) -> socket.socket:
+        return self._sock
 
     def _recv(self, n: int) -> bytes:
         buf = bytearray()

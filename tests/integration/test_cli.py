@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
-from tests.conftest import BrokerProcess
+from tests.conftest import ROOT, BrokerProcess
 from tests.integration.share_helpers import poll_until, produce, share_consumer
-
-SHOAL = Path(sys.executable).with_name("shoal")
 
 
 def shoal(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    cmd = [str(SHOAL)] if SHOAL.exists() else [sys.executable, "-m", "broker.main"]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
+    # ``python -m broker.main`` from this checkout (as the broker fixture starts the broker):
+    # the ``shoal`` script runs whichever checkout the venv was installed from.
+    return subprocess.run([sys.executable, "-m", "broker.main", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 class Cli:

@@ -142,15 +142,16 @@ def test_a_bad_add_scram_stops_the_broker(tmp_path: Path) -> None:
     assert "password=p" not in proc.stderr
 
 
-def test_a_tls_or_sasl_listener_is_not_served_as_plaintext(tmp_path: Path) -> None:
-    """Until the listeners are wired to broker/security/ (issue 13 phase 2), the broker refuses
-    the reference secure config rather than serving its SASL_SSL port without security."""
+def test_the_secure_config_without_its_certificate_files_stops_the_broker(tmp_path: Path) -> None:
+    """The reference secure config names /etc/shoal/certs/*.pem; without them the broker stops
+    with a configuration error naming the setting, before it accepts anyone."""
     proc = subprocess.run(
         [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(tmp_path),
          "--config", str(ROOT / "tests" / "secure-server.properties")],
         cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "listener SASL_SSL uses SASL_SSL, which this Shoal does not serve yet" in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "shoal: configuration error:" in proc.stderr
+    assert "ssl.keystore.location" in proc.stderr
 
 
 def test_acl_authorizer_guards_the_scram_rpcs(tmp_path: Path) -> None:

@@ -50,10 +50,15 @@ def test_admit_counts_per_host_with_overrides_and_a_total() -> None:
 
 
 class _Conn:
-    def __init__(self, idle: int | None, partial: int | None) -> None:
+    def __init__(self, idle: int | None, partial: int | None,
+                 unauthenticated: int | None = None) -> None:
         self.peer = "p"
         self._idle, self._partial = idle, partial
+        self._unauthenticated = unauthenticated
         self.closed: str | None = None
+
+    def unauthenticated_since_ms(self) -> int | None:
+        return self._unauthenticated
 
     def idle_since_ms(self) -> int | None:
         return self._idle
@@ -73,6 +78,14 @@ def test_sweep_closes_idle_and_stalled_connections_only() -> None:
     assert idle.closed and "connections.max.idle.ms" in idle.closed
     assert stalled.closed and "socket.request.partial.timeout.ms" in stalled.closed
     assert fresh.closed is None and busy.closed is None
+
+
+def test_sweep_closes_connections_that_do_not_authenticate_in_time() -> None:
+    lim = _limits(connections_authentication_timeout_ms=500)
+    slow, recent, done = _Conn(None, None, 0), _Conn(None, None, 600), _Conn(0, None, None)
+    assert lim.sweep([slow, recent, done], now_ms=1001) == 1
+    assert slow.closed and "connections.authentication.timeout.ms" in slow.closed
+    assert recent.closed is None and done.closed is None
 
 
 # -- back-pressure through a fake transport -----------------------------------------------------

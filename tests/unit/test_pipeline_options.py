@@ -45,6 +45,49 @@ def test_writer_options_pass_kafka_settings_to_the_producer() -> None:
     assert dict(o.producer_config) == {"linger.ms": "20", "compression.type": "zstd"}
 
 
+SECURE = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+          "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
+                                    'required username="alice" password="alice-secret";',
+          "kafka.ssl.ca.location": "/certs/ca.pem"}
+
+
+def test_source_takes_kafka_security_options_like_sparks_kafka_source() -> None:
+    o = SourceOptions.parse({**BASE, **SECURE, "Kafka.SSL.Endpoint.Identification.Algorithm":
+                             "none", "kafka.client.id": "c"})
+    assert dict(o.security) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": SECURE["kafka.sasl.jaas.config"], "ssl.ca.location": "/certs/ca.pem",
+        "ssl.endpoint.identification.algorithm": "none"}
+    assert "alice-secret" not in repr(o)
+    # What the consumer will use (client/security.py reads the same dict).
+    from client.security import SecuritySettings
+
+    s = SecuritySettings.from_options(dict(o.security))
+    assert (s.protocol, s.sasl_username, s.check_hostname) == ("SASL_SSL", "alice", False)
+    assert SourceOptions.parse(BASE).security == ()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"kafka.security.protocol": "SASL_SSL"}, "needs sasl.mechanism"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER"},
+     "'OAUTHBEARER' is not supported"),
+    ({"kafka.ssl.keystore.type": "JKS"}, "reads PEM files only"),
+])
+def test_bad_source_security_options(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        SourceOptions.parse({**BASE, **options, "kafka.sasl.password": "hunter2"})
+
+
+def test_writer_translates_java_security_names_for_librdkafka() -> None:
+    o = WriterOptions.parse({"kafka.bootstrap.servers": "h:1", **SECURE,
+                             "kafka.ssl.truststore.location": "/certs/other.pem"})
+    assert dict(o.producer_config) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice", "sasl.password": "alice-secret",
+        "ssl.ca.location": "/certs/ca.pem"}
+    assert "alice-secret" not in repr(o)
+
+
 def _rec(topic: str, p: int, off: int) -> ShareRecord:
     return ShareRecord(topic, p, off, 1_700_000_000_123, 0, b"k", b"v", [("h", b"x")], 2)
 
