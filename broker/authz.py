@@ -28,6 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.security.acl import SUPPORTED_OPERATIONS, operations_bitfield
+from broker.security.acl import ResourceType as AclResourceType
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -57,7 +60,7 @@ ANONYMOUS = Principal("User", "ANONYMOUS")
 
 
 class Operation(enum.Enum):
-    """Kafka ACL operations (the ones Shoal checks today, plus those the ACL issue will need)."""
+    """Kafka ACL operations a handler can ask about."""
 
     READ = "Read"
     WRITE = "Write"
@@ -68,6 +71,7 @@ class Operation(enum.Enum):
     CLUSTER_ACTION = "ClusterAction"
     DESCRIBE_CONFIGS = "DescribeConfigs"
     ALTER_CONFIGS = "AlterConfigs"
+    IDEMPOTENT_WRITE = "IdempotentWrite"
 
 
 class ResourceType(enum.Enum):
@@ -92,10 +96,27 @@ CLUSTER_ACTION_APIS = frozenset({83, 84, 85, 86, 87})
 
 
 class Authorizer(Protocol):
+    """What handlers ask, through ``RequestContext`` (``broker/context.py``)."""
+
+    # False: the authorizer allows every operation but CLUSTER_ACTION to everyone, so the
+    # context skips it (the fast path with authorization off).
+    enforcing: bool
+
     def authorize(self, principal: Principal, operation: Operation, resource: Resource,
                   host: str = "*") -> bool:
         """Whether ``principal``, connected from ``host``, may perform ``operation`` on
         ``resource``."""
+        ...
+
+    def authorized_operations(self, principal: Principal, resource: Resource,
+                              host: str = "*") -> int:
+        """The AuthorizedOperations bitfield (bit ``1 << Kafka operation code``) of the
+        operations ``resource``'s type supports that ``principal`` may perform on it."""
+        ...
+
+    def authorize_by_resource_type(self, principal: Principal, operation: Operation,
+                                   resource_type: ResourceType, host: str = "*") -> bool:
+        """Whether ``principal`` may perform ``operation`` on *some* resource of the type."""
         ...
 
 
@@ -109,7 +130,9 @@ def parse_super_users(value: str) -> frozenset[Principal]:
 
 
 class DefaultAuthorizer:
-    """Until ACLs exist: CLUSTER_ACTION only for ``super.users``, everything else for anyone."""
+    """Authorization off: CLUSTER_ACTION only for ``super.users``, everything else for anyone."""
+
+    enforcing = False
 
     def __init__(self, super_users: Iterable[Principal] = ()) -> None:
         self.super_users = frozenset(super_users)
@@ -120,8 +143,70 @@ class DefaultAuthorizer:
             return True
         return operation is not Operation.CLUSTER_ACTION
 
+    def authorized_operations(self, principal: Principal, resource: Resource,
+                              host: str = "*") -> int:
+        ops = SUPPORTED_OPERATIONS.get(AclResourceType[resource.type.name], ())
+        return operations_bitfield(
+            op for op in ops
+            if self.authorize(principal, Operation[op.name], resource, host))
+
+    def authorize_by_resource_type(self, principal: Principal, operation: Operation,
+                                   resource_type: ResourceType, host: str = "*") -> bool:
+        return principal in self.super_users or operation is not Operation.CLUSTER_ACTION
+
 
 def cluster_action_refusal(principal: Principal) -> str:
     """The error message sent with CLUSTER_AUTHORIZATION_FAILED (operators read it in clients)."""
     return (f"{principal} is not authorized for CLUSTER_ACTION: this is an inter-broker RPC that "
             "clients may not send (list a principal in super.users to allow it)")
+
+
+OPERATIONS_NOT_REQUESTED = -2147483648
+"""An AuthorizedOperations field the client did not ask for (Kafka's ``Integer.MIN_VALUE``)."""
+
+
+def refusal(principal: Principal, operation: Operation, resource: Resource,
+            host: str | None = None) -> str:
+    """The error message sent with a TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED: who was refused
+    what, and the ACL that would allow it (operators read it in client logs)."""
+    what = "the cluster" if resource.type is ResourceType.CLUSTER else \
+        f"{resource.type.name.lower()} {resource.name!r}"
+    source = f" from {host}" if host else ""
+    flag = {ResourceType.TOPIC: f"--topic {resource.name}",
+            ResourceType.GROUP: f"--group {resource.name}",
+            ResourceType.CLUSTER: "--cluster",
+            ResourceType.TRANSACTIONAL_ID: f"--transactional-id {resource.name}"}[resource.type]
+    return (f"{principal}{source} is not authorized to {operation.name} {what}; an ACL such as "
+            f"'shoal acls --add --allow-principal {principal} --operation {operation.name} "
+            f"{flag}' allows it")
+
+
+class DenialLog:
+    """Rate limit for the log lines of refused operations (sans-IO: the caller passes ``now_ms``).
+
+    The first refusal of a (principal, operation, resource) is logged at once; later ones are
+    counted and logged at most once per ``interval_ms``, with how many were not logged since the
+    previous line. At most ``max_keys`` keys are remembered; when full the table starts over
+    (worst case: one extra line per key).
+    """
+
+    def __init__(self, interval_ms: int = 10_000, max_keys: int = 10_000) -> None:
+        self.interval_ms = interval_ms
+        self.max_keys = max_keys
+        self._keys: dict[object, list[int]] = {}  # key -> [last logged at, refusals not logged]
+
+    def record(self, key: object, now_ms: int) -> int | None:
+        """Note one refusal: None when it should not be logged, else the number of refusals of
+        ``key`` not logged since the previous line (0 for the first)."""
+        entry = self._keys.get(key)
+        if entry is None:
+            if len(self._keys) >= self.max_keys:
+                self._keys.clear()
+            self._keys[key] = [now_ms, 0]
+            return 0
+        if now_ms - entry[0] < self.interval_ms:
+            entry[1] += 1
+            return None
+        suppressed = entry[1]
+        entry[0], entry[1] = now_ms, 0
+        return suppressed

@@ -101,6 +101,11 @@ class BrokerMetrics:
         self.share_session_evictions = r.counter(
             "shoal_share_session_evictions_total",
             "Share sessions removed because their connection closed.")
+        self.authorization_denied = r.labelled_counter(
+            "shoal_authorization_denied_total",
+            "Operations the authorizer refused to a client, by ACL operation and resource type "
+            "(probes that only filter an answer, such as Metadata for all topics, not counted).",
+            ("operation", "resource_type"))
         r.add_collector(self._collect_broker)
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)

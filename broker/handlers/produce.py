@@ -7,6 +7,11 @@ stored byte for byte (only the base offset is rewritten, which the CRC does not 
 compression codec passes through untouched. The response is sent after the append is in the log
 (page cache), and after an fsync too when the flush policy says so. ``acks=0`` gets no response.
 
+Authorization (``broker/authz.py``): WRITE on each topic, asked once per topic; a partition of a
+topic the principal may not write is answered TOPIC_AUTHORIZATION_FAILED before anything else is
+checked (so an unknown topic is not told apart from a forbidden one), as Kafka does. Transactional
+batches are refused below anyway, so TRANSACTIONAL_ID WRITE is never asked.
+
 Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
 drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
 partial write was cut back, so a retry cannot duplicate part of it), and so does every partition
@@ -21,6 +26,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.config import topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
@@ -94,10 +100,21 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     by_id = ctx.api_version >= 13
     responses = []
     appended: list[tuple[str, int]] = []
-    for td in req.topic_data:
-        topic = broker.topics.by_id(td.topic_id) if by_id else broker.topics.get(td.name)
+    resolved = [(td, broker.topics.by_id(td.topic_id) if by_id else broker.topics.get(td.name))
+                for td in req.topic_data]
+    denied = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
+                        (topic.name if topic is not None else td.name
+                         for td, topic in resolved if topic is not None or not by_id))
+    for td, topic in resolved:
         parts = []
+        name = topic.name if topic is not None else getattr(td, "name", None)
+        refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name)) \
+            if name in denied else None
         for pd in td.partition_data:
+            if refused is not None:
+                parts.append(_partition(m, pd.index, ErrorCode.topic_authorization_failed,
+                                        message=refused))
+                continue
             if topic is None or not 0 <= pd.index < topic.partitions:
                 err = ErrorCode.unknown_topic_id if by_id and topic is None \
                     else ErrorCode.unknown_topic_or_partition
