@@ -23,7 +23,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import TopicError
-from broker.authz import CLUSTER, OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType
+from broker.authz import (
+    CLUSTER,
+    OPERATIONS_NOT_REQUESTED,
+    Operation,
+    Resource,
+    ResourceType,
+)
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.topics import Topic, topic_name_problem
@@ -36,7 +42,8 @@ API_KEY = 3
 VERSIONS = (0, 12)
 
 
-def topic_entry(m: Any, node_id: int, topic: Topic, ops: int = OPERATIONS_NOT_REQUESTED) -> Any:
+def topic_entry(m: Any, node_id: int, topic: Topic,
+                ops: int = OPERATIONS_NOT_REQUESTED) -> Any:
     parts = tuple(
         make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
              leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
