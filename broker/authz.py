@@ -1,24 +1,103 @@
 """Authorization: who may do what on which resource, checked by handlers before they act.
 
-Concept (Kafka's ``Authorizer`` and ``AuthHelper``, KIP-932 security section): a handler asks
-``ctx.broker.authorizer.authorize(ctx.principal, operation, resource)`` and answers the RPC's
-authorization error *per entry of its typed response* when refused, as Kafka's request handlers
-do (every partition of a share-state request gets CLUSTER_AUTHORIZATION_FAILED; nothing is read
-or written).
+Concept (Kafka's ``Authorizer``, ``AuthHelper`` and the checks of ``KafkaApis``/``ControllerApis``,
+KIP-932's security section): a handler asks ``ctx.authorized(operation, resource)`` or, for the
+names of a request, ``ctx.denied(operation, resource_type, names)`` (``broker/context.py``), and
+answers a refusal with the RPC's authorization error *where Kafka puts it* (per partition, per
+topic, per group, or top level). Each distinct resource is asked once per request, never once
+per partition.
 
-Today Shoal has one PLAINTEXT listener without authentication, so every connection's principal is
-``ANONYMOUS``. ``DefaultAuthorizer`` therefore only protects what no client may ever do: the
-inter-broker RPCs authorized as CLUSTER_ACTION on the CLUSTER resource (the share-state RPCs
-83-87, FindCoordinator for SHARE keys). It allows CLUSTER_ACTION to principals listed in
-``super.users`` (Kafka's name and syntax, ``User:NAME;User:OTHER``; empty by default) and
-everything else to everyone. The broker itself never goes through here: its persister calls the
-share coordinator in-process (``persister/coordinator_persister.py``).
+``Broker.authorizer`` is one of two implementations of ``Authorizer``:
 
-The security issue replaces ``DefaultAuthorizer`` with an ACL authorizer (principals from TLS/SASL,
-ACL bindings) by assigning another ``Authorizer`` to ``Broker.authorizer``; handlers do not change.
+* ``DefaultAuthorizer`` (``authorizer.class.name`` empty, the default): authorization off.
+  CLUSTER_ACTION (the inter-broker RPCs) only for ``super.users``, everything else for everyone.
+  It is not ``enforcing``, so the context answers every other question without calling it:
+  share-consume pays one attribute test per request.
+* ``AclSeam`` (``broker/security/setup.py``) over the ACL authorizer (``broker/security/
+  authorizer.py``: Kafka's StandardAuthorizer rules, LITERAL/PREFIXED/``*``, DENY wins, implied
+  DESCRIBE), selected by Kafka's class names.
+
+Refusals are counted in ``shoal_authorization_denied_total{operation, resource_type}`` and logged
+on the ``shoal.authorizer`` logger (principal, host, operation, resource), rate-limited by
+``DenialLog``: the first refusal of a (principal, operation, resource) at once, then at most one
+line per 10 s carrying how many were not logged. Probes that only shape an answer (Kafka's
+``logIfDenied = false``: the quiet checks below) are neither counted nor logged. Error messages
+name the principal, the operation, the resource and the ACL that would allow it (``refusal``).
+
+The table as built (every module of ``broker/handlers/``; TAF/GAF/CAF = TOPIC_/GROUP_/
+CLUSTER_AUTHORIZATION_FAILED, "quiet" = not counted or logged):
+
+=================================  =====================================================  ==========================================
+API (key)                          Checks                                                 Refusal answered as
+=================================  =====================================================  ==========================================
+Produce (0)                        TOPIC WRITE per topic                                  TAF per partition, before existence
+Fetch (1)                          TOPIC READ per topic (consumer fetch)                  TAF per partition (unknown id: UNKNOWN_TOPIC_ID)
+ListOffsets (2)                    TOPIC DESCRIBE per topic                               TAF per partition, before existence
+Metadata (3)                       all topics: TOPIC DESCRIBE (quiet)                     unauthorized topics left out
+                                   named: TOPIC DESCRIBE                                  TAF, existence not told; by id: TAF, id only
+                                   auto-create: CLUSTER CREATE (quiet) or TOPIC CREATE    TAF
+                                   bitfields (v8+, when asked): topic ops; cluster ops    cluster ops 0 without CLUSTER DESCRIBE
+                                   (v8-10) if CLUSTER DESCRIBE (quiet)
+FindCoordinator (10)               GROUP key: GROUP DESCRIBE; TRANSACTION key:            GAF / TRANSACTIONAL_ID_AUTHORIZATION_FAILED /
+                                   TRANSACTIONAL_ID DESCRIBE; SHARE key: CLUSTER          CAF, per key
+                                   CLUSTER_ACTION
+DescribeGroups (15)                GROUP DESCRIBE per group; ops bitfield when asked      GAF per group (state Dead)
+ListGroups (16)                    CLUSTER DESCRIBE (quiet) lists all, else GROUP         unauthorized groups left out
+                                   DESCRIBE per group (quiet)
+ApiVersions (18)                   none                                                   -
+CreateTopics (19)                  CLUSTER CREATE (quiet) or TOPIC CREATE per topic;      TAF per topic (after duplicates);
+                                   TOPIC DESCRIBE_CONFIGS (quiet) to return configs       topic_config_error_code TAF, no configs
+DeleteTopics (20)                  CLUSTER DELETE (quiet) or TOPIC DESCRIBE + DELETE      TAF (an unknown name: TAF unless describable,
+                                                                                          then UNKNOWN_TOPIC_OR_PARTITION)
+DeleteRecords (21)                 TOPIC DELETE per topic                                 TAF per partition, before existence
+InitProducerId (22)                CLUSTER IDEMPOTENT_WRITE (quiet) or WRITE on any       CAF (top level)
+                                   topic (by resource type)
+DescribeAcls (29)                  CLUSTER DESCRIBE                                       CAF (SECURITY_DISABLED without ACLs)
+CreateAcls (30), DeleteAcls (31)   CLUSTER ALTER                                          CAF per creation / filter
+DescribeConfigs (32)               DESCRIBE_CONFIGS on TOPIC / CLUSTER (BROKER,           TAF / CAF / GAF per resource
+                                   BROKER_LOGGER) / GROUP
+AlterConfigs (33),                 ALTER_CONFIGS on the same resources, after the         TAF / CAF / GAF per resource
+IncrementalAlterConfigs (44)       duplicate check
+CreatePartitions (37)              TOPIC ALTER per topic (after duplicates)               TAF per topic, before existence
+DeleteGroups (42)                  GROUP DELETE per group                                 GAF per group
+DescribeUserScramCredentials (50)  CLUSTER DESCRIBE                                       CAF per user (see below)
+AlterUserScramCredentials (51)     CLUSTER ALTER                                          CAF per user
+DescribeCluster (60)               none; ops bitfield if CLUSTER DESCRIBE (quiet)         bitfield 0
+ShareGroupHeartbeat (76)           GROUP READ; TOPIC DESCRIBE per subscribed topic        GAF; TAF (top level) if any topic refused
+ShareGroupDescribe (77)            GROUP DESCRIBE per group; ops bitfield when asked;     GAF per group; TAF per group whose
+                                   TOPIC DESCRIBE (quiet) of members' assigned topics     members hold a refused topic (no members)
+ShareFetch (78)                    GROUP READ; TOPIC READ per topic of session+request    GAF top level; TAF per partition (kept in
+                                                                                          the session), acks not applied
+ShareAcknowledge (79)              GROUP READ; TOPIC READ per acknowledged topic          GAF top level; TAF per partition
+Initialize/Read/Write/Delete-      CLUSTER CLUSTER_ACTION                                 CAF per partition, nothing read or written
+ShareGroupState, ReadShareGroup-
+StateSummary (83-87)
+DescribeShareGroupOffsets (90)     GROUP DESCRIBE per group; TOPIC DESCRIBE per named     GAF per group; TAF per partition;
+                                   topic; all topics: TOPIC DESCRIBE (quiet)              unauthorized topics left out
+AlterShareGroupOffsets (91)        GROUP READ; TOPIC READ per topic                       GAF top level; TAF per partition
+DeleteShareGroupOffsets (92)       GROUP DELETE; TOPIC READ per topic                     GAF top level; TAF per topic
+=================================  =====================================================  ==========================================
+
+Deliberate differences from Kafka:
+
+* Without an authorizer Kafka allows everything; Shoal still keeps CLUSTER_ACTION for
+  ``super.users`` (the share-state RPCs must not be reachable by clients), so an
+  AuthorizedOperations bitfield computed without ACLs leaves out CLUSTER_ACTION.
+* Fetch: Shoal has no followers, so every Fetch is a consumer fetch needing TOPIC READ;
+  a ReplicaId grants nothing (Kafka would ask CLUSTER_ACTION of a follower).
+* Produce with a transactional id and InitProducerId with one are refused before any
+  TRANSACTIONAL_ID check (transactions are not supported); Produce with acks=0 still gets no
+  answer when refused (Kafka closes the connection).
+* DescribeUserScramCredentials answers a refusal per user rather than top level (a top-level
+  error crashes confluent-kafka 2.16.1; see its handler).
+* Responses keep request order; Kafka lists refused entries first (DescribeGroups,
+  ShareGroupDescribe, DeleteGroups keep theirs last here; clients match by key).
+* FindCoordinator SHARE keys: CAF per key; Kafka fails the whole request.
+* ShareGroupDescribe also asks TOPIC DESCRIBE only when an ACL authorizer is configured, as
+  Kafka does (``authorizerPlugin.isDefined``).
 
 Invariant: an RPC in ``CLUSTER_ACTION_APIS`` never reaches the share coordinator for a principal
-the authorizer refuses.
+the authorizer refuses; no handler changes state for a refused resource.
 """
 
 from __future__ import annotations
