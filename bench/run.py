@@ -16,6 +16,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``d``  footprint: cold start to first Metadata, idle RSS, RSS under (b) (Shoal only)
 - ``e``  restart with 10,000 share-partitions of state (x scale; ``bench/share_state_restart.py``)
 - ``f``  issue 7: this project's asyncio ``client.ShareConsumer`` next to ``confluent_kafka.ShareConsumer`` (1 partition, implicit)
+- ``z``  issue 13: b1 against a broker with StandardAuthorizer and 1,000 ACLs vs one without,
+  alternating rounds (``bench/authz_overhead.py``; budget: <= 5 % more broker CPU per record)
 - ``g``  issue 8: records/s through a trivial PySpark streaming query on the ``shoal-share``
   source (``pipeline/``; 600,000 x scale records, at least 20,000, 32 partitions;
   ``bench/spark_source.py``). Skipped where pyspark or Java is missing (``make bench-spark``)
@@ -42,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report, scenarios
+from bench import authz_overhead, report, scenarios
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -57,7 +59,9 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g"]
+report.ROWS += authz_overhead.REPORT_ROWS
+
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "z"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
@@ -183,6 +187,10 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         ours = fig.get("client.ShareConsumer", {}).get("rate") or 0
         theirs = fig.get("confluent_kafka.ShareConsumer", {}).get("rate") or 0
         return f"client.ShareConsumer {ours:,.0f} rec/s, confluent_kafka.ShareConsumer {theirs:,.0f} rec/s"
+    if key == "z":
+        return (f"authorization on/off: throughput x{fig.get('rate_ratio')}, broker CPU per "
+                f"record x{fig.get('cpu_ratio')} ({fig.get('overhead_pct')} % overhead, "
+                f"{fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
@@ -302,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
                 _log("(e) restart with share state: bench/share_state_restart.py")
                 shoal["scenarios"]["e"] = _attempt(lambda: scenarios.scenario_e(settings, _log),
                                                    "e")
+            if "z" in selected:
+                _log("(z) authorization overhead on b1: bench/authz_overhead.py")
+                shoal["scenarios"]["z"] = _attempt(
+                    lambda: authz_overhead.run(settings, out_dir, log=_log), "z")
+                _log(f"  z: {_brief('z', shoal['scenarios']['z'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

@@ -24,59 +24,79 @@ line per 10 s carrying how many were not logged. Probes that only shape an answe
 ``logIfDenied = false``: the quiet checks below) are neither counted nor logged. Error messages
 name the principal, the operation, the resource and the ACL that would allow it (``refusal``).
 
-The table as built (every module of ``broker/handlers/``; TAF/GAF/CAF = TOPIC_/GROUP_/
-CLUSTER_AUTHORIZATION_FAILED, "quiet" = not counted or logged):
+The table as built, one row per module of ``broker/handlers/`` (TAF/GAF/CAF = TOPIC_/GROUP_/
+CLUSTER_AUTHORIZATION_FAILED; "quiet": neither counted nor logged; "first": before the existence
+checks, so a refused name reveals nothing):
 
-=================================  =====================================================  ==========================================
-API (key)                          Checks                                                 Refusal answered as
-=================================  =====================================================  ==========================================
-Produce (0)                        TOPIC WRITE per topic                                  TAF per partition, before existence
-Fetch (1)                          TOPIC READ per topic (consumer fetch)                  TAF per partition (unknown id: UNKNOWN_TOPIC_ID)
-ListOffsets (2)                    TOPIC DESCRIBE per topic                               TAF per partition, before existence
-Metadata (3)                       all topics: TOPIC DESCRIBE (quiet)                     unauthorized topics left out
-                                   named: TOPIC DESCRIBE                                  TAF, existence not told; by id: TAF, id only
-                                   auto-create: CLUSTER CREATE (quiet) or TOPIC CREATE    TAF
-                                   bitfields (v8+, when asked): topic ops; cluster ops    cluster ops 0 without CLUSTER DESCRIBE
-                                   (v8-10) if CLUSTER DESCRIBE (quiet)
-FindCoordinator (10)               GROUP key: GROUP DESCRIBE; TRANSACTION key:            GAF / TRANSACTIONAL_ID_AUTHORIZATION_FAILED /
-                                   TRANSACTIONAL_ID DESCRIBE; SHARE key: CLUSTER          CAF, per key
-                                   CLUSTER_ACTION
-DescribeGroups (15)                GROUP DESCRIBE per group; ops bitfield when asked      GAF per group (state Dead)
-ListGroups (16)                    CLUSTER DESCRIBE (quiet) lists all, else GROUP         unauthorized groups left out
-                                   DESCRIBE per group (quiet)
-ApiVersions (18)                   none                                                   -
-CreateTopics (19)                  CLUSTER CREATE (quiet) or TOPIC CREATE per topic;      TAF per topic (after duplicates);
-                                   TOPIC DESCRIBE_CONFIGS (quiet) to return configs       topic_config_error_code TAF, no configs
-DeleteTopics (20)                  CLUSTER DELETE (quiet) or TOPIC DESCRIBE + DELETE      TAF (an unknown name: TAF unless describable,
-                                                                                          then UNKNOWN_TOPIC_OR_PARTITION)
-DeleteRecords (21)                 TOPIC DELETE per topic                                 TAF per partition, before existence
-InitProducerId (22)                CLUSTER IDEMPOTENT_WRITE (quiet) or WRITE on any       CAF (top level)
-                                   topic (by resource type)
-DescribeAcls (29)                  CLUSTER DESCRIBE                                       CAF (SECURITY_DISABLED without ACLs)
-CreateAcls (30), DeleteAcls (31)   CLUSTER ALTER                                          CAF per creation / filter
-DescribeConfigs (32)               DESCRIBE_CONFIGS on TOPIC / CLUSTER (BROKER,           TAF / CAF / GAF per resource
-                                   BROKER_LOGGER) / GROUP
-AlterConfigs (33),                 ALTER_CONFIGS on the same resources, after the         TAF / CAF / GAF per resource
-IncrementalAlterConfigs (44)       duplicate check
-CreatePartitions (37)              TOPIC ALTER per topic (after duplicates)               TAF per topic, before existence
-DeleteGroups (42)                  GROUP DELETE per group                                 GAF per group
-DescribeUserScramCredentials (50)  CLUSTER DESCRIBE                                       CAF per user (see below)
-AlterUserScramCredentials (51)     CLUSTER ALTER                                          CAF per user
-DescribeCluster (60)               none; ops bitfield if CLUSTER DESCRIBE (quiet)         bitfield 0
-ShareGroupHeartbeat (76)           GROUP READ; TOPIC DESCRIBE per subscribed topic        GAF; TAF (top level) if any topic refused
-ShareGroupDescribe (77)            GROUP DESCRIBE per group; ops bitfield when asked;     GAF per group; TAF per group whose
-                                   TOPIC DESCRIBE (quiet) of members' assigned topics     members hold a refused topic (no members)
-ShareFetch (78)                    GROUP READ; TOPIC READ per topic of session+request    GAF top level; TAF per partition (kept in
-                                                                                          the session), acks not applied
-ShareAcknowledge (79)              GROUP READ; TOPIC READ per acknowledged topic          GAF top level; TAF per partition
-Initialize/Read/Write/Delete-      CLUSTER CLUSTER_ACTION                                 CAF per partition, nothing read or written
-ShareGroupState, ReadShareGroup-
-StateSummary (83-87)
-DescribeShareGroupOffsets (90)     GROUP DESCRIBE per group; TOPIC DESCRIBE per named     GAF per group; TAF per partition;
-                                   topic; all topics: TOPIC DESCRIBE (quiet)              unauthorized topics left out
-AlterShareGroupOffsets (91)        GROUP READ; TOPIC READ per topic                       GAF top level; TAF per partition
-DeleteShareGroupOffsets (92)       GROUP DELETE; TOPIC READ per topic                     GAF top level; TAF per topic
-=================================  =====================================================  ==========================================
+=========================  ========================================  ===========================
+API (key)                  Checks                                    Refusal
+=========================  ========================================  ===========================
+Produce (0)                TOPIC WRITE                               TAF per partition, first
+Fetch (1)                  TOPIC READ (a consumer fetch)             TAF per partition, first
+ListOffsets (2)            TOPIC DESCRIBE                            TAF per partition, first
+Metadata (3)               all topics: TOPIC DESCRIBE (quiet)        topic left out
+                           named: TOPIC DESCRIBE                     TAF, first (by id: TAF with
+                                                                     the id, no name)
+                           auto-creation: CLUSTER CREATE (quiet)     TAF
+                           or TOPIC CREATE
+                           bitfields when asked (v8+): the topic's;  cluster bitfield 0
+                           the cluster's (v8-10) if CLUSTER
+                           DESCRIBE (quiet)
+FindCoordinator (10)       GROUP key: GROUP DESCRIBE                 GAF per key
+                           TRANSACTION key: TRANSACTIONAL_ID         TRANSACTIONAL_ID_AUTHORIZA-
+                           DESCRIBE                                  TION_FAILED per key
+                           SHARE key: CLUSTER CLUSTER_ACTION         CAF per key
+DescribeGroups (15)        GROUP DESCRIBE; bitfield when asked       GAF per group (state Dead)
+ListGroups (16)            CLUSTER DESCRIBE (quiet) lists all, else  group left out
+                           GROUP DESCRIBE per group (quiet)
+ApiVersions (18)           none                                      -
+CreateTopics (19)          CLUSTER CREATE (quiet) or TOPIC CREATE    TAF per topic (after the
+                                                                     duplicate check)
+                           TOPIC DESCRIBE_CONFIGS (quiet) to return  topic_config_error_code
+                           configs, partitions, replication          TAF; created anyway
+DeleteTopics (20)          CLUSTER DELETE (quiet), or TOPIC          TAF; an unknown name is TAF
+                           DESCRIBE and TOPIC DELETE                 unless describable; by id,
+                                                                     the name only if describable
+DeleteRecords (21)         TOPIC DELETE                              TAF per partition, first
+InitProducerId (22)        CLUSTER IDEMPOTENT_WRITE (quiet), or      CAF
+                           WRITE on some topic (by resource type)
+DescribeAcls (29)          CLUSTER DESCRIBE                          CAF (SECURITY_DISABLED when
+                                                                     authorization is off)
+CreateAcls (30),           CLUSTER ALTER                             CAF per creation / filter
+DeleteAcls (31)
+DescribeConfigs (32)       DESCRIBE_CONFIGS on the TOPIC, on the     TAF / CAF / GAF per resource
+                           CLUSTER (BROKER, BROKER_LOGGER), on the
+                           GROUP
+AlterConfigs (33),         ALTER_CONFIGS on the same resources,      TAF / CAF / GAF per resource
+IncrementalAlter-          after the duplicate check
+Configs (44)
+CreatePartitions (37)      TOPIC ALTER (after the duplicate check)   TAF per topic, first
+DeleteGroups (42)          GROUP DELETE                              GAF per group
+DescribeUserScram-         CLUSTER DESCRIBE                          CAF per user (see below)
+Credentials (50)
+AlterUserScram-            CLUSTER ALTER                             CAF per user
+Credentials (51)
+DescribeCluster (60)       none; bitfield when asked, if CLUSTER     bitfield 0
+                           DESCRIBE (quiet)
+ShareGroupHeartbeat (76)   GROUP READ; TOPIC DESCRIBE on every       GAF; TAF (top level) if any
+                           subscribed topic                          subscribed topic is refused
+ShareGroupDescribe (77)    GROUP DESCRIBE; bitfield when asked;      GAF per group; TAF for a
+                           with ACLs, TOPIC DESCRIBE (quiet) on the  group holding a refused
+                           members' assigned topics                  topic (members hidden)
+ShareFetch (78)            GROUP READ; TOPIC READ on every topic of  GAF top level; TAF per
+                           the session and the request               partition (it stays in the
+                                                                     session), acks not applied
+ShareAcknowledge (79)      GROUP READ; TOPIC READ                    GAF top level; TAF per
+                                                                     partition, not applied
+Share-state RPCs (83-87)   CLUSTER CLUSTER_ACTION                    CAF per partition, nothing
+                                                                     read or written
+DescribeShareGroup-        GROUP DESCRIBE; TOPIC DESCRIBE per named  GAF per group; TAF per
+Offsets (90)               topic; all topics: TOPIC DESCRIBE (quiet) partition; topic left out
+AlterShareGroup-           GROUP READ; TOPIC READ                    GAF top level; TAF per
+Offsets (91)                                                         partition, left alone
+DeleteShareGroup-          GROUP DELETE; TOPIC READ                  GAF top level; TAF per
+Offsets (92)                                                         topic, offsets kept
+=========================  ========================================  ===========================
 
 Deliberate differences from Kafka:
 
@@ -90,8 +110,8 @@ Deliberate differences from Kafka:
   answer when refused (Kafka closes the connection).
 * DescribeUserScramCredentials answers a refusal per user rather than top level (a top-level
   error crashes confluent-kafka 2.16.1; see its handler).
-* Responses keep request order; Kafka lists refused entries first (DescribeGroups,
-  ShareGroupDescribe, DeleteGroups keep theirs last here; clients match by key).
+* DescribeGroups and ShareGroupDescribe answer in request order; Kafka lists the refused groups
+  first (clients match answers by group id).
 * FindCoordinator SHARE keys: CAF per key; Kafka fails the whole request.
 * ShareGroupDescribe also asks TOPIC DESCRIBE only when an ACL authorizer is configured, as
   Kafka does (``authorizerPlugin.isDefined``).

@@ -149,8 +149,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
     single = [t.name for t in req.topics if counts[t.name] == 1]
-    refused: frozenset[str] = frozenset() if ctx.authorized(Operation.CREATE, CLUSTER, audit=False) else \
-        ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
+    refused: frozenset[str] = frozenset()
+    if not ctx.authorized(Operation.CREATE, CLUSTER, audit=False):
+        refused = ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
     hidden = ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single, audit=False)
     results: list[Created] = []
     for t in req.topics:
