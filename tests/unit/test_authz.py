@@ -133,3 +133,18 @@ def test_refusal_messages_say_what_to_grant() -> None:
     text = refusal(ANONYMOUS, Operation.READ, Resource(ResourceType.TOPIC, "orders"), "10.0.0.9")
     assert text.startswith("User:ANONYMOUS from 10.0.0.9 is not authorized to READ topic 'orders'")
     assert "--allow-principal User:ANONYMOUS --operation READ --topic orders" in text
+
+
+def test_bench_z_acl_set_allows_the_benchmark_and_has_1000_acls() -> None:
+    from bench.authz_overhead import ACLS, bench_acls
+
+    acls = bench_acls()
+    assert len(set(acls)) == ACLS
+    seam = AclSeam(AclAuthorizer(acls=acls))
+    topic, group = Resource(ResourceType.TOPIC, "bench-1-p1"), Resource(ResourceType.GROUP,
+                                                                         "bench-1-b1")
+    for op in (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE):
+        assert seam.authorize(ANONYMOUS, op, topic)
+    for op in (Operation.READ, Operation.DESCRIBE, Operation.ALTER_CONFIGS):
+        assert seam.authorize(ANONYMOUS, op, group)
+    assert not seam.authorize(ANONYMOUS, Operation.READ, Resource(ResourceType.TOPIC, "other"))
