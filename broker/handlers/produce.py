@@ -108,8 +108,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     for td, topic in resolved:
         parts = []
         name = topic.name if topic is not None else getattr(td, "name", None)
-        refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name)) \
-            if name in denied else None
+        refused = None
+        if name is not None and name in denied:
+            refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name))
         for pd in td.partition_data:
             if refused is not None:
                 parts.append(_partition(m, pd.index, ErrorCode.topic_authorization_failed,
