@@ -189,8 +189,10 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         return f"client.ShareConsumer {ours:,.0f} rec/s, confluent_kafka.ShareConsumer {theirs:,.0f} rec/s"
     if key == "z":
         return (f"authorization on/off: throughput x{fig.get('rate_ratio')}, broker CPU per "
-                f"record x{fig.get('cpu_ratio')} ({fig.get('overhead_pct')} % overhead, "
-                f"{fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
+                f"record x{fig.get('cpu_ratio')} ({fig.get('overhead_pct')} %); checks "
+                f"{fig.get('check_us_per_request_on')} vs {fig.get('check_us_per_request_off')} "
+                f"us per share request, estimated overhead {fig.get('estimated_overhead_pct')} % "
+                f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "

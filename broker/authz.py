@@ -172,12 +172,18 @@ class Operation(enum.Enum):
     ALTER_CONFIGS = "AlterConfigs"
     IDEMPOTENT_WRITE = "IdempotentWrite"
 
+    # Members are singletons compared by identity; Enum's own __hash__ hashes the name in Python
+    # code, which showed up in every authorization check (dict lookups keyed by operation).
+    __hash__ = object.__hash__
+
 
 class ResourceType(enum.Enum):
     TOPIC = "Topic"
     GROUP = "Group"
     CLUSTER = "Cluster"
     TRANSACTIONAL_ID = "TransactionalId"
+
+    __hash__ = object.__hash__  # as Operation's
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,9 +281,9 @@ def refusal(principal: Principal, operation: Operation, resource: Resource,
             ResourceType.GROUP: f"--group {resource.name}",
             ResourceType.CLUSTER: "--cluster",
             ResourceType.TRANSACTIONAL_ID: f"--transactional-id {resource.name}"}[resource.type]
-    return (f"{principal}{source} is not authorized to {operation.name} {what}; an ACL such as "
-            f"'shoal acls --add --allow-principal {principal} --operation {operation.name} "
-            f"{flag}' allows it")
+    return (f"{principal}{source} is not authorized to {operation.name} {what}; an ACL "
+            f"'--allow-principal {principal} --operation {operation.name} {flag}' allows it "
+            "(CreateAcls: kafka-acls.sh --add, or the shoal CLI's acls verb)")
 
 
 class DenialLog:

@@ -132,7 +132,7 @@ def test_denial_log_is_rate_limited_per_key() -> None:
 def test_refusal_messages_say_what_to_grant() -> None:
     text = refusal(ANONYMOUS, Operation.READ, Resource(ResourceType.TOPIC, "orders"), "10.0.0.9")
     assert text.startswith("User:ANONYMOUS from 10.0.0.9 is not authorized to READ topic 'orders'")
-    assert "--allow-principal User:ANONYMOUS --operation READ --topic orders" in text
+    assert "'--allow-principal User:ANONYMOUS --operation READ --topic orders'" in text
 
 
 def test_bench_z_acl_set_allows_the_benchmark_and_has_1000_acls() -> None:
