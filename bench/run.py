@@ -16,6 +16,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 - ``d``  footprint: cold start to first Metadata, idle RSS, RSS under (b) (Shoal only)
 - ``e``  restart with 10,000 share-partitions of state (x scale; ``bench/share_state_restart.py``)
 - ``f``  issue 7: this project's asyncio ``client.ShareConsumer`` next to ``confluent_kafka.ShareConsumer`` (1 partition, implicit)
+- ``z``  issue 13: b1 against a broker with StandardAuthorizer and 1,000 ACLs vs one without,
+  alternating rounds (``bench/authz_overhead.py``; budget: <= 5 % more broker CPU per record)
 - ``g``  issue 8: records/s through a trivial PySpark streaming query on the ``shoal-share``
   source (``pipeline/``; 600,000 x scale records, at least 20,000, 32 partitions;
   ``bench/spark_source.py``). Skipped where pyspark or Java is missing (``make bench-spark``)
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report, scenarios, tls
+from bench import authz_overhead, report, scenarios, tls
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -62,7 +64,9 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h", "t"]
+report.ROWS += authz_overhead.REPORT_ROWS
+
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h", "t", "z"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
 
 
@@ -194,6 +198,12 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         from bench import hostile
 
         return hostile.summary_line(fig)
+    if key == "z":
+        return (f"authorization on/off: throughput x{fig.get('rate_ratio')}, broker CPU per "
+                f"record x{fig.get('cpu_ratio')} ({fig.get('overhead_pct')} %); checks "
+                f"{fig.get('check_us_per_request_on')} vs {fig.get('check_us_per_request_off')} "
+                f"us per share request, estimated overhead {fig.get('estimated_overhead_pct')} % "
+                f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
@@ -325,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                 _log("(t) TLS vs plaintext: bench/tls.py")
                 shoal["scenarios"]["t"] = _attempt(lambda: tls.scenario_t(settings, _log), "t")
                 _log(f"  t: {_brief('t', shoal['scenarios']['t'])}")
+            if "z" in selected:
+                _log("(z) authorization overhead on b1: bench/authz_overhead.py")
+                shoal["scenarios"]["z"] = _attempt(
+                    lambda: authz_overhead.run(settings, out_dir, log=_log), "z")
+                _log(f"  z: {_brief('z', shoal['scenarios']['z'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

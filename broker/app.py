@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import Authorizer, DefaultAuthorizer, parse_super_users
+from broker.authz import Authorizer, DefaultAuthorizer, DenialLog, parse_super_users
 from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
@@ -83,9 +83,12 @@ class Broker:
         self._close_listeners: list[Callable[[int], None]] = []
         self._topic_listeners: list[Callable[[str], None]] = []
         self.persister: Persister | None = None
-        # Checked by handlers (broker/authz.py); the ACL issue assigns its own Authorizer here.
+        # Checked by handlers through RequestContext (broker/authz.py, broker/context.py);
+        # start() replaces it with the ACL authorizer when authorizer.class.name is set.
         self.authorizer: Authorizer = DefaultAuthorizer(
             parse_super_users(config.get("super.users")))
+        # Rate limit for the log lines of refused operations.
+        self.denials = DenialLog()
         self.metrics = BrokerMetrics(self)
         self.metrics_server: MetricsServer | None = None
         self.started = False

@@ -1,24 +1,123 @@
 """Authorization: who may do what on which resource, checked by handlers before they act.
 
-Concept (Kafka's ``Authorizer`` and ``AuthHelper``, KIP-932 security section): a handler asks
-``ctx.broker.authorizer.authorize(ctx.principal, operation, resource)`` and answers the RPC's
-authorization error *per entry of its typed response* when refused, as Kafka's request handlers
-do (every partition of a share-state request gets CLUSTER_AUTHORIZATION_FAILED; nothing is read
-or written).
+Concept (Kafka's ``Authorizer``, ``AuthHelper`` and the checks of ``KafkaApis``/``ControllerApis``,
+KIP-932's security section): a handler asks ``ctx.authorized(operation, resource)`` or, for the
+names of a request, ``ctx.denied(operation, resource_type, names)`` (``broker/context.py``), and
+answers a refusal with the RPC's authorization error *where Kafka puts it* (per partition, per
+topic, per group, or top level). Each distinct resource is asked once per request, never once
+per partition.
 
-Today Shoal has one PLAINTEXT listener without authentication, so every connection's principal is
-``ANONYMOUS``. ``DefaultAuthorizer`` therefore only protects what no client may ever do: the
-inter-broker RPCs authorized as CLUSTER_ACTION on the CLUSTER resource (the share-state RPCs
-83-87, FindCoordinator for SHARE keys). It allows CLUSTER_ACTION to principals listed in
-``super.users`` (Kafka's name and syntax, ``User:NAME;User:OTHER``; empty by default) and
-everything else to everyone. The broker itself never goes through here: its persister calls the
-share coordinator in-process (``persister/coordinator_persister.py``).
+``Broker.authorizer`` is one of two implementations of ``Authorizer``:
 
-The security issue replaces ``DefaultAuthorizer`` with an ACL authorizer (principals from TLS/SASL,
-ACL bindings) by assigning another ``Authorizer`` to ``Broker.authorizer``; handlers do not change.
+* ``DefaultAuthorizer`` (``authorizer.class.name`` empty, the default): authorization off.
+  CLUSTER_ACTION (the inter-broker RPCs) only for ``super.users``, everything else for everyone.
+  It is not ``enforcing``, so the context answers every other question without calling it:
+  share-consume pays one attribute test per request.
+* ``AclSeam`` (``broker/security/setup.py``) over the ACL authorizer (``broker/security/
+  authorizer.py``: Kafka's StandardAuthorizer rules, LITERAL/PREFIXED/``*``, DENY wins, implied
+  DESCRIBE), selected by Kafka's class names.
+
+Refusals are counted in ``shoal_authorization_denied_total{operation, resource_type}`` and logged
+on the ``shoal.authorizer`` logger (principal, host, operation, resource), rate-limited by
+``DenialLog``: the first refusal of a (principal, operation, resource) at once, then at most one
+line per 10 s carrying how many were not logged. Probes that only shape an answer (Kafka's
+``logIfDenied = false``: the quiet checks below) are neither counted nor logged. Error messages
+name the principal, the operation, the resource and the ACL that would allow it (``refusal``).
+
+The table as built, one row per module of ``broker/handlers/`` (TAF/GAF/CAF = TOPIC_/GROUP_/
+CLUSTER_AUTHORIZATION_FAILED; "quiet": neither counted nor logged; "first": before the existence
+checks, so a refused name reveals nothing):
+
+=========================  ========================================  ===========================
+API (key)                  Checks                                    Refusal
+=========================  ========================================  ===========================
+Produce (0)                TOPIC WRITE                               TAF per partition, first
+Fetch (1)                  TOPIC READ (a consumer fetch)             TAF per partition, first
+ListOffsets (2)            TOPIC DESCRIBE                            TAF per partition, first
+Metadata (3)               all topics: TOPIC DESCRIBE (quiet)        topic left out
+                           named: TOPIC DESCRIBE                     TAF, first (by id: TAF with
+                                                                     the id, no name)
+                           auto-creation: CLUSTER CREATE (quiet)     TAF
+                           or TOPIC CREATE
+                           bitfields when asked (v8+): the topic's;  cluster bitfield 0
+                           the cluster's (v8-10) if CLUSTER
+                           DESCRIBE (quiet)
+FindCoordinator (10)       GROUP key: GROUP DESCRIBE                 GAF per key
+                           TRANSACTION key: TRANSACTIONAL_ID         TRANSACTIONAL_ID_AUTHORIZA-
+                           DESCRIBE                                  TION_FAILED per key
+                           SHARE key: CLUSTER CLUSTER_ACTION         CAF per key
+DescribeGroups (15)        GROUP DESCRIBE; bitfield when asked       GAF per group (state Dead)
+ListGroups (16)            CLUSTER DESCRIBE (quiet) lists all, else  group left out
+                           GROUP DESCRIBE per group (quiet)
+ApiVersions (18)           none                                      -
+CreateTopics (19)          CLUSTER CREATE (quiet) or TOPIC CREATE    TAF per topic (after the
+                                                                     duplicate check)
+                           TOPIC DESCRIBE_CONFIGS (quiet) to return  topic_config_error_code
+                           configs, partitions, replication          TAF; created anyway
+DeleteTopics (20)          CLUSTER DELETE (quiet), or TOPIC          TAF; an unknown name is TAF
+                           DESCRIBE and TOPIC DELETE                 unless describable; by id,
+                                                                     the name only if describable
+DeleteRecords (21)         TOPIC DELETE                              TAF per partition, first
+InitProducerId (22)        CLUSTER IDEMPOTENT_WRITE (quiet), or      CAF
+                           WRITE on some topic (by resource type)
+DescribeAcls (29)          CLUSTER DESCRIBE                          CAF (SECURITY_DISABLED when
+                                                                     authorization is off)
+CreateAcls (30),           CLUSTER ALTER                             CAF per creation / filter
+DeleteAcls (31)
+DescribeConfigs (32)       DESCRIBE_CONFIGS on the TOPIC, on the     TAF / CAF / GAF per resource
+                           CLUSTER (BROKER, BROKER_LOGGER), on the
+                           GROUP
+AlterConfigs (33),         ALTER_CONFIGS on the same resources,      TAF / CAF / GAF per resource
+IncrementalAlter-          after the duplicate check
+Configs (44)
+CreatePartitions (37)      TOPIC ALTER (after the duplicate check)   TAF per topic, first
+DeleteGroups (42)          GROUP DELETE                              GAF per group
+DescribeUserScram-         CLUSTER DESCRIBE                          CAF per user (see below)
+Credentials (50)
+AlterUserScram-            CLUSTER ALTER                             CAF per user
+Credentials (51)
+DescribeCluster (60)       none; bitfield when asked, if CLUSTER     bitfield 0
+                           DESCRIBE (quiet)
+ShareGroupHeartbeat (76)   GROUP READ; TOPIC DESCRIBE on every       GAF; TAF (top level) if any
+                           subscribed topic                          subscribed topic is refused
+ShareGroupDescribe (77)    GROUP DESCRIBE; bitfield when asked;      GAF per group; TAF for a
+                           with ACLs, TOPIC DESCRIBE (quiet) on the  group holding a refused
+                           members' assigned topics                  topic (members hidden)
+ShareFetch (78)            GROUP READ; TOPIC READ on every topic of  GAF top level; TAF per
+                           the session and the request               partition (it stays in the
+                                                                     session), acks not applied
+ShareAcknowledge (79)      GROUP READ; TOPIC READ                    GAF top level; TAF per
+                                                                     partition, not applied
+Share-state RPCs (83-87)   CLUSTER CLUSTER_ACTION                    CAF per partition, nothing
+                                                                     read or written
+DescribeShareGroup-        GROUP DESCRIBE; TOPIC DESCRIBE per named  GAF per group; TAF per
+Offsets (90)               topic; all topics: TOPIC DESCRIBE (quiet) partition; topic left out
+AlterShareGroup-           GROUP READ; TOPIC READ                    GAF top level; TAF per
+Offsets (91)                                                         partition, left alone
+DeleteShareGroup-          GROUP DELETE; TOPIC READ                  GAF top level; TAF per
+Offsets (92)                                                         topic, offsets kept
+=========================  ========================================  ===========================
+
+Deliberate differences from Kafka:
+
+* Without an authorizer Kafka allows everything; Shoal still keeps CLUSTER_ACTION for
+  ``super.users`` (the share-state RPCs must not be reachable by clients), so an
+  AuthorizedOperations bitfield computed without ACLs leaves out CLUSTER_ACTION.
+* Fetch: Shoal has no followers, so every Fetch is a consumer fetch needing TOPIC READ;
+  a ReplicaId grants nothing (Kafka would ask CLUSTER_ACTION of a follower).
+* Produce with a transactional id and InitProducerId with one are refused before any
+  TRANSACTIONAL_ID check (transactions are not supported); Produce with acks=0 still gets no
+  answer when refused (Kafka closes the connection).
+* DescribeUserScramCredentials answers a refusal per user rather than top level (a top-level
+  error crashes confluent-kafka 2.16.1; see its handler).
+* DescribeGroups and ShareGroupDescribe answer in request order; Kafka lists the refused groups
+  first (clients match answers by group id).
+* FindCoordinator SHARE keys: CAF per key; Kafka fails the whole request.
+* ShareGroupDescribe also asks TOPIC DESCRIBE only when an ACL authorizer is configured, as
+  Kafka does (``authorizerPlugin.isDefined``).
 
 Invariant: an RPC in ``CLUSTER_ACTION_APIS`` never reaches the share coordinator for a principal
-the authorizer refuses.
+the authorizer refuses; no handler changes state for a refused resource.
 """
 
 from __future__ import annotations
@@ -27,6 +126,9 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
+
+from broker.security.acl import SUPPORTED_OPERATIONS, operations_bitfield
+from broker.security.acl import ResourceType as AclResourceType
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +159,7 @@ ANONYMOUS = Principal("User", "ANONYMOUS")
 
 
 class Operation(enum.Enum):
-    """Kafka ACL operations (the ones Shoal checks today, plus those the ACL issue will need)."""
+    """Kafka ACL operations a handler can ask about."""
 
     READ = "Read"
     WRITE = "Write"
@@ -68,6 +170,11 @@ class Operation(enum.Enum):
     CLUSTER_ACTION = "ClusterAction"
     DESCRIBE_CONFIGS = "DescribeConfigs"
     ALTER_CONFIGS = "AlterConfigs"
+    IDEMPOTENT_WRITE = "IdempotentWrite"
+
+    # Members are singletons compared by identity; Enum's own __hash__ hashes the name in Python
+    # code, which showed up in every authorization check (dict lookups keyed by operation).
+    __hash__ = object.__hash__
 
 
 class ResourceType(enum.Enum):
@@ -75,6 +182,8 @@ class ResourceType(enum.Enum):
     GROUP = "Group"
     CLUSTER = "Cluster"
     TRANSACTIONAL_ID = "TransactionalId"
+
+    __hash__ = object.__hash__  # as Operation's
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +201,27 @@ CLUSTER_ACTION_APIS = frozenset({83, 84, 85, 86, 87})
 
 
 class Authorizer(Protocol):
+    """What handlers ask, through ``RequestContext`` (``broker/context.py``)."""
+
+    # False: the authorizer allows every operation but CLUSTER_ACTION to everyone, so the
+    # context skips it (the fast path with authorization off).
+    enforcing: bool
+
     def authorize(self, principal: Principal, operation: Operation, resource: Resource,
                   host: str = "*") -> bool:
         """Whether ``principal``, connected from ``host``, may perform ``operation`` on
         ``resource``."""
+        ...
+
+    def authorized_operations(self, principal: Principal, resource: Resource,
+                              host: str = "*") -> int:
+        """The AuthorizedOperations bitfield (bit ``1 << Kafka operation code``) of the
+        operations ``resource``'s type supports that ``principal`` may perform on it."""
+        ...
+
+    def authorize_by_resource_type(self, principal: Principal, operation: Operation,
+                                   resource_type: ResourceType, host: str = "*") -> bool:
+        """Whether ``principal`` may perform ``operation`` on *some* resource of the type."""
         ...
 
 
@@ -109,7 +235,9 @@ def parse_super_users(value: str) -> frozenset[Principal]:
 
 
 class DefaultAuthorizer:
-    """Until ACLs exist: CLUSTER_ACTION only for ``super.users``, everything else for anyone."""
+    """Authorization off: CLUSTER_ACTION only for ``super.users``, everything else for anyone."""
+
+    enforcing = False
 
     def __init__(self, super_users: Iterable[Principal] = ()) -> None:
         self.super_users = frozenset(super_users)
@@ -120,8 +248,70 @@ class DefaultAuthorizer:
             return True
         return operation is not Operation.CLUSTER_ACTION
 
+    def authorized_operations(self, principal: Principal, resource: Resource,
+                              host: str = "*") -> int:
+        ops = SUPPORTED_OPERATIONS.get(AclResourceType[resource.type.name], ())
+        return operations_bitfield(
+            op for op in ops
+            if self.authorize(principal, Operation[op.name], resource, host))
+
+    def authorize_by_resource_type(self, principal: Principal, operation: Operation,
+                                   resource_type: ResourceType, host: str = "*") -> bool:
+        return principal in self.super_users or operation is not Operation.CLUSTER_ACTION
+
 
 def cluster_action_refusal(principal: Principal) -> str:
     """The error message sent with CLUSTER_AUTHORIZATION_FAILED (operators read it in clients)."""
     return (f"{principal} is not authorized for CLUSTER_ACTION: this is an inter-broker RPC that "
             "clients may not send (list a principal in super.users to allow it)")
+
+
+OPERATIONS_NOT_REQUESTED = -2147483648
+"""An AuthorizedOperations field the client did not ask for (Kafka's ``Integer.MIN_VALUE``)."""
+
+
+def refusal(principal: Principal, operation: Operation, resource: Resource,
+            host: str | None = None) -> str:
+    """The error message sent with a TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED: who was refused
+    what, and the ACL that would allow it (operators read it in client logs)."""
+    what = "the cluster" if resource.type is ResourceType.CLUSTER else \
+        f"{resource.type.name.lower()} {resource.name!r}"
+    source = f" from {host}" if host else ""
+    flag = {ResourceType.TOPIC: f"--topic {resource.name}",
+            ResourceType.GROUP: f"--group {resource.name}",
+            ResourceType.CLUSTER: "--cluster",
+            ResourceType.TRANSACTIONAL_ID: f"--transactional-id {resource.name}"}[resource.type]
+    return (f"{principal}{source} is not authorized to {operation.name} {what}; an ACL "
+            f"'--allow-principal {principal} --operation {operation.name} {flag}' allows it "
+            "(CreateAcls: kafka-acls.sh --add, or the shoal CLI's acls verb)")
+
+
+class DenialLog:
+    """Rate limit for the log lines of refused operations (sans-IO: the caller passes ``now_ms``).
+
+    The first refusal of a (principal, operation, resource) is logged at once; later ones are
+    counted and logged at most once per ``interval_ms``, with how many were not logged since the
+    previous line. At most ``max_keys`` keys are remembered; when full the table starts over
+    (worst case: one extra line per key).
+    """
+
+    def __init__(self, interval_ms: int = 10_000, max_keys: int = 10_000) -> None:
+        self.interval_ms = interval_ms
+        self.max_keys = max_keys
+        self._keys: dict[object, list[int]] = {}  # key -> [last logged at, refusals not logged]
+
+    def record(self, key: object, now_ms: int) -> int | None:
+        """Note one refusal: None when it should not be logged, else the number of refusals of
+        ``key`` not logged since the previous line (0 for the first)."""
+        entry = self._keys.get(key)
+        if entry is None:
+            if len(self._keys) >= self.max_keys:
+                self._keys.clear()
+            self._keys[key] = [now_ms, 0]
+            return 0
+        if now_ms - entry[0] < self.interval_ms:
+            entry[1] += 1
+            return None
+        suppressed = entry[1]
+        entry[0], entry[1] = now_ms, 0
+        return suppressed

@@ -114,6 +114,11 @@ class BrokerMetrics:
             "shoal_tls_handshake_failures_total",
             "TLS handshakes that failed or timed out (plaintext clients, bad certificates), "
             "by listener.", ("listener",))
+        self.authorization_denied = r.labelled_counter(
+            "shoal_authorization_denied_total",
+            "Operations the authorizer refused to a client, by ACL operation and resource type "
+            "(probes that only filter an answer, such as Metadata for all topics, not counted).",
+            ("operation", "resource_type"))
         r.add_collector(self._collect_broker)
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)

@@ -14,8 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
-from broker.security.acl import ANONYMOUS, CLUSTER_NAME, AclOperation, ResourceType
+from broker.security.acl import ANONYMOUS, AclOperation
 from broker.security.authorizer import AclAuthorizer
 
 
@@ -43,8 +44,8 @@ def acl_gate(ctx: RequestContext, operation: AclOperation, rpc: str
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to "
             "enable them")
     principal = ctx_principal(ctx)
-    if not authorizer.authorize(principal, ctx.client_host, operation, ResourceType.CLUSTER,
-                                CLUSTER_NAME):
+    # Through the request context, so a refusal is counted and logged like any other.
+    if not ctx.authorized(Operation[operation.name], CLUSTER):
         return None, ErrorCode.cluster_authorization_failed, (
             f"{principal} (from {ctx.client_host}) is not authorized for {rpc}: it needs "
             f"{operation.name} on the CLUSTER resource")

@@ -4,7 +4,8 @@ Unlike IncrementalAlterConfigs, the request gives the complete set of overrides:
 named is set, and every existing override that is not named is removed (a topic's per-topic
 configs; the broker's runtime changes). It is translated into SET and DELETE operations and goes
 through the same checks and atomic application as IncrementalAlterConfigs (``alter``), so the
-error codes are the same. Other resource types are INVALID_REQUEST.
+error codes are the same. Other resource types are INVALID_REQUEST. Authorization: ALTER_CONFIGS
+on the resource, after the duplicate check (``config_authorization`` in describe_configs.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
+from broker.authz import Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.handlers.describe_configs import ResourceType
+from broker.handlers.describe_configs import ResourceType, config_authorization
 from broker.handlers.incremental_alter_configs import AlterOp, OpType, alter, duplicate_resources
 from protocol.codec import response_module
 from protocol.messages import make
@@ -46,8 +48,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     dups = duplicate_resources(req.resources)
     responses = []
     for r in req.resources:
+        refused = None
+        if (r.resource_type, r.resource_name) not in dups:
+            refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
+                                           r.resource_name)
         if (r.resource_type, r.resource_name) in dups:
             error, message = ErrorCode.invalid_request, "resource appears more than once"
+        elif refused is not None:
+            error, message = refused
         elif r.resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
             error, message = (ErrorCode.invalid_request,
                               f"unsupported resource type {r.resource_type} for AlterConfigs")

@@ -4,15 +4,22 @@ A group with members answers NON_EMPTY_GROUP (top level); an unknown group id is
 Empty share group. Per partition: an unknown topic or partition index is
 UNKNOWN_TOPIC_OR_PARTITION, a start offset below -1 INVALID_REQUEST; otherwise the share state is
 re-initialized at that offset (``broker/share_admin.py``) before the answer.
+
+Authorization (``broker/authz.py``), as Kafka: READ on the group, else a top-level
+GROUP_AUTHORIZATION_FAILED; READ on each topic, else TOPIC_AUTHORIZATION_FAILED for each of its
+partitions, which are left alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import ShareAdmin
+from broker.share_admin import AlterResult, PartitionResult, ShareAdmin, TopicAlterResult
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -26,9 +33,30 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _alter(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
+    group = Resource(ResourceType.GROUP, req.group_id)
+    if not ctx.authorized(Operation.READ, group):
+        res = AlterResult(ErrorCode.group_authorization_failed,
+                          refusal(ctx.principal, Operation.READ, group))
+        return _response(m, res)
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
     requested = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
-                 for t in req.topics]
-    res = await ShareAdmin.of(ctx.broker).alter_offsets(req.group_id, requested)
+                 for t in req.topics if t.topic_name not in denied]
+    res = AlterResult()
+    if requested or not denied:
+        res = await ShareAdmin.of(ctx.broker).alter_offsets(req.group_id, requested)
+    if denied and res.error == ErrorCode.none:
+        refused = tuple(
+            TopicAlterResult(t.topic_name, None, tuple(
+                PartitionResult(p.partition_index, ErrorCode.topic_authorization_failed,
+                                refusal(ctx.principal, Operation.READ,
+                                        Resource(ResourceType.TOPIC, t.topic_name)))
+                for p in t.partitions))
+            for t in req.topics if t.topic_name in denied)
+        res = AlterResult(topics=refused + res.topics)
+    return _response(m, res)
+
+
+def _response(m: Any, res: AlterResult) -> Any:
     return make(m.AlterShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
                 error_code=res.error, error_message=err_message(res.error, res.error_message),
                 responses=tuple(

@@ -7,6 +7,9 @@ partition holds a group's state, so changing it would lose state). Manual assign
 optional; when given they must list one entry per new partition, each on exactly this broker
 (the replication factor is 1), else INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks without
 changing anything. New partitions start empty; existing partitions keep their data and offsets.
+
+Authorization (``broker/authz.py``): ALTER on each topic, after the duplicate check; a topic the
+principal may not alter is TOPIC_AUTHORIZATION_FAILED whether or not it exists (Kafka).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker, TopicError
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from protocol.codec import response_module
@@ -72,11 +76,17 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
     results = []
+    denied = ctx.denied(Operation.ALTER, ResourceType.TOPIC,
+                        (t.name for t in req.topics if counts[t.name] == 1))
     for t in req.topics:
         if counts[t.name] > 1:
             continue
-        error, message = create_partitions(ctx.broker, t.name, t.count, t.assignments,
-                                           req.validate_only)
+        if t.name in denied:
+            error, message = ErrorCode.topic_authorization_failed, refusal(
+                ctx.principal, Operation.ALTER, Resource(ResourceType.TOPIC, t.name))
+        else:
+            error, message = create_partitions(ctx.broker, t.name, t.count, t.assignments,
+                                               req.validate_only)
         results.append(make(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                             error_message=err_message(error, message)))
     for name, n in counts.items():

@@ -19,6 +19,12 @@ Per topic, in this order (the first failing check is the answer; other topics ar
   ``topics.json`` not written, nothing of the topic is kept -> KAFKA_STORAGE_ERROR (or
   POLICY_VIOLATION when out of file descriptors) with the path and errno.
 
+Authorization (``broker/authz.py``), as Kafka's controller: CREATE on the cluster (asked
+quietly) allows every topic, else CREATE on each topic -> TOPIC_AUTHORIZATION_FAILED (after the
+duplicate check, before any other). The configs, partition count and replication factor are
+returned only to a principal with DESCRIBE_CONFIGS on the topic; otherwise
+``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED and the topic is still created.
+
 ``validate_only`` runs every check and answers as if created, creating nothing. v5+ answers
 also carry the partition count, replication factor and the resulting configs (as DescribeConfigs
 would report them), and v7+ the new topic id.
@@ -33,6 +39,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker, TopicError
+from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.handlers.describe_configs import topic_entries
@@ -54,6 +61,8 @@ class Created:
     partitions: int = -1
     replication: int = -1
     configs: dict[str, Any] = field(default_factory=dict)
+    # False: the caller may not DESCRIBE_CONFIGS the topic, so nothing of its config is shown.
+    describable: bool = True
 
 
 def _collision(broker: Broker, name: str) -> str | None:
@@ -120,6 +129,11 @@ def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
 
 def _result(m: Any, broker: Broker, c: Created) -> Any:
     configs: tuple[Any, ...] = ()
+    if c.error == OK and not c.describable:
+        return make(m.CreatableTopicResult, name=c.name, topic_id=c.topic_id, error_code=OK,
+                    error_message=None,
+                    topic_config_error_code=ErrorCode.topic_authorization_failed,
+                    num_partitions=-1, replication_factor=-1, configs=())
     if c.error == OK and has_field(m.CreatableTopicResult, "configs"):  # v5+
         configs = tuple(
             make(m.CreatableTopicConfigs, name=e.name, value=e.value, read_only=e.read_only,
@@ -134,10 +148,22 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
+    single = [t.name for t in req.topics if counts[t.name] == 1]
+    refused: frozenset[str] = frozenset()
+    if not ctx.authorized(Operation.CREATE, CLUSTER, audit=False):
+        refused = ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
+    hidden = ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single, audit=False)
     results: list[Created] = []
     for t in req.topics:
-        if counts[t.name] == 1:
-            results.append(create_one(broker, t, req.validate_only))
+        if counts[t.name] != 1:
+            continue
+        if t.name in refused:
+            results.append(Created(t.name, ErrorCode.topic_authorization_failed, refusal(
+                ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name))))
+            continue
+        created = create_one(broker, t, req.validate_only)
+        created.describable = t.name not in hidden
+        results.append(created)
     # Duplicates last and once per name, as Kafka's controller answers them.
     for name, n in counts.items():
         if n > 1:

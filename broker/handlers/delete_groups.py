@@ -4,12 +4,17 @@ Only an Empty share group can be deleted (NON_EMPTY_GROUP otherwise); an unknown
 GROUP_ID_NOT_FOUND and an empty id INVALID_GROUP_ID. Deleting removes the group's durable share
 state through the persister (first: if that fails the group stays, as in Kafka), then the group
 itself and its group configs (``broker/share_admin.py``). The answer waits for all of it.
+Authorization (``broker/authz.py``): DELETE on each group, else GROUP_AUTHORIZATION_FAILED for
+it and nothing of it is touched (Kafka).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.share_admin import ShareAdmin
@@ -26,8 +31,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _delete(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    results = await ShareAdmin.of(ctx.broker).delete_groups(list(req.groups_names))
-    return make(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
-        make(m.DeletableGroupResult, group_id=res.group_id, error_code=res.error,
-             error_message=err_message(res.error, res.error_message))
-        for res in results))
+    denied = ctx.denied(Operation.DELETE, ResourceType.GROUP, req.groups_names)
+    allowed = [g for g in req.groups_names if g not in denied]
+    results = await ShareAdmin.of(ctx.broker).delete_groups(allowed) if allowed else []
+    rows = [make(m.DeletableGroupResult, group_id=res.group_id, error_code=res.error,
+                 error_message=err_message(res.error, res.error_message)) for res in results]
+    rows += [make(m.DeletableGroupResult, group_id=g,
+                  error_code=ErrorCode.group_authorization_failed,
+                  error_message=refusal(ctx.principal, Operation.DELETE,
+                                        Resource(ResourceType.GROUP, g)))
+             for g in dict.fromkeys(req.groups_names) if g in denied]
+    return make(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(rows))

@@ -5,6 +5,8 @@ below it are deleted; the answer's ``low_watermark`` is the resulting log start 
 means the high watermark (the log end: one broker, nothing unreplicated). An offset at or below
 the current start changes nothing and answers the current start (the start never moves back).
 
+- a topic the principal may not DELETE (``broker/authz.py``, asked once per topic) ->
+  TOPIC_AUTHORIZATION_FAILED, before existence is checked (Kafka);
 - unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
 - internal topics -> INVALID_TOPIC_EXCEPTION (their records are coordinator state; Kafka
   refuses too);
@@ -25,6 +27,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
+from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK
 from persister.log import LogClosedError, OffsetOutOfRangeError
@@ -96,7 +99,10 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _delete_records(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    planned = [[plan(ctx.broker, t.name, p.partition_index, p.offset) for p in t.partitions]
+    denied = ctx.denied(Operation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
+    planned = [[Deletion(t.name, p.partition_index, p.offset,
+                         error=ErrorCode.topic_authorization_failed) if t.name in denied
+                else plan(ctx.broker, t.name, p.partition_index, p.offset) for p in t.partitions]
                for t in req.topics]
     todo = [d for ds in planned for d in ds if d.log is not None]
     if todo:

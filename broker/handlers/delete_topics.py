@@ -9,6 +9,13 @@
   their coordinators keep open, so they are refused with the deletion-disabled code above.
   (Kafka's controller would delete them; Kafka's CLI refuses to. We refuse on the broker.)
 
+Authorization (``broker/authz.py``), as Kafka's controller: DELETE on the cluster (asked quietly)
+allows every topic; otherwise a name the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED
+whether or not it exists (an unknown name it may describe is UNKNOWN_TOPIC_OR_PARTITION), and a
+topic it may not DELETE is TOPIC_AUTHORIZATION_FAILED; by id, an unknown id is UNKNOWN_TOPIC_ID
+and a topic it may not delete TOPIC_AUTHORIZATION_FAILED, with the name only when describable.
+Deletion being disabled is answered before any check, as Kafka does.
+
 Deletion is immediate: the topic leaves the registry, its logs are deleted and long polls on it
 are woken. v6 answers carry the topic id, v5+ an error message.
 """
@@ -17,12 +24,14 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
+from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.topics import Topic
@@ -58,9 +67,16 @@ def _delete(broker: Broker, topic: Topic, version: int) -> Deleted:
     return Deleted(topic.name, topic.topic_id)
 
 
+def _anything(name: str) -> str | None:
+    return None
+
+
 def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]],
-                  version: int) -> list[Deleted]:
-    """Delete the topics named by (name, id) references; one result per distinct reference."""
+                  version: int, refused: Callable[[str, Operation], str | None] = _anything
+                  ) -> list[Deleted]:
+    """Delete the topics named by (name, id) references; one result per distinct reference.
+    ``refused(name, operation)``: why the caller may not do ``operation`` (DESCRIBE, DELETE) on
+    topic ``name``, or None."""
     if not broker.config.get("delete.topic.enable"):
         return [Deleted(n, i, _disabled_code(version),
                         "topic deletion is disabled (delete.topic.enable=false)")
@@ -86,6 +102,11 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
         if topic is None:
             out.append(Deleted(None, topic_id, ErrorCode.unknown_topic_id,
                                f"no topic has id {topic_id}"))
+        elif (why := refused(topic.name, Operation.DELETE)) is not None:
+            shown = topic.name if refused(topic.name, Operation.DESCRIBE) is None else None
+            out.append(Deleted(shown, topic_id, ErrorCode.topic_authorization_failed,
+                               why if shown else "not authorized to delete this topic"))
+            claimed.add(topic_id)
         else:
             targets.append(topic)
             claimed.add(topic_id)
@@ -93,10 +114,15 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
         if n > 1:
             out.append(Deleted(name, None, ErrorCode.invalid_request, "duplicate topic name"))
             continue
+        if (why := refused(name, Operation.DESCRIBE)) is not None:
+            out.append(Deleted(name, None, ErrorCode.topic_authorization_failed, why))
+            continue
         topic = broker.topics.get(name)
         if topic is None:
             out.append(Deleted(name, None, ErrorCode.unknown_topic_or_partition,
                                f"topic {name!r} does not exist"))
+        elif (why := refused(name, Operation.DELETE)) is not None:
+            out.append(Deleted(name, None, ErrorCode.topic_authorization_failed, why))
         elif topic.topic_id in claimed:
             out.append(Deleted(name, topic.topic_id, ErrorCode.invalid_request,
                                "this topic's id was also given in the request"))
@@ -116,8 +142,21 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         refs = [(t.name, _id(t.topic_id)) for t in req.topics]
     else:
         refs = [(n, None) for n in req.topic_names]
+    all_allowed = ctx.authorized(Operation.DELETE, CLUSTER, audit=False)
+    answers: dict[tuple[str, Operation], str | None] = {}
+
+    def refused(name: str, operation: Operation) -> str | None:
+        if all_allowed:
+            return None
+        key = (name, operation)
+        if key not in answers:  # each (topic, operation) asked once
+            resource = Resource(ResourceType.TOPIC, name)
+            answers[key] = None if ctx.authorized(operation, resource) \
+                else refusal(ctx.principal, operation, resource)
+        return answers[key]
+
     results = tuple(
         make(m.DeletableTopicResult, name=d.name, topic_id=d.topic_id, error_code=d.error,
              error_message=err_message(d.error, d.message))
-        for d in delete_topics(ctx.broker, refs, ctx.api_version))
+        for d in delete_topics(ctx.broker, refs, ctx.api_version, refused))
     return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)

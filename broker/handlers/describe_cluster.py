@@ -2,8 +2,10 @@
 
 One broker: it is the whole cluster and reports itself as the controller. Only the broker
 endpoint type (1) is served; asking a broker for controllers (2) is MISMATCHED_ENDPOINT_TYPE and
-any other type UNSUPPORTED_ENDPOINT_TYPE, as KIP-919 specifies. There is no authorizer, so when
-the client asks for the cluster's authorized operations it gets every cluster operation.
+any other type UNSUPPORTED_ENDPOINT_TYPE, as KIP-919 specifies. The RPC itself needs no
+permission; the cluster's AuthorizedOperations, when asked for, are the bitfield of the CLUSTER
+operations the principal may perform if it may DESCRIBE the cluster, else 0 (as Kafka). With
+authorization off that is every cluster operation but CLUSTER_ACTION (``super.users`` only).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, OPERATIONS_NOT_REQUESTED, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -22,17 +25,20 @@ VERSIONS = (0, 2)
 
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 
-# AclOperation ids that apply to the CLUSTER resource: CREATE 4, ALTER 7, DESCRIBE 8,
-# CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
-ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))
-OPERATIONS_NOT_REQUESTED = -2147483648
+
+
+def cluster_operations(ctx: RequestContext) -> int:
+    """The cluster's AuthorizedOperations for ``ctx``'s principal (0 without CLUSTER DESCRIBE)."""
+    if not ctx.authorized(Operation.DESCRIBE, CLUSTER, audit=False):
+        return 0
+    return ctx.authorized_operations(CLUSTER)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     endpoint_type = getattr(req, "endpoint_type", BROKERS_ENDPOINT)
-    ops = (ALL_CLUSTER_OPERATIONS if req.include_cluster_authorized_operations
+    ops = (cluster_operations(ctx) if req.include_cluster_authorized_operations
            else OPERATIONS_NOT_REQUESTED)
     error, message = ErrorCode.none, None
     brokers: tuple[Any, ...] = ()

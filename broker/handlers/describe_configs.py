@@ -13,6 +13,11 @@ KIP-932 share group configs (``broker/group_configs.py``), source GROUP_CONFIG w
 group, else that of the broker config they fall back to.
 Unknown resource types are answered with INVALID_REQUEST, per resource.
 
+Authorization (``broker/authz.py``, ``config_authorization``): DESCRIBE_CONFIGS on the topic
+(TOPIC_AUTHORIZATION_FAILED), on the cluster for BROKER and BROKER_LOGGER resources
+(CLUSTER_AUTHORIZATION_FAILED) and on the group (GROUP_AUTHORIZATION_FAILED); a refused resource
+is answered with that error and no configs. Other types stay INVALID_REQUEST.
+
 Broker resources are named ``""`` (Kafka: the cluster-wide default) or our node id. A single
 broker has one set of broker configs, so both names describe it; any other id is INVALID_REQUEST.
 """
@@ -26,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation, Resource, refusal
+from broker.authz import ResourceType as AclType
 from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, format_value
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
@@ -236,6 +243,23 @@ def describe(broker: Broker, resource_type: int, name: str) -> Described:
     return describer(broker, name)
 
 
+def config_authorization(ctx: RequestContext, operation: Operation, resource_type: int,
+                         name: str) -> tuple[ErrorCode, str] | None:
+    """Why ``ctx``'s principal may not do ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on a
+    config resource, as (error, message), or None when allowed or not an ACL resource type."""
+    if resource_type == ResourceType.TOPIC:
+        resource, error = Resource(AclType.TOPIC, name), ErrorCode.topic_authorization_failed
+    elif resource_type == ResourceType.GROUP:
+        resource, error = Resource(AclType.GROUP, name), ErrorCode.group_authorization_failed
+    elif resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
+        resource, error = CLUSTER, ErrorCode.cluster_authorization_failed
+    else:
+        return None
+    if ctx.authorized(operation, resource):
+        return None
+    return error, refusal(ctx.principal, operation, resource)
+
+
 def _entry(m: Any, e: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
     syn = tuple(make(m.DescribeConfigsSynonym, name=s.name, value=s.value, source=int(s.source))
                 for s in e.synonyms) if synonyms else ()
@@ -251,7 +275,12 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     documentation = bool(getattr(req, "include_documentation", False))
     results = []
     for r in req.resources:
-        error, message, entries = describe(ctx.broker, r.resource_type, r.resource_name)
+        refused = config_authorization(ctx, Operation.DESCRIBE_CONFIGS, r.resource_type,
+                                       r.resource_name)
+        if refused is not None:
+            error, message, entries = refused[0], refused[1], []
+        else:
+            error, message, entries = describe(ctx.broker, r.resource_type, r.resource_name)
         keys = set(r.configuration_keys) if r.configuration_keys else None
         configs = tuple(_entry(m, e, synonyms, documentation) for e in entries
                         if keys is None or e.name in keys)

@@ -11,8 +11,9 @@ bytes. What Apache Kafka 4.3 answers, and what Shoal answers:
   protocol data, so tools that list groups through DescribeGroups (librdkafka's ``list_groups``)
   show share groups with their type. An unknown id is Dead with no error, as Kafka.
 
-An empty group id is INVALID_GROUP_ID. Authorized operations (v3+) are reported as all group
-operations when asked for (there are no ACLs).
+An empty group id is INVALID_GROUP_ID. Authorization (``broker/authz.py``), as Kafka: DESCRIBE
+on each group, else GROUP_AUTHORIZATION_FAILED (state Dead) for it; AuthorizedOperations (v3+,
+when asked) is the bitfield of the group operations the principal may perform.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.handlers.share_group_describe import ALL_GROUP_OPERATIONS, OPERATIONS_NOT_REQUESTED
 from coordinator.group.shard import PROTOCOL_TYPE
 from coordinator.group.share_group import GroupState
 from protocol.codec import response_module
@@ -35,7 +36,7 @@ VERSIONS = (0, 6)
 REPORTS_ERRORS = 6  # first version that answers GROUP_ID_NOT_FOUND (KIP-1043)
 
 
-def _describe(ctx: RequestContext, group_id: str, ops: int) -> dict[str, Any]:
+def _describe(ctx: RequestContext, group_id: str, with_ops: bool) -> dict[str, Any]:
     dead: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, group_id=group_id,
                                 group_state=GroupState.DEAD.value, protocol_type="",
                                 protocol_data="", members=(),
@@ -43,6 +44,10 @@ def _describe(ctx: RequestContext, group_id: str, ops: int) -> dict[str, Any]:
     if not group_id:
         return {**dead, "error_code": ErrorCode.invalid_group_id,
                 "error_message": "The group id must not be empty."}
+    resource = Resource(ResourceType.GROUP, group_id)
+    if not ctx.authorized(Operation.DESCRIBE, resource):
+        return {**dead, "error_code": ErrorCode.group_authorization_failed,
+                "error_message": refusal(ctx.principal, Operation.DESCRIBE, resource)}
     (found,) = ctx.broker.share_groups.describe([group_id])
     if found.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
         # The group's coordinator partition is loading or not held here.
@@ -57,13 +62,13 @@ def _describe(ctx: RequestContext, group_id: str, ops: int) -> dict[str, Any]:
     if v6:
         return {**dead, "error_code": ErrorCode.group_id_not_found,
                 "error_message": f"Group {group_id} is not a classic group."}
+    ops = ctx.authorized_operations(resource) if with_ops else OPERATIONS_NOT_REQUESTED
     return {**dead, "group_state": group.state.value, "protocol_type": PROTOCOL_TYPE,
             "authorized_operations": ops}
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    ops = (ALL_GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False)
-           else OPERATIONS_NOT_REQUESTED)
-    groups = tuple(make(m.DescribedGroup, **_describe(ctx, gid, ops)) for gid in req.groups)
+    with_ops = bool(getattr(req, "include_authorized_operations", False))
+    groups = tuple(make(m.DescribedGroup, **_describe(ctx, gid, with_ops)) for gid in req.groups)
     return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups)

@@ -5,15 +5,23 @@ named topics describe exactly the partitions asked for. A partition never consum
 offset -1 and lag -1; an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION for it; an
 unknown group is not an error (no topics, or start offset -1 per named partition), as Kafka
 answers. The rules and the lag formula live in ``broker/share_admin.py``.
+
+Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each group, else that group is
+GROUP_AUTHORIZATION_FAILED; named topics the principal may not DESCRIBE are answered
+TOPIC_AUTHORIZATION_FAILED per partition (start offset -1, no topic id) and not looked up; a
+describe of all topics leaves those topics out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import GroupOffsets, ShareAdmin
+from broker.share_admin import GroupOffsets, PartitionOffset, ShareAdmin, TopicOffsets
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -44,8 +52,37 @@ async def _describe(ctx: RequestContext, req: Any) -> Any:
     admin = ShareAdmin.of(ctx.broker)
     groups = []
     for g in req.groups:
-        requested = None if g.topics is None else [
-            (t.topic_name, tuple(t.partitions)) for t in g.topics]
-        groups.append(_group(m, await admin.describe_offsets(g.group_id, requested)))
+        group = Resource(ResourceType.GROUP, g.group_id)
+        if not ctx.authorized(Operation.DESCRIBE, group):
+            groups.append(_group(m, GroupOffsets(
+                g.group_id, error=ErrorCode.group_authorization_failed,
+                error_message=refusal(ctx.principal, Operation.DESCRIBE, group))))
+            continue
+        if g.topics is None:
+            found = await admin.describe_offsets(g.group_id, None)
+            hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC,
+                                (t.topic_name for t in found.topics), audit=False)
+            if hidden:
+                found = GroupOffsets(found.group_id, tuple(
+                    t for t in found.topics if t.topic_name not in hidden),
+                    found.error, found.error_message)
+            groups.append(_group(m, found))
+            continue
+        denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC,
+                            (t.topic_name for t in g.topics))
+        requested = [(t.topic_name, tuple(t.partitions)) for t in g.topics
+                     if t.topic_name not in denied]
+        found = await admin.describe_offsets(g.group_id, requested)
+        if denied and found.error == ErrorCode.none:
+            refused = tuple(
+                TopicOffsets(t.topic_name, None, tuple(
+                    PartitionOffset(p, error=ErrorCode.topic_authorization_failed,
+                                    error_message=refusal(ctx.principal, Operation.DESCRIBE,
+                                                          Resource(ResourceType.TOPIC,
+                                                                   t.topic_name)))
+                    for p in t.partitions))
+                for t in g.topics if t.topic_name in denied)
+            found = GroupOffsets(found.group_id, found.topics + refused)
+        groups.append(_group(m, found))
     return make(m.DescribeShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
                 groups=tuple(groups))

@@ -8,6 +8,13 @@ partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which
 treats as "send full requests". No transactions exist, so the last stable offset is the high
 watermark and there are never aborted transactions.
 
+Authorization (``broker/authz.py``): READ on each topic, asked once per topic and request (not
+on every long-poll pass); a partition of a topic the principal may not read is answered
+TOPIC_AUTHORIZATION_FAILED, before the unknown-partition check for topics named (an unknown id
+stays UNKNOWN_TOPIC_ID: ids reveal nothing). Every Fetch is authorized as a consumer fetch:
+Shoal has no followers, so the ReplicaId of a request grants nothing (Kafka would ask
+CLUSTER_ACTION of a follower instead).
+
 Bounded work per request (issue 12): a pass over the partitions yields to the event loop every
 ``YIELD_EVERY`` partitions, long-poll wake-up keys are deduplicated, and a response over many
 partitions is encoded in a worker thread (``broker/wire_limits.py``), so a Fetch listing 100k
@@ -21,6 +28,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.watch import wait_for_any
@@ -43,8 +51,12 @@ async def _fetch(ctx: RequestContext, req: Any) -> Any:
     max_wait_ms = max(0, int(req.max_wait.total_seconds() * 1000))
     deadline = clock.monotonic_ms() + max_wait_ms
     count = sum(len(ft.partitions) for ft in req.topics)
+    by_id = ctx.api_version >= 13
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, (
+        name for ft in req.topics
+        if (name := _topic_name(broker, ft, by_id)) is not None))
     while True:
-        resp, total, errors, keys, sent = await _read(ctx, req, count > YIELD_EVERY)
+        resp, total, errors, keys, sent = await _read(ctx, req, count > YIELD_EVERY, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= req.min_bytes or errors or remaining <= 0 or not keys:
             for topic_name, n in sent:
@@ -55,11 +67,20 @@ async def _fetch(ctx: RequestContext, req: Any) -> Any:
         await asyncio.sleep(0)
 
 
-async def _read(ctx: RequestContext, req: Any, cooperative: bool
+def _topic_name(broker: Any, ft: Any, by_id: bool) -> str | None:
+    """The name a fetched topic is authorized under (None: an unknown topic id)."""
+    if not by_id:
+        return str(ft.topic)
+    topic = broker.topics.by_id(ft.topic_id)
+    return topic.name if topic is not None else None
+
+
+async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozenset[str]
                 ) -> tuple[Any, int, bool, list[tuple[str, int]], list[tuple[str, int]]]:
     """One pass over the requested partitions: (response, bytes, any error, watch keys,
     (topic, bytes) of each non-empty partition for the metrics). ``cooperative``: yield to the
-    loop every YIELD_EVERY partitions."""
+    loop every YIELD_EVERY partitions; ``denied``: topic names answered
+    TOPIC_AUTHORIZATION_FAILED."""
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
@@ -73,11 +94,17 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool
     for ft in req.topics:
         topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
         parts = []
+        refused = bool(denied) and (topic.name if topic is not None
+                                    else getattr(ft, "topic", None)) in denied
         for fp in ft.partitions:
             done += 1
             if cooperative and done % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             p = fp.partition
+            if refused:
+                errors = True
+                parts.append(_pdata(m, p, ErrorCode.topic_authorization_failed, -1, -1, b""))
+                continue
             lg = broker.logs.get(topic.name, p) if topic is not None else None
             if lg is None:
                 errors = True

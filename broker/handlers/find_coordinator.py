@@ -1,8 +1,10 @@
 """FindCoordinator (10) v0-6: this broker coordinates every group, transaction and share key.
 
 Key types: 0 GROUP, 1 TRANSACTION, 2 SHARE (v6, key ``group:topicId:partition``). v4+ batches keys.
-SHARE keys are looked up by share-partition leaders only, so, as in Kafka, they need CLUSTER_ACTION
-on the cluster (broker/authz.py); others get CLUSTER_AUTHORIZATION_FAILED.
+Authorization (broker/authz.py), per key as Kafka: a GROUP key needs DESCRIBE on the group
+(GROUP_AUTHORIZATION_FAILED), a TRANSACTION key DESCRIBE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED). SHARE keys are looked up by share-partition leaders only,
+so they need CLUSTER_ACTION on the cluster; others get CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import CLUSTER, Operation, cluster_action_refusal
+from broker.authz import (
+    CLUSTER,
+    Operation,
+    Resource,
+    ResourceType,
+    cluster_action_refusal,
+    refusal,
+)
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -24,6 +33,13 @@ KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
 
 
 def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+    if key_type == 0 and not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, key)):
+        return ErrorCode.group_authorization_failed, refusal(
+            ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, key))
+    if key_type == 1 and not ctx.authorized(
+            Operation.DESCRIBE, Resource(ResourceType.TRANSACTIONAL_ID, key)):
+        return ErrorCode.transactional_id_authorization_failed, refusal(
+            ctx.principal, Operation.DESCRIBE, Resource(ResourceType.TRANSACTIONAL_ID, key))
     if key_type == 2 and not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
         return ErrorCode.cluster_authorization_failed, cluster_action_refusal(ctx.principal)
     if key_type not in KEY_TYPES:

@@ -9,7 +9,10 @@ independent: one failing does not stop the others. Expected failures are respons
 - a broker config that is not dynamic -> INVALID_CONFIG, saying a restart is needed;
 - an unknown operation, a null value for SET/APPEND/SUBTRACT, the same config twice in one
   resource, the same resource twice in one request, an unsupported resource type -> INVALID_REQUEST;
-- unknown topic -> UNKNOWN_TOPIC_OR_PARTITION.
+- unknown topic -> UNKNOWN_TOPIC_OR_PARTITION;
+- no ALTER_CONFIGS on the resource (``broker/authz.py``): on the topic ->
+  TOPIC_AUTHORIZATION_FAILED, on the cluster for BROKER -> CLUSTER_AUTHORIZATION_FAILED, on the
+  group -> GROUP_AUTHORIZATION_FAILED (checked after the duplicate check, before the others).
 
 Topic changes go through ``Broker.set_topic_configs`` and take effect on the live logs; broker
 changes through ``BrokerConfig.set``/``reset`` (DELETE falls back to the startup value, else the
@@ -39,10 +42,15 @@ from broker.config import (
     topic_config_value,
     unknown_broker_config_problem,
 )
+from broker.authz import Operation
 from broker.context import RequestContext
 from broker.group_configs import GROUP_CONFIGS
 from broker.handlers._common import NO_THROTTLE, OK
-from broker.handlers.describe_configs import ResourceType, broker_resource_problem
+from broker.handlers.describe_configs import (
+    ResourceType,
+    broker_resource_problem,
+    config_authorization,
+)
 from broker.topics import topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
@@ -218,8 +226,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     dups = duplicate_resources(req.resources)
     responses = []
     for r in req.resources:
+        refused = None
+        if (r.resource_type, r.resource_name) not in dups:
+            refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
+                                           r.resource_name)
         if (r.resource_type, r.resource_name) in dups:
             error, message = ErrorCode.invalid_request, "resource appears more than once"
+        elif refused is not None:
+            error, message = refused
         else:
             ops = [AlterOp(c.name, c.config_operation, c.value) for c in r.configs]
             error, message = alter(ctx.broker, r.resource_type, r.resource_name, ops,

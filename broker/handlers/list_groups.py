@@ -5,6 +5,10 @@ Share groups are listed with protocol type ``share`` and, in v5, group type ``sh
 case-insensitively; v5 ``TypesFilter`` matches group types case-insensitively (Kafka parses them
 with ``Group.GroupType.parse``); empty filters match everything. While a ``__consumer_offsets``
 partition is loading the answer is COORDINATOR_LOAD_IN_PROGRESS with no groups.
+
+Authorization (``broker/authz.py``), as Kafka: a principal that may DESCRIBE the cluster sees
+every group; any other sees only the groups it may DESCRIBE (asked quietly: filtering is not a
+refusal).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import CLUSTER, Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK
 from protocol.codec import response_module
@@ -30,9 +35,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                     error_code=ErrorCode.coordinator_load_in_progress, groups=())
     states = tuple(getattr(req, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    listed = [g for g in ctx.broker.share_groups.list_groups(states or None)
+              if not types or g.group_type.lower() in types]
+    hidden: frozenset[str] = frozenset()
+    if not ctx.authorized(Operation.DESCRIBE, CLUSTER, audit=False):
+        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.GROUP,
+                            (g.group_id for g in listed), audit=False)
     groups = tuple(
         make(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
              group_state=g.state, group_type=g.group_type)
-        for g in ctx.broker.share_groups.list_groups(states or None)
-        if not types or g.group_type.lower() in types)
+        for g in listed if g.group_id not in hidden)
     return make(m.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=OK, groups=groups)

@@ -5,6 +5,10 @@ which is the same here as there are no transactions), -2 earliest (log start off
 offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
 (v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
 if there is none.
+
+Authorization (``broker/authz.py``): DESCRIBE on each topic, asked once per topic; every
+partition of a topic the principal may not describe is TOPIC_AUTHORIZATION_FAILED (checked
+before existence, as Kafka does).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -43,15 +48,18 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     topics = []
+    denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
-        topic = broker.topics.get(t.name)
+        refused = t.name in denied
+        topic = broker.topics.get(t.name) if not refused else None
         parts = []
         for p in t.partitions:
             lg = broker.logs.get(t.name, p.partition_index) if topic is not None else None
             if lg is None:
+                error = ErrorCode.topic_authorization_failed if refused \
+                    else ErrorCode.unknown_topic_or_partition
                 parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
-                                  error_code=ErrorCode.unknown_topic_or_partition, timestamp=-1,
-                                  offset=-1, leader_epoch=-1))
+                                  error_code=error, timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             error = ErrorCode.none
             try:

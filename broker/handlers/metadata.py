@@ -6,6 +6,13 @@ Unknown topics are auto-created when the broker allows it (``auto.create.topics.
 ``num.partitions`` partitions) and the request does (v4+ flag); a creation refused (open-file
 limit) or failed answers that topic with the error code and creates nothing.
 Lookups by topic id (v10+) answer UNKNOWN_TOPIC_ID when the id is unknown.
+
+Authorization (``broker/authz.py``), as Kafka's: a listing of all topics leaves out those the
+principal may not DESCRIBE (quietly: not counted as refusals); a topic asked for by name without
+DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether or not it exists, by id TOPIC_AUTHORIZATION_FAILED
+with the id echoed and no name. Auto-creation also needs CREATE on the cluster or on the topic,
+else TOPIC_AUTHORIZATION_FAILED. AuthorizedOperations bitfields (v8+, when asked): per topic, and
+for the cluster (v8-10) only when the principal may DESCRIBE it (0 otherwise).
 """
 
 from __future__ import annotations
@@ -16,6 +23,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import TopicError
+from broker.authz import (
+    CLUSTER,
+    OPERATIONS_NOT_REQUESTED,
+    Operation,
+    Resource,
+    ResourceType,
+)
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.topics import Topic, topic_name_problem
@@ -28,7 +42,8 @@ API_KEY = 3
 VERSIONS = (0, 12)
 
 
-def topic_entry(m: Any, node_id: int, topic: Topic) -> Any:
+def topic_entry(m: Any, node_id: int, topic: Topic,
+                ops: int = OPERATIONS_NOT_REQUESTED) -> Any:
     parts = tuple(
         make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
              leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
@@ -37,7 +52,20 @@ def topic_entry(m: Any, node_id: int, topic: Topic) -> Any:
     )
     return make(m.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
                 topic_id=topic.topic_id, is_internal=topic.internal, partitions=parts,
-                topic_authorized_operations=-2147483648)
+                topic_authorized_operations=ops)
+
+
+def _error_entry(m: Any, error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
+    return make(m.MetadataResponseTopic, error_code=error, name=name, topic_id=topic_id,
+                is_internal=False, partitions=(),
+                topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic (Kafka asks the cluster
+    quietly first)."""
+    return (ctx.authorized(Operation.CREATE, CLUSTER, audit=False)
+            or ctx.authorized(Operation.CREATE, Resource(ResourceType.TOPIC, name)))
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -45,44 +73,72 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     node = broker.node_id
     host, port = ctx.advertised
+    v8 = ctx.api_version >= 8
+    topic_ops = v8 and bool(getattr(req, "include_topic_authorized_operations", False))
+
+    def entry(t: Topic) -> Any:
+        ops = (ctx.authorized_operations(Resource(ResourceType.TOPIC, t.name)) if topic_ops
+               else OPERATIONS_NOT_REQUESTED)
+        return topic_entry(m, node, t, ops)
+
     topics: list[Any] = []
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        topics = [topic_entry(m, node, t) for t in broker.topics.all() if not t.internal]
+        listed = [t for t in broker.topics.all() if not t.internal]
+        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in listed),
+                            audit=False)
+        topics = [entry(t) for t in listed if t.name not in hidden]
     else:
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
         for rt in req.topics:
             name = rt.name
             topic_id = getattr(rt, "topic_id", None)
-            if name is None:
-                t = broker.topics.by_id(topic_id) if topic_id is not None else None
-                if t is not None:
-                    topics.append(topic_entry(m, node, t))
-                elif ctx.api_version >= 12:
-                    topics.append(make(m.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id,
-                                       name=None, topic_id=topic_id, is_internal=False, partitions=()))
+            if name is None and (ctx.api_version < 12 or topic_id is None or topic_id.int == 0):
+                if ctx.api_version >= 12:
+                    topics.append(_error_entry(m, ErrorCode.unknown_topic_id, None, topic_id))
                 else:
                     # v10-11 responses cannot carry a null name: Kafka refuses a null name below
                     # v12 (KafkaApis.handleTopicMetadataRequest). Encoding null failed here.
-                    topics.append(make(m.MetadataResponseTopic, error_code=ErrorCode.invalid_request,
-                                       name="", topic_id=topic_id, is_internal=False, partitions=()))
+                    topics.append(_error_entry(m, ErrorCode.invalid_request, "", topic_id))
+                continue
+            if name is None:
+                t = broker.topics.by_id(topic_id)
+                if t is None:
+                    topics.append(_error_entry(m, ErrorCode.unknown_topic_id, None, topic_id))
+                elif not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.TOPIC, t.name)):
+                    # Topic ids are not secret: the id is echoed, the name is not (as Kafka).
+                    topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, None,
+                                               topic_id))
+                else:
+                    topics.append(entry(t))
+                continue
+            if not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.TOPIC, name)):
+                # Not even whether it exists is told.
+                topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, name))
                 continue
             t = broker.topics.get(name)
+            if (t is None and allow_auto and broker.config.get("auto.create.topics.enable")
+                    and not topic_name_problem(name) and not _may_create(ctx, name)):
+                topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, name))
+                continue
             if t is None and allow_auto:
                 try:
                     t = broker.auto_create(name)
                 except TopicError as exc:
                     log.warning("auto-creating topic %s failed: %s", name, exc.message)
-                    topics.append(make(m.MetadataResponseTopic, error_code=exc.error, name=name,
-                                       topic_id=None, is_internal=False, partitions=()))
+                    topics.append(_error_entry(m, exc.error, name))
                     continue
             if t is None:
                 problem = topic_name_problem(name)
                 code = ErrorCode.invalid_topic_exception if problem else ErrorCode.unknown_topic_or_partition
-                topics.append(make(m.MetadataResponseTopic, error_code=code, name=name,
-                                   topic_id=None, is_internal=False, partitions=()))
+                topics.append(_error_entry(m, code, name))
             else:
-                topics.append(topic_entry(m, node, t))
+                topics.append(entry(t))
+    cluster_ops = OPERATIONS_NOT_REQUESTED
+    if v8 and getattr(req, "include_cluster_authorized_operations", False):
+        # Kafka: only to a principal allowed to describe the cluster; 0 otherwise.
+        cluster_ops = (ctx.authorized_operations(CLUSTER)
+                       if ctx.authorized(Operation.DESCRIBE, CLUSTER, audit=False) else 0)
     brokers = (make(m.MetadataResponseBroker, node_id=node, host=host, port=port, rack=None),)
     return make(m.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                 cluster_id=broker.cluster_id, controller_id=node, topics=tuple(topics),
-                cluster_authorized_operations=-2147483648)
+                cluster_authorized_operations=cluster_ops)

@@ -16,6 +16,11 @@ Reading the records costs about 1 us each. A request whose headers claim many re
 idempotence checks and appends always run on the event loop, and each connection's Produce
 requests are appended in the order they arrived (a later one waits for an offloaded one).
 
+Authorization (``broker/authz.py``): WRITE on each topic, asked once per topic; a partition of a
+topic the principal may not write is answered TOPIC_AUTHORIZATION_FAILED before anything else is
+checked (so an unknown topic is not told apart from a forbidden one), as Kafka does. Transactional
+batches are refused below anyway, so TRANSACTIONAL_ID WRITE is never asked.
+
 Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
 drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
 partial write was cut back, so a retry cannot duplicate part of it), and so does every partition
@@ -36,6 +41,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.config import topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
@@ -260,10 +266,21 @@ def _produce(ctx: RequestContext, req: Any,
     by_id = ctx.api_version >= 13
     responses = []
     appended: list[tuple[str, int]] = []
-    for ti, td in enumerate(req.topic_data):
-        topic = _topic(broker, td, ctx.api_version)
+    resolved = [(td, _topic(broker, td, ctx.api_version)) for td in req.topic_data]
+    denied = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
+                        (topic.name if topic is not None else td.name
+                         for td, topic in resolved if topic is not None or not by_id))
+    for ti, (td, topic) in enumerate(resolved):
         parts = []
+        name = topic.name if topic is not None else getattr(td, "name", None)
+        refused = None
+        if name is not None and name in denied:
+            refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name))
         for pi, pd in enumerate(td.partition_data):
+            if refused is not None:
+                parts.append(_partition(m, pd.index, PartitionOutcome(
+                    ErrorCode.topic_authorization_failed, message=refused)))
+                continue
             if topic is None or not 0 <= pd.index < topic.partitions:
                 err = ErrorCode.unknown_topic_id if by_id and topic is None \
                     else ErrorCode.unknown_topic_or_partition

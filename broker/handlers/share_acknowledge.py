@@ -5,6 +5,11 @@ SHARE_SESSION_NOT_FOUND; a wrong epoch INVALID_SHARE_SESSION_EPOCH. Success incr
 session's epoch (the same counter ShareFetch uses). Epoch -1 acknowledges, then closes the session
 and releases the member's remaining records. Each partition's result is answered only after its
 state write completed. v2 carries IsRenewAck and returns AcquisitionLockTimeoutMs.
+
+Authorization (``broker/authz.py``), as Kafka: READ on the group first, else the top-level
+GROUP_AUTHORIZATION_FAILED and the session is untouched; READ on each acknowledged topic (asked
+once per topic), else TOPIC_AUTHORIZATION_FAILED for its partitions, whose acknowledgements are
+not applied.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
 from broker.handlers.share_fetch import max_session_partitions
@@ -53,6 +59,9 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
 
     top = top_level(m.ShareAcknowledgeResponse, lock_ms)
 
+    if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, group)):
+        return top(ErrorCode.group_authorization_failed, refusal(
+            ctx.principal, Operation.READ, Resource(ResourceType.GROUP, group)))
     problem = request_problem(group, member)
     if problem:
         return top(ErrorCode.invalid_request, problem)
@@ -66,7 +75,8 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     if epoch != -1:
         session.bump()
     is_renew = bool(getattr(req, "is_renew_ack", False))
-    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew)
+    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew,
+                                     _refused_topics(ctx, req.topics))
     if epoch == -1:
         svc.sessions.close(group, member)
         svc.release_session(session)
@@ -81,3 +91,15 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     return top(ErrorCode.none, None, tuple(
         m.ShareAcknowledgeTopicResponse(topic_id=t, partitions=tuple(ps))
         for t, ps in by_topic.items()))
+
+
+def _refused_topics(ctx: RequestContext, topics: Any) -> frozenset[Any]:
+    """Ids of the acknowledged topics the principal may not READ (each asked once by name)."""
+    if not ctx.broker.authorizer.enforcing:
+        return frozenset()
+    registry = ctx.broker.topics
+    names = {t.topic_id: topic.name for t in topics
+             if (topic := registry.by_id(t.topic_id)) is not None}
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, names.values())
+    return frozenset(tid for tid, name in names.items() if name in denied) if denied \
+        else frozenset()

@@ -17,6 +17,14 @@ A request that would take the session past it, or that lists more partitions tha
 answered with the top-level SHARE_SESSION_LIMIT_REACHED, the error Kafka gives when a share session
 cannot be held (there for the session count), and the session is left as it was; the latter
 kind is refused before its body is decoded (``request_limit``, broker/wire_limits.py).
+
+Authorization (``broker/authz.py``), as Kafka: READ on the group first, else the top-level
+GROUP_AUTHORIZATION_FAILED and nothing else happens. Then READ on every topic of the session and
+of the request, asked once per topic and request (``_refused_topics``): a partition of a topic the
+principal may not read stays in the session (as in Kafka, so it is served once READ is granted)
+but is answered TOPIC_AUTHORIZATION_FAILED, nothing is acquired from it, and acknowledgements for
+it are not applied (acknowledge error TOPIC_AUTHORIZATION_FAILED). With authorization off none of
+this costs more than one attribute test per request.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
 from broker.share.acquisition import AcquireMode
@@ -96,6 +105,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
 
     top = top_level(m.ShareFetchResponse, lock_ms)
 
+    if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, group)):
+        return top(ErrorCode.group_authorization_failed, refusal(
+            ctx.principal, Operation.READ, Resource(ResourceType.GROUP, group)))
     problem = request_problem(group, member)
     if problem:
         return top(ErrorCode.invalid_request, problem)
@@ -139,7 +151,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
                 session.partitions.pop(tp, None)
             session.bump()
 
-    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew)
+    refused = _refused_topics(ctx, session.partitions, requested)
+    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew,
+                                     refused)
 
     if epoch == -1:
         svc.sessions.close(group, member)
@@ -156,17 +170,43 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         shift = session.rotation % len(order)
         order = order[shift:] + order[:shift]
         session.rotation += 1
+    denied: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
+    if refused:
+        denied = {tp: _NOT_AUTHORIZED for tp in order if tp[0] in refused}
+        readable = [tp for tp in order if tp[0] not in refused]
+    else:
+        readable = order
     while True:
-        fetched, errors, keys = await _acquire(ctx, svc, group, member, order, req, mode)
+        fetched, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode)
         remaining = deadline - broker.clock.monotonic_ms()
-        if fetched or errors or unknown or remaining <= 0 or req.min_bytes <= 0:
+        if (fetched or errors or unknown or (denied and not readable) or remaining <= 0
+                or req.min_bytes <= 0):
             break
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
         if session is not svc.sessions.get(group, member):
             break  # the session was closed or replaced while we waited
-    results = {**unknown, **errors, **fetched}
+    results = {**unknown, **denied, **errors, **fetched}
     return top(ErrorCode.none, None, _responses(m, ctx, results, acks, order, full=epoch == 0))
+
+
+_NOT_AUTHORIZED = (ErrorCode.topic_authorization_failed, b"", [])
+
+
+def _refused_topics(ctx: RequestContext, session_partitions: Any, requested: Any
+                    ) -> frozenset[uuid.UUID]:
+    """The ids of the topics, among the session's and the request's partitions, the principal
+    may not READ; each topic is asked once (by name: ACLs name topics). Empty at once with
+    authorization off."""
+    if not ctx.broker.authorizer.enforcing:
+        return frozenset()
+    topics = ctx.broker.topics
+    ids = {tp[0] for tp in session_partitions} | {tp[0] for tp in requested}
+    names = {tid: t.name for tid in ids if (t := topics.by_id(tid)) is not None}
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, names.values())
+    if not denied:
+        return frozenset()
+    return frozenset(tid for tid, name in names.items() if name in denied)
 
 
 def _known_partitions(broker: Any, topics: Any

@@ -3,7 +3,12 @@
 Each group id is described on its own: an unknown id gets GROUP_ID_NOT_FOUND in its entry, with
 state "Dead" (Kafka answers the same). Members list their subscription and current assignment,
 with topic names taken from the current metadata (a deleted topic's partitions are left out).
-There are no ACLs, so when asked for authorized operations every group operation is reported.
+
+Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each group, else that group's entry is
+GROUP_AUTHORIZATION_FAILED; AuthorizedOperations (when asked) is the bitfield of the group
+operations the principal may perform. With an ACL authorizer, a group whose members are assigned
+a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without members
+(each topic asked once per request, quietly), so a describe does not reveal topic names.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from coordinator.group.assignor import TopicsImage
@@ -23,10 +29,7 @@ from protocol.messages import make
 API_KEY = 77
 VERSIONS = (1, 1)
 
-# AclOperation ids that apply to a GROUP: READ 3, DELETE 6, DESCRIBE 8, DESCRIBE_CONFIGS 10,
-# ALTER_CONFIGS 11.
-ALL_GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
-OPERATIONS_NOT_REQUESTED = -2147483648
+_GROUP_REFUSED = ErrorCode.group_authorization_failed
 
 
 def _member(m: Any, member: ShareGroupMember, topics: TopicsImage) -> Any:
@@ -41,6 +44,21 @@ def _member(m: Any, member: ShareGroupMember, topics: TopicsImage) -> Any:
                 client_host=member.client_host,
                 subscribed_topic_names=tuple(member.subscribed_topic_names),
                 assignment=make(m.Assignment, topic_partitions=tuple(parts)))
+
+
+def _refused(m: Any, group_id: str, error: ErrorCode, message: str) -> Any:
+    return make(m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
+                group_state="", group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
+                authorized_operations=OPERATIONS_NOT_REQUESTED)
+
+
+def _assigned_topics(d: DescribeResult, topics: TopicsImage) -> set[str]:
+    g = d.group
+    if g is None:
+        return set()
+    return {info.name for member in g.members.values()
+            for tid, ps in member.assigned_partitions.items()
+            if ps and (info := topics.by_id(tid)) is not None}
 
 
 def _group(m: Any, group_id: str, d: DescribeResult, topics: TopicsImage, ops: int) -> Any:
@@ -60,7 +78,26 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     service = ctx.broker.share_groups
     topics = service.topics_image()
-    ops = ALL_GROUP_OPERATIONS if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED
-    groups = tuple(_group(m, gid, d, topics, ops)
-                   for gid, d in zip(req.group_ids, service.describe(req.group_ids), strict=True))
-    return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=groups)
+    wanted = [gid for gid in req.group_ids
+              if ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))]
+    found = dict(zip(wanted, service.describe(wanted), strict=True))
+    hidden: frozenset[str] = frozenset()
+    if ctx.broker.authorizer.enforcing:
+        assigned = set().union(*(_assigned_topics(d, topics) for d in found.values()))
+        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, assigned, audit=False)
+    groups = []
+    for gid in req.group_ids:
+        d = found.get(gid)
+        if d is None:
+            groups.append(_refused(m, gid, _GROUP_REFUSED, refusal(
+                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))))
+        elif hidden and _assigned_topics(d, topics) & hidden:
+            groups.append(_refused(m, gid, ErrorCode.topic_authorization_failed,
+                                   "the group is assigned topics that "
+                                   f"{ctx.principal} may not DESCRIBE"))
+        else:
+            ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
+                   if req.include_authorized_operations and d.error_code == ErrorCode.none
+                   else OPERATIONS_NOT_REQUESTED)
+            groups.append(_group(m, gid, d, topics, ops))
+    return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

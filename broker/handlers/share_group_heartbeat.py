@@ -6,6 +6,10 @@ outcomes (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALI
 error codes in the response. The assignment is null unless the shard sends one; the client host
 is reported as Kafka reports it (``/127.0.0.1``). A member leaving (epoch -1) releases the records
 it holds on this broker.
+
+Authorization (``broker/authz.py``), as Kafka, before the group is touched: READ on the group,
+else GROUP_AUTHORIZATION_FAILED; when the heartbeat carries a subscription, DESCRIBE on every
+subscribed topic (each asked once), else TOPIC_AUTHORIZATION_FAILED for the whole heartbeat.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -39,9 +44,25 @@ def _response(m: Any, resp: HeartbeatResponse) -> Any:
                 assignment=assignment)
 
 
+def _refused(m: Any, error: ErrorCode, message: str) -> Any:
+    return make(m.ShareGroupHeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error,
+                error_message=message, member_id=None, member_epoch=0,
+                heartbeat_interval=timedelta(0), assignment=None)
+
+
 async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     names = req.subscribed_topic_names
+    group = Resource(ResourceType.GROUP, req.group_id)
+    if not ctx.authorized(Operation.READ, group):
+        return _refused(m, ErrorCode.group_authorization_failed,
+                        refusal(ctx.principal, Operation.READ, group))
+    if names:
+        denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, names)
+        if denied:
+            return _refused(m, ErrorCode.topic_authorization_failed,
+                            f"{ctx.principal} is not authorized to DESCRIBE subscribed topic(s) "
+                            f"{', '.join(sorted(denied))}; grant DESCRIBE (or READ) on them")
     resp = await ctx.broker.share_groups.heartbeat(HeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
         rack_id=req.rack_id,

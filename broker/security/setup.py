@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.authz import Operation, Principal, Resource
+from broker.authz import Operation, Principal, Resource, ResourceType
 from broker.security.acl import AclOperation
 from broker.security.acl import ResourceType as AclResourceType
 from broker.security.acl_store import AclStore
@@ -71,14 +71,42 @@ def build_authorizer(config: BrokerConfig, data_dir: Path) -> AclAuthorizer | No
 
 
 class AclSeam:
-    """``broker.authz.Authorizer`` answered by the ACL authorizer (what handlers call)."""
+    """``broker.authz.Authorizer`` answered by the ACL authorizer (what handlers call).
 
-    __slots__ = ("acls",)
+    Translates Shoal's operation and resource enums to the ACL model's with dict lookups, and
+    a principal to its ``Type:name`` text once per distinct principal object."""
+
+    __slots__ = ("acls", "_names")
+
+    enforcing = True
 
     def __init__(self, acls: AclAuthorizer) -> None:
         self.acls = acls
+        self._names: dict[Principal, str] = {}
+
+    def _name(self, principal: Principal) -> str:
+        name = self._names.get(principal)
+        if name is None:
+            if len(self._names) >= 10_000:
+                self._names.clear()
+            name = self._names[principal] = str(principal)
+        return name
 
     def authorize(self, principal: Principal, operation: Operation, resource: Resource,
                   host: str = "*") -> bool:
-        return self.acls.authorize(str(principal), host, AclOperation[operation.name],
-                                   AclResourceType[resource.type.name], resource.name)
+        return self.acls.authorize(self._name(principal), host, _OPERATIONS[operation],
+                                   _TYPES[resource.type], resource.name)
+
+    def authorized_operations(self, principal: Principal, resource: Resource,
+                              host: str = "*") -> int:
+        return self.acls.authorized_operations(self._name(principal), host,
+                                               _TYPES[resource.type], resource.name)
+
+    def authorize_by_resource_type(self, principal: Principal, operation: Operation,
+                                   resource_type: ResourceType, host: str = "*") -> bool:
+        return self.acls.authorize_by_resource_type(self._name(principal), host,
+                                                    _OPERATIONS[operation], _TYPES[resource_type])
+
+
+_OPERATIONS = {op: AclOperation[op.name] for op in Operation}
+_TYPES = {t: AclResourceType[t.name] for t in ResourceType}

@@ -12,7 +12,7 @@ import asyncio
 from datetime import timedelta
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,10 @@ RENEW = 4
 class AckResult:
     error: ErrorCode
     message: str | None = None
+
+
+_ACK_NOT_AUTHORIZED = AckResult(ErrorCode.topic_authorization_failed,
+                                "not authorized to READ this topic; acknowledgements not applied")
 
 
 def request_problem(group_id: str | None, member_id: str | None) -> str | None:
@@ -156,19 +160,29 @@ class ShareService:
         return AckResult(error, message)
 
     async def acknowledge_all(self, group_id: str, member_id: str, topics: Sequence[Any],
-                              version: int, is_renew: bool) -> dict[tuple[uuid.UUID, int], AckResult]:
-        """Apply every partition's acknowledgements of a request concurrently."""
+                              version: int, is_renew: bool,
+                              refused: Container[uuid.UUID] = ()
+                              ) -> dict[tuple[uuid.UUID, int], AckResult]:
+        """Apply every partition's acknowledgements of a request concurrently; those of topics
+        in ``refused`` (the principal may not READ them) are answered TOPIC_AUTHORIZATION_FAILED
+        and not applied."""
         jobs: dict[tuple[uuid.UUID, int], Any] = {}
+        denied: dict[tuple[uuid.UUID, int], AckResult] = {}
         for t in topics:
+            if refused and t.topic_id in refused:
+                for p in t.partitions:
+                    if p.acknowledgement_batches:
+                        denied[(t.topic_id, p.partition_index)] = _ACK_NOT_AUTHORIZED
+                continue
             for p in t.partitions:
                 if p.acknowledgement_batches:
                     jobs[(t.topic_id, p.partition_index)] = self.acknowledge(
                         group_id, member_id, t.topic_id, p.partition_index,
                         p.acknowledgement_batches, version, is_renew)
         if not jobs:
-            return {}
+            return denied
         results = await asyncio.gather(*jobs.values())
-        return dict(zip(jobs.keys(), results))
+        return {**dict(zip(jobs.keys(), results)), **denied}
 
     def release_session(self, session: ShareSession) -> None:
         self.partitions.release_member(session.group_id, session.member_id,

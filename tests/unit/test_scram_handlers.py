@@ -10,8 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import CLUSTER, Operation, Principal, Resource
+from broker.authz import CLUSTER, DenialLog, Operation, Principal, Resource
+from broker.clock import FakeClock
 from broker.context import RequestContext
+from broker.metrics import LabelledCounter
 from broker.handlers import alter_user_scram_credentials as alter
 from broker.handlers import describe_user_scram_credentials as describe
 from broker.security.scram_store import ScramStore, credential_from_password
@@ -22,6 +24,8 @@ SALT = b"0123456789abcdef"
 
 class DenyAll:
     """A ``broker.authz.Authorizer`` that refuses everything and records what it was asked."""
+
+    enforcing = True
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, Operation, Resource, str]] = []
@@ -35,7 +39,10 @@ class DenyAll:
 def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> RequestContext:
     store = ScramStore.open(tmp_path)
     store.upsert("alice", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "a", 8192))
-    broker = SimpleNamespace(scram_credentials=store, authorizer=authorizer)
+    broker = SimpleNamespace(scram_credentials=store, authorizer=authorizer,
+                             metrics=SimpleNamespace(authorization_denied=LabelledCounter(
+                                 "denied_total", "", ("operation", "resource_type"))),
+                             denials=DenialLog(), clock=FakeClock())
     return RequestContext(broker=broker, api_key=api_key, api_version=0,  # type: ignore[arg-type]
                           correlation_id=1, client_id="t", client_host="10.0.0.1",
                           connection_id=1, principal=Principal("User", "bob"))
