@@ -6,7 +6,7 @@ The client sends salted passwords, never passwords. Validation is Kafka's, as da
 (two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a missing credential). The
 answer has one result per user; a user with any invalid change keeps its credentials unchanged.
 Valid changes are written durably (``scram-credentials.json``) before the answer, off the event
-loop. Needs CLUSTER ALTER (``_authorize``: with ``authorizer.class.name`` empty, allowed).
+loop. Needs CLUSTER ALTER (with ``authorizer.class.name`` empty, allowed).
 """
 
 from __future__ import annotations
@@ -31,13 +31,6 @@ VERSIONS = (0, 0)
 log = logging.getLogger("shoal.security.scram")
 
 
-def _authorize(ctx: RequestContext, operation: str) -> bool:
-    """CLUSTER ``operation`` (Kafka's AclOperation name) for the request's principal, through
-    the broker's authorizer (``broker/authz.py``); allowed when the broker has none."""
-    if getattr(ctx.broker, "authorizer", None) is None:
-        return True
-    return ctx.authorized(Operation[operation], CLUSTER)
-
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     return _alter(ctx, req)
@@ -49,7 +42,7 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                             bytes(u.salted_password)) for u in req.upsertions]
     users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
-    if not _authorize(ctx, "ALTER"):
+    if not ctx.authorized(Operation.ALTER, CLUSTER):
         results = [UserResult(u, ErrorCode.cluster_authorization_failed,
                               f"{ctx.principal} is not authorized to alter SCRAM credentials: "
                               "it needs ALTER on the CLUSTER resource") for u in users]

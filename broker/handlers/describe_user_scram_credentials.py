@@ -27,18 +27,11 @@ API_KEY = 50
 VERSIONS = (0, 0)
 
 
-def _authorize(ctx: RequestContext, operation: str) -> bool:
-    """CLUSTER ``operation`` (Kafka's AclOperation name) for the request's principal, through
-    the broker's authorizer (``broker/authz.py``); allowed when the broker has none."""
-    if getattr(ctx.broker, "authorizer", None) is None:
-        return True
-    return ctx.authorized(Operation[operation], CLUSTER)
-
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     names = [u.name for u in req.users or ()]
-    if not _authorize(ctx, "DESCRIBE"):
+    if not ctx.authorized(Operation.DESCRIBE, CLUSTER):
         message = (f"{ctx.principal} is not authorized to describe SCRAM credentials: it needs "
                    "DESCRIBE on the CLUSTER resource")
         # Kafka answers with a top-level error; confluent-kafka 2.16.1 aborts the client process

@@ -10,7 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import CLUSTER, DenialLog, Operation, Principal, Resource
+from broker.authz import CLUSTER, DefaultAuthorizer, DenialLog, Operation, Principal, Resource
 from broker.clock import FakeClock
 from broker.context import RequestContext
 from broker.metrics import LabelledCounter
@@ -39,7 +39,8 @@ class DenyAll:
 def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> RequestContext:
     store = ScramStore.open(tmp_path)
     store.upsert("alice", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "a", 8192))
-    broker = SimpleNamespace(scram_credentials=store, authorizer=authorizer,
+    broker = SimpleNamespace(scram_credentials=store,
+                             authorizer=authorizer if authorizer is not None else DefaultAuthorizer(),
                              metrics=SimpleNamespace(authorization_denied=LabelledCounter(
                                  "denied_total", "", ("operation", "resource_type"))),
                              denials=DenialLog(), clock=FakeClock())
