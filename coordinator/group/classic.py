@@ -787,6 +787,12 @@ class ClassicGroups:
             return
         if kind == SESSION_TIMER:
             mid = key[2]
+            member = g.members.get(mid)
+            if member is not None and (member.join_waiter is not None
+                                       or member.sync_waiter is not None):
+                # A member waiting in JoinGroup/SyncGroup is alive (as Kafka keeps it).
+                self._schedule(key, now_ms + member.session_timeout_ms)
+                return
             if mid in g.pending:
                 g.pending.discard(mid)
                 self._try_complete_join(g, now_ms, fx)
