@@ -671,15 +671,18 @@ class GroupCoordinatorShard:
         share group's id gets INCONSISTENT_GROUP_PROTOCOL."""
         return self._classic_op(
             req.group_id, lambda fx: self.classic.join(req, waiter, now_ms, fx),
-            lambda e: cl.JoinResponse(e, member_id=req.member_id),
+            lambda e: cl.JoinResponse(e, member_id=(
+                "" if e == ErrorCode.inconsistent_group_protocol else req.member_id)),
             share_error=ErrorCode.inconsistent_group_protocol)
 
     def classic_sync(self, req: cl.SyncRequest, waiter: int,
                      now_ms: int) -> CoordinatorResult[r.Record, Any]:
-        """SyncGroup: a ``SyncResponse`` or ``classic.PENDING``."""
+        """SyncGroup: a ``SyncResponse`` or ``classic.PENDING``. As Heartbeat, LeaveGroup and
+        OffsetCommit, a share group's id gets GROUP_ID_NOT_FOUND (Kafka: "not a classic
+        group")."""
         return self._classic_op(
             req.group_id, lambda fx: self.classic.sync(req, waiter, now_ms, fx),
-            cl.SyncResponse, share_error=ErrorCode.inconsistent_group_protocol)
+            cl.SyncResponse)
 
     def classic_heartbeat(self, group_id: str, member_id: str, generation: int,
                           instance_id: str | None,
@@ -687,14 +690,13 @@ class GroupCoordinatorShard:
         return self._classic_op(
             group_id, lambda _fx: self.classic.heartbeat(group_id, member_id, generation,
                                                          instance_id, now_ms),
-            lambda e: e, share_error=ErrorCode.inconsistent_group_protocol)
+            lambda e: e)
 
     def classic_leave(self, group_id: str, members: tuple[cl.LeaveMember, ...],
                       now_ms: int) -> CoordinatorResult[r.Record, cl.LeaveResponse]:
         return self._classic_op(
             group_id, lambda fx: self.classic.leave(group_id, members, now_ms, fx),
-            lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)),
-            share_error=ErrorCode.inconsistent_group_protocol)
+            lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)))
 
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
                        instance_id: str | None, parts: tuple[cl.OffsetCommitPartition, ...],

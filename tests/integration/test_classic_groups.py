@@ -3,20 +3,25 @@
 confluent-kafka ``Consumer`` (group.protocol=classic) and aiokafka ``AIOKafkaConsumer`` join,
 get disjoint assignments covering every partition, rebalance when a member leaves, commit, and
 resume at the committed offsets after a SIGKILL; share and classic groups coexist on one topic.
+Raw requests check the admin RPCs (OffsetFetch v8+ batches, ListGroups v5 types, DescribeGroups,
+DeleteGroups, OffsetDelete) and that one group id has one type.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.integration.rawclient import RawClient, request, request_module
 from tests.integration.share_helpers import (
     drain,
     produce,
@@ -194,3 +199,109 @@ def test_share_and_classic_groups_share_a_topic(fast_broker: Any) -> None:
         assert code == KafkaError.GROUP_ID_NOT_FOUND, code
     finally:
         bad.close()
+
+
+# -- raw protocol: coexistence and admin RPCs --------------------------------------------------
+
+
+def raw_join(c: RawClient, group: str, member: str = "", version: int = 9) -> Any:
+    m = request_module(11, version)
+    return c.call(11, version, request(
+        11, version, group_id=group, session_timeout=timedelta(seconds=10),
+        rebalance_timeout=timedelta(seconds=10), member_id=member, group_instance_id=None,
+        protocol_type="consumer", protocols=(m.JoinGroupRequestProtocol(
+            name="range", metadata=b"\x00\x01"),), reason=None))
+
+
+def raw_commit(c: RawClient, group: str, topic: str, offset: int, member: str = "",
+               generation: int = -1) -> Any:
+    m = request_module(8, 9)
+    return c.call(8, 9, request(
+        8, 9, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+        group_instance_id=None, topics=(m.OffsetCommitRequestTopic(name=topic, partitions=(
+            m.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                           committed_leader_epoch=-1,
+                                           committed_metadata="meta"),)),)))
+
+
+def test_admin_rpcs_and_one_type_per_group_id(fast_broker: Any) -> None:
+    topic = "classic-raw"
+    create_topic(fast_broker.bootstrap, topic, partitions=1)
+    share_group = "raw-share"
+    s = share_consumer(fast_broker.bootstrap, share_group, topic)
+    try:
+        drain(s, 2)  # the share group exists now
+        with RawClient(fast_broker.bootstrap) as c:
+            # JoinGroup with a share group's id: INCONSISTENT_GROUP_PROTOCOL.
+            assert raw_join(c, share_group).error_code == ErrorCode.inconsistent_group_protocol
+            # A live classic group: MEMBER_ID_REQUIRED, then the rejoin completes at once.
+            first = raw_join(c, "raw-live")
+            assert first.error_code == ErrorCode.member_id_required and first.member_id
+            joined = raw_join(c, "raw-live", first.member_id)
+            assert (joined.error_code, joined.generation_id, joined.leader) == (
+                ErrorCode.none, 1, first.member_id)
+            m14 = request_module(14, 5)
+            synced = c.call(14, 5, request(
+                14, 5, group_id="raw-live", generation_id=1, member_id=first.member_id,
+                group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                assignments=(m14.SyncGroupRequestAssignment(member_id=first.member_id,
+                                                            assignment=b"A"),)))
+            assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"A")
+            # Simple commits on a standalone group, refused on a live group without a member.
+            assert raw_commit(c, "raw-solo", topic, 3).topics[0].partitions[0].error_code == 0
+            assert raw_commit(c, "raw-live", topic, 3).topics[0].partitions[0].error_code == \
+                ErrorCode.unknown_member_id
+            assert raw_commit(c, "raw-live", topic, 4, first.member_id, 1) \
+                .topics[0].partitions[0].error_code == 0
+            assert raw_commit(c, share_group, topic, 3).topics[0].partitions[0].error_code == \
+                ErrorCode.group_id_not_found
+            # OffsetFetch v8+: several groups at once.
+            m9 = request_module(9, 9)
+            fetched = c.call(9, 9, request(9, 9, groups=tuple(
+                m9.OffsetFetchRequestGroup(group_id=g, topics=None)
+                for g in ("raw-solo", "raw-live")), require_stable=False))
+            assert [(g.group_id, g.topics[0].partitions[0].committed_offset,
+                     g.topics[0].partitions[0].metadata) for g in fetched.groups] == [
+                ("raw-solo", 3, "meta"), ("raw-live", 4, "meta")]
+            # ListGroups v5: both kinds with their types; the types filter.
+            listed = c.call(16, 5, request(16, 5, states_filter=(), types_filter=()))
+            kinds = {g.group_id: (g.group_type, g.protocol_type, g.group_state)
+                     for g in listed.groups}
+            assert kinds[share_group][:2] == ("share", "share")
+            assert kinds["raw-live"] == ("classic", "consumer", "Stable")
+            assert kinds["raw-solo"] == ("classic", "", "Empty")
+            only = c.call(16, 5, request(16, 5, states_filter=(), types_filter=("Classic",)))
+            assert {g.group_id for g in only.groups} >= {"raw-live", "raw-solo"}
+            assert share_group not in {g.group_id for g in only.groups}
+            # DescribeGroups: the classic group with its member, metadata and assignment.
+            (d,) = c.call(15, 5, request(15, 5, groups=("raw-live",),
+                                         include_authorized_operations=False)).groups
+            assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (
+                0, "Stable", "consumer", "range")
+            assert [(x.member_id, x.member_metadata, x.member_assignment)
+                    for x in d.members] == [(first.member_id, b"\x00\x01", b"A")]
+            # DeleteGroups: NON_EMPTY_GROUP while a member remains; OffsetDelete likewise.
+            m47 = request_module(47, 0)
+
+            def offset_delete(group: str) -> Any:
+                return c.call(47, 0, request(47, 0, group_id=group, topics=(
+                    m47.OffsetDeleteRequestTopic(name=topic, partitions=(
+                        m47.OffsetDeleteRequestPartition(partition_index=0),)),)))
+
+            assert offset_delete("raw-live").topics[0].partitions[0].error_code == \
+                ErrorCode.group_subscribed_to_topic
+            deleted = c.call(42, 2, request(42, 2, groups_names=("raw-live", "raw-solo")))
+            assert [(r.group_id, r.error_code) for r in deleted.results] == [
+                ("raw-live", ErrorCode.non_empty_group), ("raw-solo", 0)]
+            m13 = request_module(13, 5)
+            left = c.call(13, 5, request(13, 5, group_id="raw-live", members=(
+                m13.MemberIdentity(member_id=first.member_id, group_instance_id=None,
+                                   reason=None),)))
+            assert left.error_code == 0 and left.members[0].error_code == 0
+            assert offset_delete("raw-live").topics[0].partitions[0].error_code == 0
+            deleted = c.call(42, 2, request(42, 2, groups_names=("raw-live",)))
+            assert deleted.results[0].error_code == 0
+            listed = c.call(16, 5, request(16, 5, states_filter=(), types_filter=("classic",)))
+            assert not {"raw-live", "raw-solo"} & {g.group_id for g in listed.groups}
+    finally:
+        s.close()
