@@ -542,8 +542,15 @@ class ClassicGroups:
         g.members[new_id] = old
         if was_leader:
             g.leader = new_id
-        same = old.protocols == req.protocols
+        previous = old.protocols
+        old.protocols = req.protocols
+        # As Kafka: a Stable group keeps its generation if the protocol it would select next
+        # is the one in use (the member's metadata may differ, e.g. owned partitions).
+        same = g.supports(req.protocol_type, (n for n, _ in req.protocols)) and \
+            g.select_protocol() == g.protocol
+        old.protocols = previous
         if g.state is ClassicState.STABLE and same and not was_leader:
+            old.protocols = req.protocols
             old.session_timeout_ms = req.session_timeout_ms
             old.rebalance_timeout_ms = req.rebalance_timeout_ms
             self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)

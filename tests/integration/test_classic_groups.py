@@ -305,3 +305,29 @@ def test_admin_rpcs_and_one_type_per_group_id(fast_broker: Any) -> None:
             assert not {"raw-live", "raw-solo"} & {g.group_id for g in listed.groups}
     finally:
         s.close()
+
+
+def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
+        fast_broker: Any) -> None:
+    topic, group = "classic-static", "classic-static-g"
+    create_topic(fast_broker.bootstrap, topic, partitions=4)
+    assigned: list[int] = []
+    c1 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "static-1"})
+    c1.subscribe([topic], on_assign=lambda c, parts: assigned.append(len(parts)))
+    wait_assigned([c1], 4)
+    c2 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "static-2"})
+    c2.subscribe([topic])
+    try:
+        sets = wait_assigned([c1, c2], 4)
+        before = sets[1]
+        rebalances = len(assigned)
+        c2.close()  # a static member does not leave: its session holds its partitions
+        c2 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "static-2"})
+        c2.subscribe([topic])
+        again = wait_assigned([c1, c2], 4)
+        assert again[1] == before
+        poll_all([c1, c2], 2.0)
+        assert len(assigned) == rebalances  # the other member was not rebalanced
+    finally:
+        c1.close()
+        c2.close()

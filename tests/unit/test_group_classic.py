@@ -6,7 +6,6 @@ the log so a fresh shard can reload it (the replay property)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -290,4 +289,3 @@ def test_a_failed_append_reverts_the_offsets() -> None:
         h.shard.replay(h.shard.end_offset, *SERDE.key_value(record))
     h.shard.revert(base)
     assert h.shard.fetch_offsets("solo", None).partitions == ()
-    assert replace(SETTINGS) == SETTINGS
