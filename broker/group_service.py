@@ -1,5 +1,11 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
+It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``).
+A classic request whose answer comes later (a JoinGroup waiting for the rebalance, a follower's
+SyncGroup waiting for the leader) registers a waiter id and a future before its op runs; the
+shard delivers the answer through ``_deliver`` (after the records it depends on are committed).
+
 Concept (STYLE.md 1.3-1.6, after Kafka's ``GroupCoordinatorService``): one
 ``GroupCoordinatorShard`` per ``__consumer_offsets`` partition, driven by a ``CoordinatorRuntime``
 (``coordinator/runtime/loop.py``) that runs each partition's ops one at a time, appends their

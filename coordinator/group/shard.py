@@ -1,4 +1,14 @@
-"""``GroupCoordinatorShard``: the share groups of one ``__consumer_offsets`` partition.
+"""``GroupCoordinatorShard``: the share and classic groups of one ``__consumer_offsets`` partition.
+
+Classic consumer groups and committed offsets (``classic.py``, records in ``classic_records.py``:
+Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic`` beside the share groups:
+``replay`` routes their records there, ``commit``/``revert`` move both stores, timers with keys
+starting ``"c-"`` are theirs, and ``list_groups`` lists both kinds. One group id has one type:
+classic ops on a share group's id answer GROUP_ID_NOT_FOUND (JoinGroup:
+INCONSISTENT_GROUP_PROTOCOL), a share heartbeat with a classic group's id GROUP_ID_NOT_FOUND.
+Deferred classic answers (JoinGroup, a follower's SyncGroup) go to ``deliver`` once the records
+of the op that produced them are committed; a revert or unload delivers ``classic.PENDING``,
+which the caller turns into an error.
 
 Concept (STYLE.md 1.3-1.5, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
 group whose id maps to its partition. Write ops (heartbeat, topic changes, timers, share-state
