@@ -398,6 +398,22 @@ def test_topic_checks_behind_an_allowed_group(env: Env) -> None:
         topic_name=TOPIC, partitions=(m91.AlterShareGroupOffsetsRequestPartition(
             partition_index=0, start_offset=0),)),))
     assert a.error_code == 0 and _codes(a, "responses", "partitions") == [TAF]
+    m8 = request_module(8, 9)
+    oc = env.raw(8, 9, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                 group_instance_id=None, topics=(m8.OffsetCommitRequestTopic(
+                     name=TOPIC, partitions=(m8.OffsetCommitRequestPartition(
+                         partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                         committed_metadata=""),)),))
+    assert _codes(oc, "topics", "partitions") == [TAF]
+    m9 = request_module(9, 9)
+    of = env.raw(9, 9, groups=(m9.OffsetFetchRequestGroup(group_id=group, topics=(
+        m9.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=(0,)),)),),
+        require_stable=False)
+    assert _codes(of, "groups") == [0] and _codes(of, "groups", "topics", "partitions") == [TAF]
+    m47 = request_module(47, 0)
+    od = env.raw(47, 0, group_id=group, topics=(m47.OffsetDeleteRequestTopic(
+        name=TOPIC, partitions=(m47.OffsetDeleteRequestPartition(partition_index=0),)),))
+    assert od.error_code == 0 and _codes(od, "topics", "partitions") == [TAF]
 
 
 # -- real clients ----------------------------------------------------------------------------
