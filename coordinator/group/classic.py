@@ -576,6 +576,13 @@ class ClassicGroups:
             g.leader = mid
         self._schedule((SESSION_TIMER, g.group_id, mid), now_ms + req.session_timeout_ms)
         if g.state is ClassicState.PREPARING:
+            if g.initial_delay:
+                # As Kafka's initial delayed join: each new member extends the wait by the
+                # delay, never past the rebalance timeout from the rebalance's start.
+                s = self._settings(g.group_id)
+                rebalance = max(m.rebalance_timeout_ms for m in g.members.values())
+                self._schedule((JOIN_TIMER, g.group_id), min(
+                    now_ms + s.initial_rebalance_delay_ms, g.state_timestamp + rebalance))
             self._try_complete_join(g, now_ms, fx)
         else:
             self._prepare_rebalance(g, now_ms, fx)

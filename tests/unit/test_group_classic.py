@@ -6,6 +6,7 @@ the log so a fresh shard can reload it (the replay property)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -289,3 +290,16 @@ def test_a_failed_append_reverts_the_offsets() -> None:
         h.shard.replay(h.shard.end_offset, *SERDE.key_value(record))
     h.shard.revert(base)
     assert h.shard.fetch_offsets("solo", None).partitions == ()
+
+
+def test_the_initial_rebalance_delay_waits_for_more_members() -> None:
+    h = Harness(replace(SETTINGS, initial_rebalance_delay_ms=3_000))
+    w1, m1 = h.join_new()
+    h.tick(2_000)
+    w2, m2 = h.join_new()  # extends the wait to +3 s from now
+    h.tick(2_000)
+    assert w1 not in h.delivered and w2 not in h.delivered
+    h.tick(1_000)
+    j1, j2 = h.delivered[w1], h.delivered[w2]
+    assert j1.generation_id == j2.generation_id == 1
+    assert {m.member_id for m in j1.members + j2.members} == {m1, m2}
