@@ -303,3 +303,27 @@ def test_the_initial_rebalance_delay_waits_for_more_members() -> None:
     j1, j2 = h.delivered[w1], h.delivered[w2]
     assert j1.generation_id == j2.generation_id == 1
     assert {m.member_id for m in j1.members + j2.members} == {m1, m2}
+
+
+def test_classic_record_bytes_are_kafkas() -> None:
+    """Offset commits: key version 1 (group, topic, partition), value version 3; group metadata:
+    key version 2, value version 3; older offset value versions (v1 with an expire timestamp)
+    and key version 0 are read too."""
+    key = cr.OffsetCommitKey("g", "t", 3)
+    value = cr.OffsetCommitValue(42, 7, "m", 1000)
+    kb, vb = cr.encode_key(key), cr.encode_value(value)
+    assert kb == b"\x00\x01" + b"\x00\x01g" + b"\x00\x01t" + b"\x00\x00\x00\x03"
+    assert vb == (b"\x00\x03" + (42).to_bytes(8, "big") + (7).to_bytes(4, "big") + b"\x00\x01m"
+                  + (1000).to_bytes(8, "big"))
+    assert SERDE.decode(kb, vb) == (key, value)
+    v1 = b"\x00\x01" + (42).to_bytes(8, "big") + b"\x00\x01m" + (1000).to_bytes(8, "big") + \
+        (2000).to_bytes(8, "big")
+    assert SERDE.decode(b"\x00\x00" + kb[2:], v1) == (key, cr.OffsetCommitValue(42, -1, "m", 1000))
+    meta = cr.GroupMetadataValue("consumer", 5, "range", "a", 99, (
+        cr.MemberMetadata("a", None, "c", "/h", 300, 10, b"sub", b"asg"),))
+    gk = cr.GroupMetadataKey("g")
+    assert cr.encode_key(gk) == b"\x00\x02\x00\x01g"
+    encoded = cr.encode_value(meta)
+    assert encoded is not None and encoded[:2] == b"\x00\x03"
+    assert SERDE.decode(cr.encode_key(gk), encoded) == (gk, meta)
+    assert SERDE.decode(cr.encode_key(gk), None) == (gk, None)
