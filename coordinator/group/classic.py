@@ -270,23 +270,39 @@ class _Undo:
 
 class DurableStore:
     """Classic records folded by key (latest value per key) with an undo log to the committed
-    offset. Offsets of the log are shared with the share-group store."""
+    offset. Offsets of the log are shared with the share-group store. ``keys_per_group`` counts
+    the live keys of each group id, so "is this id a classic group" is one lookup (it is asked on
+    every share heartbeat)."""
 
     def __init__(self) -> None:
         self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
         self.key_offsets: dict[cr.ClassicKey, int] = {}
+        self.keys_per_group: dict[str, int] = {}
         self.undo: deque[_Undo] = deque()
         self.journaling = True
+
+    def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
+        if key not in self.values:
+            self.keys_per_group[key.group_id] = self.keys_per_group.get(key.group_id, 0) + 1
+        self.values[key] = value
+        self.key_offsets[key] = offset
+
+    def _drop(self, key: cr.ClassicKey) -> None:
+        if self.values.pop(key, None) is not None:
+            left = self.keys_per_group[key.group_id] - 1
+            if left:
+                self.keys_per_group[key.group_id] = left
+            else:
+                del self.keys_per_group[key.group_id]
+        self.key_offsets.pop(key, None)
 
     def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
         if self.journaling:
             self.undo.append(_Undo(offset, key, self.values.get(key), self.key_offsets.get(key)))
         if value is None:
-            self.values.pop(key, None)
-            self.key_offsets.pop(key, None)
+            self._drop(key)
         else:
-            self.values[key] = value
-            self.key_offsets[key] = offset
+            self._set(key, value, offset)
 
     def commit(self, offset: int) -> None:
         while self.undo and self.undo[0].offset < offset:
@@ -296,12 +312,10 @@ class DurableStore:
         while self.undo and self.undo[-1].offset >= offset:
             e = self.undo.pop()
             if e.before is None:
-                self.values.pop(e.key, None)
-                self.key_offsets.pop(e.key, None)
+                self._drop(e.key)
             else:
-                self.values[e.key] = e.before
                 assert e.before_offset is not None
-                self.key_offsets[e.key] = e.before_offset
+                self._set(e.key, e.before, e.before_offset)
 
     def committed(self, key: cr.ClassicKey) -> cr.ClassicValue | None:
         for e in self.undo:
@@ -334,6 +348,7 @@ class DurableStore:
     def clear(self) -> None:
         self.values.clear()
         self.key_offsets.clear()
+        self.keys_per_group.clear()
         self.undo.clear()
 
 
@@ -366,12 +381,10 @@ class ClassicGroups:
 
     def group_ids(self) -> set[str]:
         """Every classic group id: live groups and ids holding committed offsets."""
-        ids = set(self.groups)
-        ids.update(k.group_id for k in self.store.values)
-        return ids
+        return set(self.groups) | set(self.store.keys_per_group)
 
     def has(self, group_id: str) -> bool:
-        return group_id in self.groups or any(k.group_id == group_id for k in self.store.values)
+        return group_id in self.groups or group_id in self.store.keys_per_group
 
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, state, protocol type) of every classic group, committed offsets included."""

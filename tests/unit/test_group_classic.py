@@ -267,6 +267,8 @@ def test_replaying_the_records_gives_the_same_groups_and_offsets() -> None:
     h.commit("", -1, {("u", 0): 3}, group="solo")
     fresh = h.reload()
     assert fresh.classic.store.values == h.shard.classic.store.values
+    assert fresh.classic.store.keys_per_group == h.shard.classic.store.keys_per_group == {
+        "g": 3, "solo": 1}
     g, f = h.group(), fresh.classic.groups[G]
     assert (f.state, f.generation, f.leader, f.protocol, f.protocol_type) == (
         g.state, g.generation, g.leader, g.protocol, g.protocol_type)
@@ -288,8 +290,10 @@ def test_a_failed_append_reverts_the_offsets() -> None:
     base = h.shard.end_offset
     for record in result.records:
         h.shard.replay(h.shard.end_offset, *SERDE.key_value(record))
+    assert h.shard.classic.has("solo")
     h.shard.revert(base)
     assert h.shard.fetch_offsets("solo", None).partitions == ()
+    assert not h.shard.classic.has("solo")
 
 
 def test_the_initial_rebalance_delay_waits_for_more_members() -> None:
