@@ -414,11 +414,12 @@ class ClassicGroups:
 
     def fetch_offsets(self, group_id: str,
                       topics: Sequence[tuple[str, Sequence[int]]] | None) -> OffsetFetchResponse:
-        """Committed offsets (committed view); ``topics`` None = every partition of the group."""
-        items = {k: v for k, v in self.store.committed_items().items()
-                 if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
+        """Committed offsets (committed view); ``topics`` None = every partition of the group
+        (a scan of the partition's offsets; named partitions are looked up one by one)."""
         out: list[FetchedOffset] = []
         if topics is None:
+            items = {k: v for k, v in self.store.committed_items().items()
+                     if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
             for k in sorted(items, key=lambda k: (k.topic, k.partition)):
                 v = items[k]
                 assert isinstance(v, cr.OffsetCommitValue)
@@ -427,7 +428,7 @@ class ClassicGroups:
         else:
             for topic, parts in topics:
                 for p in parts:
-                    v = items.get(cr.OffsetCommitKey(group_id, topic, p))
+                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
                     if isinstance(v, cr.OffsetCommitValue):
                         out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
                     else:
