@@ -278,6 +278,9 @@ class GroupCoordinatorShard:
         if not self._loaded:
             return DescribeResult(ErrorCode.coordinator_load_in_progress)
         group = self._store.committed_group(group_id)
+        if group is None and self.classic.has(group_id):
+            return DescribeResult(ErrorCode.group_id_not_found,
+                                  error_message=f"Group {group_id} is not a share group.")
         if group is None:
             return DescribeResult(
                 ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found."

@@ -331,3 +331,11 @@ def test_classic_record_bytes_are_kafkas() -> None:
     assert encoded is not None and encoded[:2] == b"\x00\x03"
     assert SERDE.decode(cr.encode_key(gk), encoded) == (gk, meta)
     assert SERDE.decode(cr.encode_key(gk), None) == (gk, None)
+
+
+def test_share_describe_of_a_classic_group_says_it_is_not_a_share_group() -> None:
+    h = Harness()
+    h.commit("", -1, {("t", 0): 1}, group="solo")
+    res = h.shard.describe("solo")
+    assert (res.error_code, res.error_message) == (
+        ErrorCode.group_id_not_found, "Group solo is not a share group.")
