@@ -42,6 +42,15 @@ Metadata (3)               all topics: TOPIC DESCRIBE (quiet)        topic left 
                            bitfields when asked (v8+): the topic's;  cluster bitfield 0
                            the cluster's (v8-10) if CLUSTER
                            DESCRIBE (quiet)
+OffsetCommit (8)           GROUP READ; TOPIC READ                    GAF per partition; TAF per
+                                                                     partition, not committed
+OffsetFetch (9)            GROUP DESCRIBE; named topics: TOPIC       GAF per group; TAF per
+                           DESCRIBE; all topics: TOPIC DESCRIBE      partition; topic left out
+                           (quiet)
+JoinGroup (11),            GROUP READ                                GAF
+Heartbeat (12),
+LeaveGroup (13),
+SyncGroup (14)
 FindCoordinator (10)       GROUP key: GROUP DESCRIBE                 GAF per key
                            TRANSACTION key: TRANSACTIONAL_ID         TRANSACTIONAL_ID_AUTHORIZA-
                            DESCRIBE                                  TION_FAILED per key
@@ -72,6 +81,8 @@ IncrementalAlter-          after the duplicate check
 Configs (44)
 CreatePartitions (37)      TOPIC ALTER (after the duplicate check)   TAF per topic, first
 DeleteGroups (42)          GROUP DELETE                              GAF per group
+OffsetDelete (47)          GROUP DELETE; TOPIC READ                  GAF top level; TAF per
+                                                                     partition, offsets kept
 DescribeUserScram-         CLUSTER DESCRIBE                          CAF per user (see below)
 Credentials (50)
 AlterUserScram-            CLUSTER ALTER                             CAF per user

@@ -177,6 +177,20 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Only 'producer' (keep batches as produced) is supported.", one_of("producer")),
     ConfigDef("offsets.topic.num.partitions", "int", 50,
               "Partitions of __consumer_offsets.", between(1, 1000)),
+    # Classic consumer groups (Kafka's names and defaults).
+    ConfigDef("group.min.session.timeout.ms", "int", 6000,
+              "Lowest session.timeout.ms a classic group member may ask for.", at_least(1)),
+    ConfigDef("group.max.session.timeout.ms", "int", 1_800_000,
+              "Highest session.timeout.ms a classic group member may ask for.", at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000,
+              "How long the first rebalance of an empty classic group waits for more members.",
+              at_least(0)),
+    ConfigDef("group.max.size", "int", 0x7FFFFFFF,
+              "Maximum number of members of one classic group.", at_least(1)),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096,
+              "Largest metadata string of a committed offset.", at_least(0)),
+    ConfigDef("offsets.retention.minutes", "int", 10080,
+              "How long an empty group's committed offsets are kept.", at_least(1)),
     ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50,
               "Partitions of __share_group_state; never change after deployment.",
               between(1, 1000)),
@@ -440,11 +454,10 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
     # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.
     "group.coordinator.rebalance.protocols": "share groups are always enabled in Shoal (and "
-                                             "classic/consumer groups are not served)",
+                                             "classic groups always are)",
     "group.share.enable": "share groups are always enabled in Shoal",
     "unstable.api.versions.enable": "Shoal advertises only the API versions it serves",
     # Classic consumer groups and Kafka internals Shoal does not have.
-    "group.initial.rebalance.delay.ms": "Shoal does not serve classic consumer groups",
     "group.share.persister.class.name": "Shoal's share-state persister is built in",
     "broker.id": "Shoal reports node.id as its broker id; set node.id instead",
 }

@@ -1,5 +1,11 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
+It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``).
+A classic request whose answer comes later (a JoinGroup waiting for the rebalance, a follower's
+SyncGroup waiting for the leader) registers a waiter id and a future before its op runs; the
+shard delivers the answer through ``_deliver`` (after the records it depends on are committed).
+
 Concept (STYLE.md 1.3-1.6, after Kafka's ``GroupCoordinatorService``): one
 ``GroupCoordinatorShard`` per ``__consumer_offsets`` partition, driven by a ``CoordinatorRuntime``
 (``coordinator/runtime/loop.py``) that runs each partition's ops one at a time, appends their
@@ -59,6 +65,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.group_configs import GroupConfigs, ShareGroupConfig
 from broker.topics import Topic
+from coordinator.group import classic as cl
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.heartbeat import (
@@ -173,6 +180,9 @@ class ShareGroupService:
         self._member_listeners: list[MemberListener] = []
         self._leaving: set[tuple[str, str]] = set()  # leave heartbeats in flight (for logs)
         self._stopped = False
+        # Classic-group requests waiting for a deferred answer (JoinGroup, follower SyncGroup).
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._next_waiter = 0
 
     def _new_shard(self, _partition: int) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(
@@ -183,7 +193,118 @@ class ShareGroupService:
                 "group.share.initialize.retry.interval.ms"),
             loading=True,
             on_member_removed=self._member_removed,
+            classic_config=self._classic_settings,
+            deliver=self._deliver,
         )
+
+    def _classic_settings(self, _group_id: str) -> cl.ClassicSettings:
+        get = self._broker_config.get
+        return cl.ClassicSettings(
+            min_session_timeout_ms=get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=get("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
+            max_size=get("group.max.size"),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
+            offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+        )
+
+    def _deliver(self, waiter: int, response: Any) -> None:
+        fut = self._waiters.pop(waiter, None)
+        if fut is not None and not fut.done():
+            fut.set_result(response)
+
+    # ------------------------------------------------------------------ classic groups
+
+    async def _deferred(self, group_id: str, op: Callable[[GroupCoordinatorShard, int, int], Any],
+                        timeout_ms: int, failure: Callable[[ErrorCode], Any]) -> Any:
+        """Run a classic op that may answer later (``classic.PENDING``); wait for its answer
+        at most ``timeout_ms`` (then ``failure(REBALANCE_IN_PROGRESS)``: the client rejoins)."""
+        self._next_waiter += 1
+        waiter = self._next_waiter
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = fut
+        try:
+            out = await self._write(group_id, lambda shard, now: op(shard, waiter, now))
+            if isinstance(out, CoordinatorFailure):
+                return failure(out.error)
+            if out is not cl.PENDING:
+                return out
+            try:
+                res = await asyncio.wait_for(fut, timeout_ms / 1000)
+            except TimeoutError:
+                return failure(ErrorCode.rebalance_in_progress)
+            return failure(ErrorCode.not_coordinator) if res is cl.PENDING else res
+        finally:
+            self._waiters.pop(waiter, None)
+
+    async def join_group(self, req: cl.JoinRequest) -> cl.JoinResponse:
+        """JoinGroup; answers once the rebalance completes (or at once for errors)."""
+        timeout = max(req.rebalance_timeout_ms, req.session_timeout_ms) + 5000
+        res: cl.JoinResponse = await self._deferred(
+            req.group_id, lambda shard, w, now: shard.classic_join(req, w, now), timeout,
+            lambda e: cl.JoinResponse(e, member_id=req.member_id))
+        return res
+
+    async def sync_group(self, req: cl.SyncRequest, timeout_ms: int) -> cl.SyncResponse:
+        """SyncGroup; a follower's answer waits for the leader's assignment."""
+        res: cl.SyncResponse = await self._deferred(
+            req.group_id, lambda shard, w, now: shard.classic_sync(req, w, now), timeout_ms,
+            cl.SyncResponse)
+        return res
+
+    async def classic_heartbeat(self, group_id: str, member_id: str, generation: int,
+                                instance_id: str | None) -> ErrorCode:
+        out = await self._write(group_id, lambda shard, now: shard.classic_heartbeat(
+            group_id, member_id, generation, instance_id, now))
+        return out.error if isinstance(out, CoordinatorFailure) else out  # type: ignore[no-any-return]
+
+    async def leave_group(self, group_id: str,
+                          members: tuple[cl.LeaveMember, ...]) -> cl.LeaveResponse:
+        out = await self._write(group_id, lambda shard, now: shard.classic_leave(
+            group_id, members, now))
+        if isinstance(out, CoordinatorFailure):
+            return cl.LeaveResponse(out.error, tuple((m, out.error) for m in members))
+        res: cl.LeaveResponse = out
+        return res
+
+    async def commit_offsets(self, group_id: str, member_id: str, generation: int,
+                             instance_id: str | None,
+                             parts: tuple[cl.OffsetCommitPartition, ...]
+                             ) -> cl.OffsetCommitResponse:
+        out = await self._write(group_id, lambda shard, now: shard.commit_offsets(
+            group_id, member_id, generation, instance_id, parts, now))
+        if isinstance(out, CoordinatorFailure):
+            return cl.OffsetCommitResponse(out.error, tuple((p.topic, p.partition, out.error)
+                                                            for p in parts))
+        res: cl.OffsetCommitResponse = out
+        return res
+
+    async def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]) -> Any:
+        out = await self._write(group_id, lambda shard, _now: shard.delete_offsets(
+            group_id, parts))
+        if isinstance(out, CoordinatorFailure):
+            return out.error, ()
+        return out
+
+    def fetch_offsets(self, group_id: str,
+                      topics: Sequence[tuple[str, Sequence[int]]] | None
+                      ) -> cl.OffsetFetchResponse:
+        p = self.partition_for(group_id)
+        status = self.runtime.status(p)
+        shard = self.runtime.shard(p)
+        if status is PartitionStatus.LOADING:
+            return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
+        if status is not PartitionStatus.ACTIVE or shard is None:
+            return cl.OffsetFetchResponse(ErrorCode.not_coordinator)
+        return shard.fetch_offsets(group_id, topics)
+
+    def classic_exists(self, group_id: str) -> bool:
+        shard = self.shard_for(group_id)
+        return shard is not None and shard.classic.has(group_id)
+
+    def describe_classic(self, group_id: str) -> cl.ClassicDescription | None:
+        shard = self.shard_for(group_id)
+        return None if shard is None else shard.describe_classic(group_id)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,7 +1,8 @@
-"""DescribeGroups (15) v0-6: the classic-group describe, answered for share groups.
+"""DescribeGroups (15) v0-6: classic groups (state, protocol type and name, members with their
+metadata and assignment bytes), and share groups as below.
 
-Shoal has only share groups, which have no classic protocol, members' metadata or assignment
-bytes. What Apache Kafka 4.3 answers, and what Shoal answers:
+Share groups have no classic protocol, members' metadata or assignment bytes. What Apache Kafka
+4.3 answers, and what Shoal answers:
 
 - v6 (KIP-1043 error reporting): a share group gets GROUP_ID_NOT_FOUND "Group <id> is not a
   classic group." with state Dead, as Kafka; an unknown id gets GROUP_ID_NOT_FOUND "Group <id> not
@@ -54,6 +55,16 @@ def _describe(ctx: RequestContext, group_id: str, with_ops: bool) -> dict[str, A
         return {**dead, "error_code": found.error_code, "error_message": found.error_message}
     group = found.group
     v6 = ctx.api_version >= REPORTS_ERRORS
+    classic = ctx.broker.share_groups.describe_classic(group_id) if group is None else None
+    if classic is not None:
+        ops = ctx.authorized_operations(resource) if with_ops else OPERATIONS_NOT_REQUESTED
+        return {**dead, "group_state": classic.state, "protocol_type": classic.protocol_type,
+                "protocol_data": classic.protocol, "authorized_operations": ops,
+                "members": tuple(
+                    {"member_id": x.member_id, "group_instance_id": x.group_instance_id,
+                     "client_id": x.client_id, "client_host": x.client_host,
+                     "member_metadata": x.metadata, "member_assignment": x.assignment}
+                    for x in classic.members)}
     if group is None:
         if v6:
             return {**dead, "error_code": ErrorCode.group_id_not_found,
@@ -67,8 +78,13 @@ def _describe(ctx: RequestContext, group_id: str, with_ops: bool) -> dict[str, A
             "authorized_operations": ops}
 
 
+def _members(m: Any, row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "members": tuple(make(m.DescribedGroupMember, **x) for x in row["members"])}
+
+
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     with_ops = bool(getattr(req, "include_authorized_operations", False))
-    groups = tuple(make(m.DescribedGroup, **_describe(ctx, gid, with_ops)) for gid in req.groups)
+    groups = tuple(make(m.DescribedGroup, **_members(m, _describe(ctx, gid, with_ops)))
+                   for gid in req.groups)
     return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups)

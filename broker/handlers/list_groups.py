@@ -1,7 +1,8 @@
-"""ListGroups (16) v0-5: the groups this broker coordinates (share groups only, for now).
+"""ListGroups (16) v0-5: the groups this broker coordinates, share and classic.
 
 Share groups are listed with protocol type ``share`` and, in v5, group type ``share`` (Kafka's
-``kafka-groups.sh --list`` shows them as Share). v4+ ``StatesFilter`` matches state names
+``kafka-groups.sh --list`` shows them as Share); classic groups with group type ``classic`` and
+their protocol type (``consumer``, or empty for a group that only holds committed offsets). v4+ ``StatesFilter`` matches state names
 case-insensitively; v5 ``TypesFilter`` matches group types case-insensitively (Kafka parses them
 with ``Group.GroupType.parse``); empty filters match everything. While a ``__consumer_offsets``
 partition is loading the answer is COORDINATOR_LOAD_IN_PROGRESS with no groups.

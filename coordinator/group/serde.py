@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.group import classic_records as cr
 from coordinator.group import records as r
 
 
@@ -414,11 +415,15 @@ def _value_schema_for(cls: type) -> _Struct:
 class GroupRecordSerde:
     """The runtime's ``RecordSerde`` (``coordinator/runtime/shard.py``) for share-group records.
 
-    Other ``__consumer_offsets`` record types (offset commits, classic and consumer groups) are
-    skipped on load (``decode`` returns None), as Kafka skips record types it does not know.
+    Offset commits (key versions 0/1) and classic group metadata (2) go through
+    ``classic_records``; other record types (consumer groups) are skipped on load (``decode``
+    returns None), as Kafka skips record types it does not know.
     """
 
     def encode(self, record: r.Record) -> tuple[bytes, bytes | None]:
+        key: Any = record.key
+        if isinstance(key, (cr.OffsetCommitKey, cr.GroupMetadataKey)):
+            return cr.encode_key(key), cr.encode_value(record.value)  # type: ignore[arg-type]
         return encode_record(record)
 
     def key_value(self, record: r.Record) -> tuple[r.RecordKey, r.RecordValue | None]:
@@ -430,6 +435,12 @@ class GroupRecordSerde:
         """Raises:
         RecordDecodeError: malformed bytes of a share-group record.
         """
+        if peek_record_type(key) in cr.CLASSIC_RECORD_TYPES:
+            try:
+                ckey = cr.decode_key(key)
+                return ckey, cr.decode_value(ckey, value)  # type: ignore[return-value]
+            except cr.ClassicDecodeError as exc:
+                raise RecordDecodeError(str(exc)) from exc
         try:
             decoded = decode_key(key)
         except UnknownRecordType:

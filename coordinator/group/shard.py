@@ -1,4 +1,14 @@
-"""``GroupCoordinatorShard``: the share groups of one ``__consumer_offsets`` partition.
+"""``GroupCoordinatorShard``: the share and classic groups of one ``__consumer_offsets`` partition.
+
+Classic consumer groups and committed offsets (``classic.py``, records in ``classic_records.py``:
+Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic`` beside the share groups:
+``replay`` routes their records there, ``commit``/``revert`` move both stores, timers with keys
+starting ``"c-"`` are theirs, and ``list_groups`` lists both kinds. One group id has one type:
+classic ops on a share group's id answer GROUP_ID_NOT_FOUND (JoinGroup:
+INCONSISTENT_GROUP_PROTOCOL), a share heartbeat with a classic group's id GROUP_ID_NOT_FOUND.
+Deferred classic answers (JoinGroup, a follower's SyncGroup) go to ``deliver`` once the records
+of the op that produced them are committed; a revert or unload delivers ``classic.PENDING``,
+which the caller turns into an error.
 
 Concept (STYLE.md 1.3-1.5, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
 group whose id maps to its partition. Write ops (heartbeat, topic changes, timers, share-state
@@ -59,6 +69,8 @@ from typing import Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.group import classic as cl
+from coordinator.group import classic_records as cr
 from coordinator.group import heartbeat as hb
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
@@ -75,7 +87,7 @@ from coordinator.group.store import GroupStore
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer
 
-TimerKey: TypeAlias = tuple[str, str] | tuple[str, str, str]
+TimerKey: TypeAlias = tuple[str, ...]
 SESSION = "session"
 INIT_RETRY = "init-retry"
 INITIALIZE_EXTRA = "initialize"  # CoordinatorResult.extra key; see initializations()
@@ -158,6 +170,14 @@ def _no_foreign_groups(_group_id: str) -> bool:
 MemberRemoved = Callable[[str, str], None]
 
 
+def _default_classic(_group_id: str) -> cl.ClassicSettings:
+    return cl.ClassicSettings()
+
+
+def _drop_delivery(_waiter: int, _response: Any) -> None:
+    pass
+
+
 class GroupCoordinatorShard:
     """All share groups of one coordinator partition (sans-IO; see the module docstring)."""
 
@@ -171,6 +191,8 @@ class GroupCoordinatorShard:
         initialize_retry_interval_ms: int = 30_000,
         loading: bool = False,
         on_member_removed: MemberRemoved | None = None,
+        classic_config: Callable[[str], cl.ClassicSettings] = _default_classic,
+        deliver: cl.Deliver = _drop_delivery,
     ) -> None:
         """
         Args:
@@ -184,6 +206,10 @@ class GroupCoordinatorShard:
                 ``on_loaded``); the runtime's loader replays the log first.
             on_member_removed: called with (group id, member id) from ``commit`` once a member's
                 removal is durable; it must not raise (the runtime's commit path calls it).
+            classic_config: classic-group settings for a group id (``classic.py``).
+            deliver: called with (waiter, response) for deferred classic-group answers (a
+                JoinGroup or follower SyncGroup answered by a later op or timer), once the
+                records of the op that produced them are committed; it must not raise.
         """
         self._store = GroupStore(journaling=not loading)
         self._group_config = group_config
@@ -193,6 +219,12 @@ class GroupCoordinatorShard:
         self._init_retry_ms = initialize_retry_interval_ms
         self._loaded = not loading
         self._on_member_removed = on_member_removed
+        self._deliver = deliver
+        # (offset the answer waits for, waiter, response): deferred classic answers.
+        self._deliveries: list[tuple[int, int, Any]] = []
+        self.classic = cl.ClassicGroups(settings=classic_config, schedule=self._timer.schedule,
+                                        cancel=self._timer.cancel)
+        self.classic.store.journaling = not loading
 
     @property
     def _groups(self) -> dict[str, ShareGroup]:
@@ -246,6 +278,9 @@ class GroupCoordinatorShard:
         if not self._loaded:
             return DescribeResult(ErrorCode.coordinator_load_in_progress)
         group = self._store.committed_group(group_id)
+        if group is None and self.classic.has(group_id):
+            return DescribeResult(ErrorCode.group_id_not_found,
+                                  error_message=f"Group {group_id} is not a share group.")
         if group is None:
             return DescribeResult(
                 ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found."
@@ -262,6 +297,10 @@ class GroupCoordinatorShard:
             state = groups[gid].state.value
             if wanted is None or state.lower() in wanted:
                 out.append(ListedGroup(gid, state))
+        for gid, state, protocol_type in self.classic.list_groups():
+            if wanted is None or state.lower() in wanted:
+                out.append(ListedGroup(gid, state, cl.GROUP_TYPE, protocol_type))
+        out.sort(key=lambda g: g.group_id)
         return out
 
     def partitions_needing_initialization(
@@ -280,6 +319,13 @@ class GroupCoordinatorShard:
             ValueError: ``offset`` is below one already replayed.
             TypeError: ``key`` is not a share-group record key.
         """
+        if isinstance(key, (cr.OffsetCommitKey, cr.GroupMetadataKey)):
+            if offset < self._store.end_offset:
+                raise ValueError(f"replay at offset {offset} below the end offset "
+                                 f"{self._store.end_offset}")
+            self.classic.replay(offset, key, value)  # type: ignore[arg-type]
+            self._store.end_offset = offset + 1
+            return
         self._store.replay(offset, key, value)
 
     def replay_record(self, record: r.Record) -> None:
@@ -291,6 +337,8 @@ class GroupCoordinatorShard:
     def commit(self, offset: int) -> None:
         """Every record below ``offset`` is durable; reports durable member removals."""
         removed = self._store.commit(offset)
+        self.classic.store.commit(offset)
+        self._release_deliveries()
         if self._on_member_removed is not None:
             for gid, mid in removed:
                 self._on_member_removed(gid, mid)
@@ -304,10 +352,22 @@ class GroupCoordinatorShard:
             ValueError: ``offset`` is below the committed offset.
         """
         self._store.revert(offset)
+        self.classic.store.revert(offset)
+        kept = []
+        for threshold, waiter, response in self._deliveries:
+            if threshold > offset:
+                self._deliver(waiter, cl.PENDING)  # the caller answers with an error
+            else:
+                kept.append((threshold, waiter, response))
+        self._deliveries = kept
 
     def last_redundant_offset(self) -> int | None:
         """Records below this offset are not needed to rebuild the committed groups."""
-        return self._store.last_redundant_offset()
+        share = self._store.last_redundant_offset()
+        classic = self.classic.store.lowest_live_offset()
+        if share is None or classic is None:
+            return share
+        return min(share, classic)
 
     def on_loaded(self, now_ms: int) -> None:
         """The log has been replayed and committed: re-arm soft timers and start answering.
@@ -317,6 +377,7 @@ class GroupCoordinatorShard:
         """
         self._loaded = True
         self._store.journaling = True
+        self.classic.on_loaded(now_ms)
         for gid in sorted(self._groups):
             group = self._groups[gid]
             settings = self._group_config(gid)
@@ -329,6 +390,10 @@ class GroupCoordinatorShard:
         """The partition moved away: drop everything (the next owner replays the log)."""
         self._store.clear()
         self._store.journaling = False
+        self.classic.clear()
+        for _, waiter, _ in self._deliveries:
+            self._deliver(waiter, cl.PENDING)
+        self._deliveries = []
         self._timer = Timer()
         self._loaded = False
 
@@ -353,7 +418,8 @@ class GroupCoordinatorShard:
             now_ms,
             settings,
             gated=self._gated,
-            is_non_share_group=bool(req.group_id) and self._is_non_share_group(req.group_id),
+            is_non_share_group=bool(req.group_id) and (
+                self._is_non_share_group(req.group_id) or self.classic.has(req.group_id)),
         )
         response = outcome.response
         if response.error_code == ErrorCode.none:
@@ -424,8 +490,13 @@ class GroupCoordinatorShard:
         txns: dict[str, Txn] = {}
         expired: list[tuple[str, str]] = []
         retried: list[str] = []
+        fx = cl.Effects(records)  # type: ignore[arg-type]
         for key in self._timer.poll(now_ms):
             gid = key[1]
+            if key[0].startswith("c-"):
+                if self._loaded:
+                    self.classic.on_timer(key, now_ms, fx)
+                continue
             if gid not in self._groups:
                 continue
             txn = txns.setdefault(gid, Txn(gid, self._groups[gid], records))
@@ -438,6 +509,7 @@ class GroupCoordinatorShard:
                 group = txn.current
                 txn.emit(hb.state_metadata_record(gid, {}, group.initialized, group.deleting))
                 retried.append(gid)
+        self._queue(fx)
         return CoordinatorResult(
             records=tuple(records), response=TimerOutcome(tuple(expired), tuple(retried))
         )
@@ -541,6 +613,12 @@ class GroupCoordinatorShard:
         them). The response lists the initialized share-partitions whose durable state the
         caller should delete through the persister.
         """
+        if self._loaded and group_id not in self._groups and self.classic.has(group_id):
+            fx = cl.Effects()
+            code = self.classic.delete_group(group_id, fx)
+            message = None if code == ErrorCode.none else f"Group {group_id} is not empty."
+            return CoordinatorResult(records=tuple(fx.records),
+                                     response=DeleteGroupResponse(code, message))
         error = self._group_error(group_id)
         if error is not None:
             return CoordinatorResult(response=DeleteGroupResponse(*error))
@@ -565,6 +643,101 @@ class GroupCoordinatorShard:
                 ErrorCode.none, share_state_to_delete=group.initialized_partitions()
             ),
         )
+
+    # ------------------------------------------------------------------ classic groups
+
+    def _queue(self, fx: cl.Effects) -> None:
+        """Deferred answers of an op wait for the op's records (see ``deliver``)."""
+        if not fx.deliveries:
+            return
+        threshold = self._store.end_offset + len(fx.records)
+        for waiter, response in fx.deliveries:
+            self._deliveries.append((threshold, waiter, response))
+        if threshold <= self._store.committed_offset:
+            self._release_deliveries()
+
+    def _release_deliveries(self) -> None:
+        committed = self._store.committed_offset
+        due = [d for d in self._deliveries if d[0] <= committed]
+        if not due:
+            return
+        self._deliveries = [d for d in self._deliveries if d[0] > committed]
+        for _, waiter, response in due:
+            self._deliver(waiter, response)
+
+    def _classic_op(self, group_id: str, fn: Callable[[cl.Effects], Any],
+                    refused: Callable[[ErrorCode], Any], *,
+                    share_error: ErrorCode = ErrorCode.group_id_not_found,
+                    ) -> CoordinatorResult[r.Record, Any]:
+        if not self._loaded:
+            return CoordinatorResult(response=refused(ErrorCode.coordinator_load_in_progress))
+        if group_id in self._groups:
+            return CoordinatorResult(response=refused(share_error))
+        fx = cl.Effects()
+        response = fn(fx)
+        self._queue(fx)
+        return CoordinatorResult(records=tuple(fx.records), response=response)
+
+    def classic_join(self, req: cl.JoinRequest, waiter: int,
+                     now_ms: int) -> CoordinatorResult[r.Record, Any]:
+        """JoinGroup: a ``JoinResponse`` or ``classic.PENDING`` (answered via ``deliver``). A
+        share group's id gets INCONSISTENT_GROUP_PROTOCOL."""
+        return self._classic_op(
+            req.group_id, lambda fx: self.classic.join(req, waiter, now_ms, fx),
+            lambda e: cl.JoinResponse(e, member_id=(
+                "" if e == ErrorCode.inconsistent_group_protocol else req.member_id)),
+            share_error=ErrorCode.inconsistent_group_protocol)
+
+    def classic_sync(self, req: cl.SyncRequest, waiter: int,
+                     now_ms: int) -> CoordinatorResult[r.Record, Any]:
+        """SyncGroup: a ``SyncResponse`` or ``classic.PENDING``. As Heartbeat, LeaveGroup and
+        OffsetCommit, a share group's id gets GROUP_ID_NOT_FOUND (Kafka: "not a classic
+        group")."""
+        return self._classic_op(
+            req.group_id, lambda fx: self.classic.sync(req, waiter, now_ms, fx),
+            cl.SyncResponse)
+
+    def classic_heartbeat(self, group_id: str, member_id: str, generation: int,
+                          instance_id: str | None,
+                          now_ms: int) -> CoordinatorResult[r.Record, ErrorCode]:
+        return self._classic_op(
+            group_id, lambda _fx: self.classic.heartbeat(group_id, member_id, generation,
+                                                         instance_id, now_ms),
+            lambda e: e)
+
+    def classic_leave(self, group_id: str, members: tuple[cl.LeaveMember, ...],
+                      now_ms: int) -> CoordinatorResult[r.Record, cl.LeaveResponse]:
+        return self._classic_op(
+            group_id, lambda fx: self.classic.leave(group_id, members, now_ms, fx),
+            lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)))
+
+    def commit_offsets(self, group_id: str, member_id: str, generation: int,
+                       instance_id: str | None, parts: tuple[cl.OffsetCommitPartition, ...],
+                       now_ms: int) -> CoordinatorResult[r.Record, cl.OffsetCommitResponse]:
+        """OffsetCommit for a classic (or standalone) group; a share group's id gets
+        GROUP_ID_NOT_FOUND."""
+        return self._classic_op(
+            group_id, lambda fx: self.classic.commit_offsets(
+                group_id, member_id, generation, instance_id, parts, now_ms, fx),
+            lambda e: cl.OffsetCommitResponse(e, tuple((p.topic, p.partition, e)
+                                                       for p in parts)))
+
+    def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
+                       ) -> CoordinatorResult[r.Record, Any]:
+        return self._classic_op(
+            group_id, lambda fx: self.classic.delete_offsets(group_id, parts, fx),
+            lambda e: (e, ()))
+
+    def fetch_offsets(self, group_id: str, topics: Any) -> cl.OffsetFetchResponse:
+        """OffsetFetch (committed view). Unknown groups have no offsets (-1)."""
+        if not self._loaded:
+            return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
+        if self._store.committed_group(group_id) is not None:
+            return cl.OffsetFetchResponse(ErrorCode.group_id_not_found)
+        return self.classic.fetch_offsets(group_id, topics)
+
+    def describe_classic(self, group_id: str) -> cl.ClassicDescription | None:
+        return self.classic.describe(group_id) if self._loaded else None
 
     # ------------------------------------------------------------------ helpers
 

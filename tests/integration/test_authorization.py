@@ -203,6 +203,37 @@ CASES: list[Case] = [
     ("metadata_all", 3, 12, lambda e: dict(topics=None, allow_auto_topic_creation=False,
                                             include_topic_authorized_operations=False),
      lambda e, r: TOPIC not in {t.name for t in r.topics} or pytest.fail(r)),
+    ("offset_commit", 8, 9, lambda e: dict(
+        group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=(request_module(8, 9).OffsetCommitRequestTopic(name=TOPIC, partitions=(
+            request_module(8, 9).OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                committed_metadata=""),)),)),
+     lambda e, r: _codes(r, "topics", "partitions") == [GAF] or pytest.fail(r)),
+    ("offset_fetch", 9, 9, lambda e: dict(groups=(request_module(9, 9).OffsetFetchRequestGroup(
+        group_id=GROUP, topics=None),), require_stable=False),
+     lambda e, r: _codes(r, "groups") == [GAF] or pytest.fail(r)),
+    ("join_group", 11, 9, lambda e: dict(
+        group_id=GROUP, session_timeout=timedelta(seconds=10),
+        rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+        protocol_type="consumer", protocols=(request_module(11, 9).JoinGroupRequestProtocol(
+            name="range", metadata=b""),), reason=None),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
+    ("heartbeat", 12, 4, lambda e: dict(group_id=GROUP, generation_id=1, member_id="m",
+                                         group_instance_id=None),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
+    ("leave_group", 13, 5, lambda e: dict(group_id=GROUP, members=(
+        request_module(13, 5).MemberIdentity(member_id="m", group_instance_id=None,
+                                             reason=None),)),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
+    ("sync_group", 14, 5, lambda e: dict(
+        group_id=GROUP, generation_id=1, member_id="m", group_instance_id=None,
+        protocol_type="consumer", protocol_name="range", assignments=()),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
+    ("offset_delete", 47, 0, lambda e: dict(group_id=GROUP, topics=(
+        request_module(47, 0).OffsetDeleteRequestTopic(name=TOPIC, partitions=(
+            request_module(47, 0).OffsetDeleteRequestPartition(partition_index=0),)),)),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
     ("find_coordinator", 10, 6, lambda e: dict(key_type=0, coordinator_keys=(GROUP,)),
      lambda e, r: _codes(r, "coordinators") == [GAF] or pytest.fail(r)),
     ("find_coordinator_txn", 10, 6, lambda e: dict(key_type=1, coordinator_keys=("tx",)),
@@ -367,6 +398,22 @@ def test_topic_checks_behind_an_allowed_group(env: Env) -> None:
         topic_name=TOPIC, partitions=(m91.AlterShareGroupOffsetsRequestPartition(
             partition_index=0, start_offset=0),)),))
     assert a.error_code == 0 and _codes(a, "responses", "partitions") == [TAF]
+    m8 = request_module(8, 9)
+    oc = env.raw(8, 9, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                 group_instance_id=None, topics=(m8.OffsetCommitRequestTopic(
+                     name=TOPIC, partitions=(m8.OffsetCommitRequestPartition(
+                         partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                         committed_metadata=""),)),))
+    assert _codes(oc, "topics", "partitions") == [TAF]
+    m9 = request_module(9, 9)
+    of = env.raw(9, 9, groups=(m9.OffsetFetchRequestGroup(group_id=group, topics=(
+        m9.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=(0,)),)),),
+        require_stable=False)
+    assert _codes(of, "groups") == [0] and _codes(of, "groups", "topics", "partitions") == [TAF]
+    m47 = request_module(47, 0)
+    od = env.raw(47, 0, group_id=group, topics=(m47.OffsetDeleteRequestTopic(
+        name=TOPIC, partitions=(m47.OffsetDeleteRequestPartition(partition_index=0),)),))
+    assert od.error_code == 0 and _codes(od, "topics", "partitions") == [TAF]
 
 
 # -- real clients ----------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""LeaveGroup (13) v0-5: members leave a classic group (v3+: a batch, by member id or
+group.instance.id); the others rebalance (``coordinator/group/classic.py``).
+
+Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUTHORIZATION_FAILED
+(top level).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from coordinator.group import classic as cl
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 13
+VERSIONS = (0, 5)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    batched = ctx.api_version >= 3
+    if batched:
+        members = tuple(cl.LeaveMember(x.member_id, x.group_instance_id) for x in req.members)
+    else:
+        members = (cl.LeaveMember(req.member_id, None),)
+    if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
+        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.group_authorization_failed, members=())
+    if not members:
+        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.invalid_request, members=())
+    res = await ctx.broker.share_groups.leave_group(req.group_id, members)
+    if not batched:
+        code = res.members[0][1] if res.members else res.error_code
+        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code, members=())
+    return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error_code,
+                members=tuple(make(m.MemberResponse, member_id=lm.member_id,
+                                   group_instance_id=lm.group_instance_id, error_code=code)
+                              for lm, code in res.members))

@@ -1,0 +1,51 @@
+"""OffsetDelete (47) v0: delete committed offsets of an Empty classic group
+(``coordinator/group/classic.py``). A group with members gets GROUP_SUBSCRIBED_TO_TOPIC for every
+partition (subscriptions are opaque to the broker); an unknown group GROUP_ID_NOT_FOUND.
+
+Authorization (``broker/authz.py``), as Kafka: DELETE on the group (else top-level
+GROUP_AUTHORIZATION_FAILED), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED per
+partition).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 47
+VERSIONS = (0, 0)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    if not ctx.authorized(Operation.DELETE, Resource(ResourceType.GROUP, req.group_id)):
+        return make(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed,
+                    throttle_time=NO_THROTTLE, topics=())
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    allowed = tuple(k for k in asked if k[0] not in denied)
+    top = ErrorCode.none
+    if allowed:
+        top, results = await ctx.broker.share_groups.delete_offsets(req.group_id, allowed)
+        for name, partition, code in results:
+            codes[(name, partition)] = code
+    if top != ErrorCode.none:
+        return make(m.OffsetDeleteResponse, error_code=top, throttle_time=NO_THROTTLE,
+                    topics=())
+    by: dict[str, list[Any]] = {}
+    for name, partition in asked:
+        code = ErrorCode.topic_authorization_failed if name in denied else \
+            codes.get((name, partition), ErrorCode.none)
+        by.setdefault(name, []).append(make(m.OffsetDeleteResponsePartition,
+                                            partition_index=partition, error_code=code))
+    return make(m.OffsetDeleteResponse, error_code=ErrorCode.none, throttle_time=NO_THROTTLE,
+                topics=tuple(make(m.OffsetDeleteResponseTopic, name=n, partitions=tuple(ps))
+                             for n, ps in by.items()))

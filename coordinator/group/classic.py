@@ -1,0 +1,962 @@
+"""Classic consumer groups (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and committed offsets.
+
+Concept (after Kafka's ``ClassicGroup`` and the classic paths of ``GroupMetadataManager`` /
+``OffsetMetadataManager``): a sans-IO state machine living inside ``GroupCoordinatorShard``,
+driven with an injected ``now_ms``; the broker only relays the client assignors' metadata and
+assignments.
+
+Hard state is the fold of records (STYLE.md 1.3): ``GroupMetadata`` (generation, protocol, leader,
+members with subscription and assignment bytes; written when a generation's assignment is synced
+and when a rebalance ends with no members) and ``OffsetCommit`` records, replayed into
+``DurableStore``, which keeps an undo log so ``revert``/committed reads work as for share groups.
+
+Soft state (as in Kafka): members taking part in a rebalance, their pending JoinGroup/SyncGroup
+answers, session and rebalance deadlines. Ops change it directly (Kafka does the same; a failed
+append answers the op with an error and the members rejoin). After a load, each group is rebuilt
+from its GroupMetadata value (Stable with its members, or Empty) and members get a fresh session.
+
+Deferred answers: JoinGroup waits until every member rejoined (or the rebalance timeout) and a
+follower's SyncGroup waits for the leader's. Such an op answers ``PENDING`` and the answer is later
+handed to ``deliver(waiter, response)`` (injected) with the ``waiter`` id the caller passed in.
+Answers released by an op that writes records wait for those records to commit (``commit``).
+
+States: Empty -> PreparingRebalance (a join) -> CompletingRebalance (all joined: generation + 1,
+leader chosen, join answers sent) -> Stable (leader's SyncGroup: assignments written) -> back to
+PreparingRebalance on a new member, a leave, an expiry or a leader/protocol change. Dead after
+DeleteGroups.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import classic_records as cr
+from coordinator.group.records import Record
+
+PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
+UNKNOWN_MEMBER = ""
+GROUP_TYPE = "classic"
+JOIN_TIMER = "c-join"
+SYNC_TIMER = "c-sync"
+SESSION_TIMER = "c-session"
+RETENTION_TIMER = "c-retention"
+
+
+class ClassicState(Enum):
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicSettings:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 0x7FFFFFFF
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+# ------------------------------------------------------------------------ requests / responses
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    require_known_member_id: bool
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResponse:
+    error_code: ErrorCode
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    member_id: str
+    generation_id: int
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResponse:
+    error_code: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMember:
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResponse:
+    error_code: ErrorCode
+    members: tuple[tuple[LeaveMember, ErrorCode], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    error_code: ErrorCode  # group-level: applies to every partition when not none
+    partitions: tuple[tuple[str, int, ErrorCode], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error_code: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    error_code: ErrorCode
+    partitions: tuple[FetchedOffset, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[DescribedMember, ...]
+
+
+# ------------------------------------------------------------------------ soft state
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join_waiter: int | None = None
+    sync_waiter: int | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+
+@dataclass(slots=True)
+class ClassicGroup:
+    group_id: str
+    state: ClassicState = ClassicState.EMPTY
+    protocol_type: str | None = None
+    protocol: str | None = None
+    generation: int = 0
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
+    initial_delay: bool = False  # the first rebalance of an Empty group is being delayed
+    state_timestamp: int = 0
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        if instance_id is None:
+            return None
+        for m in self.members.values():
+            if m.group_instance_id == instance_id:
+                return m
+        return None
+
+    def supports(self, protocol_type: str, protocols: Iterable[str]) -> bool:
+        names = set(protocols)
+        if not protocol_type or not names:
+            return False
+        if not self.members:
+            return True
+        return self.protocol_type == protocol_type and bool(names & self.candidates())
+
+    def candidates(self) -> set[str]:
+        sets = [{n for n, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str | None:
+        cands = self.candidates()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            for name, _ in m.protocols:
+                if name in cands:
+                    votes[name] = votes.get(name, 0) + 1
+                    break
+        if not votes:
+            return None
+        # Most votes wins; ties go to the first candidate in the leader's preference order.
+        order = [n for n, _ in self.members[self.leader].protocols] if self.leader in \
+            self.members else sorted(cands)
+        return max(votes, key=lambda n: (votes[n], -order.index(n) if n in order else 0))
+
+
+# ------------------------------------------------------------------------ durable store
+
+
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    offset: int
+    key: cr.ClassicKey
+    before: cr.ClassicValue | None
+    before_offset: int | None
+
+
+class DurableStore:
+    """Classic records folded by key (latest value per key) with an undo log to the committed
+    offset. Offsets of the log are shared with the share-group store. ``keys_per_group`` counts
+    the live keys of each group id, so "is this id a classic group" is one lookup (it is asked on
+    every share heartbeat)."""
+
+    def __init__(self) -> None:
+        self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
+        self.key_offsets: dict[cr.ClassicKey, int] = {}
+        self.keys_per_group: dict[str, int] = {}
+        self.undo: deque[_Undo] = deque()
+        self.journaling = True
+
+    def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
+        if key not in self.values:
+            self.keys_per_group[key.group_id] = self.keys_per_group.get(key.group_id, 0) + 1
+        self.values[key] = value
+        self.key_offsets[key] = offset
+
+    def _drop(self, key: cr.ClassicKey) -> None:
+        if self.values.pop(key, None) is not None:
+            left = self.keys_per_group[key.group_id] - 1
+            if left:
+                self.keys_per_group[key.group_id] = left
+            else:
+                del self.keys_per_group[key.group_id]
+        self.key_offsets.pop(key, None)
+
+    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
+        if self.journaling:
+            self.undo.append(_Undo(offset, key, self.values.get(key), self.key_offsets.get(key)))
+        if value is None:
+            self._drop(key)
+        else:
+            self._set(key, value, offset)
+
+    def commit(self, offset: int) -> None:
+        while self.undo and self.undo[0].offset < offset:
+            self.undo.popleft()
+
+    def revert(self, offset: int) -> None:
+        while self.undo and self.undo[-1].offset >= offset:
+            e = self.undo.pop()
+            if e.before is None:
+                self._drop(e.key)
+            else:
+                assert e.before_offset is not None
+                self._set(e.key, e.before, e.before_offset)
+
+    def committed(self, key: cr.ClassicKey) -> cr.ClassicValue | None:
+        for e in self.undo:
+            if e.key == key:
+                return e.before
+        return self.values.get(key)
+
+    def committed_items(self) -> dict[cr.ClassicKey, cr.ClassicValue]:
+        view = dict(self.values)
+        seen: set[cr.ClassicKey] = set()
+        for e in self.undo:
+            if e.key in seen:
+                continue
+            seen.add(e.key)
+            if e.before is None:
+                view.pop(e.key, None)
+            else:
+                view[e.key] = e.before
+        return view
+
+    def lowest_live_offset(self) -> int | None:
+        offsets = dict(self.key_offsets)
+        for e in reversed(self.undo):
+            if e.before_offset is None:
+                offsets.pop(e.key, None)
+            else:
+                offsets[e.key] = e.before_offset
+        return min(offsets.values()) if offsets else None
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.key_offsets.clear()
+        self.keys_per_group.clear()
+        self.undo.clear()
+
+
+Deliver = Callable[[int, Any], None]
+TimerSchedule = Callable[[tuple[str, ...], int], None]
+TimerCancel = Callable[[tuple[str, ...]], None]
+
+
+@dataclass(slots=True)
+class Effects:
+    """What one op produced: records to append and answers to other waiters (released after the
+    records commit)."""
+
+    records: list[Record] = field(default_factory=list)
+    deliveries: list[tuple[int, Any]] = field(default_factory=list)
+
+
+class ClassicGroups:
+    """Classic groups and offsets of one coordinator partition (see the module docstring)."""
+
+    def __init__(self, *, settings: Callable[[str], ClassicSettings], schedule: TimerSchedule,
+                 cancel: TimerCancel) -> None:
+        self.groups: dict[str, ClassicGroup] = {}
+        self.store = DurableStore()
+        self._settings = settings
+        self._schedule = schedule
+        self._cancel = cancel
+
+    # -------------------------------------------------------------- reads
+
+    def group_ids(self) -> set[str]:
+        """Every classic group id: live groups and ids holding committed offsets."""
+        return set(self.groups) | set(self.store.keys_per_group)
+
+    def has(self, group_id: str) -> bool:
+        return group_id in self.groups or group_id in self.store.keys_per_group
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, protocol type) of every classic group, committed offsets included."""
+        out = []
+        committed = self.store.committed_items()
+        ids = set(self.groups) | {k.group_id for k in committed}
+        for gid in sorted(ids):
+            g = self.groups.get(gid)
+            if g is None:
+                out.append((gid, ClassicState.EMPTY.value, ""))
+            else:
+                out.append((gid, g.state.value, g.protocol_type or ""))
+        return out
+
+    def describe(self, group_id: str) -> ClassicDescription | None:
+        g = self.groups.get(group_id)
+        if g is None:
+            if self.has(group_id):
+                return ClassicDescription(group_id, ClassicState.EMPTY.value, "", "", ())
+            return None
+        members = tuple(DescribedMember(m.member_id, m.group_instance_id, m.client_id,
+                                        m.client_host, m.metadata(g.protocol), m.assignment)
+                        for m in g.members.values())
+        protocol = g.protocol or "" if g.state is not ClassicState.PREPARING else ""
+        return ClassicDescription(group_id, g.state.value, g.protocol_type or "", protocol,
+                                  members)
+
+    def fetch_offsets(self, group_id: str,
+                      topics: Sequence[tuple[str, Sequence[int]]] | None) -> OffsetFetchResponse:
+        """Committed offsets (committed view); ``topics`` None = every partition of the group
+        (a scan of the partition's offsets; named partitions are looked up one by one)."""
+        out: list[FetchedOffset] = []
+        if topics is None:
+            items = {k: v for k, v in self.store.committed_items().items()
+                     if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
+            for k in sorted(items, key=lambda k: (k.topic, k.partition)):
+                v = items[k]
+                assert isinstance(v, cr.OffsetCommitValue)
+                out.append(FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch,
+                                         v.metadata))
+        else:
+            for topic, parts in topics:
+                for p in parts:
+                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
+                    if isinstance(v, cr.OffsetCommitValue):
+                        out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+                    else:
+                        out.append(FetchedOffset(topic, p, -1, -1, ""))
+        return OffsetFetchResponse(ErrorCode.none, tuple(out))
+
+    # -------------------------------------------------------------- replay
+
+    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
+        self.store.replay(offset, key, value)
+
+    def on_loaded(self, now_ms: int) -> None:
+        """Rebuild groups from their GroupMetadata values; arm sessions and retention."""
+        self.store.journaling = True
+        for key, value in self.store.values.items():
+            if not isinstance(key, cr.GroupMetadataKey):
+                continue
+            assert isinstance(value, cr.GroupMetadataValue)
+            g = ClassicGroup(key.group_id, protocol_type=value.protocol_type or None,
+                             protocol=value.protocol, generation=value.generation,
+                             leader=value.leader, state_timestamp=now_ms)
+            for mm in value.members:
+                g.members[mm.member_id] = Member(
+                    mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host,
+                    mm.session_timeout, mm.rebalance_timeout, value.protocol_type,
+                    ((value.protocol or "", mm.subscription),), mm.assignment)
+                self._schedule((SESSION_TIMER, key.group_id, mm.member_id),
+                               now_ms + mm.session_timeout)
+            g.state = ClassicState.STABLE if g.members else ClassicState.EMPTY
+            self.groups[key.group_id] = g
+        for gid in sorted(self.group_ids()):
+            self._arm_retention(gid, now_ms)
+
+    def clear(self) -> None:
+        self.groups.clear()
+        self.store.clear()
+        self.store.journaling = False
+
+    # -------------------------------------------------------------- JoinGroup
+
+    def join(self, req: JoinRequest, waiter: int, now_ms: int, fx: Effects) -> Any:
+        s = self._settings(req.group_id)
+        if not req.group_id:
+            return JoinResponse(ErrorCode.invalid_group_id, member_id=req.member_id)
+        if not s.min_session_timeout_ms <= req.session_timeout_ms <= s.max_session_timeout_ms:
+            return JoinResponse(ErrorCode.invalid_session_timeout, member_id=req.member_id)
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.member_id != UNKNOWN_MEMBER:
+                return JoinResponse(ErrorCode.unknown_member_id, member_id=req.member_id)
+            g = ClassicGroup(req.group_id, state_timestamp=now_ms)
+            self.groups[req.group_id] = g
+        if g.state is ClassicState.DEAD:
+            return JoinResponse(ErrorCode.coordinator_not_available, member_id=req.member_id)
+        if not g.supports(req.protocol_type, (n for n, _ in req.protocols)):
+            return JoinResponse(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
+        if req.member_id == UNKNOWN_MEMBER:
+            return self._join_unknown(g, req, s, waiter, now_ms, fx)
+        return self._join_known(g, req, s, waiter, now_ms, fx)
+
+    def _join_unknown(self, g: ClassicGroup, req: JoinRequest, s: ClassicSettings, waiter: int,
+                      now_ms: int, fx: Effects) -> Any:
+        new_id = f"{req.client_id}-{uuid.uuid4()}" if req.group_instance_id is None else \
+            f"{req.group_instance_id}-{uuid.uuid4()}"
+        old = g.static_member(req.group_instance_id)
+        if old is not None:
+            return self._replace_static(g, old, new_id, req, waiter, now_ms, fx)
+        if len(g.members) + len(g.pending) >= s.max_size:
+            return JoinResponse(ErrorCode.group_max_size_reached, member_id=UNKNOWN_MEMBER)
+        if req.require_known_member_id and req.group_instance_id is None:
+            g.pending.add(new_id)
+            self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)
+            return JoinResponse(ErrorCode.member_id_required, member_id=new_id)
+        self._add_member(g, new_id, req, waiter, now_ms, fx)
+        return PENDING
+
+    def _join_known(self, g: ClassicGroup, req: JoinRequest, s: ClassicSettings, waiter: int,
+                    now_ms: int, fx: Effects) -> Any:
+        mid = req.member_id
+        if mid in g.pending:
+            if len(g.members) >= s.max_size:
+                g.pending.discard(mid)
+                return JoinResponse(ErrorCode.group_max_size_reached, member_id=mid)
+            g.pending.discard(mid)
+            self._add_member(g, mid, req, waiter, now_ms, fx)
+            return PENDING
+        m = g.members.get(mid)
+        if req.group_instance_id is not None:
+            static = g.static_member(req.group_instance_id)
+            if static is not None and static.member_id != mid:
+                return JoinResponse(ErrorCode.fenced_instance_id, member_id=mid)
+        if m is None:
+            return JoinResponse(ErrorCode.unknown_member_id, member_id=mid)
+        same = m.protocols == req.protocols
+        if g.state is ClassicState.PREPARING:
+            self._update_member(m, req, waiter, fx)
+            self._try_complete_join(g, now_ms, fx)
+            return PENDING
+        if g.state is ClassicState.COMPLETING and same:
+            return self._current_join(g, m)
+        if g.state is ClassicState.STABLE and same and mid != g.leader:
+            return self._current_join(g, m)
+        self._update_member(m, req, waiter, fx)
+        self._prepare_rebalance(g, now_ms, fx)
+        return PENDING
+
+    def _current_join(self, g: ClassicGroup, m: Member) -> JoinResponse:
+        return JoinResponse(
+            ErrorCode.none, g.generation, g.protocol_type, g.protocol, g.leader or "",
+            m.member_id, self._join_members(g) if m.member_id == g.leader else ())
+
+    def _replace_static(self, g: ClassicGroup, old: Member, new_id: str, req: JoinRequest,
+                        waiter: int, now_ms: int, fx: Effects) -> Any:
+        """A static member rejoined with an unknown id: the new id replaces the old one."""
+        fenced = JoinResponse(ErrorCode.fenced_instance_id, member_id=old.member_id)
+        if old.join_waiter is not None:
+            fx.deliveries.append((old.join_waiter, fenced))
+        if old.sync_waiter is not None:
+            fx.deliveries.append((old.sync_waiter, SyncResponse(ErrorCode.fenced_instance_id)))
+        old.join_waiter = old.sync_waiter = None
+        was_leader = g.leader == old.member_id
+        del g.members[old.member_id]
+        self._cancel((SESSION_TIMER, g.group_id, old.member_id))
+        old.member_id = new_id
+        g.members[new_id] = old
+        if was_leader:
+            g.leader = new_id
+        previous = old.protocols
+        old.protocols = req.protocols
+        # As Kafka: a Stable group keeps its generation if the protocol it would select next
+        # is the one in use (the member's metadata may differ, e.g. owned partitions).
+        same = g.supports(req.protocol_type, (n for n, _ in req.protocols)) and \
+            g.select_protocol() == g.protocol
+        old.protocols = previous
+        if g.state is ClassicState.STABLE and same and not was_leader:
+            old.protocols = req.protocols
+            old.session_timeout_ms = req.session_timeout_ms
+            old.rebalance_timeout_ms = req.rebalance_timeout_ms
+            self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)
+            fx.records.append(self._metadata_record(g, now_ms))
+            return JoinResponse(ErrorCode.none, g.generation, g.protocol_type, g.protocol,
+                                g.leader or "", new_id)
+        self._update_member(old, req, waiter, fx)
+        if g.state is ClassicState.PREPARING:
+            self._try_complete_join(g, now_ms, fx)
+        else:
+            self._prepare_rebalance(g, now_ms, fx)
+        return PENDING
+
+    def _add_member(self, g: ClassicGroup, mid: str, req: JoinRequest, waiter: int, now_ms: int,
+                    fx: Effects) -> None:
+        m = Member(mid, req.group_instance_id, req.client_id, req.client_host,
+                   req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                   req.protocols, join_waiter=waiter)
+        if not g.members:
+            g.protocol_type = req.protocol_type
+        g.members[mid] = m
+        if g.leader is None or g.leader not in g.members:
+            g.leader = mid
+        self._schedule((SESSION_TIMER, g.group_id, mid), now_ms + req.session_timeout_ms)
+        if g.state is ClassicState.PREPARING:
+            if g.initial_delay:
+                # As Kafka's initial delayed join: each new member extends the wait by the
+                # delay, never past the rebalance timeout from the rebalance's start.
+                s = self._settings(g.group_id)
+                rebalance = max(m.rebalance_timeout_ms for m in g.members.values())
+                self._schedule((JOIN_TIMER, g.group_id), min(
+                    now_ms + s.initial_rebalance_delay_ms, g.state_timestamp + rebalance))
+            self._try_complete_join(g, now_ms, fx)
+        else:
+            self._prepare_rebalance(g, now_ms, fx)
+
+    def _update_member(self, m: Member, req: JoinRequest, waiter: int, fx: Effects) -> None:
+        if m.join_waiter is not None and m.join_waiter != waiter:
+            fx.deliveries.append((m.join_waiter, JoinResponse(ErrorCode.unknown_member_id,
+                                                              member_id=m.member_id)))
+        m.protocols = req.protocols
+        m.session_timeout_ms = req.session_timeout_ms
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.client_id = req.client_id
+        m.client_host = req.client_host
+        m.join_waiter = waiter
+
+    def _prepare_rebalance(self, g: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        if g.state is ClassicState.COMPLETING:
+            # Members waiting in SyncGroup must rejoin.
+            for m in g.members.values():
+                if m.sync_waiter is not None:
+                    fx.deliveries.append((m.sync_waiter,
+                                          SyncResponse(ErrorCode.rebalance_in_progress)))
+                    m.sync_waiter = None
+            self._cancel((SYNC_TIMER, g.group_id))
+        was_empty = g.state is ClassicState.EMPTY
+        g.state = ClassicState.PREPARING
+        g.state_timestamp = now_ms
+        rebalance = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+        delay = self._settings(g.group_id).initial_rebalance_delay_ms
+        if was_empty and delay > 0:
+            g.initial_delay = True
+            self._schedule((JOIN_TIMER, g.group_id), now_ms + min(delay, rebalance))
+        else:
+            g.initial_delay = False
+            self._schedule((JOIN_TIMER, g.group_id), now_ms + rebalance)
+            self._try_complete_join(g, now_ms, fx)
+
+    def _try_complete_join(self, g: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        if g.state is not ClassicState.PREPARING or g.initial_delay:
+            return
+        if g.pending or any(m.join_waiter is None for m in g.members.values()):
+            return
+        self._complete_join(g, now_ms, fx)
+
+    def _complete_join(self, g: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        self._cancel((JOIN_TIMER, g.group_id))
+        for mid in [mid for mid, m in g.members.items() if m.join_waiter is None]:
+            self._remove(g, mid)
+        g.pending.clear()
+        g.initial_delay = False
+        g.generation += 1
+        g.state_timestamp = now_ms
+        if not g.members:
+            g.state = ClassicState.EMPTY
+            g.protocol = None
+            g.leader = None
+            fx.records.append(self._metadata_record(g, now_ms))
+            self._arm_retention(g.group_id, now_ms)
+            return
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        g.protocol = g.select_protocol()
+        g.state = ClassicState.COMPLETING
+        members = self._join_members(g)
+        for m in g.members.values():
+            m.assignment = b""
+            assert m.join_waiter is not None
+            fx.deliveries.append((m.join_waiter, JoinResponse(
+                ErrorCode.none, g.generation, g.protocol_type, g.protocol, g.leader or "",
+                m.member_id, members if m.member_id == g.leader else ())))
+            m.join_waiter = None
+            self._schedule((SESSION_TIMER, g.group_id, m.member_id),
+                           now_ms + m.session_timeout_ms)
+        rebalance = max(m.rebalance_timeout_ms for m in g.members.values())
+        self._schedule((SYNC_TIMER, g.group_id), now_ms + rebalance)
+
+    def _join_members(self, g: ClassicGroup) -> tuple[JoinMember, ...]:
+        return tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(g.protocol))
+                     for m in g.members.values())
+
+    def _remove(self, g: ClassicGroup, mid: str) -> None:
+        m = g.members.pop(mid, None)
+        self._cancel((SESSION_TIMER, g.group_id, mid))
+        if m is not None and g.leader == mid:
+            g.leader = next(iter(g.members), None)
+
+    # -------------------------------------------------------------- SyncGroup
+
+    def sync(self, req: SyncRequest, waiter: int, now_ms: int, fx: Effects) -> Any:
+        g = self.groups.get(req.group_id)
+        if g is None or g.state in (ClassicState.EMPTY, ClassicState.DEAD):
+            return SyncResponse(ErrorCode.unknown_member_id)
+        error = self._validate_member(g, req.member_id, req.group_instance_id)
+        if error is not None:
+            return SyncResponse(error)
+        if req.generation_id != g.generation:
+            return SyncResponse(ErrorCode.illegal_generation)
+        if (req.protocol_type is not None and req.protocol_type != g.protocol_type) or \
+                (req.protocol_name is not None and req.protocol_name != g.protocol):
+            return SyncResponse(ErrorCode.inconsistent_group_protocol)
+        m = g.members[req.member_id]
+        self._schedule((SESSION_TIMER, g.group_id, m.member_id), now_ms + m.session_timeout_ms)
+        if g.state is ClassicState.PREPARING:
+            return SyncResponse(ErrorCode.rebalance_in_progress)
+        if g.state is ClassicState.STABLE:
+            return SyncResponse(ErrorCode.none, g.protocol_type, g.protocol, m.assignment)
+        if req.member_id != g.leader:
+            if m.sync_waiter is not None:
+                fx.deliveries.append((m.sync_waiter, SyncResponse(ErrorCode.unknown_member_id)))
+            m.sync_waiter = waiter
+            return PENDING
+        given = dict(req.assignments)
+        for member in g.members.values():
+            member.assignment = given.get(member.member_id, b"")
+        g.state = ClassicState.STABLE
+        g.state_timestamp = now_ms
+        self._cancel((SYNC_TIMER, g.group_id))
+        fx.records.append(self._metadata_record(g, now_ms))
+        for member in g.members.values():
+            if member.sync_waiter is not None and member.member_id != m.member_id:
+                fx.deliveries.append((member.sync_waiter, SyncResponse(
+                    ErrorCode.none, g.protocol_type, g.protocol, member.assignment)))
+            member.sync_waiter = None
+        return SyncResponse(ErrorCode.none, g.protocol_type, g.protocol, m.assignment)
+
+    # -------------------------------------------------------------- Heartbeat / LeaveGroup
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int,
+                  instance_id: str | None, now_ms: int) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None or g.state in (ClassicState.EMPTY, ClassicState.DEAD):
+            return ErrorCode.unknown_member_id
+        error = self._validate_member(g, member_id, instance_id)
+        if error is not None:
+            return error
+        if generation != g.generation:
+            return ErrorCode.illegal_generation
+        m = g.members[member_id]
+        self._schedule((SESSION_TIMER, group_id, member_id), now_ms + m.session_timeout_ms)
+        if g.state is ClassicState.PREPARING:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, members: Sequence[LeaveMember], now_ms: int,
+              fx: Effects) -> LeaveResponse:
+        g = self.groups.get(group_id)
+        if g is None or g.state is ClassicState.DEAD:
+            return LeaveResponse(ErrorCode.unknown_member_id,
+                                 tuple((m, ErrorCode.unknown_member_id) for m in members))
+        out: list[tuple[LeaveMember, ErrorCode]] = []
+        removed = False
+        for lm in members:
+            mid = lm.member_id
+            if lm.group_instance_id is not None:
+                static = g.static_member(lm.group_instance_id)
+                if static is None:
+                    out.append((lm, ErrorCode.unknown_member_id))
+                    continue
+                if mid != UNKNOWN_MEMBER and mid != static.member_id:
+                    out.append((lm, ErrorCode.fenced_instance_id))
+                    continue
+                mid = static.member_id
+            if mid in g.pending:
+                g.pending.discard(mid)
+                self._cancel((SESSION_TIMER, group_id, mid))
+                out.append((lm, ErrorCode.none))
+                removed = True
+                continue
+            if mid not in g.members:
+                out.append((lm, ErrorCode.unknown_member_id))
+                continue
+            self._drop_member(g, mid, fx)
+            out.append((lm, ErrorCode.none))
+            removed = True
+        if removed:
+            self._after_removal(g, now_ms, fx)
+        return LeaveResponse(ErrorCode.none, tuple(out))
+
+    def _drop_member(self, g: ClassicGroup, mid: str, fx: Effects) -> None:
+        m = g.members[mid]
+        if m.join_waiter is not None:
+            fx.deliveries.append((m.join_waiter, JoinResponse(ErrorCode.unknown_member_id,
+                                                              member_id=mid)))
+        if m.sync_waiter is not None:
+            fx.deliveries.append((m.sync_waiter, SyncResponse(ErrorCode.unknown_member_id)))
+        self._remove(g, mid)
+
+    def _after_removal(self, g: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        if g.state in (ClassicState.STABLE, ClassicState.COMPLETING):
+            self._prepare_rebalance(g, now_ms, fx)
+        elif g.state is ClassicState.PREPARING:
+            if not g.members and not g.pending:
+                self._complete_join(g, now_ms, fx)
+            else:
+                self._try_complete_join(g, now_ms, fx)
+
+    def _validate_member(self, g: ClassicGroup, member_id: str,
+                         instance_id: str | None) -> ErrorCode | None:
+        if instance_id is not None:
+            static = g.static_member(instance_id)
+            if static is not None and static.member_id != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in g.members:
+            return ErrorCode.unknown_member_id
+        return None
+
+    # -------------------------------------------------------------- timers
+
+    def on_timer(self, key: tuple[str, ...], now_ms: int, fx: Effects) -> None:
+        kind, gid = key[0], key[1]
+        if kind == RETENTION_TIMER:
+            self._expire_offsets(gid, now_ms, fx)
+            return
+        g = self.groups.get(gid)
+        if g is None:
+            return
+        if kind == SESSION_TIMER:
+            mid = key[2]
+            member = g.members.get(mid)
+            if member is not None and (member.join_waiter is not None
+                                       or member.sync_waiter is not None):
+                # A member waiting in JoinGroup/SyncGroup is alive (as Kafka keeps it).
+                self._schedule(key, now_ms + member.session_timeout_ms)
+                return
+            if mid in g.pending:
+                g.pending.discard(mid)
+                self._try_complete_join(g, now_ms, fx)
+            elif mid in g.members:
+                self._drop_member(g, mid, fx)
+                self._after_removal(g, now_ms, fx)
+        elif kind == JOIN_TIMER and g.state is ClassicState.PREPARING:
+            if g.initial_delay:
+                g.initial_delay = False
+            self._complete_join(g, now_ms, fx)
+        elif kind == SYNC_TIMER and g.state is ClassicState.COMPLETING:
+            # Members that did not sync in time are removed; the others rejoin.
+            for mid in [mid for mid, m in g.members.items()
+                        if m.sync_waiter is None and mid != g.leader]:
+                self._drop_member(g, mid, fx)
+            if g.leader in g.members:
+                self._drop_member(g, g.leader, fx)
+            self._prepare_rebalance(g, now_ms, fx)
+
+    # -------------------------------------------------------------- offsets
+
+    def commit_offsets(self, group_id: str, member_id: str, generation: int,
+                       instance_id: str | None, parts: Sequence[OffsetCommitPartition],
+                       now_ms: int, fx: Effects) -> OffsetCommitResponse:
+        s = self._settings(group_id)
+        g = self.groups.get(group_id)
+        error: ErrorCode | None = None
+        if g is None:
+            if generation >= 0 or member_id != UNKNOWN_MEMBER:
+                error = ErrorCode.illegal_generation if generation >= 0 and \
+                    member_id == UNKNOWN_MEMBER else ErrorCode.unknown_member_id
+        elif g.state is ClassicState.DEAD:
+            error = ErrorCode.coordinator_not_available
+        elif generation < 0 and member_id == UNKNOWN_MEMBER and not g.members:
+            error = None  # a simple (standalone) commit
+        elif g.state is ClassicState.COMPLETING:
+            error = ErrorCode.rebalance_in_progress
+        else:
+            error = self._validate_member(g, member_id, instance_id)
+            if error is None and generation != g.generation:
+                error = ErrorCode.illegal_generation
+            if error is None:
+                m = g.members[member_id]
+                self._schedule((SESSION_TIMER, group_id, member_id),
+                               now_ms + m.session_timeout_ms)
+        if error is not None:
+            return OffsetCommitResponse(error, tuple((p.topic, p.partition, error)
+                                                     for p in parts))
+        out = []
+        for p in parts:
+            meta = p.metadata or ""
+            if len(meta.encode("utf-8")) > s.offset_metadata_max_bytes:
+                out.append((p.topic, p.partition, ErrorCode.offset_metadata_too_large))
+                continue
+            fx.records.append(Record(cr.OffsetCommitKey(group_id, p.topic, p.partition),
+                                     cr.OffsetCommitValue(p.offset, p.leader_epoch, meta,
+                                                          now_ms)))  # type: ignore[arg-type]
+            out.append((p.topic, p.partition, ErrorCode.none))
+        self._arm_retention(group_id, now_ms)
+        return OffsetCommitResponse(ErrorCode.none, tuple(out))
+
+    def delete_offsets(self, group_id: str, parts: Sequence[tuple[str, int]],
+                       fx: Effects) -> tuple[ErrorCode, tuple[tuple[str, int, ErrorCode], ...]]:
+        """OffsetDelete: only for an Empty group or topics the group does not subscribe to
+        (subscriptions are opaque to the broker, so a non-empty group gets
+        GROUP_SUBSCRIBED_TO_TOPIC for every partition, conservatively)."""
+        if not self.has(group_id):
+            return ErrorCode.group_id_not_found, ()
+        g = self.groups.get(group_id)
+        busy = g is not None and bool(g.members)
+        out = []
+        for topic, p in parts:
+            if busy:
+                out.append((topic, p, ErrorCode.group_subscribed_to_topic))
+                continue
+            key = cr.OffsetCommitKey(group_id, topic, p)
+            if key in self.store.values:
+                fx.records.append(Record(key, None))  # type: ignore[arg-type]
+            out.append((topic, p, ErrorCode.none))
+        return ErrorCode.none, tuple(out)
+
+    def delete_group(self, group_id: str, fx: Effects) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is not None and (g.members or g.state not in (ClassicState.EMPTY,)):
+            return ErrorCode.non_empty_group
+        for key in sorted((k for k in self.store.values
+                           if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id),
+                          key=lambda k: (k.topic, k.partition)):
+            fx.records.append(Record(key, None))  # type: ignore[arg-type]
+        gkey = cr.GroupMetadataKey(group_id)
+        if gkey in self.store.values:
+            fx.records.append(Record(gkey, None))  # type: ignore[arg-type]
+        self.groups.pop(group_id, None)
+        self._cancel((RETENTION_TIMER, group_id))
+        return ErrorCode.none
+
+    def _arm_retention(self, group_id: str, now_ms: int) -> None:
+        g = self.groups.get(group_id)
+        if g is None or g.state is ClassicState.EMPTY:
+            self._schedule((RETENTION_TIMER, group_id),
+                           now_ms + self._settings(group_id).offsets_retention_ms)
+
+    def _expire_offsets(self, group_id: str, now_ms: int, fx: Effects) -> None:
+        """offsets.retention.minutes: an Empty group's offsets older than the retention go (by
+        commit timestamp, as Kafka does for groups without a subscription); the group's metadata
+        goes with its last offset."""
+        g = self.groups.get(group_id)
+        if g is not None and g.state is not ClassicState.EMPTY:
+            return
+        retention = self._settings(group_id).offsets_retention_ms
+        left = 0
+        soonest: int | None = None
+        for key, value in sorted(self.store.values.items(), key=lambda kv: repr(kv[0])):
+            if not isinstance(key, cr.OffsetCommitKey) or key.group_id != group_id:
+                continue
+            assert isinstance(value, cr.OffsetCommitValue)
+            if value.commit_timestamp + retention <= now_ms:
+                fx.records.append(Record(key, None))  # type: ignore[arg-type]
+            else:
+                left += 1
+                due = value.commit_timestamp + retention
+                soonest = due if soonest is None else min(soonest, due)
+        if left == 0:
+            gkey = cr.GroupMetadataKey(group_id)
+            if gkey in self.store.values:
+                fx.records.append(Record(gkey, None))  # type: ignore[arg-type]
+            self.groups.pop(group_id, None)
+        elif soonest is not None:
+            self._schedule((RETENTION_TIMER, group_id), soonest)
+
+    def _metadata_record(self, g: ClassicGroup, now_ms: int) -> Record:
+        value = cr.GroupMetadataValue(
+            g.protocol_type or "", g.generation, g.protocol, g.leader, now_ms,
+            tuple(cr.MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                    m.rebalance_timeout_ms, m.session_timeout_ms,
+                                    m.metadata(g.protocol), m.assignment)
+                  for m in g.members.values()))
+        return Record(cr.GroupMetadataKey(g.group_id), value)  # type: ignore[arg-type]
+
