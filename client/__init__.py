@@ -16,9 +16,16 @@ ShareAcknowledge), ``membership`` and ``session`` (sans-IO heartbeat and share-s
 ``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec),
 ``security`` (TLS and SASL settings and the SASL exchange, shared with the ``shoal`` CLI),
 ``errors``.
+
+``errors`` and ``security`` need only the broker's own dependencies (the ``shoal`` CLI uses them
+on a broker-only install); the consumer and its record decoding need the ``client`` extra
+(aiokafka, cramjam), so they are imported on first use.
 """
 
-from client.consumer import ShareConsumer
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from client.errors import (
     ConsumerClosedError,
     IllegalStateError,
@@ -28,8 +35,25 @@ from client.errors import (
     UnsupportedVersionError,
     error_class,
 )
-from client.records import AcknowledgeType, ShareRecord, TopicPartition
 from client.security import SecurityConfigError, SecuritySettings
+
+if TYPE_CHECKING:
+    from client.consumer import ShareConsumer
+    from client.records import AcknowledgeType, ShareRecord, TopicPartition
+
+_LAZY = {"ShareConsumer": "client.consumer", "AcknowledgeType": "client.records",
+         "ShareRecord": "client.records", "TopicPartition": "client.records"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AcknowledgeType",
