@@ -32,7 +32,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import scramp
 from kio.schema.errors import ErrorCode
@@ -370,20 +370,20 @@ def _auth_failed(message: str) -> KafkaError:
     return error_class(ErrorCode.sasl_authentication_failed)(message)
 
 
-class _Mechanism:
+class _Mechanism(Protocol):
     """One SASL mechanism's client messages: ``first()``, then ``step(challenge)`` until
     ``complete``."""
 
+    complete: bool
+
+    def first(self) -> bytes: ...
+
+    def step(self, challenge: bytes) -> bytes | None: ...
+
+
+class _Plain:
     complete = False
 
-    def first(self) -> bytes:
-        raise NotImplementedError
-
-    def step(self, challenge: bytes) -> bytes | None:
-        raise NotImplementedError
-
-
-class _Plain(_Mechanism):
     def __init__(self, username: str, password: str) -> None:
         self._message = b"\x00" + username.encode() + b"\x00" + password.encode()
 
@@ -395,7 +395,9 @@ class _Plain(_Mechanism):
         return None
 
 
-class _Scram(_Mechanism):
+class _Scram:
+    complete = False
+
     def __init__(self, mechanism: str, username: str, password: str) -> None:
         self._client = scramp.ScramClient([mechanism], username, password)
         self._sent_final = False

@@ -46,6 +46,21 @@ def request(api_key: int, api_version: int, **fields: Any) -> Any:
     return make(request_type(api_key, api_version), **fields)
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Read exactly ``n`` bytes.
+
+    Raises:
+        ConnectionError: the broker closed the connection first.
+    """
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
 def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
     """Whether the peer closes ``sock`` within ``timeout`` seconds (what it sends is skipped)."""
     deadline = time.monotonic() + timeout
@@ -136,10 +151,4 @@ class RawClient:
         return self._sock
 
     def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+        return recv_exact(self._sock, n)

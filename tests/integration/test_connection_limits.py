@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
-from tests.integration.rawclient import RawClient, closed_by_peer, request
+from tests.integration.rawclient import RawClient, closed_by_peer, recv_exact, request
 from tests.integration.share_helpers import produce
 from tests.integration.test_share_protocol import Member, heartbeat, topic_id
 
@@ -199,22 +199,13 @@ def test_a_client_that_never_reads_does_not_make_the_broker_buffer(tmp_path: Pat
         # Once the client reads, every answer arrives, in order.
         slow.settimeout(30)
         for i in range(300):
-            size = struct.unpack(">i", _recv(slow, 4))[0]
-            assert struct.unpack(">i", _recv(slow, size)[:4])[0] == i
+            size = struct.unpack(">i", recv_exact(slow, 4))[0]
+            assert struct.unpack(">i", recv_exact(slow, size)[:4])[0] == i
     finally:
         if slow is not None:
             slow.close()
         b.stop()
 
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def test_half_sent_frames_hold_at_most_the_request_memory_budget(tmp_path: Path) -> None:
@@ -254,8 +245,8 @@ def test_half_sent_frames_hold_at_most_the_request_memory_budget(tmp_path: Path)
         last.setblocking(True)
         last.settimeout(20)
         last.sendall(frame[sent:])
-        size_prefix = struct.unpack(">i", _recv(last, 4))[0]
-        assert struct.unpack(">i", _recv(last, size_prefix)[:4])[0] == 9
+        size_prefix = struct.unpack(">i", recv_exact(last, 4))[0]
+        assert struct.unpack(">i", recv_exact(last, size_prefix)[:4])[0] == 9
     finally:
         for s, _ in conns:
             s.close()
@@ -355,8 +346,8 @@ def _call_all(socks: list[socket.socket], frames: list[bytes], api_key: int, ver
         s.sendall(f)
     out = []
     for s in socks:
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        out.append(codec.decode_response(api_key, version, _recv(s, size))[1])
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        out.append(codec.decode_response(api_key, version, recv_exact(s, size))[1])
     return out
 
 
@@ -413,8 +404,8 @@ def test_announced_but_unsent_frames_do_not_starve_an_honest_large_request(tmp_p
         stalled.append(honest)
         honest.settimeout(10)
         honest.sendall(struct.pack(">i", size) + valid[4:] + b"\x00" * (size + 4 - len(valid)))
-        size_prefix = struct.unpack(">i", _recv(honest, 4))[0]
-        assert struct.unpack(">i", _recv(honest, size_prefix)[:4])[0] == 11
+        size_prefix = struct.unpack(">i", recv_exact(honest, 4))[0]
+        assert struct.unpack(">i", recv_exact(honest, size_prefix)[:4])[0] == 11
     finally:
         for s in stalled:
             s.close()

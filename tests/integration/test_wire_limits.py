@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
-from tests.integration.rawclient import RawClient, closed_by_peer
+from tests.integration.rawclient import RawClient, closed_by_peer, recv_exact
 from tests.integration.test_share_protocol import Member, topic_id
 
 CAP = 20
@@ -117,18 +117,9 @@ def _send_and_read(bootstrap: str, frame: bytes, api_key: int, version: int) -> 
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=60) as s:
         s.sendall(frame)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        return codec.decode_response(api_key, version, _recv(s, size))[1]
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        return codec.decode_response(api_key, version, recv_exact(s, size))[1]
 
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def _while_pinging(bootstrap: str, work: Callable[[], Any]) -> tuple[Any, float]:
