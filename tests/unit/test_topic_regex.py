@@ -1,6 +1,7 @@
 """SubscribedTopicRegex through RE2: whole-name matching as Java's ``matches()``, internal topics
 excluded, invalid patterns rejected with an operator-readable reason, patterns that are
-catastrophic for a backtracking engine matched in linear time, the compiled-pattern cache bounded."""
+catastrophic for a backtracking engine matched in linear time, the compiled-pattern cache
+bounded."""
 
 from __future__ import annotations
 
