@@ -9,7 +9,9 @@ Times ``uniform`` and ``range`` (coordinator/group/consumer_assignor.py) on 1,00
 * ``heterogeneous``: 100 topics x 100 partitions, every member subscribes to 10 random topics
   (seeded); ``fresh``, ``steady`` and ``join``.
 
-Each figure is the median of ``--rounds`` runs (wall clock, ``time.perf_counter``). No broker.
+Each time is the median of ``--rounds`` runs (wall clock, ``time.perf_counter``); also reported:
+the partitions a join moved (the newcomer's fair share is about 10) and the spread of partition
+counts (max - min) of the fresh assignment. No broker.
 
     .venv/bin/python -m bench.consumer_assignor [--members 1000] [--rounds 5]
 """
@@ -64,11 +66,29 @@ def _scenario(
     first = assignor.assign(fresh, topics)
     steady = _members(members, subs, first)
     joined = _members(members + 1, subs, first)
+    after_join = assignor.assign(joined, topics)
     return {
         "fresh_ms": _median_ms(lambda: assignor.assign(fresh, topics), rounds),
         "steady_ms": _median_ms(lambda: assignor.assign(steady, topics), rounds),
         "join_ms": _median_ms(lambda: assignor.assign(joined, topics), rounds),
+        "moved_on_join": _moved(first, after_join),
+        "max_minus_min": _spread(first),
     }
+
+
+def _owners(result: GroupAssignment) -> dict[tuple[uuid.UUID, int], str]:
+    return {(t, p): m for m, a in result.items() for t, ps in a.items() for p in ps}
+
+
+def _moved(before: GroupAssignment, after: GroupAssignment) -> int:
+    """Partitions whose owner changed (the newcomer's share is the least a join can move)."""
+    old = _owners(before)
+    return sum(1 for tp, m in _owners(after).items() if old.get(tp) != m)
+
+
+def _spread(result: GroupAssignment) -> int:
+    sizes = [sum(len(ps) for ps in a.values()) for a in result.values()]
+    return max(sizes) - min(sizes)
 
 
 def main() -> None:
