@@ -35,6 +35,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         return _response(m, cl.SyncResponse(ErrorCode.group_authorization_failed))
+    if not req.group_id:  # as Kafka's GroupCoordinatorService
+        return _response(m, cl.SyncResponse(ErrorCode.invalid_group_id))
     res = await ctx.broker.share_groups.sync_group(cl.SyncRequest(
         group_id=req.group_id, member_id=req.member_id, generation_id=req.generation_id,
         group_instance_id=getattr(req, "group_instance_id", None),

@@ -38,6 +38,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic_records as cr
+from coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
 from coordinator.group.records import Record
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
@@ -82,6 +83,7 @@ class JoinRequest:
     require_known_member_id: bool
     client_id: str = ""
     client_host: str = ""
+    skip_assignment_supported: bool = False  # JoinGroup v9+ (KIP-814)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +222,24 @@ class ClassicGroup:
     pending: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     initial_delay: bool = False  # the first rebalance of an Empty group is being delayed
     state_timestamp: int = 0
+    # Topics the members subscribe to, as of the last generation (Kafka's subscribedTopics);
+    # None when unknown (not a "consumer" group, or metadata that does not parse).
+    subscribed: frozenset[str] | None = None
+
+    def subscribes_to(self, topic: str) -> bool:
+        """Kafka's isSubscribedToTopic: unknown counts as subscribed for a consumer group."""
+        if self.subscribed is None:
+            return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return topic in self.subscribed
+
+    def compute_subscribed(self) -> None:
+        if not self.members and self.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            self.subscribed = frozenset()
+        elif self.protocol is None:
+            self.subscribed = None
+        else:
+            self.subscribed = group_subscription(
+                self.protocol_type, [m.metadata(self.protocol) for m in self.members.values()])
 
     def static_member(self, instance_id: str | None) -> Member | None:
         if instance_id is None:
@@ -458,6 +478,7 @@ class ClassicGroups:
                 self._schedule((SESSION_TIMER, key.group_id, mm.member_id),
                                now_ms + mm.session_timeout)
             g.state = ClassicState.STABLE if g.members else ClassicState.EMPTY
+            g.compute_subscribed()
             self.groups[key.group_id] = g
         for gid in sorted(self.group_ids()):
             self._arm_retention(gid, now_ms)
@@ -484,10 +505,26 @@ class ClassicGroups:
         if g.state is ClassicState.DEAD:
             return JoinResponse(ErrorCode.coordinator_not_available, member_id=req.member_id)
         if not g.supports(req.protocol_type, (n for n, _ in req.protocols)):
+            self._forget_if_unused(g)
             return JoinResponse(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
         if req.member_id == UNKNOWN_MEMBER:
-            return self._join_unknown(g, req, s, waiter, now_ms, fx)
-        return self._join_known(g, req, s, waiter, now_ms, fx)
+            res = self._join_unknown(g, req, s, waiter, now_ms, fx)
+        else:
+            res = self._join_known(g, req, s, waiter, now_ms, fx)
+        if res is not PENDING:
+            self._forget_if_unused(g)
+        return res
+
+    def _forget_if_unused(self, g: ClassicGroup) -> None:
+        """Drop an Empty group that holds nothing (no member, no pending member, no record).
+
+        A refused join, or a MEMBER_ID_REQUIRED id never used, would otherwise leave one such
+        group per group id a client makes up, for as long as the broker runs. Kafka writes an
+        Empty GroupMetadata for them and deletes it at its next offsets-retention check; Shoal
+        never keeps them (they hold nothing a client could read back)."""
+        if (g.state is ClassicState.EMPTY and not g.members and not g.pending
+                and g.group_id not in self.store.keys_per_group):
+            self.groups.pop(g.group_id, None)
 
     def _join_unknown(self, g: ClassicGroup, req: JoinRequest, s: ClassicSettings, waiter: int,
                       now_ms: int, fx: Effects) -> Any:
@@ -550,6 +587,7 @@ class ClassicGroups:
             fx.deliveries.append((old.sync_waiter, SyncResponse(ErrorCode.fenced_instance_id)))
         old.join_waiter = old.sync_waiter = None
         was_leader = g.leader == old.member_id
+        old_leader = old.member_id
         del g.members[old.member_id]
         self._cancel((SESSION_TIMER, g.group_id, old.member_id))
         old.member_id = new_id
@@ -563,14 +601,21 @@ class ClassicGroups:
         same = g.supports(req.protocol_type, (n for n, _ in req.protocols)) and \
             g.select_protocol() == g.protocol
         old.protocols = previous
-        if g.state is ClassicState.STABLE and same and not was_leader:
+        if g.state is ClassicState.STABLE and same:
             old.protocols = req.protocols
             old.session_timeout_ms = req.session_timeout_ms
             old.rebalance_timeout_ms = req.rebalance_timeout_ms
             self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)
             fx.records.append(self._metadata_record(g, now_ms))
+            if was_leader and req.skip_assignment_supported:
+                # KIP-814: the replaced leader learns it leads (members included, to keep its
+                # view of the group) but must not compute a new assignment.
+                return JoinResponse(ErrorCode.none, g.generation, g.protocol_type, g.protocol,
+                                    new_id, new_id, self._join_members(g), skip_assignment=True)
+            # Before v9 a replaced leader is told the old id leads, so it acts as a follower
+            # and syncs the assignment it already has (Kafka does the same).
             return JoinResponse(ErrorCode.none, g.generation, g.protocol_type, g.protocol,
-                                g.leader or "", new_id)
+                                old_leader if was_leader else g.leader or "", new_id)
         self._update_member(old, req, waiter, fx)
         if g.state is ClassicState.PREPARING:
             self._try_complete_join(g, now_ms, fx)
@@ -653,12 +698,14 @@ class ClassicGroups:
             g.state = ClassicState.EMPTY
             g.protocol = None
             g.leader = None
+            g.compute_subscribed()
             fx.records.append(self._metadata_record(g, now_ms))
             self._arm_retention(g.group_id, now_ms)
             return
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.protocol = g.select_protocol()
+        g.compute_subscribed()
         g.state = ClassicState.COMPLETING
         members = self._join_members(g)
         for m in g.members.values():
@@ -824,6 +871,7 @@ class ClassicGroups:
             if mid in g.pending:
                 g.pending.discard(mid)
                 self._try_complete_join(g, now_ms, fx)
+                self._forget_if_unused(g)
             elif mid in g.members:
                 self._drop_member(g, mid, fx)
                 self._after_removal(g, now_ms, fx)
@@ -849,19 +897,24 @@ class ClassicGroups:
         g = self.groups.get(group_id)
         error: ErrorCode | None = None
         if g is None:
-            if generation >= 0 or member_id != UNKNOWN_MEMBER:
-                error = ErrorCode.illegal_generation if generation >= 0 and \
-                    member_id == UNKNOWN_MEMBER else ErrorCode.unknown_member_id
+            # Kafka: a commit with generation -1 to an unknown group makes a simple group;
+            # otherwise GROUP_ID_NOT_FOUND (the handler answers ILLEGAL_GENERATION before v9).
+            error = ErrorCode.group_id_not_found if generation >= 0 else None
         elif g.state is ClassicState.DEAD:
             error = ErrorCode.coordinator_not_available
         elif generation < 0 and member_id == UNKNOWN_MEMBER and not g.members:
             error = None  # a simple (standalone) commit
-        elif g.state is ClassicState.COMPLETING:
-            error = ErrorCode.rebalance_in_progress
+        elif generation < 0 and member_id == UNKNOWN_MEMBER and instance_id is None:
+            error = ErrorCode.unknown_member_id  # a simple commit while members are in
         else:
+            # As Kafka's ClassicGroup.validateOffsetCommit: the member and its generation
+            # first (a fenced member learns it is fenced), then REBALANCE_IN_PROGRESS for a
+            # member of the current generation while the leader's assignment is awaited.
             error = self._validate_member(g, member_id, instance_id)
             if error is None and generation != g.generation:
                 error = ErrorCode.illegal_generation
+            if error is None and g.state is ClassicState.COMPLETING:
+                error = ErrorCode.rebalance_in_progress
             if error is None:
                 m = g.members[member_id]
                 self._schedule((SESSION_TIMER, group_id, member_id),
@@ -884,16 +937,21 @@ class ClassicGroups:
 
     def delete_offsets(self, group_id: str, parts: Sequence[tuple[str, int]],
                        fx: Effects) -> tuple[ErrorCode, tuple[tuple[str, int, ErrorCode], ...]]:
-        """OffsetDelete: only for an Empty group or topics the group does not subscribe to
-        (subscriptions are opaque to the broker, so a non-empty group gets
-        GROUP_SUBSCRIBED_TO_TOPIC for every partition, conservatively)."""
+        """OffsetDelete, as Kafka's ``OffsetMetadataManager.deleteOffsets``: a group with members
+        that is not of the ``consumer`` protocol type gets NON_EMPTY_GROUP; a ``consumer`` group
+        refuses (GROUP_SUBSCRIBED_TO_TOPIC) the partitions of topics its members subscribe to as
+        of the last generation (every topic when their metadata does not parse) and deletes the
+        others; an Empty or simple group deletes everything asked."""
         if not self.has(group_id):
             return ErrorCode.group_id_not_found, ()
         g = self.groups.get(group_id)
-        busy = g is not None and bool(g.members)
+        if g is not None and g.state in (ClassicState.PREPARING, ClassicState.COMPLETING,
+                                         ClassicState.STABLE) \
+                and g.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group, ()
         out = []
         for topic, p in parts:
-            if busy:
+            if g is not None and g.subscribes_to(topic):
                 out.append((topic, p, ErrorCode.group_subscribed_to_topic))
                 continue
             key = cr.OffsetCommitKey(group_id, topic, p)
