@@ -66,6 +66,9 @@ class ClassicSettings:
     max_size: int = 0x7FFFFFFF
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Largest GroupMetadata record (message.max.bytes, as Kafka's coordinator runtime bounds a
+    # batch by __consumer_offsets' max message size): the members' metadata and assignments.
+    max_record_bytes: int = 1024 * 1024 + 12
 
 
 # ------------------------------------------------------------------------ requests / responses
@@ -122,6 +125,7 @@ class SyncResponse:
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+    detail: str = ""  # why, for the broker's log (not on the wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,12 +605,17 @@ class ClassicGroups:
         same = g.supports(req.protocol_type, (n for n, _ in req.protocols)) and \
             g.select_protocol() == g.protocol
         old.protocols = previous
+        record = None
         if g.state is ClassicState.STABLE and same:
             old.protocols = req.protocols
+            record = self._metadata_record(g, now_ms)
+            if not self._fits(g, record):
+                record = None  # too large to keep in place: a rebalance (and its SyncGroup) says so
+        if record is not None:
             old.session_timeout_ms = req.session_timeout_ms
             old.rebalance_timeout_ms = req.rebalance_timeout_ms
             self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)
-            fx.records.append(self._metadata_record(g, now_ms))
+            fx.records.append(record)
             if was_leader and req.skip_assignment_supported:
                 # KIP-814: the replaced leader learns it leads (members included, to keep its
                 # view of the group) but must not compute a new assignment.
@@ -758,16 +767,45 @@ class ClassicGroups:
         given = dict(req.assignments)
         for member in g.members.values():
             member.assignment = given.get(member.member_id, b"")
+        record = self._metadata_record(g, now_ms)
+        if not self._fits(g, record):
+            return self._assignment_too_large(g, m, record, now_ms, fx)
         g.state = ClassicState.STABLE
         g.state_timestamp = now_ms
         self._cancel((SYNC_TIMER, g.group_id))
-        fx.records.append(self._metadata_record(g, now_ms))
+        fx.records.append(record)
         for member in g.members.values():
             if member.sync_waiter is not None and member.member_id != m.member_id:
                 fx.deliveries.append((member.sync_waiter, SyncResponse(
                     ErrorCode.none, g.protocol_type, g.protocol, member.assignment)))
             member.sync_waiter = None
         return SyncResponse(ErrorCode.none, g.protocol_type, g.protocol, m.assignment)
+
+    def _fits(self, g: ClassicGroup, record: Record) -> bool:
+        """Whether a GroupMetadata record is within message.max.bytes."""
+        return len(cr.encode_value(record.value) or b"") <= \
+            self._settings(g.group_id).max_record_bytes  # type: ignore[arg-type]
+
+    def _assignment_too_large(self, g: ClassicGroup, leader: Member, record: Record,
+                              now_ms: int, fx: Effects) -> SyncResponse:
+        """The generation's GroupMetadata record would pass message.max.bytes. As Kafka (whose
+        append fails with RECORD_LIST_TOO_LARGE, answered as UNKNOWN_SERVER_ERROR): every member
+        waiting in SyncGroup gets the error, the assignment is dropped and the group
+        rebalances."""
+        size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
+        limit = self._settings(g.group_id).max_record_bytes
+        detail = (f"group {g.group_id} generation {g.generation}: the members' metadata and "
+                  f"assignments make a {size}-byte GroupMetadata record, over message.max.bytes "
+                  f"({limit}); subscribe to fewer topics, send smaller assignments or raise "
+                  "message.max.bytes")
+        error = SyncResponse(ErrorCode.unknown_server_error, detail=detail)
+        for member in g.members.values():
+            member.assignment = b""
+            if member.sync_waiter is not None and member is not leader:
+                fx.deliveries.append((member.sync_waiter, error))
+            member.sync_waiter = None
+        self._prepare_rebalance(g, now_ms, fx)
+        return error
 
     # -------------------------------------------------------------- Heartbeat / LeaveGroup
 

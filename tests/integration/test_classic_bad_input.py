@@ -11,7 +11,10 @@ make round trips, and every record they send must come back.
 
 Kafka bounds none of JoinGroup's sizes itself (no limit on protocols or metadata bytes): the
 request-size bound ``socket.request.max.bytes`` applies, and a larger frame closes only that
-connection. This module's broker lowers it to 2 MiB to show that without 100 MB frames.
+connection. This module's broker lowers it to 2 MiB to show that without 100 MB frames. What a
+group keeps durably is bounded as in Kafka: its GroupMetadata record must fit
+``message.max.bytes`` (Kafka: __consumer_offsets' max message size), else SyncGroup fails with
+UNKNOWN_SERVER_ERROR and the group rebalances.
 """
 
 from __future__ import annotations
@@ -246,6 +249,26 @@ def test_many_protocols_and_large_metadata_within_the_request_bound(
         res = join_new(c, "bad-big-metadata", protocols=(("range", big),))
         assert res.error_code == ErrorCode.none
         assert res.members[0].metadata == big
+
+
+def test_an_assignment_record_past_message_max_bytes_is_refused(
+        bad_broker: BrokerProcess, control: ControlPair) -> None:
+    """Kafka's bound on a group's size in bytes: its GroupMetadata record (the members' metadata
+    and assignments) must fit __consumer_offsets' max message size (message.max.bytes, 1 MiB
+    + 12 by default); the SyncGroup that would write a larger one gets UNKNOWN_SERVER_ERROR."""
+    group = "bad-big-assignment"
+    with RawClient(bad_broker.bootstrap, timeout=30) as c:
+        res = join_new(c, group, protocols=(("range", b"y" * 600_000),))
+        assert res.error_code == ErrorCode.none
+        synced = sync(c, group, res.member_id, res.generation_id,
+                      ((res.member_id, b"a" * 600_000),))
+        assert synced.error_code == ErrorCode.unknown_server_error
+        assert "over message.max.bytes" in bad_broker.logs()
+        # The member rejoins with a smaller subscription and the group works.
+        again = join(c, group, res.member_id, protocols=(("range", b"small"),))
+        assert again.error_code == ErrorCode.none and again.generation_id == res.generation_id + 1
+        assert sync(c, group, res.member_id, again.generation_id,
+                    ((res.member_id, b"A"),)).error_code == ErrorCode.none
 
 
 def test_join_past_socket_request_max_bytes_closes_only_that_connection(

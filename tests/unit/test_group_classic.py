@@ -465,3 +465,31 @@ def test_refused_joins_and_unused_member_ids_leave_no_group_behind() -> None:
     h.tick(10_001)
     assert "y" not in h.shard.classic.groups
     assert [g.group_id for g in h.shard.list_groups()] == []
+
+
+def test_an_assignment_past_message_max_bytes_is_refused_and_the_group_rebalances() -> None:
+    """As Kafka, whose append of the GroupMetadata record fails (RECORD_LIST_TOO_LARGE) and
+    answers every member's SyncGroup UNKNOWN_SERVER_ERROR: nothing is written."""
+    h = Harness(replace(SETTINGS, max_record_bytes=2_000))
+    w1, m1 = h.join_new()
+    w2, m2 = h.join_new()
+    h.join(member=m1)
+    leader = h.delivered[w1].leader
+    follower = m2 if leader == m1 else m1
+    fw, _ = h.sync(follower, 2)
+    logged = len(h.log)
+    _, res = h.sync(leader, 2, ((leader, b"x" * 1_500), (follower, b"y" * 1_500)))
+    assert res.error_code == ErrorCode.unknown_server_error
+    assert "message.max.bytes (2000)" in res.detail and "group g generation 2" in res.detail
+    assert h.delivered[fw].error_code == ErrorCode.unknown_server_error
+    assert len(h.log) == logged  # no GroupMetadata record
+    assert h.group().state is cl.ClassicState.PREPARING
+    assert all(m.assignment == b"" for m in h.group().members.values())
+    # Both rejoin and a smaller assignment goes through.
+    w1, _ = h.join(member=leader)
+    w2, _ = h.join(member=follower)
+    gen = h.delivered[w1].generation_id
+    assert gen == 3
+    fw, _ = h.sync(follower, gen)
+    _, res = h.sync(leader, gen, ((leader, b"x"), (follower, b"y")))
+    assert res.error_code == ErrorCode.none and h.delivered[fw].assignment == b"y"
