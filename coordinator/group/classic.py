@@ -940,8 +940,8 @@ class ClassicGroups:
             error = ErrorCode.group_id_not_found if generation >= 0 else None
         elif g.state is ClassicState.DEAD:
             error = ErrorCode.coordinator_not_available
-        elif generation < 0 and member_id == UNKNOWN_MEMBER and not g.members:
-            error = None  # a simple (standalone) commit
+        elif generation < 0 and g.state is ClassicState.EMPTY:
+            error = None  # a simple (standalone or admin) commit
         elif generation < 0 and member_id == UNKNOWN_MEMBER and instance_id is None:
             error = ErrorCode.unknown_member_id  # a simple commit while members are in
         else:

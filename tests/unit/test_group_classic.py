@@ -493,3 +493,24 @@ def test_an_assignment_past_message_max_bytes_is_refused_and_the_group_rebalance
     fw, _ = h.sync(follower, gen)
     _, res = h.sync(leader, gen, ((leader, b"x"), (follower, b"y")))
     assert res.error_code == ErrorCode.none and h.delivered[fw].assignment == b"y"
+
+
+def test_commit_validation_order_as_kafka() -> None:
+    """ClassicGroup.validateOffsetCommit: generation -1 commits to an Empty (or unknown) group
+    whatever the member id; otherwise the member, then its generation, then
+    REBALANCE_IN_PROGRESS while the leader's assignment is awaited."""
+    h = Harness()
+    assert h.commit("anyone", -1, {("t", 0): 1}, group="solo").error_code == ErrorCode.none
+    assert h.commit("anyone", -1, {("t", 0): 2}, group="solo").error_code == ErrorCode.none
+    assert h.commit("x", 3, {("t", 0): 2}, group="nope").error_code == \
+        ErrorCode.group_id_not_found
+    leader, follower, gen = stable_pair(h)
+    w, _ = h.join(member=leader, protocols=(("range", b"changed"),))  # PreparingRebalance
+    assert h.commit(follower, gen, {("t", 0): 3}).error_code == ErrorCode.none
+    h.join(member=follower)  # both rejoined: CompletingRebalance, generation gen + 1
+    assert h.group().state is cl.ClassicState.COMPLETING
+    assert h.commit(follower, gen, {("t", 0): 4}).error_code == ErrorCode.illegal_generation
+    assert h.commit("x", gen + 1, {("t", 0): 4}).error_code == ErrorCode.unknown_member_id
+    assert h.commit("", -1, {("t", 0): 4}).error_code == ErrorCode.unknown_member_id
+    assert h.commit(follower, gen + 1, {("t", 0): 4}).error_code == \
+        ErrorCode.rebalance_in_progress
