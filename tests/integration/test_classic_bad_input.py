@@ -220,6 +220,11 @@ def test_join_with_a_mismatched_protocol_type_or_no_common_protocol(
         assert join(c, group, member, protocol_type="connect").error_code == \
             ErrorCode.inconsistent_group_protocol
         assert heartbeat(c, group, member, generation) == ErrorCode.none
+        # A type the broker never heard of is any group's own business (Kafka only compares
+        # types): a new group takes it, and then refuses "consumer" members.
+        made_up = join_new(c, "bad-made-up-type", protocol_type="my-own-type")
+        assert made_up.error_code == ErrorCode.none and made_up.protocol_type == "my-own-type"
+        assert join(c, "bad-made-up-type").error_code == ErrorCode.inconsistent_group_protocol
 
 
 def test_join_with_an_empty_protocol_type_or_list(bad_broker: BrokerProcess,
