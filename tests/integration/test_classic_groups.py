@@ -331,3 +331,39 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     finally:
         c1.close()
         c2.close()
+
+
+def test_static_leader_restart_keeps_the_group_stable(fast_broker: Any) -> None:
+    """The first member to join leads; restarted with its group.instance.id it takes its place
+    again without a rebalance of the other member (Kafka replaces a static leader in place;
+    JoinGroup v9 tells it to skip the assignment, older versions make it a follower)."""
+    topic, group = "classic-static-leader", "classic-static-leader-g"
+    create_topic(fast_broker.bootstrap, topic, partitions=4)
+    assigned: list[int] = []
+    c1 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "leader-1"})
+    c1.subscribe([topic])
+    wait_assigned([c1], 4)
+    c2 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "follower-2"})
+    c2.subscribe([topic], on_assign=lambda c, parts: assigned.append(len(parts)))
+    try:
+        sets = wait_assigned([c1, c2], 4)
+        with RawClient(fast_broker.bootstrap) as raw:
+            (d,) = raw.call(15, 5, request(15, 5, groups=(group,),
+                                           include_authorized_operations=False)).groups
+            state_before = d.group_state
+        rebalances = len(assigned)
+        c1.close()  # a static member does not leave
+        c1 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "leader-1"})
+        c1.subscribe([topic])
+        again = wait_assigned([c1, c2], 4)
+        assert again == sets
+        poll_all([c1, c2], 2.0)
+        assert len(assigned) == rebalances  # c2 was not rebalanced
+        with RawClient(fast_broker.bootstrap) as raw:
+            (d,) = raw.call(15, 5, request(15, 5, groups=(group,),
+                                           include_authorized_operations=False)).groups
+            assert d.group_state == state_before == "Stable"
+            assert len(d.members) == 2
+    finally:
+        c1.close()
+        c2.close()
