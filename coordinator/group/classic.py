@@ -20,6 +20,12 @@ follower's SyncGroup waits for the leader's. Such an op answers ``PENDING`` and 
 handed to ``deliver(waiter, response)`` (injected) with the ``waiter`` id the caller passed in.
 Answers released by an op that writes records wait for those records to commit (``commit``).
 
+Bounds as Kafka's: a GroupMetadata record must fit ``message.max.bytes`` (else SyncGroup answers
+UNKNOWN_SERVER_ERROR and the group rebalances); sizes of JoinGroup itself are bounded only by the
+request size. A ``consumer`` group's subscribed topics are read from its members' metadata at
+each generation (``consumer_protocol.py``), for OffsetDelete. Groups that hold nothing (a refused
+join, a MEMBER_ID_REQUIRED id never used) are forgotten at once.
+
 States: Empty -> PreparingRebalance (a join) -> CompletingRebalance (all joined: generation + 1,
 leader chosen, join answers sent) -> Stable (leader's SyncGroup: assignments written) -> back to
 PreparingRebalance on a new member, a leave, an expiry or a leader/protocol change. Dead after
