@@ -232,7 +232,8 @@ def test_join_with_an_empty_protocol_type_or_list(bad_broker: BrokerProcess,
     with RawClient(bad_broker.bootstrap) as c:
         for kw in ({"protocol_type": ""}, {"protocols": ()}):
             res = join(c, "bad-empty-proto", **kw)
-            assert (res.error_code, res.member_id) == (ErrorCode.inconsistent_group_protocol, ""), kw
+            assert (res.error_code, res.member_id) == (
+                ErrorCode.inconsistent_group_protocol, ""), kw
         # Nothing was created: the group id is still free for a real member.
         listed = c.call(16, 5, request(16, 5, states_filter=(), types_filter=()))
         assert "bad-empty-proto" not in {g.group_id for g in listed.groups}
