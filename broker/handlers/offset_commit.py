@@ -6,8 +6,9 @@ simple commit, allowed while the group is Empty (to an unknown group it makes a 
 empty group id is allowed, as Kafka keeps it for old clients); otherwise the member, then its
 generation must match (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION), then
 REBALANCE_IN_PROGRESS while the group completes a rebalance; a generation to an unknown group
-gets GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION (v2-8). Metadata longer than offset.metadata.max.bytes gets
-OFFSET_METADATA_TOO_LARGE for its partition; unknown topics/partitions UNKNOWN_TOPIC_OR_PARTITION.
+gets GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION (v2-8). Metadata longer than
+offset.metadata.max.bytes gets OFFSET_METADATA_TOO_LARGE for its partition; unknown
+topics/partitions UNKNOWN_TOPIC_OR_PARTITION.
 A share group's id gets GROUP_ID_NOT_FOUND.
 
 Authorization (``broker/authz.py``), as Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED
