@@ -34,7 +34,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f, g and k against an already
 running Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report
 shows them side by side; ``--no-local`` skips the local Shoal broker. ``--profile`` records a
-profile of the broker during (b) (py-spy when installed, else cProfile) and writes its top functions.
+profile of the broker during (b) (py-spy when installed, else cProfile) and writes its top
+functions.
 """
 
 from __future__ import annotations
