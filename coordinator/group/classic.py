@@ -382,6 +382,22 @@ class DurableStore:
         self.undo.clear()
 
 
+MEMBER_ID_PREFIX_CHARS = 1000
+
+
+def _too_long_join(req: JoinRequest) -> ErrorCode | None:
+    """Strings of a JoinGroup that no GroupMetadata record could hold (int16 lengths; JoinGroup
+    v6+ can carry longer ones). Kafka takes them and then fails the record's write (a loop of
+    MEMBER_ID_REQUIRED / UNKNOWN_MEMBER_ID, or UNKNOWN_SERVER_ERROR at SyncGroup); Shoal refuses
+    them up front: INVALID_GROUP_ID for the group id, INVALID_REQUEST for the rest."""
+    if not cr.fits(req.group_id):
+        return ErrorCode.invalid_group_id
+    if not (cr.fits(req.group_instance_id) and cr.fits(req.protocol_type)
+            and all(cr.fits(name) for name, _ in req.protocols)):
+        return ErrorCode.invalid_request
+    return None
+
+
 Deliver = Callable[[int, Any], None]
 TimerSchedule = Callable[[tuple[str, ...], int], None]
 TimerCancel = Callable[[tuple[str, ...]], None]
@@ -504,6 +520,9 @@ class ClassicGroups:
         s = self._settings(req.group_id)
         if not req.group_id:
             return JoinResponse(ErrorCode.invalid_group_id, member_id=req.member_id)
+        too_long = _too_long_join(req)
+        if too_long is not None:
+            return JoinResponse(too_long, member_id=req.member_id)
         if not s.min_session_timeout_ms <= req.session_timeout_ms <= s.max_session_timeout_ms:
             return JoinResponse(ErrorCode.invalid_session_timeout, member_id=req.member_id)
         g = self.groups.get(req.group_id)
@@ -538,8 +557,9 @@ class ClassicGroups:
 
     def _join_unknown(self, g: ClassicGroup, req: JoinRequest, s: ClassicSettings, waiter: int,
                       now_ms: int, fx: Effects) -> Any:
-        new_id = f"{req.client_id}-{uuid.uuid4()}" if req.group_instance_id is None else \
-            f"{req.group_instance_id}-{uuid.uuid4()}"
+        # Kafka's member id form, the prefix cut so the id fits the GroupMetadata record.
+        prefix = req.client_id if req.group_instance_id is None else req.group_instance_id
+        new_id = f"{prefix[:MEMBER_ID_PREFIX_CHARS]}-{uuid.uuid4()}"
         old = g.static_member(req.group_instance_id)
         if old is not None:
             return self._replace_static(g, old, new_id, req, waiter, now_ms, fx)
@@ -800,7 +820,7 @@ class ClassicGroups:
         rebalances."""
         size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
         limit = self._settings(g.group_id).max_record_bytes
-        detail = (f"group {g.group_id} generation {g.generation}: the members' metadata and "
+        detail = (f"group {g.group_id[:200]} generation {g.generation}: the members' metadata and "
                   f"assignments make a {size}-byte GroupMetadata record, over message.max.bytes "
                   f"({limit}); subscribe to fewer topics, send smaller assignments or raise "
                   "message.max.bytes")
@@ -940,7 +960,9 @@ class ClassicGroups:
         s = self._settings(group_id)
         g = self.groups.get(group_id)
         error: ErrorCode | None = None
-        if g is None:
+        if not cr.fits(group_id):
+            error = ErrorCode.invalid_group_id  # no record could hold it (see _too_long_join)
+        elif g is None:
             # Kafka: a commit with generation -1 to an unknown group makes a simple group;
             # otherwise GROUP_ID_NOT_FOUND (the handler answers ILLEGAL_GENERATION before v9).
             error = ErrorCode.group_id_not_found if generation >= 0 else None
