@@ -313,9 +313,13 @@ def test_commit_from_a_member_of_an_older_generation_or_unknown(
                 group_instance_id=None, protocol_type="consumer", reason=None,
                 protocols=(request_module(11, 9).JoinGroupRequestProtocol(
                     name="range", metadata=b"\x00\x01"),)))
-            # The group is rebalancing: the heartbeat tells m1 to rejoin; a commit of the
-            # current generation is still taken (PreparingRebalance, as Kafka).
-            assert heartbeat(c, group, m1, gen1) == ErrorCode.rebalance_in_progress
+            # The group is rebalancing (once c2's join is in: another connection, so poll):
+            # the heartbeat tells m1 to rejoin; a commit of the current generation is still
+            # taken (PreparingRebalance, as Kafka).
+            deadline = time.monotonic() + 10
+            while heartbeat(c, group, m1, gen1) != ErrorCode.rebalance_in_progress:
+                assert time.monotonic() < deadline, "the second member's join never arrived"
+                time.sleep(0.02)
             assert commit(c, group, m1, gen1, offset=6) == ErrorCode.none
             rejoined = join(c, group, m1)
             _, joined2 = c2.receive(11, 9)
