@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile kcat java clean
+.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -74,7 +74,7 @@ test-crash: $(VENV)/.installed-test
 test-compose: $(VENV)/.installed-test
 	PYTHON_IMAGE=$(PYTHON_IMAGE) $(BIN)/pytest -m compose tests/compose -p no:cacheprovider -rP
 
-## Benchmark (bench/README.md): a fresh broker, scenarios a-h, a report in bench/results/<timestamp>/.
+## Benchmark (bench/README.md): a fresh broker, scenarios a-z, a report in bench/results/<timestamp>/.
 ## PROFILE=1 profiles the broker during (b); SCALE=0.05 is a quick run; BOOTSTRAP=host:port also
 ## runs the client-side scenarios against another Kafka-protocol broker for comparison.
 bench: $(VENV)/.installed-bench
@@ -84,6 +84,11 @@ bench: $(VENV)/.installed-bench
 ## source (pipeline/, issue 8). Needs Java (make java); SCALE=0.2 is a quick run.
 bench-spark: $(VENV)/.installed-spark java
 	$(BIN)/python -m bench.run --only g $(if $(SCALE),--scale $(SCALE),)
+
+## Scenario (k) alone: consumer-group consumption (issue 14), 4 partitions x 2 consumers,
+## group.protocol=classic and consumer (bench/consumer_groups.py); SCALE=0.1 is a quick run.
+bench-groups: $(VENV)/.installed-bench
+	$(BIN)/python -m bench.run --only k $(if $(SCALE),--scale $(SCALE),)
 
 ## Scenario (h) alone: hostile load (issue 12) against a broker of its own while a control
 ## producer/consumer pair measures round trips; SCALE=0.1 is a quick run.

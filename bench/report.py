@@ -122,8 +122,8 @@ def _fmt(v: Any, digits: int) -> str:
 
 
 def status(row: Row, value: Any) -> str | None:
-    if row.target is None or value is None:
-        return None
+    if row.target is None or not isinstance(value, (int, float)):
+        return None  # no figure, or a reason instead of one ("not supported by this broker")
     op, goal = row.target
     ok = value >= goal if op == ">=" else value <= goal
     return "met" if ok else "missed"
@@ -137,7 +137,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         for s in results["systems"]:
             v = row.get(s["scenarios"])
-            if v is None:
+            if not isinstance(v, (int, float)):
                 continue
             out.append({"scenario": row.scenario, "figure": row.figure, "unit": row.unit,
                         "system": s["name"], "value": v, "target": f"{row.target[0]} "

@@ -26,11 +26,16 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
   producer/consumer pair measures round trips (``bench/hostile.py``; ``make bench-hostile``)
 - ``t``  issue 13: produce and share-consume over an SSL listener vs a PLAINTEXT one of the same
   broker (its own), with the SSL/plaintext ratio (``bench/tls.py``)
+- ``k``  issue 14: consumer-group consumption, 4 partitions x 2 ``confluent_kafka.Consumer``
+  processes, ``group.protocol=classic`` then ``consumer`` (reported as not supported by a broker
+  without ConsumerGroupHeartbeat): records/s and subscribe to first record
+  (``bench/consumer_groups.py``; ``make bench-groups``)
 
-``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f and g against an already running
-Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report shows
-them side by side; ``--no-local`` skips the local Shoal broker. ``--profile`` records a profile
-of the broker during (b) (py-spy when installed, else cProfile) and writes its top functions.
+``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f, g and k against an already
+running Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report
+shows them side by side; ``--no-local`` skips the local Shoal broker. ``--profile`` records a
+profile of the broker during (b) (py-spy when installed, else cProfile) and writes its top
+functions.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import authz_overhead, report, scenarios, tls
+from bench import authz_overhead, consumer_groups, report, scenarios, tls
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -64,10 +69,10 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-report.ROWS += authz_overhead.REPORT_ROWS
+report.ROWS += authz_overhead.REPORT_ROWS + consumer_groups.REPORT_ROWS
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "h", "t", "z"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "h", "t", "z"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -204,6 +209,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"{fig.get('check_us_per_request_on')} vs {fig.get('check_us_per_request_off')} "
                 f"us per share request, estimated overhead {fig.get('estimated_overhead_pct')} % "
                 f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
+    if key == "k":
+        return consumer_groups.brief(fig)
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
@@ -267,6 +274,13 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
              f"{spark_source.PARTITIONS} partitions")
         res["g"] = _attempt(lambda: scenarios.scenario_g(settings, system), "g")
         _log(f"  g: {_brief('g', res['g'])}")
+    if "k" in selected:
+        # Issue 14: consumer groups, classic and KIP-848 (bench/consumer_groups.py).
+        _log(f"[{system.name}] (k) consumer-group consume {settings.records():,} records, "
+             f"{consumer_groups.PARTITIONS} partitions x {consumer_groups.CONSUMERS} consumers, "
+             f"group.protocol {' and '.join(consumer_groups.PROTOCOLS)}")
+        res["k"] = _attempt(lambda: consumer_groups.scenario_k(settings, system), "k")
+        _log(f"  k: {_brief('k', res['k'])}")
     return res
 
 
@@ -282,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     settings = Settings(scale=args.scale, run_id=run_id, work_dir=work_dir, log=_log)
     overrides = dict(o.split("=", 1) for o in args.override)
+    if "k" in args.selected:  # see bench/consumer_groups.py: Kafka's server.properties value
+        overrides = {**consumer_groups.BENCH_OVERRIDES, **overrides}
     selected = args.selected
     local = not args.no_local
     profile_kind = choose(args.profiler) if args.profile else None

@@ -206,6 +206,7 @@ class ShareGroupService:
             max_size=get("group.max.size"),
             offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
             offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+            max_record_bytes=get("message.max.bytes"),
         )
 
     def _deliver(self, waiter: int, response: Any) -> None:

@@ -25,6 +25,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         error = ErrorCode.group_authorization_failed
+    elif not req.group_id:  # as Kafka's GroupCoordinatorService
+        error = ErrorCode.invalid_group_id
     else:
         error = await ctx.broker.share_groups.classic_heartbeat(
             req.group_id, req.member_id, req.generation_id,

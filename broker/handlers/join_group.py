@@ -60,5 +60,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         protocol_type=req.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
         require_known_member_id=ctx.api_version >= 4,
+        skip_assignment_supported=ctx.api_version >= 9,
         client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}"))
     return _response(m, ctx.api_version, res)

@@ -35,6 +35,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not members:
         return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.invalid_request, members=())
+    if not req.group_id:  # as Kafka's GroupCoordinatorService
+        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.invalid_group_id, members=())
     res = await ctx.broker.share_groups.leave_group(req.group_id, members)
     if not batched:
         code = res.members[0][1] if res.members else res.error_code

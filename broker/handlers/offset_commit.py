@@ -1,11 +1,14 @@
 """OffsetCommit (8) v2-9: commit a classic (or standalone) group's offsets to
 ``__consumer_offsets`` (``coordinator/group/classic.py``), answered once durable.
 
-Validation as Kafka's: a commit with generation -1 and an empty member id is a simple commit,
-allowed while the group has no members; otherwise the member and generation must match
-(UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID; REBALANCE_IN_PROGRESS while the
-group completes a rebalance). Metadata longer than offset.metadata.max.bytes gets
-OFFSET_METADATA_TOO_LARGE for its partition; unknown topics/partitions UNKNOWN_TOPIC_OR_PARTITION.
+Validation as Kafka's (``ClassicGroup.validateOffsetCommit``): a commit with generation -1 is a
+simple commit, allowed while the group is Empty (to an unknown group it makes a simple group; the
+empty group id is allowed, as Kafka keeps it for old clients); otherwise the member, then its
+generation must match (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION), then
+REBALANCE_IN_PROGRESS while the group completes a rebalance; a generation to an unknown group
+gets GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION (v2-8). Metadata longer than
+offset.metadata.max.bytes gets OFFSET_METADATA_TOO_LARGE for its partition; unknown
+topics/partitions UNKNOWN_TOPIC_OR_PARTITION.
 A share group's id gets GROUP_ID_NOT_FOUND.
 
 Authorization (``broker/authz.py``), as Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED
@@ -60,6 +63,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                 req.group_id, req.member_id, req.generation_id_or_member_epoch,
                 getattr(req, "group_instance_id", None), tuple(parts))
             for topic_name, partition, code in res.partitions:
+                if code == ErrorCode.group_id_not_found and ctx.api_version < 9 and \
+                        req.generation_id_or_member_epoch >= 0:
+                    code = ErrorCode.illegal_generation  # Kafka's answer before v9
                 codes[(topic_name, partition)] = code
     topics: dict[str, list[Any]] = {}
     for name, partition in order:

@@ -1,6 +1,8 @@
-"""OffsetDelete (47) v0: delete committed offsets of an Empty classic group
-(``coordinator/group/classic.py``). A group with members gets GROUP_SUBSCRIBED_TO_TOPIC for every
-partition (subscriptions are opaque to the broker); an unknown group GROUP_ID_NOT_FOUND.
+"""OffsetDelete (47) v0: delete committed offsets of a classic group
+(``coordinator/group/classic.py``), as Kafka: a ``consumer`` group with members refuses the
+partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, read from their
+subscription metadata) and deletes the rest; a group of another protocol type with members gets
+NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND; the empty group id INVALID_GROUP_ID.
 
 Authorization (``broker/authz.py``), as Kafka: DELETE on the group (else top-level
 GROUP_AUTHORIZATION_FAILED), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED per
@@ -27,6 +29,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.DELETE, Resource(ResourceType.GROUP, req.group_id)):
         return make(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed,
+                    throttle_time=NO_THROTTLE, topics=())
+    if not req.group_id:  # as Kafka's GroupCoordinatorService
+        return make(m.OffsetDeleteResponse, error_code=ErrorCode.invalid_group_id,
                     throttle_time=NO_THROTTLE, topics=())
     denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
     codes: dict[tuple[str, int], ErrorCode] = {}

@@ -20,6 +20,12 @@ follower's SyncGroup waits for the leader's. Such an op answers ``PENDING`` and 
 handed to ``deliver(waiter, response)`` (injected) with the ``waiter`` id the caller passed in.
 Answers released by an op that writes records wait for those records to commit (``commit``).
 
+Bounds as Kafka's: a GroupMetadata record must fit ``message.max.bytes`` (else SyncGroup answers
+UNKNOWN_SERVER_ERROR and the group rebalances); sizes of JoinGroup itself are bounded only by the
+request size. A ``consumer`` group's subscribed topics are read from its members' metadata at
+each generation (``consumer_protocol.py``), for OffsetDelete. Groups that hold nothing (a refused
+join, a MEMBER_ID_REQUIRED id never used) are forgotten at once.
+
 States: Empty -> PreparingRebalance (a join) -> CompletingRebalance (all joined: generation + 1,
 leader chosen, join answers sent) -> Stable (leader's SyncGroup: assignments written) -> back to
 PreparingRebalance on a new member, a leave, an expiry or a leader/protocol change. Dead after
@@ -38,6 +44,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic_records as cr
+from coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
 from coordinator.group.records import Record
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
@@ -65,6 +72,9 @@ class ClassicSettings:
     max_size: int = 0x7FFFFFFF
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Largest GroupMetadata record (message.max.bytes, as Kafka's coordinator runtime bounds a
+    # batch by __consumer_offsets' max message size): the members' metadata and assignments.
+    max_record_bytes: int = 1024 * 1024 + 12
 
 
 # ------------------------------------------------------------------------ requests / responses
@@ -82,6 +92,7 @@ class JoinRequest:
     require_known_member_id: bool
     client_id: str = ""
     client_host: str = ""
+    skip_assignment_supported: bool = False  # JoinGroup v9+ (KIP-814)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +131,7 @@ class SyncResponse:
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+    detail: str = ""  # why, for the broker's log (not on the wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +232,24 @@ class ClassicGroup:
     pending: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     initial_delay: bool = False  # the first rebalance of an Empty group is being delayed
     state_timestamp: int = 0
+    # Topics the members subscribe to, as of the last generation (Kafka's subscribedTopics);
+    # None when unknown (not a "consumer" group, or metadata that does not parse).
+    subscribed: frozenset[str] | None = None
+
+    def subscribes_to(self, topic: str) -> bool:
+        """Kafka's isSubscribedToTopic: unknown counts as subscribed for a consumer group."""
+        if self.subscribed is None:
+            return self.protocol_type == CONSUMER_PROTOCOL_TYPE
+        return topic in self.subscribed
+
+    def compute_subscribed(self) -> None:
+        if not self.members and self.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            self.subscribed = frozenset()
+        elif self.protocol is None:
+            self.subscribed = None
+        else:
+            self.subscribed = group_subscription(
+                self.protocol_type, [m.metadata(self.protocol) for m in self.members.values()])
 
     def static_member(self, instance_id: str | None) -> Member | None:
         if instance_id is None:
@@ -352,6 +382,22 @@ class DurableStore:
         self.undo.clear()
 
 
+MEMBER_ID_PREFIX_CHARS = 1000
+
+
+def _too_long_join(req: JoinRequest) -> ErrorCode | None:
+    """Strings of a JoinGroup that no GroupMetadata record could hold (int16 lengths; JoinGroup
+    v6+ can carry longer ones). Kafka takes them and then fails the record's write (a loop of
+    MEMBER_ID_REQUIRED / UNKNOWN_MEMBER_ID, or UNKNOWN_SERVER_ERROR at SyncGroup); Shoal refuses
+    them up front: INVALID_GROUP_ID for the group id, INVALID_REQUEST for the rest."""
+    if not cr.fits(req.group_id):
+        return ErrorCode.invalid_group_id
+    if not (cr.fits(req.group_instance_id) and cr.fits(req.protocol_type)
+            and all(cr.fits(name) for name, _ in req.protocols)):
+        return ErrorCode.invalid_request
+    return None
+
+
 Deliver = Callable[[int, Any], None]
 TimerSchedule = Callable[[tuple[str, ...], int], None]
 TimerCancel = Callable[[tuple[str, ...]], None]
@@ -458,6 +504,7 @@ class ClassicGroups:
                 self._schedule((SESSION_TIMER, key.group_id, mm.member_id),
                                now_ms + mm.session_timeout)
             g.state = ClassicState.STABLE if g.members else ClassicState.EMPTY
+            g.compute_subscribed()
             self.groups[key.group_id] = g
         for gid in sorted(self.group_ids()):
             self._arm_retention(gid, now_ms)
@@ -473,6 +520,9 @@ class ClassicGroups:
         s = self._settings(req.group_id)
         if not req.group_id:
             return JoinResponse(ErrorCode.invalid_group_id, member_id=req.member_id)
+        too_long = _too_long_join(req)
+        if too_long is not None:
+            return JoinResponse(too_long, member_id=req.member_id)
         if not s.min_session_timeout_ms <= req.session_timeout_ms <= s.max_session_timeout_ms:
             return JoinResponse(ErrorCode.invalid_session_timeout, member_id=req.member_id)
         g = self.groups.get(req.group_id)
@@ -484,15 +534,32 @@ class ClassicGroups:
         if g.state is ClassicState.DEAD:
             return JoinResponse(ErrorCode.coordinator_not_available, member_id=req.member_id)
         if not g.supports(req.protocol_type, (n for n, _ in req.protocols)):
+            self._forget_if_unused(g)
             return JoinResponse(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
         if req.member_id == UNKNOWN_MEMBER:
-            return self._join_unknown(g, req, s, waiter, now_ms, fx)
-        return self._join_known(g, req, s, waiter, now_ms, fx)
+            res = self._join_unknown(g, req, s, waiter, now_ms, fx)
+        else:
+            res = self._join_known(g, req, s, waiter, now_ms, fx)
+        if res is not PENDING:
+            self._forget_if_unused(g)
+        return res
+
+    def _forget_if_unused(self, g: ClassicGroup) -> None:
+        """Drop an Empty group that holds nothing (no member, no pending member, no record).
+
+        A refused join, or a MEMBER_ID_REQUIRED id never used, would otherwise leave one such
+        group per group id a client makes up, for as long as the broker runs. Kafka writes an
+        Empty GroupMetadata for them and deletes it at its next offsets-retention check; Shoal
+        never keeps them (they hold nothing a client could read back)."""
+        if (g.state is ClassicState.EMPTY and not g.members and not g.pending
+                and g.group_id not in self.store.keys_per_group):
+            self.groups.pop(g.group_id, None)
 
     def _join_unknown(self, g: ClassicGroup, req: JoinRequest, s: ClassicSettings, waiter: int,
                       now_ms: int, fx: Effects) -> Any:
-        new_id = f"{req.client_id}-{uuid.uuid4()}" if req.group_instance_id is None else \
-            f"{req.group_instance_id}-{uuid.uuid4()}"
+        # Kafka's member id form, the prefix cut so the id fits the GroupMetadata record.
+        prefix = req.client_id if req.group_instance_id is None else req.group_instance_id
+        new_id = f"{prefix[:MEMBER_ID_PREFIX_CHARS]}-{uuid.uuid4()}"
         old = g.static_member(req.group_instance_id)
         if old is not None:
             return self._replace_static(g, old, new_id, req, waiter, now_ms, fx)
@@ -550,6 +617,7 @@ class ClassicGroups:
             fx.deliveries.append((old.sync_waiter, SyncResponse(ErrorCode.fenced_instance_id)))
         old.join_waiter = old.sync_waiter = None
         was_leader = g.leader == old.member_id
+        old_leader = old.member_id
         del g.members[old.member_id]
         self._cancel((SESSION_TIMER, g.group_id, old.member_id))
         old.member_id = new_id
@@ -563,14 +631,26 @@ class ClassicGroups:
         same = g.supports(req.protocol_type, (n for n, _ in req.protocols)) and \
             g.select_protocol() == g.protocol
         old.protocols = previous
-        if g.state is ClassicState.STABLE and same and not was_leader:
+        record = None
+        if g.state is ClassicState.STABLE and same:
             old.protocols = req.protocols
+            record = self._metadata_record(g, now_ms)
+            if not self._fits(g, record):
+                record = None  # too large to keep in place: a rebalance (and its SyncGroup) says so
+        if record is not None:
             old.session_timeout_ms = req.session_timeout_ms
             old.rebalance_timeout_ms = req.rebalance_timeout_ms
             self._schedule((SESSION_TIMER, g.group_id, new_id), now_ms + req.session_timeout_ms)
-            fx.records.append(self._metadata_record(g, now_ms))
+            fx.records.append(record)
+            if was_leader and req.skip_assignment_supported:
+                # KIP-814: the replaced leader learns it leads (members included, to keep its
+                # view of the group) but must not compute a new assignment.
+                return JoinResponse(ErrorCode.none, g.generation, g.protocol_type, g.protocol,
+                                    new_id, new_id, self._join_members(g), skip_assignment=True)
+            # Before v9 a replaced leader is told the old id leads, so it acts as a follower
+            # and syncs the assignment it already has (Kafka does the same).
             return JoinResponse(ErrorCode.none, g.generation, g.protocol_type, g.protocol,
-                                g.leader or "", new_id)
+                                old_leader if was_leader else g.leader or "", new_id)
         self._update_member(old, req, waiter, fx)
         if g.state is ClassicState.PREPARING:
             self._try_complete_join(g, now_ms, fx)
@@ -653,12 +733,14 @@ class ClassicGroups:
             g.state = ClassicState.EMPTY
             g.protocol = None
             g.leader = None
+            g.compute_subscribed()
             fx.records.append(self._metadata_record(g, now_ms))
             self._arm_retention(g.group_id, now_ms)
             return
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.protocol = g.select_protocol()
+        g.compute_subscribed()
         g.state = ClassicState.COMPLETING
         members = self._join_members(g)
         for m in g.members.values():
@@ -711,16 +793,45 @@ class ClassicGroups:
         given = dict(req.assignments)
         for member in g.members.values():
             member.assignment = given.get(member.member_id, b"")
+        record = self._metadata_record(g, now_ms)
+        if not self._fits(g, record):
+            return self._assignment_too_large(g, m, record, now_ms, fx)
         g.state = ClassicState.STABLE
         g.state_timestamp = now_ms
         self._cancel((SYNC_TIMER, g.group_id))
-        fx.records.append(self._metadata_record(g, now_ms))
+        fx.records.append(record)
         for member in g.members.values():
             if member.sync_waiter is not None and member.member_id != m.member_id:
                 fx.deliveries.append((member.sync_waiter, SyncResponse(
                     ErrorCode.none, g.protocol_type, g.protocol, member.assignment)))
             member.sync_waiter = None
         return SyncResponse(ErrorCode.none, g.protocol_type, g.protocol, m.assignment)
+
+    def _fits(self, g: ClassicGroup, record: Record) -> bool:
+        """Whether a GroupMetadata record is within message.max.bytes."""
+        return len(cr.encode_value(record.value) or b"") <= \
+            self._settings(g.group_id).max_record_bytes  # type: ignore[arg-type]
+
+    def _assignment_too_large(self, g: ClassicGroup, leader: Member, record: Record,
+                              now_ms: int, fx: Effects) -> SyncResponse:
+        """The generation's GroupMetadata record would pass message.max.bytes. As Kafka (whose
+        append fails with RECORD_LIST_TOO_LARGE, answered as UNKNOWN_SERVER_ERROR): every member
+        waiting in SyncGroup gets the error, the assignment is dropped and the group
+        rebalances."""
+        size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
+        limit = self._settings(g.group_id).max_record_bytes
+        detail = (f"group {g.group_id[:200]} generation {g.generation}: the members' metadata and "
+                  f"assignments make a {size}-byte GroupMetadata record, over message.max.bytes "
+                  f"({limit}); subscribe to fewer topics, send smaller assignments or raise "
+                  "message.max.bytes")
+        error = SyncResponse(ErrorCode.unknown_server_error, detail=detail)
+        for member in g.members.values():
+            member.assignment = b""
+            if member.sync_waiter is not None and member is not leader:
+                fx.deliveries.append((member.sync_waiter, error))
+            member.sync_waiter = None
+        self._prepare_rebalance(g, now_ms, fx)
+        return error
 
     # -------------------------------------------------------------- Heartbeat / LeaveGroup
 
@@ -824,6 +935,7 @@ class ClassicGroups:
             if mid in g.pending:
                 g.pending.discard(mid)
                 self._try_complete_join(g, now_ms, fx)
+                self._forget_if_unused(g)
             elif mid in g.members:
                 self._drop_member(g, mid, fx)
                 self._after_removal(g, now_ms, fx)
@@ -848,20 +960,27 @@ class ClassicGroups:
         s = self._settings(group_id)
         g = self.groups.get(group_id)
         error: ErrorCode | None = None
-        if g is None:
-            if generation >= 0 or member_id != UNKNOWN_MEMBER:
-                error = ErrorCode.illegal_generation if generation >= 0 and \
-                    member_id == UNKNOWN_MEMBER else ErrorCode.unknown_member_id
+        if not cr.fits(group_id):
+            error = ErrorCode.invalid_group_id  # no record could hold it (see _too_long_join)
+        elif g is None:
+            # Kafka: a commit with generation -1 to an unknown group makes a simple group;
+            # otherwise GROUP_ID_NOT_FOUND (the handler answers ILLEGAL_GENERATION before v9).
+            error = ErrorCode.group_id_not_found if generation >= 0 else None
         elif g.state is ClassicState.DEAD:
             error = ErrorCode.coordinator_not_available
-        elif generation < 0 and member_id == UNKNOWN_MEMBER and not g.members:
-            error = None  # a simple (standalone) commit
-        elif g.state is ClassicState.COMPLETING:
-            error = ErrorCode.rebalance_in_progress
+        elif generation < 0 and g.state is ClassicState.EMPTY:
+            error = None  # a simple (standalone or admin) commit
+        elif generation < 0 and member_id == UNKNOWN_MEMBER and instance_id is None:
+            error = ErrorCode.unknown_member_id  # a simple commit while members are in
         else:
+            # As Kafka's ClassicGroup.validateOffsetCommit: the member and its generation
+            # first (a fenced member learns it is fenced), then REBALANCE_IN_PROGRESS for a
+            # member of the current generation while the leader's assignment is awaited.
             error = self._validate_member(g, member_id, instance_id)
             if error is None and generation != g.generation:
                 error = ErrorCode.illegal_generation
+            if error is None and g.state is ClassicState.COMPLETING:
+                error = ErrorCode.rebalance_in_progress
             if error is None:
                 m = g.members[member_id]
                 self._schedule((SESSION_TIMER, group_id, member_id),
@@ -884,16 +1003,21 @@ class ClassicGroups:
 
     def delete_offsets(self, group_id: str, parts: Sequence[tuple[str, int]],
                        fx: Effects) -> tuple[ErrorCode, tuple[tuple[str, int, ErrorCode], ...]]:
-        """OffsetDelete: only for an Empty group or topics the group does not subscribe to
-        (subscriptions are opaque to the broker, so a non-empty group gets
-        GROUP_SUBSCRIBED_TO_TOPIC for every partition, conservatively)."""
+        """OffsetDelete, as Kafka's ``OffsetMetadataManager.deleteOffsets``: a group with members
+        that is not of the ``consumer`` protocol type gets NON_EMPTY_GROUP; a ``consumer`` group
+        refuses (GROUP_SUBSCRIBED_TO_TOPIC) the partitions of topics its members subscribe to as
+        of the last generation (every topic when their metadata does not parse) and deletes the
+        others; an Empty or simple group deletes everything asked."""
         if not self.has(group_id):
             return ErrorCode.group_id_not_found, ()
         g = self.groups.get(group_id)
-        busy = g is not None and bool(g.members)
+        if g is not None and g.state in (ClassicState.PREPARING, ClassicState.COMPLETING,
+                                         ClassicState.STABLE) \
+                and g.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group, ()
         out = []
         for topic, p in parts:
-            if busy:
+            if g is not None and g.subscribes_to(topic):
                 out.append((topic, p, ErrorCode.group_subscribed_to_topic))
                 continue
             key = cr.OffsetCommitKey(group_id, topic, p)

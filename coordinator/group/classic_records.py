@@ -90,12 +90,21 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
+MAX_STRING_BYTES = 0x7FFF  # the records' strings have int16 lengths (Kafka's formats)
+
+
+def fits(s: str | None) -> bool:
+    """Whether ``s`` can be a string of these records (at most MAX_STRING_BYTES in UTF-8)."""
+    return s is None or len(s) * 4 <= MAX_STRING_BYTES or \
+        len(s.encode("utf-8")) <= MAX_STRING_BYTES
+
+
 def _str(s: str | None, out: bytearray) -> None:
     if s is None:
         out += _I16.pack(-1)
         return
     data = s.encode("utf-8")
-    if len(data) > 0x7FFF:
+    if len(data) > MAX_STRING_BYTES:
         raise ValueError("string too long for int16 length")
     out += _I16.pack(len(data))
     out += data

@@ -149,3 +149,34 @@ def test_hostile_wide_frames_match_kio() -> None:
 
     header = record_batch.parse_header(batch, 0)
     assert header.record_count == 2**31 - 1 and record_batch.crc_ok(batch, 0, header)
+
+
+def test_consumer_group_scenario_smoke(tmp_path: Path) -> None:
+    """Scenario k at scale 0.01: two classic members split the 4 partitions and read every
+    record once; the consumer protocol runs or is reported as not supported (before KIP-848)."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "k",
+         "--results-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads((out / "results.json").read_text())
+    (shoal,) = doc["systems"]
+    assert doc["meta"]["shoal_overrides"]["group.initial.rebalance.delay.ms"] == "300"
+    k = shoal["scenarios"]["k"]
+    assert "error" not in k, k
+    classic = k["classic"]
+    assert classic["complete"] and classic["records"] == 5000 and classic["reread"] == 0
+    assert sorted(p for a in classic["assignments"] for p in a) == [0, 1, 2, 3]
+    assert all(classic["assignments"]) and sum(classic["per_consumer"]) == 5000
+    assert 0 < classic["first_record_s"] < 10 and classic["rate"] > 100
+    consumer = k["consumer"]
+    if "skipped" in consumer:
+        assert consumer["skipped"] == "not supported by this broker"
+    else:
+        assert consumer["complete"] and consumer["records"] == 5000
+    md = (out / "summary.md").read_text()
+    assert "group.protocol=classic: throughput" in md and "subscribe to first record" in md
+    assert {(t["scenario"], t["figure"]) for t in doc["targets"]} >= {
+        ("k", "group.protocol=classic: throughput"),
+        ("k", "group.protocol=classic: subscribe to first record")}

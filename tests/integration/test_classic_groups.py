@@ -331,3 +331,70 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     finally:
         c1.close()
         c2.close()
+
+
+def test_static_leader_restart_keeps_the_group_stable(fast_broker: Any) -> None:
+    """The first member to join leads; restarted with its group.instance.id it takes its place
+    again without a rebalance of the other member (Kafka replaces a static leader in place;
+    JoinGroup v9 tells it to skip the assignment, older versions make it a follower)."""
+    topic, group = "classic-static-leader", "classic-static-leader-g"
+    create_topic(fast_broker.bootstrap, topic, partitions=4)
+    assigned: list[int] = []
+    c1 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "leader-1"})
+    c1.subscribe([topic])
+    wait_assigned([c1], 4)
+    c2 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "follower-2"})
+    c2.subscribe([topic], on_assign=lambda c, parts: assigned.append(len(parts)))
+    try:
+        sets = wait_assigned([c1, c2], 4)
+        with RawClient(fast_broker.bootstrap) as raw:
+            (d,) = raw.call(15, 5, request(15, 5, groups=(group,),
+                                           include_authorized_operations=False)).groups
+            state_before = d.group_state
+        rebalances = len(assigned)
+        c1.close()  # a static member does not leave
+        c1 = consumer(fast_broker.bootstrap, group, **{"group.instance.id": "leader-1"})
+        c1.subscribe([topic])
+        again = wait_assigned([c1, c2], 4)
+        assert again == sets
+        poll_all([c1, c2], 2.0)
+        assert len(assigned) == rebalances  # c2 was not rebalanced
+        with RawClient(fast_broker.bootstrap) as raw:
+            (d,) = raw.call(15, 5, request(15, 5, groups=(group,),
+                                           include_authorized_operations=False)).groups
+            assert d.group_state == state_before == "Stable"
+            assert len(d.members) == 2
+    finally:
+        c1.close()
+        c2.close()
+
+
+def test_offset_delete_on_a_live_group_refuses_only_its_subscribed_topics(
+        fast_broker: Any) -> None:
+    """OffsetDelete (as kafka-consumer-groups --delete-offsets sends it) on a group whose
+    confluent-kafka member subscribes to one topic: that topic's offsets stay
+    (GROUP_SUBSCRIBED_TO_TOPIC), those it committed for another topic go, as in Kafka (the broker
+    reads the member's subscription from librdkafka's consumer protocol metadata)."""
+    subscribed, other, group = "classic-od-sub", "classic-od-other", "classic-od-g"
+    create_topic(fast_broker.bootstrap, subscribed, partitions=1)
+    create_topic(fast_broker.bootstrap, other, partitions=1)
+    c = consumer(fast_broker.bootstrap, group)
+    c.subscribe([subscribed])
+    try:
+        wait_assigned([c], 1)
+        c.commit(offsets=[TopicPartition(subscribed, 0, 3), TopicPartition(other, 0, 7)],
+                 asynchronous=False)
+        m47 = request_module(47, 0)
+        with RawClient(fast_broker.bootstrap) as raw:
+            res = raw.call(47, 0, request(47, 0, group_id=group, topics=tuple(
+                m47.OffsetDeleteRequestTopic(name=t, partitions=(
+                    m47.OffsetDeleteRequestPartition(partition_index=0),))
+                for t in (subscribed, other))))
+        assert res.error_code == ErrorCode.none
+        assert {t.name: t.partitions[0].error_code for t in res.topics} == {
+            subscribed: ErrorCode.group_subscribed_to_topic, other: ErrorCode.none}
+        left = {tp.topic: tp.offset for tp in c.committed(
+            [TopicPartition(subscribed, 0), TopicPartition(other, 0)], timeout=10)}
+        assert left == {subscribed: 3, other: -1001}  # -1001: no committed offset
+    finally:
+        c.close()

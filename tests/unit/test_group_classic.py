@@ -47,10 +47,12 @@ class Harness:
 
     def join(self, member: str = "", instance: str | None = None,
              protocols: tuple[tuple[str, bytes], ...] = (("range", b"meta"),),
-             session: int = 10_000, rebalance: int = 30_000, group: str = G) -> tuple[int, Any]:
+             session: int = 10_000, rebalance: int = 30_000, group: str = G,
+             protocol_type: str = "consumer", skip_assignment: bool = True) -> tuple[int, Any]:
         self.waiter += 1
-        req = cl.JoinRequest(group, member, instance, session, rebalance, "consumer", protocols,
-                             require_known_member_id=True, client_id="c")
+        req = cl.JoinRequest(group, member, instance, session, rebalance, protocol_type,
+                             protocols, require_known_member_id=True, client_id="c",
+                             skip_assignment_supported=skip_assignment)
         return self.waiter, self.run(self.shard.classic_join(req, self.waiter, self.now))
 
     def answer(self, waiter: int, response: Any) -> Any:
@@ -79,6 +81,9 @@ class Harness:
     def tick(self, ms: int) -> None:
         self.now += ms
         self.run(self.shard.on_timer(self.now))
+
+    def delete_offsets(self, *parts: tuple[str, int], group: str = G) -> Any:
+        return self.run(self.shard.delete_offsets(group, parts))
 
     def commit(self, member: str, generation: int, offsets: dict[tuple[str, int], int],
                metadata: str = "", group: str = G) -> cl.OffsetCommitResponse:
@@ -339,3 +344,173 @@ def test_share_describe_of_a_classic_group_says_it_is_not_a_share_group() -> Non
     res = h.shard.describe("solo")
     assert (res.error_code, res.error_message) == (
         ErrorCode.group_id_not_found, "Group solo is not a share group.")
+
+
+def subscription(*topics: str, version: int = 3) -> bytes:
+    """Consumer protocol subscription metadata as clients write it (topics, user data, then the
+    later versions' owned partitions / generation / rack, which the broker skips)."""
+    out = version.to_bytes(2, "big") + len(topics).to_bytes(4, "big")
+    for t in topics:
+        out += len(t).to_bytes(2, "big") + t.encode()
+    out += (0xFFFFFFFF).to_bytes(4, "big")  # null user data
+    if version >= 1:
+        out += (0).to_bytes(4, "big")  # no owned partitions
+    return out
+
+
+def subscribed_pair(h: Harness, first: tuple[str, ...], second: tuple[str, ...]
+                    ) -> tuple[str, str, int]:
+    """Two members subscribed to ``first`` and ``second``, joined and synced."""
+    w1, m1 = h.join_new(protocols=(("range", subscription(*first)),))
+    h.sync(m1, 1, ((m1, b"A"),))
+    w2, m2 = h.join_new(protocols=(("range", subscription(*second)),))
+    h.join(member=m1, protocols=(("range", subscription(*first)),))
+    gen = h.group().generation
+    leader = h.group().leader
+    assert leader is not None
+    other = m2 if leader == m1 else m1
+    h.sync(other, gen)
+    h.sync(leader, gen, ((m1, b"A"), (m2, b"B")))
+    assert h.group().state is cl.ClassicState.STABLE
+    return m1, m2, gen
+
+
+def test_offset_delete_refuses_only_the_topics_the_members_subscribe_to() -> None:
+    """As Kafka's OffsetMetadataManager.deleteOffsets with ClassicGroup.isSubscribedToTopic."""
+    h = Harness()
+    m1, m2, gen = subscribed_pair(h, ("t",), ("t", "u"))
+    assert h.group().subscribed == frozenset({"t", "u"})
+    h.commit(m1, gen, {("t", 0): 1, ("u", 0): 2, ("v", 0): 3, ("v", 1): 4})
+    top, parts = h.delete_offsets(("t", 0), ("u", 0), ("v", 0), ("w", 0))
+    assert top == ErrorCode.none
+    assert parts == (("t", 0, ErrorCode.group_subscribed_to_topic),
+                     ("u", 0, ErrorCode.group_subscribed_to_topic),
+                     ("v", 0, ErrorCode.none), ("w", 0, ErrorCode.none))
+    left = [(p.topic, p.partition) for p in h.shard.fetch_offsets(G, None).partitions]
+    assert left == [("t", 0), ("u", 0), ("v", 1)]
+    # The subscription survives a reload (read again from the GroupMetadata record).
+    assert h.reload().classic.groups[G].subscribed == frozenset({"t", "u"})
+    # Once the members are gone the group is Empty: everything may go.
+    h.leave(cl.LeaveMember(m1, None), cl.LeaveMember(m2, None))
+    assert h.group().state is cl.ClassicState.EMPTY
+    _, parts = h.delete_offsets(("t", 0), ("u", 0))
+    assert [code for _, _, code in parts] == [ErrorCode.none, ErrorCode.none]
+    assert [(p.topic, p.partition) for p in h.shard.fetch_offsets(G, None).partitions] == \
+        [("v", 1)]
+
+
+def test_offset_delete_with_unreadable_metadata_or_another_protocol_type() -> None:
+    h = Harness()
+    w, m = h.join_new(protocols=(("range", b"\x00\x01"),))  # not a subscription
+    h.sync(m, 1, ((m, b"A"),))
+    assert h.group().subscribed is None
+    h.commit(m, 1, {("t", 0): 1})
+    _, parts = h.delete_offsets(("t", 0), ("other", 0))
+    assert [code for _, _, code in parts] == [ErrorCode.group_subscribed_to_topic] * 2
+    # A Kafka Connect group (protocol type "connect") with members: NON_EMPTY_GROUP.
+    _, first = h.join(group="connect-g", protocol_type="connect")
+    h.join(member=first.member_id, group="connect-g", protocol_type="connect")
+    h.commit("", -1, {("t", 0): 1}, group="solo")
+    assert h.delete_offsets(("t", 0), group="connect-g") == (ErrorCode.non_empty_group, ())
+    assert h.delete_offsets(("t", 0), group="solo") == (ErrorCode.none, (
+        ("t", 0, ErrorCode.none),))
+    assert h.delete_offsets(("t", 0), group="nope") == (ErrorCode.group_id_not_found, ())
+
+
+def test_a_replaced_static_leader_skips_assignment_without_a_rebalance() -> None:
+    """KIP-814 (JoinGroup v9): Kafka replaces a static leader rejoining a Stable group in place
+    and tells it it leads but must not assign; before v9 it is told the old id leads."""
+    for v9 in (True, False):
+        h = Harness()
+        w1, r1 = h.join(instance="i-1")
+        old = h.delivered[w1].member_id
+        h.sync(old, 1, ((old, b"A"),))
+        w2, _ = h.join(instance="i-2")
+        h.join(member=old, instance="i-1")
+        gen = h.group().generation
+        leader = h.group().leader
+        assert leader is not None
+        other = next(m for m in h.group().members if m != leader)
+        leader_instance = h.group().members[leader].group_instance_id
+        h.sync(other, gen)
+        h.sync(leader, gen, ((leader, b"L"), (other, b"O")))
+        _, res = h.join(instance=leader_instance, skip_assignment=v9)
+        assert res.error_code == ErrorCode.none and res.generation_id == gen
+        assert res.member_id != leader
+        assert h.group().state is cl.ClassicState.STABLE and h.group().generation == gen
+        assert h.group().leader == res.member_id
+        if v9:
+            assert res.skip_assignment and res.leader == res.member_id
+            assert {m.member_id for m in res.members} == {res.member_id, other}
+        else:
+            assert not res.skip_assignment and res.leader == leader and res.members == ()
+        # The other member goes on without a rebalance; the new leader keeps its assignment.
+        assert h.heartbeat(other, gen) == ErrorCode.none
+        _, synced = h.sync(res.member_id, gen, instance=leader_instance)
+        assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"L")
+        assert h.heartbeat(leader, gen, instance=leader_instance) == \
+            ErrorCode.fenced_instance_id
+
+
+def test_refused_joins_and_unused_member_ids_leave_no_group_behind() -> None:
+    h = Harness()
+    _, res = h.join(group="x", protocols=())
+    assert res.error_code == ErrorCode.inconsistent_group_protocol
+    _, res = h.join(group="x", protocol_type="")
+    assert res.error_code == ErrorCode.inconsistent_group_protocol
+    assert "x" not in h.shard.classic.groups
+    _, first = h.join(group="y")  # MEMBER_ID_REQUIRED, never used
+    assert first.error_code == ErrorCode.member_id_required
+    assert "y" in h.shard.classic.groups
+    h.tick(10_001)
+    assert "y" not in h.shard.classic.groups
+    assert [g.group_id for g in h.shard.list_groups()] == []
+
+
+def test_an_assignment_past_message_max_bytes_is_refused_and_the_group_rebalances() -> None:
+    """As Kafka, whose append of the GroupMetadata record fails (RECORD_LIST_TOO_LARGE) and
+    answers every member's SyncGroup UNKNOWN_SERVER_ERROR: nothing is written."""
+    h = Harness(replace(SETTINGS, max_record_bytes=2_000))
+    w1, m1 = h.join_new()
+    w2, m2 = h.join_new()
+    h.join(member=m1)
+    leader = h.delivered[w1].leader
+    follower = m2 if leader == m1 else m1
+    fw, _ = h.sync(follower, 2)
+    logged = len(h.log)
+    _, res = h.sync(leader, 2, ((leader, b"x" * 1_500), (follower, b"y" * 1_500)))
+    assert res.error_code == ErrorCode.unknown_server_error
+    assert "message.max.bytes (2000)" in res.detail and "group g generation 2" in res.detail
+    assert h.delivered[fw].error_code == ErrorCode.unknown_server_error
+    assert len(h.log) == logged  # no GroupMetadata record
+    assert h.group().state is cl.ClassicState.PREPARING
+    assert all(m.assignment == b"" for m in h.group().members.values())
+    # Both rejoin and a smaller assignment goes through.
+    w1, _ = h.join(member=leader)
+    w2, _ = h.join(member=follower)
+    gen = h.delivered[w1].generation_id
+    assert gen == 3
+    fw, _ = h.sync(follower, gen)
+    _, res = h.sync(leader, gen, ((leader, b"x"), (follower, b"y")))
+    assert res.error_code == ErrorCode.none and h.delivered[fw].assignment == b"y"
+
+
+def test_commit_validation_order_as_kafka() -> None:
+    """ClassicGroup.validateOffsetCommit: generation -1 commits to an Empty (or unknown) group
+    whatever the member id; otherwise the member, then its generation, then
+    REBALANCE_IN_PROGRESS while the leader's assignment is awaited."""
+    h = Harness()
+    assert h.commit("anyone", -1, {("t", 0): 1}, group="solo").error_code == ErrorCode.none
+    assert h.commit("anyone", -1, {("t", 0): 2}, group="solo").error_code == ErrorCode.none
+    assert h.commit("x", 3, {("t", 0): 2}, group="nope").error_code == \
+        ErrorCode.group_id_not_found
+    leader, follower, gen = stable_pair(h)
+    w, _ = h.join(member=leader, protocols=(("range", b"changed"),))  # PreparingRebalance
+    assert h.commit(follower, gen, {("t", 0): 3}).error_code == ErrorCode.none
+    h.join(member=follower)  # both rejoined: CompletingRebalance, generation gen + 1
+    assert h.group().state is cl.ClassicState.COMPLETING
+    assert h.commit(follower, gen, {("t", 0): 4}).error_code == ErrorCode.illegal_generation
+    assert h.commit("x", gen + 1, {("t", 0): 4}).error_code == ErrorCode.unknown_member_id
+    assert h.commit("", -1, {("t", 0): 4}).error_code == ErrorCode.unknown_member_id
+    assert h.commit(follower, gen + 1, {("t", 0): 4}).error_code == \
+        ErrorCode.rebalance_in_progress
