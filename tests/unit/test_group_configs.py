@@ -69,7 +69,12 @@ VALIDATION = [
     ("share.renew.acknowledge.enable", "yes", False),
     ("share.record.locks.count.inflight.only", "true", True),
     ("share.record.locks.count.inflight.only", "1", False),
-    ("consumer.session.timeout.ms", "45000", False),
+    ("consumer.session.timeout.ms", "45000", True),
+    ("consumer.session.timeout.ms", "60000", True),
+    ("consumer.session.timeout.ms", "30000", False),  # below group.consumer.min.session...
+    ("consumer.heartbeat.interval.ms", "5000", True),
+    ("consumer.heartbeat.interval.ms", "4999", False),
+    ("consumer.no.such.config", "1", False),
     ("share.no.such.config", "1", False),
 ]
 
