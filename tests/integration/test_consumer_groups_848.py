@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from tests.conftest import BrokerProcess
@@ -112,3 +112,132 @@ def test_commit_kill_restart_resumes_at_committed_offsets(tmp_path: Path) -> Non
         c2.close()
     finally:
         b.stop()
+
+
+def test_regex_subscription_includes_topics_created_later(fast_broker: Any) -> None:
+    b = fast_broker.bootstrap
+    create_topic(b, "rxp-one", partitions=2)
+    create_topic(b, "other-rx", partitions=1)
+    first = produce(b, "rxp-one", 4, partitions=2, prefix="one")
+    produce(b, "other-rx", 3, prefix="other")
+    c = consumer(b, "kip848-regex-g")
+    try:
+        c.subscribe(["^rxp.*"])
+        assert sorted(_consume(c, 4, 30)) == sorted(first)
+        assert {tp.topic for tp in c.assignment()} == {"rxp-one"}
+        create_topic(b, "rxp-two", partitions=1)
+        values = produce(b, "rxp-two", 3, prefix="two")
+        later = _consume(c, 3, 40)
+        assert sorted(later) == sorted(values)
+        assert {tp.topic for tp in c.assignment()} == {"rxp-one", "rxp-two"}
+    finally:
+        c.close()
+
+
+def _heartbeat(raw: RawClient, group: str, **fields: Any) -> Any:
+    body: dict[str, Any] = dict(group_id=group, member_id=uuid.uuid4().hex, member_epoch=0,
+                                rebalance_timeout=timedelta(seconds=30), topic_partitions=())
+    body.update(fields)
+    return raw.call(68, 1, request(68, 1, **body))
+
+
+def test_hostile_and_invalid_regexes_are_answered_and_the_broker_keeps_serving(
+        fast_broker: Any) -> None:
+    b = fast_broker.bootstrap
+    create_topic(b, "a" * 60, partitions=1)
+    create_topic(b, "rx-control", partitions=1)
+    with RawClient(b) as raw:
+        start = time.monotonic()
+        hostile = _heartbeat(raw, "rx-hostile", subscribed_topic_regex="(a+)+$")
+        assert time.monotonic() - start < 2.0
+        assert hostile.error_code == ErrorCode.none  # RE2: linear, matches the long topic
+        nested = _heartbeat(raw, "rx-hostile2", subscribed_topic_regex="((a*)*)*b" * 30)
+        assert nested.error_code == ErrorCode.none, nested
+        bad = _heartbeat(raw, "rx-bad", subscribed_topic_regex="(unclosed")
+        assert bad.error_code == ErrorCode.invalid_regular_expression
+        assert "(unclosed" in bad.error_message
+        backref = _heartbeat(raw, "rx-bad", subscribed_topic_regex="(a)\\1")
+        assert backref.error_code == ErrorCode.invalid_regular_expression
+        huge = _heartbeat(raw, "rx-bad", subscribed_topic_regex="a" * 10_000)
+        assert huge.error_code == ErrorCode.invalid_regular_expression
+        assert "limit" in huge.error_message
+    # A control producer and consumer still work.
+    values = produce(b, "rx-control", 5)
+    c = consumer(b, "rx-control-g")
+    try:
+        c.subscribe(["rx-control"])
+        assert sorted(_consume(c, 5, 30)) == sorted(values)
+    finally:
+        c.close()
+
+
+def test_one_group_id_one_type_and_the_admin_rpcs(fast_broker: Any) -> None:
+    b = fast_broker.bootstrap
+    topic = "kip848-types"
+    create_topic(b, topic, partitions=2)
+    c = consumer(b, "cg-typed")
+    c.subscribe([topic])
+    wait_assigned([c], 2)
+    s = share_consumer(b, "sg-typed", topic)
+    bad_share = share_consumer(b, "cg-typed", topic)
+    try:
+        s.poll(1.0)  # the share group exists now
+        # A share consumer using the consumer group's id gets GROUP_ID_NOT_FOUND.
+        code = None
+        deadline = time.monotonic() + 15
+        while code is None and time.monotonic() < deadline:
+            try:
+                for msg in bad_share.poll(0.2):
+                    if msg.error() is not None:
+                        code = msg.error().code()
+            except KafkaException as exc:
+                code = exc.args[0].code()
+        assert code == KafkaError.GROUP_ID_NOT_FOUND, code
+        with RawClient(b) as raw:
+            # ...and the reverse: a consumer heartbeat with the share group's id.
+            r = _heartbeat(raw, "sg-typed", subscribed_topic_names=(topic,))
+            assert r.error_code == ErrorCode.group_id_not_found
+            assert "not a consumer group" in r.error_message
+            # JoinGroup on the consumer group's id: INCONSISTENT_GROUP_PROTOCOL.
+            m11 = request_module(11, 9)
+            join = raw.call(11, 9, request(
+                11, 9, group_id="cg-typed", session_timeout=timedelta(seconds=10),
+                rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+                protocol_type="consumer", protocols=(m11.JoinGroupRequestProtocol(
+                    name="range", metadata=b""),), reason=None))
+            assert join.error_code == ErrorCode.inconsistent_group_protocol
+            # ListGroups v5 lists it as a consumer group; filters apply.
+            listed = raw.call(16, 5, request(16, 5, states_filter=(), types_filter=()))
+            kinds = {g.group_id: (g.group_type, g.protocol_type, g.group_state)
+                     for g in listed.groups}
+            assert kinds["cg-typed"] == ("consumer", "consumer", "Stable")
+            assert kinds["sg-typed"][0] == "share"
+            only = raw.call(16, 5, request(16, 5, states_filter=("stable",),
+                                           types_filter=("Consumer",)))
+            assert {g.group_id for g in only.groups} == {"cg-typed"}
+            # ConsumerGroupDescribe: the group; the share group's id GROUP_ID_NOT_FOUND.
+            d = raw.call(69, 1, request(69, 1, group_ids=("cg-typed", "sg-typed", "nope"),
+                                        include_authorized_operations=False))
+            cg, sg, nope = d.groups
+            assert (cg.error_code, cg.group_state, cg.assignor_name) == (0, "Stable", "uniform")
+            assert len(cg.members) == 1 and cg.members[0].member_type == 1
+            assert sorted(cg.members[0].assignment.topic_partitions[0].partitions) == [0, 1]
+            assert sg.error_code == nope.error_code == ErrorCode.group_id_not_found
+            # DescribeGroups v6: "not a classic group"; DeleteGroups: NON_EMPTY_GROUP.
+            (dg,) = raw.call(15, 6, request(15, 6, groups=("cg-typed",),
+                                            include_authorized_operations=False)).groups
+            assert dg.error_code == ErrorCode.group_id_not_found
+            deleted = raw.call(42, 2, request(42, 2, groups_names=("cg-typed",)))
+            assert deleted.results[0].error_code == ErrorCode.non_empty_group
+        c.close()
+        with RawClient(b) as raw:
+            deadline = time.monotonic() + 10
+            while True:  # the leave is durable before close returns; be lenient anyway
+                deleted = raw.call(42, 2, request(42, 2, groups_names=("cg-typed",)))
+                if deleted.results[0].error_code == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert deleted.results[0].error_code == 0
+    finally:
+        s.close()
+        bad_share.close()
