@@ -1,4 +1,5 @@
-"""``ConsumerGroups``: the consumer-protocol (KIP-848) groups of one ``__consumer_offsets`` partition.
+"""``ConsumerGroups``: the consumer-protocol (KIP-848) groups of one ``__consumer_offsets``
+partition.
 
 Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and ``classic.py``, like
 them a fold of records (``consumer_records.py``) kept in a ``GroupStore`` (undo log, committed

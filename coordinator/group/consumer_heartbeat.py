@@ -223,7 +223,8 @@ def preferred_assignor(group: ConsumerGroup, settings: ConsumerGroupSettings) ->
         if m.server_assignor in settings.assignors:
             votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
     if votes:
-        return max(settings.assignors, key=lambda n: (votes.get(n, 0), -settings.assignors.index(n)))
+        order = settings.assignors
+        return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
     return settings.assignors[0] if settings.assignors else DEFAULT_ASSIGNORS[0]
 
 

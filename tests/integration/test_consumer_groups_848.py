@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from tests.conftest import BrokerProcess
@@ -229,6 +236,13 @@ def test_one_group_id_one_type_and_the_admin_rpcs(fast_broker: Any) -> None:
             assert dg.error_code == ErrorCode.group_id_not_found
             deleted = raw.call(42, 2, request(42, 2, groups_names=("cg-typed",)))
             assert deleted.results[0].error_code == ErrorCode.non_empty_group
+        # AdminClient: listed and described as a consumer-protocol group.
+        admin = AdminClient({"bootstrap.servers": b})
+        groups = admin.list_consumer_groups().result().valid
+        assert ("cg-typed", ConsumerGroupType.CONSUMER) in {(g.group_id, g.type) for g in groups}
+        desc = admin.describe_consumer_groups(["cg-typed"])["cg-typed"].result(timeout=10)
+        assert desc.type == ConsumerGroupType.CONSUMER and len(desc.members) == 1
+        assert {tp.partition for tp in desc.members[0].assignment.topic_partitions} == {0, 1}
         c.close()
         with RawClient(b) as raw:
             deadline = time.monotonic() + 10

@@ -71,8 +71,9 @@ class Ctx:
             owned = {} if owned is None else owned
         req = ConsumerHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch,
                                        subscribed_topic_names=names, owned=owned, **kw)
+        version = hash(tuple(sorted(self.topics.by_name)))
         res = self.run(self.shard.consumer_group_heartbeat(req, self.topics, self.now,
-                                                           topics_version=hash(tuple(sorted(self.topics.by_name)))))
+                                                           topics_version=version))
         response: ConsumerHeartbeatResponse = res.response
         return response
 
@@ -213,7 +214,8 @@ BAD_REQUESTS = [
 def test_bad_requests_get_kafkas_errors() -> None:
     for fields, code, text in BAD_REQUESTS:
         ctx = Ctx()
-        req = ConsumerHeartbeatRequest(group_id=G, member_id="m", **fields)  # type: ignore[arg-type]
+        req = ConsumerHeartbeatRequest(group_id=G, member_id="m",
+                                       **fields)  # type: ignore[arg-type]
         res = ctx.shard.consumer_group_heartbeat(req, TOPICS, 0)
         assert res.records == () and res.response.error_code == code, (fields, res.response)
         assert text in (res.response.error_message or ""), res.response
