@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
+from coordinator.group import classic_records as cr
 from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import consumer_records as c
 from coordinator.group.assignor import TopicsImage
@@ -158,6 +159,25 @@ class ConsumerGroups:
         return ErrorCode.none, None, tuple(recs)
 
     # -------------------------------------------------------------- offsets
+
+    def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...],
+                       stored: Callable[[cr.OffsetCommitKey], bool]
+                       ) -> tuple[tuple[tuple[str, int, ErrorCode], ...], tuple[Record, ...]]:
+        """OffsetDelete: partitions of topics the group's members subscribe to (names or
+        resolved regexes) answer GROUP_SUBSCRIBED_TO_TOPIC; the others' offsets are tombstoned
+        (``stored`` says which exist)."""
+        group = self.group(group_id)
+        subscribed = group.subscribed_topic_names() if group is not None else frozenset()
+        out, recs = [], []
+        for topic, p in parts:
+            if topic in subscribed:
+                out.append((topic, p, ErrorCode.group_subscribed_to_topic))
+                continue
+            key = cr.OffsetCommitKey(group_id, topic, p)
+            if stored(key):
+                recs.append(Record(key, None))  # type: ignore[arg-type]
+            out.append((topic, p, ErrorCode.none))
+        return tuple(out), tuple(recs)
 
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int,
                         api_version: int) -> tuple[ErrorCode, str] | None:

@@ -737,14 +737,19 @@ class GroupCoordinatorShard:
                     refused: Callable[[ErrorCode], Any], *,
                     share_error: ErrorCode = ErrorCode.group_id_not_found,
                     consumer_error: ErrorCode = ErrorCode.unknown_member_id,
+                    replace_empty_consumer: bool = False,
                     ) -> CoordinatorResult[r.Record, Any]:
         if not self._loaded:
             return CoordinatorResult(response=refused(ErrorCode.coordinator_load_in_progress))
         if group_id in self._groups:
             return CoordinatorResult(response=refused(share_error))
-        if self.consumer.has(group_id):
-            return CoordinatorResult(response=refused(consumer_error))
         fx = cl.Effects()
+        if self.consumer.has(group_id):
+            if not replace_empty_consumer or self.consumer.has_members(group_id):
+                return CoordinatorResult(response=refused(consumer_error))
+            # As Kafka: a classic member may take over an empty consumer group's id (its
+            # committed offsets stay); the consumer group's records are tombstoned first.
+            fx.records.extend(self.consumer.delete_group(group_id)[2])
         response = fn(fx)
         self._queue(fx)
         return CoordinatorResult(records=tuple(fx.records), response=response)
@@ -752,13 +757,14 @@ class GroupCoordinatorShard:
     def classic_join(self, req: cl.JoinRequest, waiter: int,
                      now_ms: int) -> CoordinatorResult[r.Record, Any]:
         """JoinGroup: a ``JoinResponse`` or ``classic.PENDING`` (answered via ``deliver``). A
-        share group's id gets INCONSISTENT_GROUP_PROTOCOL."""
+        share group's id, or a consumer group's with members, gets INCONSISTENT_GROUP_PROTOCOL;
+        an empty consumer group is replaced by the classic group."""
         return self._classic_op(
             req.group_id, lambda fx: self.classic.join(req, waiter, now_ms, fx),
             lambda e: cl.JoinResponse(e, member_id=(
                 "" if e == ErrorCode.inconsistent_group_protocol else req.member_id)),
             share_error=ErrorCode.inconsistent_group_protocol,
-            consumer_error=ErrorCode.inconsistent_group_protocol)
+            consumer_error=ErrorCode.inconsistent_group_protocol, replace_empty_consumer=True)
 
     def classic_sync(self, req: cl.SyncRequest, waiter: int,
                      now_ms: int) -> CoordinatorResult[r.Record, Any]:
@@ -807,7 +813,9 @@ class GroupCoordinatorShard:
     def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
                        ) -> CoordinatorResult[r.Record, Any]:
         if self._loaded and self.consumer.has(group_id):
-            return self._consumer_delete_offsets(group_id, parts)
+            codes, recs = self.consumer.delete_offsets(
+                group_id, parts, lambda key: key in self.classic.store.values)
+            return CoordinatorResult(records=recs, response=(ErrorCode.none, codes))
         return self._classic_op(
             group_id, lambda fx: self.classic.delete_offsets(group_id, parts, fx),
             lambda e: (e, ()))
@@ -877,24 +885,6 @@ class GroupCoordinatorShard:
         return ConsumerDescribeResult(ErrorCode.none, group, assignor_name=ch.preferred_assignor(
             group, self._consumer_config(group_id)))
 
-    def _consumer_delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
-                                 ) -> CoordinatorResult[r.Record, Any]:
-        """OffsetDelete on a consumer group: partitions of topics its members subscribe to
-        answer GROUP_SUBSCRIBED_TO_TOPIC, the others are deleted."""
-        group = self.consumer.group(group_id)
-        assert group is not None
-        subscribed = group.subscribed_topic_names()
-        fx = cl.Effects()
-        out = []
-        for topic, p in parts:
-            if topic in subscribed:
-                out.append((topic, p, ErrorCode.group_subscribed_to_topic))
-                continue
-            key = cr.OffsetCommitKey(group_id, topic, p)
-            if key in self.classic.store.values:
-                fx.records.append(r.Record(key, None))  # type: ignore[arg-type]
-            out.append((topic, p, ErrorCode.none))
-        return CoordinatorResult(records=tuple(fx.records), response=(ErrorCode.none, tuple(out)))
 
 
     def describe_classic(self, group_id: str) -> cl.ClassicDescription | None:

@@ -413,3 +413,35 @@ class ReplayMachine(RuleBasedStateMachine):
 TestReplay = ReplayMachine.TestCase
 TestReplay.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,
                                suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_protocol_switch_on_empty_groups_keeps_the_offsets() -> None:
+    """An empty consumer group's id may be joined by a classic member and vice versa (Kafka's
+    online upgrade/downgrade of empty groups); the committed offsets stay."""
+    ctx = Ctx()
+    ctx.hb("m1", 0)
+    ctx.run(ctx.shard.commit_offsets(G, "m1", 1, None,
+                                     (cl.OffsetCommitPartition("a", 0, 7, -1, ""),), 0))
+    ctx.hb("m1", -1)
+    join = ctx.run(ctx.shard.classic_join(cl.JoinRequest(
+        G, "", None, 10_000, 10_000, "consumer", (("range", b""),), True), 1, 0))
+    assert join.response.error_code == ErrorCode.member_id_required
+    assert ctx.group() is None
+    assert ctx.shard.fetch_offsets(G, [("a", [0])]).partitions[0].offset == 7
+    # The classic group is Empty (no member joined yet): a consumer join takes the id back.
+    assert ctx.hb("m2", 0).error_code == ErrorCode.none
+    assert ctx.shard.fetch_offsets(G, [("a", [0])]).partitions[0].offset == 7
+    assert [g.group_type for g in ctx.shard.list_groups()] == ["consumer"]
+
+
+def test_offset_delete_refuses_subscribed_topics() -> None:
+    ctx = Ctx()
+    ctx.hb("m1", 0)  # subscribes to "a"
+    for topic in ("a", "b"):
+        ctx.run(ctx.shard.commit_offsets(G, "m1", 1, None,
+                                         (cl.OffsetCommitPartition(topic, 0, 3, -1, ""),), 0))
+    res = ctx.run(ctx.shard.delete_offsets(G, (("a", 0), ("b", 0))))
+    assert res.response == (ErrorCode.none, (("a", 0, ErrorCode.group_subscribed_to_topic),
+                                             ("b", 0, ErrorCode.none)))
+    fetched = ctx.shard.fetch_offsets(G, [("a", [0]), ("b", [0])]).partitions
+    assert [p.offset for p in fetched] == [3, -1]
