@@ -255,3 +255,37 @@ def test_one_group_id_one_type_and_the_admin_rpcs(fast_broker: Any) -> None:
     finally:
         s.close()
         bad_share.close()
+
+
+def _describe(b: str, group: str) -> Any:
+    with RawClient(b) as raw:
+        (g,) = raw.call(69, 1, request(69, 1, group_ids=(group,),
+                                       include_authorized_operations=False)).groups
+    return g
+
+
+def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
+        fast_broker: Any) -> None:
+    b = fast_broker.bootstrap
+    topic, group = "kip848-static", "kip848-static-g"
+    create_topic(b, topic, partitions=4)
+    other = consumer(b, group)
+    static = consumer(b, group, **{"group.instance.id": "instance-1"})
+    try:
+        other.subscribe([topic])
+        static.subscribe([topic])
+        sets = wait_assigned([other, static], 4)
+        epoch = _describe(b, group).group_epoch
+        static.close()  # a static member leaves with epoch -2: it keeps its partitions
+        g = _describe(b, group)
+        assert g.group_epoch == epoch and len(g.members) == 2, g
+        again = consumer(b, group, **{"group.instance.id": "instance-1"})
+        static = again
+        again.subscribe([topic])
+        assert wait_assigned([other, again], 4) == sets
+        g = _describe(b, group)
+        assert g.group_epoch == epoch, "the restart caused a rebalance"
+        assert {m.instance_id for m in g.members} == {None, "instance-1"}
+    finally:
+        other.close()
+        static.close()
