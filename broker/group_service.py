@@ -1,7 +1,10 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
 It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``).
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``), and
+consumer-protocol (KIP-848) groups (ConsumerGroupHeartbeat/Describe,
+``coordinator/group/consumer_groups.py``); their regex subscriptions are resolved against
+``topics_version()``, a fingerprint of the topic names and ids.
 A classic request whose answer comes later (a JoinGroup waiting for the rebalance, a follower's
 SyncGroup waiting for the leader) registers a waiter id and a future before its op runs; the
 shard delivers the answer through ``_deliver`` (after the records it depends on are committed).
@@ -183,6 +186,7 @@ class ShareGroupService:
         self._pending_inits: dict[str, set[asyncio.Task[None]]] = {}
         self._member_listeners: list[MemberListener] = []
         self._leaving: set[tuple[str, str]] = set()  # leave heartbeats in flight (for logs)
+        self._consumer_leaving: set[tuple[str, str]] = set()
         self._stopped = False
         # Classic-group requests waiting for a deferred answer (JoinGroup, follower SyncGroup).
         self._waiters: dict[int, asyncio.Future[Any]] = {}
@@ -200,7 +204,16 @@ class ShareGroupService:
             classic_config=self._classic_settings,
             deliver=self._deliver,
             consumer_config=self._consumer_settings,
+            on_consumer_member_removed=self._consumer_member_removed,
         )
+
+    def _consumer_member_removed(self, group_id: str, member_id: str) -> None:
+        if (group_id, member_id) in self._consumer_leaving:
+            return  # logged by consumer_heartbeat
+        log.warning("member %s of consumer group %s was removed: no heartbeat within its session "
+                    "timeout, or it did not revoke partitions within its rebalance timeout",
+                    member_id, group_id, extra={"event": "member_expired", "group": group_id,
+                                                "member": member_id})
 
     def _consumer_settings(self, group_id: str) -> ch.ConsumerGroupSettings:
         get = self._broker_config.get
@@ -319,9 +332,15 @@ class ShareGroupService:
                                  ) -> ch.ConsumerHeartbeatResponse:
         """ConsumerGroupHeartbeat; expected failures are error codes in the response.
         ``allowed`` narrows regex matches to the topics the principal may DESCRIBE."""
-        out = await self._write(req.group_id, lambda shard, now: shard.consumer_group_heartbeat(
-            req, self.topics_image(), now, topics_version=self.topics_version(),
-            allowed=allowed))
+        leave = (req.group_id, req.member_id)
+        if req.member_epoch < 0:
+            self._consumer_leaving.add(leave)
+        try:
+            out = await self._write(req.group_id, lambda shard, now: shard.consumer_group_heartbeat(
+                req, self.topics_image(), now, topics_version=self.topics_version(),
+                allowed=allowed))
+        finally:
+            self._consumer_leaving.discard(leave)
         if isinstance(out, CoordinatorFailure):
             return ch.error_response(out.error, out.message)
         response: ch.ConsumerHeartbeatResponse = out

@@ -1,4 +1,13 @@
-"""``GroupCoordinatorShard``: the share and classic groups of one ``__consumer_offsets`` partition.
+"""``GroupCoordinatorShard``: the share, classic and consumer groups of one ``__consumer_offsets``
+partition.
+
+Consumer-protocol (KIP-848) groups (``consumer_groups.py``, records in ``consumer_records.py``)
+live in ``self.consumer``: ``replay`` routes their records there, ``commit``/``revert`` move its
+store, timers with keys starting ``"consumer-"`` are theirs, their committed offsets are kept by
+``self.classic`` (OffsetCommit records) and validated by member epoch. A consumer heartbeat on a
+share group's id (or a classic group's with members) answers GROUP_ID_NOT_FOUND, a share
+heartbeat on a consumer group's id too, JoinGroup INCONSISTENT_GROUP_PROTOCOL; an empty group of
+one protocol may be taken over by the other (Kafka's online upgrade/downgrade of empty groups).
 
 Classic consumer groups and committed offsets (``classic.py``, records in ``classic_records.py``:
 Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic`` beside the share groups:
@@ -212,6 +221,7 @@ class GroupCoordinatorShard:
         classic_config: Callable[[str], cl.ClassicSettings] = _default_classic,
         deliver: cl.Deliver = _drop_delivery,
         consumer_config: Callable[[str], ch.ConsumerGroupSettings] = _default_consumer,
+        on_consumer_member_removed: MemberRemoved | None = None,
     ) -> None:
         """
         Args:
@@ -226,6 +236,8 @@ class GroupCoordinatorShard:
             on_member_removed: called with (group id, member id) from ``commit`` once a member's
                 removal is durable; it must not raise (the runtime's commit path calls it).
             classic_config: classic-group settings for a group id (``classic.py``).
+            consumer_config: consumer-group settings for a group id (``consumer_groups.py``).
+            on_consumer_member_removed: as ``on_member_removed``, for consumer-group members.
             deliver: called with (waiter, response) for deferred classic-group answers (a
                 JoinGroup or follower SyncGroup answered by a later op or timer), once the
                 records of the op that produced them are committed; it must not raise.
@@ -247,6 +259,7 @@ class GroupCoordinatorShard:
         self.classic.store.journaling = not loading
         # Consumer-protocol (KIP-848) groups; their offsets are kept by ``classic``.
         self._consumer_config = consumer_config
+        self._on_consumer_member_removed = on_consumer_member_removed
         self.consumer = ConsumerGroups(settings=consumer_config, schedule=self._schedule,
                                        cancel=self._cancel, journaling=not loading)
 
@@ -382,7 +395,10 @@ class GroupCoordinatorShard:
         """Every record below ``offset`` is durable; reports durable member removals."""
         removed = self._store.commit(offset)
         self.classic.store.commit(offset)
-        self.consumer.store.commit(offset)
+        gone = self.consumer.store.commit(offset)
+        if self._on_consumer_member_removed is not None:
+            for gid, mid in gone:
+                self._on_consumer_member_removed(gid, mid)
         self._release_deliveries()
         if self._on_member_removed is not None:
             for gid, mid in removed:
