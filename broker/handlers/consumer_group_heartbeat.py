@@ -83,7 +83,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         instance_id=req.instance_id, rack_id=req.rack_id,
         rebalance_timeout_ms=_ms(req.rebalance_timeout),
         subscribed_topic_names=tuple(names) if names is not None else None,
-        subscribed_topic_regex=req.subscribed_topic_regex,
+        subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),  # v1+
         server_assignor=req.server_assignor, owned=owned,
         client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}",
         version=ctx.api_version), allowed)
