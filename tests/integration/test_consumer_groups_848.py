@@ -289,3 +289,51 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     finally:
         other.close()
         static.close()
+
+
+def test_raw_commits_and_fetches_are_checked_against_member_epochs(fast_broker: Any) -> None:
+    """OffsetCommit/OffsetFetch v10 (topic ids) from a consumer-protocol member: its epoch must
+    be current (STALE_MEMBER_EPOCH), an unknown member is refused, an unknown topic id answers
+    UNKNOWN_TOPIC_ID."""
+    b = fast_broker.bootstrap
+    topic = "kip848-commits"
+    create_topic(b, topic, partitions=1)
+    member = uuid.uuid4().hex
+    with RawClient(b) as raw:
+        meta = raw.call(3, 12, request(3, 12, topics=(request_module(3, 12).MetadataRequestTopic(
+            topic_id=None, name=topic),), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+        tid = meta.topics[0].topic_id
+        joined = _heartbeat(raw, "kip848-commits-g", member_id=member,
+                            subscribed_topic_names=(topic,))
+        assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+        m8 = request_module(8, 10)
+
+        def commit(epoch: int, who: str, topic_id: uuid.UUID = tid) -> Any:
+            resp = raw.call(8, 10, request(
+                8, 10, group_id="kip848-commits-g", generation_id_or_member_epoch=epoch,
+                member_id=who, group_instance_id=None, topics=(m8.OffsetCommitRequestTopic(
+                    topic_id=topic_id, partitions=(m8.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=42, committed_leader_epoch=-1,
+                        committed_metadata="m"),)),)))
+            return resp.topics[0].partitions[0].error_code
+
+        assert commit(5, member) == ErrorCode.stale_member_epoch
+        assert commit(1, "someone-else") == ErrorCode.unknown_member_id
+        assert commit(1, member, uuid.uuid4()) == ErrorCode.unknown_topic_id
+        assert commit(1, member) == ErrorCode.none
+        m9 = request_module(9, 10)
+
+        def fetch(who: str | None, epoch: int) -> Any:
+            (g,) = raw.call(9, 10, request(9, 10, groups=(m9.OffsetFetchRequestGroup(
+                group_id="kip848-commits-g", member_id=who, member_epoch=epoch,
+                topics=(m9.OffsetFetchRequestTopics(topic_id=tid, partition_indexes=(0,)),)),),
+                require_stable=False)).groups
+            return g
+
+        ok = fetch(member, 1)
+        assert ok.error_code == 0 and ok.topics[0].topic_id == tid
+        assert ok.topics[0].partitions[0].committed_offset == 42
+        assert fetch(None, -1).topics[0].partitions[0].committed_offset == 42  # admin
+        assert fetch(member, 3).error_code == ErrorCode.stale_member_epoch
+        assert fetch("nobody", 1).error_code == ErrorCode.unknown_member_id
