@@ -803,8 +803,10 @@ async def open_share_groups(broker: Broker) -> ShareGroupService:
     runtime = service.runtime
     records = sum(s.load.records for p in runtime.partitions()
                   if (s := runtime.stats(p)) is not None and s.load is not None)
-    groups = sum(len(shard.groups) for p in runtime.partitions()
-                 if (shard := runtime.shard(p)) is not None)
-    log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups) in "
-             "%.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records, groups, load_ms)
+    shards = [shard for p in runtime.partitions() if (shard := runtime.shard(p)) is not None]
+    groups = sum(len(shard.groups) for shard in shards)
+    consumer = sum(len(shard.consumer.store.groups) for shard in shards)
+    log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups, %d "
+             "consumer groups) in %.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records,
+             groups, consumer, load_ms)
     return service

@@ -80,6 +80,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic as cl
 from coordinator.group import classic_records as cr
+from coordinator.group import consumer_groups as cgs
 from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import consumer_records as cgr
 from coordinator.group import heartbeat as hb
@@ -206,7 +207,7 @@ class ConsumerDescribeResult:
 
 
 class GroupCoordinatorShard:
-    """All share groups of one coordinator partition (sans-IO; see the module docstring)."""
+    """All groups of one coordinator partition (sans-IO; see the module docstring)."""
 
     def __init__(
         self,
@@ -343,7 +344,7 @@ class GroupCoordinatorShard:
         consumer = self.consumer.list_groups()
         for gid, state in consumer:
             if wanted is None or state.lower() in wanted:
-                out.append(ListedGroup(gid, state, "consumer", "consumer"))
+                out.append(ListedGroup(gid, state, cgs.GROUP_TYPE, cgs.PROTOCOL_TYPE))
         consumer_ids = {gid for gid, _ in consumer} | set(self.consumer.store.groups)
         for gid, state, protocol_type in self.classic.list_groups():
             if gid in consumer_ids:  # its committed offsets: listed as the consumer group
