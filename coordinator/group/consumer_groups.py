@@ -35,7 +35,6 @@ GROUP_TYPE = "consumer"  # ListGroups GroupType
 PROTOCOL_TYPE = "consumer"  # ListGroups ProtocolType
 
 Schedule = Callable[[tuple[str, ...], int], None]
-Cancel = Callable[[tuple[str, ...]], None]
 
 
 def _default_settings(_group_id: str) -> ch.ConsumerGroupSettings:
@@ -53,12 +52,11 @@ class ConsumerGroups:
     """Consumer groups of one coordinator partition (see the module docstring)."""
 
     def __init__(self, *, settings: Callable[[str], ch.ConsumerGroupSettings] = _default_settings,
-                 schedule: Schedule, cancel: Cancel, journaling: bool = True) -> None:
+                 schedule: Schedule, journaling: bool = True) -> None:
         self.store = GroupStore(journaling=journaling, apply=apply_record,
                                 member_key=c.ConsumerGroupMemberMetadataKey)
         self._settings = settings
         self._schedule = schedule
-        self._cancel = cancel
 
     # -------------------------------------------------------------- reads
 
@@ -96,20 +94,14 @@ class ConsumerGroups:
         if resp.error_code != ErrorCode.none or resp.member_id is None:
             return HeartbeatResult(out.records, resp)
         gid, mid = req.group_id, resp.member_id
-        if out.replaced is not None:
-            self._cancel((SESSION, gid, out.replaced))
-            self._cancel((REBALANCE, gid, out.replaced))
-        if resp.member_epoch == ch.LEAVE_GROUP_MEMBER_EPOCH:
-            self._cancel((SESSION, gid, mid))
-            self._cancel((REBALANCE, gid, mid))
-        else:
+        # Timers are never cancelled here: the op's records may still be reverted, and the
+        # handlers re-check the member (gone, or no longer revoking: nothing to do).
+        if resp.member_epoch != ch.LEAVE_GROUP_MEMBER_EPOCH:
             # Also for a static member that left with -2: it is removed unless it returns.
             self._schedule((SESSION, gid, mid), now_ms + settings.session_timeout_ms)
         if out.revoking is not None:
             who, timeout = out.revoking
-            if timeout is None:
-                self._cancel((REBALANCE, gid, who))
-            else:
+            if timeout is not None:  # entering (or renewing) a revocation: a fresh deadline
                 self._schedule((REBALANCE, gid, who), now_ms + timeout)
         emptied = _emptied(before, out.records)
         return HeartbeatResult(out.records, resp, emptied)
@@ -130,8 +122,6 @@ class ConsumerGroups:
             return None
         if kind == REBALANCE and member.state != c.STATE_UNREVOKED_PARTITIONS:
             return None
-        self._cancel((SESSION, gid, mid))
-        self._cancel((REBALANCE, gid, mid))
         ch.fence_member(txn, mid, topics, now_ms, self._settings(gid))
         return gid, mid
 

@@ -331,9 +331,9 @@ def resolve_regex(txn: Txn, regex: str, topics: TopicsImage, version: int, now_m
 class HeartbeatOutcome:
     records: tuple[Record, ...]
     response: ConsumerHeartbeatResponse
-    # Member whose rebalance timer to (re)arm with its timeout, or to cancel (timeout None).
+    # Member whose rebalance timer to (re)arm with its timeout (None: it is not revoking).
     revoking: tuple[str, int | None] | None = None
-    replaced: str | None = None  # a static member id replaced by this join (cancel its timers)
+    replaced: str | None = None  # a static member id replaced by this join
     fenced: tuple[str, ...] = ()
 
 
@@ -534,11 +534,12 @@ def _leave(group: ConsumerGroup | None, req: ConsumerHeartbeatRequest, topics: T
                 f"member {member.member_id}."))
     txn = Txn(gid, group, [])
     if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        # The static member keeps its partitions until its session times out (or it returns).
+        # The static member keeps its assigned partitions until its session times out (or it
+        # returns); what it was revoking is released (as Kafka).
         txn.emit(c.new_current_assignment_record(
             gid, member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-            previous_member_epoch=member.member_epoch, state=member.state,
-            assigned=member.assigned, pending_revocation=member.pending_revocation))
+            previous_member_epoch=member.previous_member_epoch, state=member.state,
+            assigned=member.assigned, pending_revocation={}))
     else:
         fence_member(txn, member.member_id, topics, now_ms, settings)
     return HeartbeatOutcome(tuple(txn.records), ConsumerHeartbeatResponse(

@@ -262,7 +262,7 @@ class GroupCoordinatorShard:
         self._consumer_config = consumer_config
         self._on_consumer_member_removed = on_consumer_member_removed
         self.consumer = ConsumerGroups(settings=consumer_config, schedule=self._schedule,
-                                       cancel=self._cancel, journaling=not loading)
+                                       journaling=not loading)
 
     def _schedule(self, key: TimerKey, deadline_ms: int) -> None:
         self._timer.schedule(key, deadline_ms)  # through self: on_unloaded replaces the timer

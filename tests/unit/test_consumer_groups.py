@@ -445,3 +445,20 @@ def test_offset_delete_refuses_subscribed_topics() -> None:
                                              ("b", 0, ErrorCode.none)))
     fetched = ctx.shard.fetch_offsets(G, [("a", [0]), ("b", [0])]).partitions
     assert [p.offset for p in fetched] == [3, -1]
+
+
+def test_a_reverted_leave_keeps_the_member_and_its_session_timer() -> None:
+    """A leave whose append failed is reverted: the member is back and still expires (timers
+    are never cancelled by ops, their handlers re-check)."""
+    ctx = Ctx()
+    ctx.hb("m1", 0)
+    req = ConsumerHeartbeatRequest(group_id=G, member_id="m1", member_epoch=-1)
+    res = ctx.shard.consumer_group_heartbeat(req, TOPICS, ctx.now)
+    start = ctx.shard.end_offset
+    for i, rec in enumerate(res.records):
+        ctx.shard.replay(start + i, rec.key, rec.value)
+    assert "m1" not in ctx.group().members
+    ctx.shard.revert(start)
+    assert "m1" in ctx.group().members
+    ctx.sleep(45_000)
+    assert ctx.group().members == {}
