@@ -353,7 +353,8 @@ def consumer_group_heartbeat(
 
     ``other_type``: the id is held by a share group or a classic group with members.
     ``topics_version`` identifies ``topics`` (regexes resolved against another version are
-    resolved again). The shard arms the session timer on success and cancels it on a leave.
+    resolved again). The caller arms the session timer on success (and the rebalance timer
+    when ``revoking`` says so); timers of members gone meanwhile fire harmlessly.
     """
     error = validate(req, settings)
     if error is not None:
