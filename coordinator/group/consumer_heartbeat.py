@@ -471,11 +471,13 @@ def _replace_static(txn: Txn, old: ConsumerGroupMember, new_id: str) -> Consumer
         rebalance_timeout_ms=old.rebalance_timeout_ms, server_assignor=old.server_assignor))
     if target:
         txn.emit(c.new_target_member_record(gid, new_id, target))
-    # The previous instance's partitions are still owned by the instance; a restarted instance
-    # owns nothing yet, so it is handed what it held at the target epoch.
+    # The new instance takes over what the old one held and may keep (its part of the target);
+    # the rest is released at once: the old process is gone and the new one owns nothing yet,
+    # so there is nothing to revoke (a member never revokes at epoch 0).
+    kept = {t: ps & target.get(t, frozenset()) for t, ps in old.assigned.items()}
     txn.emit(c.new_current_assignment_record(
         gid, new_id, member_epoch=0, previous_member_epoch=0, state=c.STATE_STABLE,
-        assigned=old.assigned, pending_revocation=old.pending_revocation))
+        assigned={t: ps for t, ps in kept.items() if ps}, pending_revocation={}))
     return txn.current.members[new_id]
 
 

@@ -372,10 +372,13 @@ class ReplayMachine(RuleBasedStateMachine):
         if r.error_code == ErrorCode.none:
             self.epochs[m] = r.member_epoch
 
-    @rule(m=st.sampled_from(["m1", "m2", "m3", "m4"]), confirm=st.booleans())
+    @rule(m=st.sampled_from(["m1", "m2", "m3", "m4", "static"]), confirm=st.booleans())
     def heartbeat(self, m: str, confirm: bool) -> None:
         g = self.ctx.group()
-        if g is None or m not in g.members:
+        if g is not None and m == "static":  # any live static member
+            m = next((x.member_id for x in g.members.values()
+                      if x.instance_id is not None and x.member_epoch >= 0), "")
+        if g is None or m not in g.members or g.members[m].member_epoch < 0:
             return
         member = g.members[m]
         owned = dict(member.assigned) if confirm else None
@@ -388,9 +391,52 @@ class ReplayMachine(RuleBasedStateMachine):
         if g is not None and m in g.members:
             assert self.ctx.hb(m, -1).error_code == ErrorCode.none
 
+    @rule(instance=st.sampled_from(["i1", "i2"]))
+    def static_join(self, instance: str) -> None:
+        """A (re)started static instance joins under a fresh member id: it replaces an
+        instance that left with -2, and is refused while the instance is live."""
+        self.static_seq = getattr(self, "static_seq", 0) + 1
+        r = self.ctx.hb(f"{instance}-{self.static_seq}", 0, instance_id=instance)
+        assert r.error_code in (ErrorCode.none, ErrorCode.unreleased_instance_id), r
+
+    @rule(instance=st.sampled_from(["i1", "i2"]))
+    def static_leave(self, instance: str) -> None:
+        g = self.ctx.group()
+        member = g.static_member(instance) if g is not None else None
+        if member is not None and member.member_epoch >= 0:
+            r = self.ctx.hb(member.member_id, -2, instance_id=instance)
+            assert r.error_code == ErrorCode.none and r.member_epoch == -2, r
+
     @rule(ms=st.sampled_from([1000, 11_000, 46_000]))
     def sleep(self, ms: int) -> None:
         self.ctx.sleep(ms)
+
+    @rule()
+    def settle(self) -> None:
+        """Live members that keep heartbeating and confirming converge: the group is Stable and
+        every partition of a subscribed topic is owned by exactly one subscriber of it."""
+        for _ in range(4):
+            g = self.ctx.group()
+            if g is None:
+                return
+            for m in sorted(g.members):
+                member = self.ctx.group().members.get(m)
+                if member is not None and member.member_epoch >= 0:
+                    r = self.ctx.hb(m, member.member_epoch, owned=dict(member.assigned))
+                    assert r.error_code == ErrorCode.none, r
+        g = self.ctx.group()
+        if g is None or not g.members or any(m.member_epoch < 0 for m in g.members.values()):
+            return
+        assert g.state.value == "Stable", g
+        for m in g.members.values():
+            assert dict(m.assigned) == dict(g.target_assignment.get(m.member_id, {}))
+            assert all(TOPICS.by_id(t).name in m.subscribed_topic_names for t in m.assigned)
+        owned = sorted((t, p) for m in g.members.values() for t, ps in m.assigned.items()
+                       for p in ps)
+        wanted = sorted((info.topic_id, p) for info in TOPICS.by_name.values()
+                        if info.name in g.subscribed_topic_names()
+                        for p in range(info.num_partitions))
+        assert owned == wanted
 
     @invariant()
     def exclusive_ownership(self) -> None:
