@@ -411,6 +411,13 @@ class ReplayMachine(RuleBasedStateMachine):
     def sleep(self, ms: int) -> None:
         self.ctx.sleep(ms)
 
+    @rule(image=st.sampled_from([TOPICS, TopicsImage.of({"a": (A, 8), "b": (B, 2)}),
+                                 TopicsImage.of({"a": (A, 8)})]))
+    def topics_change(self, image: TopicsImage) -> None:
+        """Partitions added, a topic deleted (or back): groups get a new epoch and target."""
+        self.ctx.topics = image
+        self.ctx.run(self.ctx.shard.on_topics_changed(image, self.ctx.now))
+
     @rule()
     def settle(self) -> None:
         """Live members that keep heartbeating and confirming converge: the group is Stable and
@@ -430,10 +437,11 @@ class ReplayMachine(RuleBasedStateMachine):
         assert g.state.value == "Stable", g
         for m in g.members.values():
             assert dict(m.assigned) == dict(g.target_assignment.get(m.member_id, {}))
-            assert all(TOPICS.by_id(t).name in m.subscribed_topic_names for t in m.assigned)
+            topics = self.ctx.topics
+            assert all(topics.by_id(t).name in m.subscribed_topic_names for t in m.assigned)
         owned = sorted((t, p) for m in g.members.values() for t, ps in m.assigned.items()
                        for p in ps)
-        wanted = sorted((info.topic_id, p) for info in TOPICS.by_name.values()
+        wanted = sorted((info.topic_id, p) for info in self.ctx.topics.by_name.values()
                         if info.name in g.subscribed_topic_names()
                         for p in range(info.num_partitions))
         assert owned == wanted
