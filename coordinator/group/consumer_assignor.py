@@ -26,8 +26,11 @@ Contract of every assignor (property-tested in tests/unit/test_consumer_assignor
   partitions from its most-loaded owning subscriber to its least-loaded subscriber while their
   total counts differ by more than one (partitions that were new in this run move first). Every
   move lowers the sum of squared member loads, so the rounds converge; like Kafka we cap them
-  (``_MAX_BALANCE_ROUNDS``). The result is "no single move of one partition to another subscriber
-  of its topic improves balance", Kafka's notion of balanced for overlapping subscriptions.
+  (``_MAX_BALANCE_ROUNDS``). That reaches Kafka's notion of balanced for overlapping
+  subscriptions: no single move of one partition to another subscriber of its topic helps;
+  (4) unlike Kafka, chains of moves then finish the job (``_balance_chains``): afterwards no
+  sequence of moves brings two members closer, i.e. the loads are as even as the subscriptions
+  allow (within the search budget ``_CHAIN_SEARCH_BUDGET``, never reached in our benchmarks).
 - Racks are not considered (Kafka 4.x's uniform builders do not use them either).
 
 ``range`` (Kafka 4.x's RangeAssignor): per topic, its subscribers in one stable order get
@@ -43,11 +46,12 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from coordinator.group.assignor import TopicInfo
 
@@ -67,6 +71,9 @@ GroupAssignment = dict[str, dict[uuid.UUID, frozenset[int]]]
 # that moves something strictly lowers the sum of squared loads, and in practice (equal or nested
 # subscriptions) one round balances and the next sees nothing to do.
 _MAX_BALANCE_ROUNDS = 16
+# Member visits allowed for the chain search after the rounds (see _balance_chains): a few hundred
+# milliseconds at most; real groups need far less.
+_CHAIN_SEARCH_BUDGET = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,26 +104,39 @@ class ConsumerAssignor(Protocol):
 def _subscribed(
     members: Mapping[str, MemberSubscription], topics: Mapping[uuid.UUID, TopicInfo]
 ) -> dict[str, frozenset[uuid.UUID]]:
-    """Member id -> its subscribed topic ids that exist in ``topics``."""
-    return {m: frozenset(t for t in s.topic_ids if t in topics) for m, s in members.items()}
+    """Member id -> its subscribed topic ids that exist in ``topics``.
+
+    Computed once per distinct subscription: set operations between frozensets reuse the
+    element hashes they store, while hashing a ``uuid.UUID`` runs Python code.
+    """
+    known = frozenset(topics)
+    resolved: dict[frozenset[uuid.UUID], frozenset[uuid.UUID]] = {}
+    out = {}
+    for m, s in members.items():
+        ts = s.topic_ids
+        r = resolved.get(ts)
+        if r is None:
+            r = resolved[ts] = ts if ts <= known else ts & known
+        out[m] = r
+    return out
 
 
 def _build_result(
     member_ids: list[str], topic_ids: list[uuid.UUID], owners: Mapping[uuid.UUID, list[int]]
 ) -> GroupAssignment:
     """Turn per-topic owner arrays (member index per partition, -1 = none) into the result."""
-    grouped: list[dict[uuid.UUID, list[int]]] = [{} for _ in member_ids]
+    result: list[dict[uuid.UUID, frozenset[int]]] = [{} for _ in member_ids]
     for t in topic_ids:
+        by_owner: dict[int, list[int]] = {}
         for p, i in enumerate(owners[t]):
+            if i in by_owner:
+                by_owner[i].append(p)
+            else:
+                by_owner[i] = [p]
+        for i, ps in by_owner.items():
             if i >= 0:
-                per_topic = grouped[i]
-                if t in per_topic:
-                    per_topic[t].append(p)
-                else:
-                    per_topic[t] = [p]
-    return {
-        m: {t: frozenset(ps) for t, ps in grouped[i].items()} for i, m in enumerate(member_ids)
-    }
+                result[i][t] = frozenset(ps)
+    return dict(zip(member_ids, result))
 
 
 class UniformAssignor:
@@ -130,12 +150,13 @@ class UniformAssignor:
         """The new target assignment (see the module doc for the algorithm)."""
         subs = _subscribed(members, topics)
         member_ids = sorted(subs)
-        all_topics = sorted({t for ts in subs.values() for t in ts})
+        distinct = set(subs.values())
+        all_topics = sorted(frozenset().union(*distinct))
         if not all_topics:
             return {m: {} for m in member_ids}
         owners = {t: [-1] * topics[t].num_partitions for t in all_topics}
         kept = self._keep_current(member_ids, subs, members, owners)
-        if len({subs[m] for m in member_ids}) == 1:
+        if len(distinct) == 1:
             self._homogeneous(member_ids, all_topics, owners, kept)
         else:
             self._heterogeneous(member_ids, subs, all_topics, owners, kept)
@@ -211,10 +232,16 @@ class UniformAssignor:
         owners: dict[uuid.UUID, list[int]],
         kept: list[list[tuple[uuid.UUID, int]]],
     ) -> None:
-        subscribers: dict[uuid.UUID, list[int]] = {t: [] for t in topic_ids}
+        # Group members by subscription first: one UUID hash per distinct subscription and topic.
+        by_subscription: dict[frozenset[uuid.UUID], list[int]] = {}
         for i, m in enumerate(member_ids):
-            for t in subs[m]:
-                subscribers[t].append(i)
+            by_subscription.setdefault(subs[m], []).append(i)
+        subscribers: dict[uuid.UUID, list[int]] = {t: [] for t in topic_ids}
+        for ts, indices in by_subscription.items():
+            for t in ts:
+                subscribers[t].extend(indices)
+        for indices in subscribers.values():
+            indices.sort()
         load = [len(k) for k in kept]
         # Kafka's topic order: most partitions per subscriber first, then fewer subscribers first,
         # then topic id.
@@ -243,6 +270,7 @@ class UniformAssignor:
                 moved += _balance_topic(owners[t], subscribers[t], load, fresh.setdefault(t, set()))
             if not moved:
                 break
+        _balance_chains(ordered, owners, subscribers, load, fresh)
 
 
 def _balance_topic(arr: list[int], subscribers: list[int], load: list[int], fresh: set[int]) -> int:
@@ -290,6 +318,104 @@ def _balance_topic(arr: list[int], subscribers: list[int], load: list[int], fres
         else:
             owned[b] = [p]
         high.add((bottom_load + 1, b))
+
+
+def _balance_chains(
+    topic_ids: list[uuid.UUID],
+    owners: dict[uuid.UUID, list[int]],
+    subscribers: Mapping[uuid.UUID, list[int]],
+    load: list[int],
+    fresh: dict[uuid.UUID, set[int]],
+) -> None:
+    """Finish balancing with chains of moves that per-topic balancing cannot see.
+
+    Per-topic balancing stops at "no single move helps", which can leave members two or more
+    apart: X (11) holds only partitions of topic a, Z (9) does not read a, Y (10) reads both a
+    and b. Moving an a-partition X -> Y and a b-partition Y -> Z balances all three. A chain
+    from a member with load ``L`` to one with ``<= L - 2`` (each hop: the giver holds a partition
+    of a topic the taker subscribes to) moves one partition per hop and changes only the two ends'
+    loads. We search chains breadth first (fewest moves) from the most-loaded members down; when
+    none is left no sequence of moves lowers the sum of squared loads, the assignment is as
+    balanced as the subscriptions allow. Once a load level has no chain it never gets one later
+    (chains found below it avoid everything it reaches), so each level is searched until it
+    fails, once. ``_CHAIN_SEARCH_BUDGET`` bounds the total work for huge, tangled groups.
+    """
+    if max(load) - min(load) <= 1:
+        return
+    held: list[dict[uuid.UUID, list[int]]] = [{} for _ in load]
+    for t in topic_ids:
+        new = fresh.get(t)
+        arr = owners[t]
+        if new:  # pop() must give fresh partitions first: list the kept ones before them
+            order = [p for p in range(len(arr)) if p not in new] + sorted(new)
+        else:
+            order = list(range(len(arr)))
+        for p in order:
+            per_member = held[arr[p]]
+            if t in per_member:
+                per_member[t].append(p)
+            else:
+                per_member[t] = [p]
+    budget = _CHAIN_SEARCH_BUDGET
+    level = max(load)
+    while budget > 0 and level - min(load) >= 2:
+        sources = [i for i, n in enumerate(load) if n == level]
+        found = None
+        if sources:
+            found, budget = _find_chain(sources, level, held, subscribers, load, budget)
+        if found is None:  # this level is done for good: go to the next lower load present
+            level = max(n for n in load if n < level)
+            continue
+        parent, target = found
+        end = target
+        while end in parent:  # walk back: each giver hands one partition to the next
+            giver, t = parent[end]
+            ps = held[giver][t]
+            p = ps.pop()
+            if not ps:
+                del held[giver][t]
+            held[end].setdefault(t, []).append(p)
+            owners[t][p] = end
+            end = giver
+        load[end] -= 1  # the source; loads in between are unchanged
+        load[target] += 1
+
+
+def _find_chain(
+    sources: list[int],
+    level: int,
+    held: list[dict[uuid.UUID, list[int]]],
+    subscribers: Mapping[uuid.UUID, list[int]],
+    load: list[int],
+    budget: int,
+) -> tuple[tuple[dict[int, tuple[int, uuid.UUID]], int] | None, int]:
+    """Breadth-first search for a member with load ``<= level - 2`` reachable from ``sources``.
+
+    Returns ((parent links, end member) or None, remaining budget).
+    """
+    parent: dict[int, tuple[int, uuid.UUID]] = {}
+    seen = set(sources)
+    seen_topics: set[uuid.UUID] = set()
+    queue = deque(sources)
+    while queue:
+        a = queue.popleft()
+        for t in held[a]:
+            if t in seen_topics:
+                continue
+            seen_topics.add(t)
+            subs = subscribers[t]
+            budget -= len(subs)
+            for b in subs:
+                if b in seen:
+                    continue
+                seen.add(b)
+                parent[b] = (a, t)
+                if load[b] <= level - 2:
+                    return (parent, b), budget
+                queue.append(b)
+        if budget <= 0:
+            break
+    return None, budget
 
 
 class RangeAssignor:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-import re2
+import re2  # type: ignore[import-untyped]
 
 __all__ = [
     "CACHE_SIZE",
@@ -117,7 +117,8 @@ def compile_topic_regex(pattern: str) -> TopicRegex:
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise InvalidTopicRegex(
             f"SubscribedTopicRegex is {len(pattern)} characters long, over the limit of "
-            f"{MAX_PATTERN_LENGTH}; use a shorter pattern (e.g. a common prefix such as 'orders-.*')."
+            f"{MAX_PATTERN_LENGTH}; use a shorter pattern, e.g. a common prefix such as "
+            "'orders-.*'."
         )
     try:
         compiled = re2.compile(pattern, options=_OPTIONS)
