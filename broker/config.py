@@ -515,8 +515,8 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "share.coordinator.state.topic.replication.factor": "a single broker keeps one replica",
     "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
     # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.
-    "group.coordinator.rebalance.protocols": "share groups are always enabled in Shoal (and "
-                                             "classic groups always are)",
+    "group.coordinator.rebalance.protocols": "Shoal always serves the classic, consumer and "
+                                             "share protocols",
     "group.share.enable": "share groups are always enabled in Shoal",
     "unstable.api.versions.enable": "Shoal advertises only the API versions it serves",
     # Classic consumer groups and Kafka internals Shoal does not have.
