@@ -89,6 +89,13 @@ AlterUserScram-            CLUSTER ALTER                             CAF per use
 Credentials (51)
 DescribeCluster (60)       none; bitfield when asked, if CLUSTER     bitfield 0
                            DESCRIBE (quiet)
+ConsumerGroup-             GROUP READ; TOPIC DESCRIBE on every       GAF; TAF (top level) if any
+Heartbeat (68)             subscribed topic name; a regex matches    named topic is refused
+                           only topics allowed TOPIC DESCRIBE
+                           (quiet)
+ConsumerGroup-             GROUP DESCRIBE; bitfield when asked;      GAF per group; TAF for a
+Describe (69)              with ACLs, TOPIC DESCRIBE (quiet) on the  group holding a refused
+                           members' assigned topics                  topic (members hidden)
 ShareGroupHeartbeat (76)   GROUP READ; TOPIC DESCRIBE on every       GAF; TAF (top level) if any
                            subscribed topic                          subscribed topic is refused
 ShareGroupDescribe (77)    GROUP DESCRIBE; bitfield when asked;      GAF per group; TAF for a

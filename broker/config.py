@@ -187,6 +187,29 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(0)),
     ConfigDef("group.max.size", "int", 0x7FFFFFFF,
               "Maximum number of members of one classic group.", at_least(1)),
+    # Consumer groups, KIP-848 consumer protocol (Kafka's names and defaults). Each
+    # group.consumer.X without "min."/"max." is the default of the group config consumer.X and
+    # must lie in [group.consumer.min.X, group.consumer.max.X].
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45_000,
+              "Default consumer.session.timeout.ms: a consumer-protocol member that does not "
+              "heartbeat this long is removed from its group.", at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", "int", 45_000,
+              "Lowest consumer.session.timeout.ms a group may set.", at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", "int", 60_000,
+              "Highest consumer.session.timeout.ms a group may set.", at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5_000,
+              "Default consumer.heartbeat.interval.ms, the interval consumer-protocol members are "
+              "told to heartbeat at.", at_least(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5_000,
+              "Lowest consumer.heartbeat.interval.ms a group may set.", at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15_000,
+              "Highest consumer.heartbeat.interval.ms a group may set.", at_least(1)),
+    ConfigDef("group.consumer.max.size", "int", 0x7FFFFFFF,
+              "Maximum number of members of one consumer-protocol group.", at_least(1)),
+    ConfigDef("group.consumer.assignors", "list", "uniform,range",
+              "Server-side assignors consumer-protocol groups may use (uniform, range); the "
+              "first is the default, a member picks another with group.remote.assignor.",
+              lambda v: _assignors_problem(v)),
     ConfigDef("offset.metadata.max.bytes", "int", 4096,
               "Largest metadata string of a committed offset.", at_least(0)),
     ConfigDef("offsets.retention.minutes", "int", 10080,
@@ -403,6 +426,37 @@ def _overrides_problem(value: str) -> str | None:
     return overrides_problem(value)
 
 
+def _assignors_problem(value: str) -> str | None:
+    names = [n.strip() for n in str(value).split(",") if n.strip()]
+    known = ("uniform", "range")
+    # Kafka also accepts the assignor class names; the short name is what matters.
+    short = [n.rsplit(".", 1)[-1].removesuffix("Assignor").lower() for n in names]
+    if not short:
+        return "at least one assignor is needed (uniform, range)"
+    unknown = [n for n, s in zip(names, short, strict=True) if s not in known]
+    if unknown:
+        return f"unknown assignor(s) {', '.join(unknown)}; the assignors are uniform and range"
+    return None
+
+
+def consumer_assignors(value: str) -> tuple[str, ...]:
+    """The short names (uniform, range) of a valid ``group.consumer.assignors`` value."""
+    out = []
+    for n in str(value).split(","):
+        if n.strip():
+            short = n.strip().rsplit(".", 1)[-1].removesuffix("Assignor").lower()
+            if short not in out:
+                out.append(short)
+    return tuple(out)
+
+
+# (default, min, max) broker config names of each bounded consumer-group setting.
+CONSUMER_BOUNDED = {
+    suffix: (f"group.consumer.{suffix}", f"group.consumer.min.{suffix}",
+             f"group.consumer.max.{suffix}")
+    for suffix in ("session.timeout.ms", "heartbeat.interval.ms")
+}
+
 # (default, min, max) broker config names of each bounded share-group setting.
 SHARE_BOUNDED = {
     suffix: (f"group.share.{suffix}", f"group.share.min.{suffix}", f"group.share.max.{suffix}")
@@ -422,6 +476,14 @@ def share_bounds_problem(get: Callable[[str], Any]) -> str | None:
     if get("group.share.heartbeat.interval.ms") >= get("group.share.session.timeout.ms"):
         return ("group.share.heartbeat.interval.ms must be less than "
                 "group.share.session.timeout.ms")
+    for default, lo, hi in CONSUMER_BOUNDED.values():
+        if get(lo) > get(hi):
+            return f"{lo}={get(lo)} must not be greater than {hi}={get(hi)}"
+        if not get(lo) <= get(default) <= get(hi):
+            return f"{default}={get(default)} must be between {lo}={get(lo)} and {hi}={get(hi)}"
+    if get("group.consumer.heartbeat.interval.ms") >= get("group.consumer.session.timeout.ms"):
+        return ("group.consumer.heartbeat.interval.ms must be less than "
+                "group.consumer.session.timeout.ms")
     if get("group.share.max.share.sessions") < get("group.share.max.size"):
         return "group.share.max.share.sessions must be at least group.share.max.size"
     return None
@@ -453,8 +515,8 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "share.coordinator.state.topic.replication.factor": "a single broker keeps one replica",
     "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
     # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.
-    "group.coordinator.rebalance.protocols": "share groups are always enabled in Shoal (and "
-                                             "classic groups always are)",
+    "group.coordinator.rebalance.protocols": "Shoal always serves the classic, consumer and "
+                                             "share protocols",
     "group.share.enable": "share groups are always enabled in Shoal",
     "unstable.api.versions.enable": "Shoal advertises only the API versions it serves",
     # Classic consumer groups and Kafka internals Shoal does not have.
@@ -633,7 +695,7 @@ class BrokerConfig:
         if d is None:
             raise ConfigError(unknown_broker_config_problem(name))
         value = parse_value(d, raw)
-        if name.startswith("group.share."):
+        if name.startswith(("group.share.", "group.consumer.")):
             problem = share_bounds_problem(lambda n: value if n == name else self._values[n])
             if problem:
                 raise ConfigError(f"{name}={raw}: {problem}")

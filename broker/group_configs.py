@@ -1,4 +1,7 @@
-"""Per-group share configs (KIP-932 dynamic group configs; reference section 2).
+"""Per-group configs (KIP-932 dynamic group configs; reference section 2): the ``share.*`` configs
+of share groups and the ``consumer.session.timeout.ms``/``consumer.heartbeat.interval.ms`` of
+consumer groups (KIP-848, as Kafka 4.x's GroupConfig; defaults and bounds are the
+``group.consumer.*`` broker configs).
 
 A group's ``share.*`` configs are set with IncrementalAlterConfigs on a GROUP resource (type 32)
 and described with DescribeConfigs. A group without an override uses the broker default: the
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import (
+    CONSUMER_BOUNDED,
     SHARE_BOUNDED,
     BrokerConfig,
     ConfigDef,
@@ -196,12 +200,26 @@ _DEFS: list[ConfigDef] = [
               dynamic=True),
 ]
 
+# Consumer groups (KIP-848 consumer protocol), as Kafka 4.x's GroupConfig.
+_DEFS += [
+    ConfigDef("consumer.session.timeout.ms", "int", None,
+              "A consumer-protocol member that does not heartbeat this long is removed from the "
+              "group.", at_least(1), dynamic=True, synonym="group.consumer.session.timeout.ms"),
+    ConfigDef("consumer.heartbeat.interval.ms", "int", None,
+              "How often consumer-protocol members are told to heartbeat; below "
+              "consumer.session.timeout.ms.", at_least(1), dynamic=True,
+              synonym="group.consumer.heartbeat.interval.ms"),
+]
+
 GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
 
 # Group config -> (min, max) broker configs bounding it.
 _BOUNDS: dict[str, tuple[str, str]] = {
     f"share.{suffix}": (lo, hi) for suffix, (_default, lo, hi) in SHARE_BOUNDED.items()
 }
+_BOUNDS.update({
+    f"consumer.{suffix}": (lo, hi) for suffix, (_default, lo, hi) in CONSUMER_BOUNDED.items()
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +301,11 @@ class GroupConfigs:
             record_locks_count_inflight_only=v(group_id, "share.record.locks.count.inflight.only"),
         )
 
+    def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(consumer.session.timeout.ms, consumer.heartbeat.interval.ms) of a consumer group."""
+        return (self.value(group_id, "consumer.session.timeout.ms"),
+                self.value(group_id, "consumer.heartbeat.interval.ms"))
+
     def value(self, group_id: str, name: str) -> Any:
         """The effective value of one group config (override, else broker default, clamped into
         the broker bounds)."""
@@ -361,11 +384,12 @@ class GroupConfigs:
             d = GROUP_CONFIGS[name]
             return overrides.get(name, self._broker.get(d.synonym) if d.synonym else d.default)
 
-        hb = effective("share.heartbeat.interval.ms")
-        session = effective("share.session.timeout.ms")
-        if hb >= session:
-            raise ConfigError(f"share.heartbeat.interval.ms ({hb}) must be less than "
-                              f"share.session.timeout.ms ({session})")
+        for kind in ("share", "consumer"):
+            hb = effective(f"{kind}.heartbeat.interval.ms")
+            session = effective(f"{kind}.session.timeout.ms")
+            if hb >= session:
+                raise ConfigError(f"{kind}.heartbeat.interval.ms ({hb}) must be less than "
+                                  f"{kind}.session.timeout.ms ({session})")
 
     def _save(self) -> None:
         doc = {"version": 1, "groups": {

@@ -1,7 +1,10 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
 It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``).
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``), and
+consumer-protocol (KIP-848) groups (ConsumerGroupHeartbeat/Describe,
+``coordinator/group/consumer_groups.py``); their regex subscriptions are resolved against
+``topics_version()``, a fingerprint of the topic names and ids.
 A classic request whose answer comes later (a JoinGroup waiting for the rebalance, a follower's
 SyncGroup waiting for the leader) registers a waiter id and a future before its op runs; the
 shard delivers the answer through ``_deliver`` (after the records it depends on are committed).
@@ -53,6 +56,7 @@ oldest latest-record of a live key); Kafka compacts ``__consumer_offsets`` inste
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -62,10 +66,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.clock import Clock
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, consumer_assignors
 from broker.group_configs import GroupConfigs, ShareGroupConfig
 from broker.topics import Topic
 from coordinator.group import classic as cl
+from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.heartbeat import (
@@ -79,6 +84,7 @@ from coordinator.group.heartbeat import (
 from coordinator.group.placement import DEFAULT_NUM_PARTITIONS, partition_for_group
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import (
+    ConsumerDescribeResult,
     DeleteGroupResponse,
     DescribeResult,
     GroupCoordinatorShard,
@@ -174,11 +180,13 @@ class ShareGroupService:
             name="group-coordinator")
         self.load_ms: float | None = None
         self._image: TopicsImage | None = None
+        self._image_version: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Initialization tasks still running, by group (heartbeats may wait for them).
         self._pending_inits: dict[str, set[asyncio.Task[None]]] = {}
         self._member_listeners: list[MemberListener] = []
         self._leaving: set[tuple[str, str]] = set()  # leave heartbeats in flight (for logs)
+        self._consumer_leaving: set[tuple[str, str]] = set()
         self._stopped = False
         # Classic-group requests waiting for a deferred answer (JoinGroup, follower SyncGroup).
         self._waiters: dict[int, asyncio.Future[Any]] = {}
@@ -195,7 +203,25 @@ class ShareGroupService:
             on_member_removed=self._member_removed,
             classic_config=self._classic_settings,
             deliver=self._deliver,
+            consumer_config=self._consumer_settings,
+            on_consumer_member_removed=self._consumer_member_removed,
         )
+
+    def _consumer_member_removed(self, group_id: str, member_id: str) -> None:
+        if (group_id, member_id) in self._consumer_leaving:
+            return  # logged by consumer_heartbeat
+        log.warning("member %s of consumer group %s was removed: no heartbeat within its session "
+                    "timeout, or it did not revoke partitions within its rebalance timeout",
+                    member_id, group_id, extra={"event": "member_expired", "group": group_id,
+                                                "member": member_id})
+
+    def _consumer_settings(self, group_id: str) -> ch.ConsumerGroupSettings:
+        get = self._broker_config.get
+        session, heartbeat = self._configs.consumer_timeouts(group_id)
+        return ch.ConsumerGroupSettings(
+            session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
+            max_size=get("group.consumer.max.size"),
+            assignors=consumer_assignors(get("group.consumer.assignors")))
 
     def _classic_settings(self, _group_id: str) -> cl.ClassicSettings:
         get = self._broker_config.get
@@ -270,10 +296,10 @@ class ShareGroupService:
 
     async def commit_offsets(self, group_id: str, member_id: str, generation: int,
                              instance_id: str | None,
-                             parts: tuple[cl.OffsetCommitPartition, ...]
-                             ) -> cl.OffsetCommitResponse:
+                             parts: tuple[cl.OffsetCommitPartition, ...],
+                             api_version: int = 9) -> cl.OffsetCommitResponse:
         out = await self._write(group_id, lambda shard, now: shard.commit_offsets(
-            group_id, member_id, generation, instance_id, parts, now))
+            group_id, member_id, generation, instance_id, parts, now, api_version))
         if isinstance(out, CoordinatorFailure):
             return cl.OffsetCommitResponse(out.error, tuple((p.topic, p.partition, out.error)
                                                             for p in parts))
@@ -288,7 +314,8 @@ class ShareGroupService:
         return out
 
     def fetch_offsets(self, group_id: str,
-                      topics: Sequence[tuple[str, Sequence[int]]] | None
+                      topics: Sequence[tuple[str, Sequence[int]]] | None,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> cl.OffsetFetchResponse:
         p = self.partition_for(group_id)
         status = self.runtime.status(p)
@@ -297,7 +324,68 @@ class ShareGroupService:
             return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
         if status is not PartitionStatus.ACTIVE or shard is None:
             return cl.OffsetFetchResponse(ErrorCode.not_coordinator)
-        return shard.fetch_offsets(group_id, topics)
+        return shard.fetch_offsets(group_id, topics, member_id, member_epoch)
+
+    # ------------------------------------------------------------------ consumer groups (KIP-848)
+
+    async def consumer_heartbeat(self, req: ch.ConsumerHeartbeatRequest,
+                                 allowed: ch.TopicFilter | None = None
+                                 ) -> ch.ConsumerHeartbeatResponse:
+        """ConsumerGroupHeartbeat; expected failures are error codes in the response.
+        ``allowed`` narrows regex matches to the topics the principal may DESCRIBE."""
+        leave = (req.group_id, req.member_id)
+        if req.member_epoch < 0:
+            self._consumer_leaving.add(leave)
+        try:
+            out = await self._write(req.group_id, lambda shard, now: shard.consumer_group_heartbeat(
+                req, self.topics_image(), now, topics_version=self.topics_version(),
+                allowed=allowed))
+        finally:
+            self._consumer_leaving.discard(leave)
+        if isinstance(out, CoordinatorFailure):
+            return ch.error_response(out.error, out.message)
+        response: ch.ConsumerHeartbeatResponse = out
+        if response.error_code == ErrorCode.none:
+            if req.member_epoch == 0:
+                log.info("member %s joined consumer group %s (client %s at %s)",
+                         response.member_id, req.group_id, req.client_id, req.client_host,
+                         extra={"event": "member_joined", "group": req.group_id,
+                                "member": response.member_id})
+            elif req.member_epoch < 0:
+                log.info("member %s left consumer group %s", response.member_id, req.group_id,
+                         extra={"event": "member_left", "group": req.group_id,
+                                "member": response.member_id})
+        return response
+
+    def describe_consumer(self, group_ids: Iterable[str]) -> list[ConsumerDescribeResult]:
+        """ConsumerGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown, share and
+        classic ids; COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not served)."""
+        out = []
+        for gid in group_ids:
+            p = self.partition_for(gid)
+            status = self.runtime.status(p)
+            shard = self.runtime.shard(p)
+            if status is PartitionStatus.ACTIVE and shard is not None:
+                out.append(shard.describe_consumer(gid))
+            elif status is PartitionStatus.LOADING:
+                out.append(ConsumerDescribeResult(ErrorCode.coordinator_load_in_progress))
+            else:
+                out.append(ConsumerDescribeResult(ErrorCode.not_coordinator))
+        return out
+
+    def consumer_exists(self, group_id: str) -> bool:
+        shard = self.shard_for(group_id)
+        return shard is not None and shard.consumer.committed_group(group_id) is not None
+
+    def topics_version(self) -> int:
+        """Identifies the set of topics (names and ids) of the current image; a regex resolved
+        against another version is resolved again. Stable across restarts."""
+        if self._image_version is None:
+            image = self.topics_image()
+            parts = sorted(f"{n}\x00{info.topic_id}" for n, info in image.by_name.items())
+            digest = hashlib.blake2b("\x01".join(parts).encode(), digest_size=8).digest()
+            self._image_version = int.from_bytes(digest, "big", signed=True)
+        return self._image_version
 
     def classic_exists(self, group_id: str) -> bool:
         shard = self.shard_for(group_id)
@@ -482,6 +570,7 @@ class ShareGroupService:
     def topics_changed(self, _name: str | None = None) -> None:
         """Topic created, deleted or grown: drop the image and recompute affected groups."""
         self._image = None
+        self._image_version = None
         if self._stopped:
             return
         try:
@@ -715,8 +804,10 @@ async def open_share_groups(broker: Broker) -> ShareGroupService:
     runtime = service.runtime
     records = sum(s.load.records for p in runtime.partitions()
                   if (s := runtime.stats(p)) is not None and s.load is not None)
-    groups = sum(len(shard.groups) for p in runtime.partitions()
-                 if (shard := runtime.shard(p)) is not None)
-    log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups) in "
-             "%.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records, groups, load_ms)
+    shards = [shard for p in runtime.partitions() if (shard := runtime.shard(p)) is not None]
+    groups = sum(len(shard.groups) for shard in shards)
+    consumer = sum(len(shard.consumer.store.groups) for shard in shards)
+    log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups, %d "
+             "consumer groups) in %.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records,
+             groups, consumer, load_ms)
     return service

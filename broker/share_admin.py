@@ -532,12 +532,14 @@ class ShareAdmin:
             return GroupDeleteResult(group_id, ErrorCode.invalid_group_id,
                                      "The group id must not be empty.")
         group = await self._committed(group_id)
-        if group is None and self._groups.classic_exists(group_id):
-            # A classic group: no share state; the shard refuses one with members.
+        consumer = group is None and self._groups.consumer_exists(group_id)
+        if group is None and (consumer or self._groups.classic_exists(group_id)):
+            # A classic or consumer group: no share state; the shard refuses one with members.
             classic = await self._groups.delete_group(group_id)
             if classic.error_code != ErrorCode.none:
                 return GroupDeleteResult(group_id, classic.error_code, classic.error_message)
-            log.info("classic group %s deleted", group_id, extra={"group": group_id})
+            log.info("%s group %s deleted", "consumer" if consumer else "classic", group_id,
+                     extra={"group": group_id})
             return GroupDeleteResult(group_id)
         problem = _committed_problem(group_id, group)
         if problem is not None:

@@ -1,4 +1,7 @@
-"""DeleteGroups (42) v0-2: delete share groups.
+"""DeleteGroups (42) v0-2: delete share, classic and consumer-protocol groups.
+
+A classic or consumer group with members answers NON_EMPTY_GROUP; deleting one removes its
+committed offsets with it. Share groups as follows.
 
 Only an Empty share group can be deleted (NON_EMPTY_GROUP otherwise); an unknown id answers
 GROUP_ID_NOT_FOUND and an empty id INVALID_GROUP_ID. Deleting removes the group's durable share

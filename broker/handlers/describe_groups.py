@@ -1,5 +1,9 @@
 """DescribeGroups (15) v0-6: classic groups (state, protocol type and name, members with their
-metadata and assignment bytes), and share groups as below.
+metadata and assignment bytes), and share and consumer-protocol (KIP-848) groups as below.
+
+Consumer-protocol groups are answered like share groups: v6 GROUP_ID_NOT_FOUND "Group <id> is
+not a classic group." (Kafka), v0-5 their state with protocol type ``consumer`` and no members
+(Kafka: Dead); ConsumerGroupDescribe is the RPC that describes them.
 
 Share groups have no classic protocol, members' metadata or assignment bytes. What Apache Kafka
 4.3 answers, and what Shoal answers:
@@ -26,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from coordinator.group.consumer_groups import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
 from coordinator.group.shard import PROTOCOL_TYPE
 from coordinator.group.share_group import GroupState
 from protocol.codec import response_module
@@ -55,6 +60,15 @@ def _describe(ctx: RequestContext, group_id: str, with_ops: bool) -> dict[str, A
         return {**dead, "error_code": found.error_code, "error_message": found.error_message}
     group = found.group
     v6 = ctx.api_version >= REPORTS_ERRORS
+    if group is None:
+        (consumer,) = ctx.broker.share_groups.describe_consumer([group_id])
+        if consumer.group is not None:
+            if v6:
+                return {**dead, "error_code": ErrorCode.group_id_not_found,
+                        "error_message": f"Group {group_id} is not a classic group."}
+            ops = ctx.authorized_operations(resource) if with_ops else OPERATIONS_NOT_REQUESTED
+            return {**dead, "group_state": consumer.group.state.value,
+                    "protocol_type": CONSUMER_PROTOCOL_TYPE, "authorized_operations": ops}
     classic = ctx.broker.share_groups.describe_classic(group_id) if group is None else None
     if classic is not None:
         ops = ctx.authorized_operations(resource) if with_ops else OPERATIONS_NOT_REQUESTED

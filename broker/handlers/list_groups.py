@@ -1,4 +1,7 @@
-"""ListGroups (16) v0-5: the groups this broker coordinates, share and classic.
+"""ListGroups (16) v0-5: the groups this broker coordinates, share, classic and consumer.
+
+Consumer-protocol (KIP-848) groups are listed with group type and protocol type ``consumer`` and
+their state (Empty, Assigning, Reconciling, Stable).
 
 Share groups are listed with protocol type ``share`` and, in v5, group type ``share`` (Kafka's
 ``kafka-groups.sh --list`` shows them as Share); classic groups with group type ``classic`` and

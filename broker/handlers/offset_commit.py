@@ -1,5 +1,10 @@
-"""OffsetCommit (8) v2-9: commit a classic (or standalone) group's offsets to
-``__consumer_offsets`` (``coordinator/group/classic.py``), answered once durable.
+"""OffsetCommit (8) v2-10: commit a classic, consumer-protocol (KIP-848) or standalone group's
+offsets to ``__consumer_offsets`` (``coordinator/group/classic.py``), answered once durable.
+v10 names topics by id (UNKNOWN_TOPIC_ID for an unknown one).
+
+A consumer-protocol group validates member id and member epoch as Kafka's
+``ConsumerGroup.validateOffsetCommit``: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION
+below v9; a commit with epoch -1 is allowed while the group has no members.
 
 Validation as Kafka's (``ClassicGroup.validateOffsetCommit``): a commit with generation -1 is a
 simple commit, allowed while the group is Empty (to an unknown group it makes a simple group; the
@@ -30,48 +35,66 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 API_KEY = 8
-VERSIONS = (2, 9)
+VERSIONS = (2, 10)
+TOPIC_IDS = 10  # v10 names topics by id (KIP-848); an unknown id answers UNKNOWN_TOPIC_ID
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    codes: dict[tuple[str, int], ErrorCode] = {}
-    order: list[tuple[str, int]] = []
+    by_id = ctx.api_version >= TOPIC_IDS
+    codes: dict[tuple[Any, int], ErrorCode] = {}
+    order: list[tuple[Any, int]] = []
+    names: dict[Any, str | None] = {}  # request key (name, or id in v10) -> topic name
     for t in req.topics:
+        key = t.topic_id if by_id else t.name
+        if by_id:
+            found = ctx.broker.topics.by_id(t.topic_id)
+            names[key] = found.name if found is not None else None
+        else:
+            names[key] = t.name
         for p in t.partitions:
-            order.append((t.name, p.partition_index))
+            order.append((key, p.partition_index))
     group = Resource(ResourceType.GROUP, req.group_id)
     if not ctx.authorized(Operation.READ, group):
         codes = {k: ErrorCode.group_authorization_failed for k in order}
     else:
-        denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
+        denied = ctx.denied(Operation.READ, ResourceType.TOPIC,
+                            {n for n in names.values() if n is not None})
         parts: list[cl.OffsetCommitPartition] = []
+        back: dict[tuple[str, int], tuple[Any, int]] = {}
         for t in req.topics:
-            topic = ctx.broker.topics.get(t.name) if t.name not in denied else None
+            key = t.topic_id if by_id else t.name
+            name = names[key]
+            topic = ctx.broker.topics.get(name) if name is not None and name not in denied \
+                else None
             for p in t.partitions:
-                key = (t.name, p.partition_index)
-                if t.name in denied:
-                    codes[key] = ErrorCode.topic_authorization_failed
+                k = (key, p.partition_index)
+                if name is None:
+                    codes[k] = ErrorCode.unknown_topic_id
+                elif name in denied:
+                    codes[k] = ErrorCode.topic_authorization_failed
                 elif topic is None or not 0 <= p.partition_index < topic.partitions:
-                    codes[key] = ErrorCode.unknown_topic_or_partition
+                    codes[k] = ErrorCode.unknown_topic_or_partition
                 else:
+                    back[(name, p.partition_index)] = k
                     parts.append(cl.OffsetCommitPartition(
-                        t.name, p.partition_index, p.committed_offset,
+                        name, p.partition_index, p.committed_offset,
                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
         if parts:
             res = await ctx.broker.share_groups.commit_offsets(
                 req.group_id, req.member_id, req.generation_id_or_member_epoch,
-                getattr(req, "group_instance_id", None), tuple(parts))
+                getattr(req, "group_instance_id", None), tuple(parts), ctx.api_version)
             for topic_name, partition, code in res.partitions:
                 if code == ErrorCode.group_id_not_found and ctx.api_version < 9 and \
                         req.generation_id_or_member_epoch >= 0:
                     code = ErrorCode.illegal_generation  # Kafka's answer before v9
-                codes[(topic_name, partition)] = code
-    topics: dict[str, list[Any]] = {}
-    for name, partition in order:
-        topics.setdefault(name, []).append(make(
+                codes[back[(topic_name, partition)]] = code
+    topics: dict[Any, list[Any]] = {}
+    for key, partition in order:
+        topics.setdefault(key, []).append(make(
             m.OffsetCommitResponsePartition, partition_index=partition,
-            error_code=codes.get((name, partition), ErrorCode.none)))
+            error_code=codes.get((key, partition), ErrorCode.none)))
     return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
-        make(m.OffsetCommitResponseTopic, name=name, partitions=tuple(ps))
-        for name, ps in topics.items()))
+        make(m.OffsetCommitResponseTopic, **({"topic_id": key} if by_id else {"name": key}),
+             partitions=tuple(ps))
+        for key, ps in topics.items()))

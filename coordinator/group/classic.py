@@ -416,12 +416,15 @@ class ClassicGroups:
     """Classic groups and offsets of one coordinator partition (see the module docstring)."""
 
     def __init__(self, *, settings: Callable[[str], ClassicSettings], schedule: TimerSchedule,
-                 cancel: TimerCancel) -> None:
+                 cancel: TimerCancel, busy: Callable[[str], bool] = lambda _gid: False) -> None:
+        """``busy(group_id)``: the id is a consumer-protocol group with members, whose offsets
+        must not expire (the shard arms retention again once it is empty)."""
         self.groups: dict[str, ClassicGroup] = {}
         self.store = DurableStore()
         self._settings = settings
         self._schedule = schedule
         self._cancel = cancel
+        self._busy = busy
 
     # -------------------------------------------------------------- reads
 
@@ -957,7 +960,6 @@ class ClassicGroups:
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
                        instance_id: str | None, parts: Sequence[OffsetCommitPartition],
                        now_ms: int, fx: Effects) -> OffsetCommitResponse:
-        s = self._settings(group_id)
         g = self.groups.get(group_id)
         error: ErrorCode | None = None
         if not cr.fits(group_id):
@@ -988,6 +990,13 @@ class ClassicGroups:
         if error is not None:
             return OffsetCommitResponse(error, tuple((p.topic, p.partition, error)
                                                      for p in parts))
+        return self.write_offsets(group_id, parts, now_ms, fx)
+
+    def write_offsets(self, group_id: str, parts: Sequence[OffsetCommitPartition], now_ms: int,
+                      fx: Effects) -> OffsetCommitResponse:
+        """OffsetCommit records for a validated commit (also used for consumer-protocol
+        groups, whose members the shard validates)."""
+        s = self._settings(group_id)
         out = []
         for p in parts:
             meta = p.metadata or ""
@@ -1041,7 +1050,13 @@ class ClassicGroups:
         self._cancel((RETENTION_TIMER, group_id))
         return ErrorCode.none
 
+    def arm_retention(self, group_id: str, now_ms: int) -> None:
+        """Start the offsets retention clock of a group that just became empty."""
+        self._arm_retention(group_id, now_ms)
+
     def _arm_retention(self, group_id: str, now_ms: int) -> None:
+        if self._busy(group_id):
+            return
         g = self.groups.get(group_id)
         if g is None or g.state is ClassicState.EMPTY:
             self._schedule((RETENTION_TIMER, group_id),
@@ -1052,7 +1067,7 @@ class ClassicGroups:
         commit timestamp, as Kafka does for groups without a subscription); the group's metadata
         goes with its last offset."""
         g = self.groups.get(group_id)
-        if g is not None and g.state is not ClassicState.EMPTY:
+        if (g is not None and g.state is not ClassicState.EMPTY) or self._busy(group_id):
             return
         retention = self._settings(group_id).offsets_retention_ms
         left = 0

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.group import classic_records as cr
+from coordinator.group import consumer_records as cg
 from coordinator.group import records as r
 
 
@@ -143,6 +144,63 @@ _SCHEMAS: dict[int, tuple[_Struct, _Struct]] = {
         ),
     ),
 }
+
+# Consumer-group (KIP-848) records, types 3 and 5-8 and 16; mirrors Kafka 4.x
+# group-coordinator/src/main/resources/common/message/ConsumerGroup*.json.
+_SCHEMAS.update({
+    3: (
+        _Struct(cg.ConsumerGroupMetadataKey, (("group_id", STRING),)),
+        _Struct(cg.ConsumerGroupMetadataValue, (("epoch", INT32),),
+                tagged=((0, "metadata_hash", INT64, 0),)),
+    ),
+    5: (
+        _Struct(cg.ConsumerGroupMemberMetadataKey, (("group_id", STRING), ("member_id", STRING))),
+        _Struct(
+            cg.ConsumerGroupMemberMetadataValue,
+            (
+                ("instance_id", NULLABLE_STRING),
+                ("rack_id", NULLABLE_STRING),
+                ("client_id", STRING),
+                ("client_host", STRING),
+                ("subscribed_topic_names", _Array(STRING)),
+                ("subscribed_topic_regex", NULLABLE_STRING),
+                ("rebalance_timeout_ms", INT32),
+                ("server_assignor", NULLABLE_STRING),
+            ),
+        ),
+    ),
+    6: (
+        _Struct(cg.ConsumerGroupTargetAssignmentMetadataKey, (("group_id", STRING),)),
+        _Struct(cg.ConsumerGroupTargetAssignmentMetadataValue, (("assignment_epoch", INT32),),
+                tagged=((0, "assignment_timestamp", INT64, 0),)),
+    ),
+    7: (
+        _Struct(cg.ConsumerGroupTargetAssignmentMemberKey,
+                (("group_id", STRING), ("member_id", STRING))),
+        _Struct(cg.ConsumerGroupTargetAssignmentMemberValue,
+                (("topic_partitions", _Array(_TOPIC_PARTITIONS)),)),
+    ),
+    8: (
+        _Struct(cg.ConsumerGroupCurrentMemberAssignmentKey,
+                (("group_id", STRING), ("member_id", STRING))),
+        _Struct(
+            cg.ConsumerGroupCurrentMemberAssignmentValue,
+            (
+                ("member_epoch", INT32),
+                ("previous_member_epoch", INT32),
+                ("state", INT8),
+                ("assigned_partitions", _Array(_TOPIC_PARTITIONS)),
+                ("partitions_pending_revocation", _Array(_TOPIC_PARTITIONS)),
+            ),
+        ),
+    ),
+    16: (
+        _Struct(cg.ConsumerGroupRegularExpressionKey,
+                (("group_id", STRING), ("regular_expression", STRING))),
+        _Struct(cg.ConsumerGroupRegularExpressionValue,
+                (("topics", _Array(STRING)), ("version", INT64), ("timestamp", INT64))),
+    ),
+})
 
 _VALUE_VERSION = 0  # the only version of these value schemas (validVersions "0")
 

@@ -1,4 +1,13 @@
-"""``GroupCoordinatorShard``: the share and classic groups of one ``__consumer_offsets`` partition.
+"""``GroupCoordinatorShard``: the share, classic and consumer groups of one ``__consumer_offsets``
+partition.
+
+Consumer-protocol (KIP-848) groups (``consumer_groups.py``, records in ``consumer_records.py``)
+live in ``self.consumer``: ``replay`` routes their records there, ``commit``/``revert`` move its
+store, timers with keys starting ``"consumer-"`` are theirs, their committed offsets are kept by
+``self.classic`` (OffsetCommit records) and validated by member epoch. A consumer heartbeat on a
+share group's id (or a classic group's with members) answers GROUP_ID_NOT_FOUND, a share
+heartbeat on a consumer group's id too, JoinGroup INCONSISTENT_GROUP_PROTOCOL; an empty group of
+one protocol may be taken over by the other (Kafka's online upgrade/downgrade of empty groups).
 
 Classic consumer groups and committed offsets (``classic.py``, records in ``classic_records.py``:
 Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic`` beside the share groups:
@@ -71,9 +80,14 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic as cl
 from coordinator.group import classic_records as cr
+from coordinator.group import consumer_groups as cgs
+from coordinator.group import consumer_heartbeat as ch
+from coordinator.group import consumer_records as cgr
 from coordinator.group import heartbeat as hb
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
+from coordinator.group.consumer_group import ConsumerGroup
+from coordinator.group.consumer_groups import ConsumerGroups
 from coordinator.group.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -178,8 +192,22 @@ def _drop_delivery(_waiter: int, _response: Any) -> None:
     pass
 
 
+def _default_consumer(_group_id: str) -> ch.ConsumerGroupSettings:
+    return ch.ConsumerGroupSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerDescribeResult:
+    """ConsumerGroupDescribe of one id: the committed group, or an error."""
+
+    error_code: ErrorCode
+    group: ConsumerGroup | None = None
+    error_message: str | None = None
+    assignor_name: str = ""
+
+
 class GroupCoordinatorShard:
-    """All share groups of one coordinator partition (sans-IO; see the module docstring)."""
+    """All groups of one coordinator partition (sans-IO; see the module docstring)."""
 
     def __init__(
         self,
@@ -193,6 +221,8 @@ class GroupCoordinatorShard:
         on_member_removed: MemberRemoved | None = None,
         classic_config: Callable[[str], cl.ClassicSettings] = _default_classic,
         deliver: cl.Deliver = _drop_delivery,
+        consumer_config: Callable[[str], ch.ConsumerGroupSettings] = _default_consumer,
+        on_consumer_member_removed: MemberRemoved | None = None,
     ) -> None:
         """
         Args:
@@ -207,6 +237,8 @@ class GroupCoordinatorShard:
             on_member_removed: called with (group id, member id) from ``commit`` once a member's
                 removal is durable; it must not raise (the runtime's commit path calls it).
             classic_config: classic-group settings for a group id (``classic.py``).
+            consumer_config: consumer-group settings for a group id (``consumer_groups.py``).
+            on_consumer_member_removed: as ``on_member_removed``, for consumer-group members.
             deliver: called with (waiter, response) for deferred classic-group answers (a
                 JoinGroup or follower SyncGroup answered by a later op or timer), once the
                 records of the op that produced them are committed; it must not raise.
@@ -222,9 +254,21 @@ class GroupCoordinatorShard:
         self._deliver = deliver
         # (offset the answer waits for, waiter, response): deferred classic answers.
         self._deliveries: list[tuple[int, int, Any]] = []
-        self.classic = cl.ClassicGroups(settings=classic_config, schedule=self._timer.schedule,
-                                        cancel=self._timer.cancel)
+        self.classic = cl.ClassicGroups(settings=classic_config, schedule=self._schedule,
+                                        cancel=self._cancel,
+                                        busy=lambda gid: self.consumer.has_members(gid))
         self.classic.store.journaling = not loading
+        # Consumer-protocol (KIP-848) groups; their offsets are kept by ``classic``.
+        self._consumer_config = consumer_config
+        self._on_consumer_member_removed = on_consumer_member_removed
+        self.consumer = ConsumerGroups(settings=consumer_config, schedule=self._schedule,
+                                       journaling=not loading)
+
+    def _schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        self._timer.schedule(key, deadline_ms)  # through self: on_unloaded replaces the timer
+
+    def _cancel(self, key: TimerKey) -> None:
+        self._timer.cancel(key)
 
     @property
     def _groups(self) -> dict[str, ShareGroup]:
@@ -278,7 +322,7 @@ class GroupCoordinatorShard:
         if not self._loaded:
             return DescribeResult(ErrorCode.coordinator_load_in_progress)
         group = self._store.committed_group(group_id)
-        if group is None and self.classic.has(group_id):
+        if group is None and (self.classic.has(group_id) or self.consumer.has(group_id)):
             return DescribeResult(ErrorCode.group_id_not_found,
                                   error_message=f"Group {group_id} is not a share group.")
         if group is None:
@@ -297,7 +341,14 @@ class GroupCoordinatorShard:
             state = groups[gid].state.value
             if wanted is None or state.lower() in wanted:
                 out.append(ListedGroup(gid, state))
+        consumer = self.consumer.list_groups()
+        for gid, state in consumer:
+            if wanted is None or state.lower() in wanted:
+                out.append(ListedGroup(gid, state, cgs.GROUP_TYPE, cgs.PROTOCOL_TYPE))
+        consumer_ids = {gid for gid, _ in consumer} | set(self.consumer.store.groups)
         for gid, state, protocol_type in self.classic.list_groups():
+            if gid in consumer_ids:  # its committed offsets: listed as the consumer group
+                continue
             if wanted is None or state.lower() in wanted:
                 out.append(ListedGroup(gid, state, cl.GROUP_TYPE, protocol_type))
         out.sort(key=lambda g: g.group_id)
@@ -326,18 +377,29 @@ class GroupCoordinatorShard:
             self.classic.replay(offset, key, value)  # type: ignore[arg-type]
             self._store.end_offset = offset + 1
             return
+        if isinstance(key, cgr.CONSUMER_KEYS):
+            if offset < self._store.end_offset:
+                raise ValueError(f"replay at offset {offset} below the end offset "
+                                 f"{self._store.end_offset}")
+            self.consumer.store.replay(offset, key, value)
+            self._store.end_offset = offset + 1
+            return
         self._store.replay(offset, key, value)
 
     def replay_record(self, record: r.Record) -> None:
         """Replay ``record`` at the next offset and commit it at once (no log behind it)."""
         offset = self._store.end_offset
-        self._store.replay(offset, record.key, record.value)
+        self.replay(offset, record.key, record.value)
         self.commit(offset + 1)
 
     def commit(self, offset: int) -> None:
         """Every record below ``offset`` is durable; reports durable member removals."""
         removed = self._store.commit(offset)
         self.classic.store.commit(offset)
+        gone = self.consumer.store.commit(offset)
+        if self._on_consumer_member_removed is not None:
+            for gid, mid in gone:
+                self._on_consumer_member_removed(gid, mid)
         self._release_deliveries()
         if self._on_member_removed is not None:
             for gid, mid in removed:
@@ -353,6 +415,7 @@ class GroupCoordinatorShard:
         """
         self._store.revert(offset)
         self.classic.store.revert(offset)
+        self.consumer.store.revert(offset)
         kept = []
         for threshold, waiter, response in self._deliveries:
             if threshold > offset:
@@ -365,9 +428,11 @@ class GroupCoordinatorShard:
         """Records below this offset are not needed to rebuild the committed groups."""
         share = self._store.last_redundant_offset()
         classic = self.classic.store.lowest_live_offset()
-        if share is None or classic is None:
-            return share
-        return min(share, classic)
+        consumer = self.consumer.store.last_redundant_offset()
+        if share is None:
+            return None
+        # Without live keys a store answers the committed offset, never below the others.
+        return min(o for o in (share, classic, consumer) if o is not None)
 
     def on_loaded(self, now_ms: int) -> None:
         """The log has been replayed and committed: re-arm soft timers and start answering.
@@ -378,6 +443,7 @@ class GroupCoordinatorShard:
         self._loaded = True
         self._store.journaling = True
         self.classic.on_loaded(now_ms)
+        self.consumer.on_loaded(now_ms)
         for gid in sorted(self._groups):
             group = self._groups[gid]
             settings = self._group_config(gid)
@@ -391,6 +457,7 @@ class GroupCoordinatorShard:
         self._store.clear()
         self._store.journaling = False
         self.classic.clear()
+        self.consumer.clear()
         for _, waiter, _ in self._deliveries:
             self._deliver(waiter, cl.PENDING)
         self._deliveries = []
@@ -419,7 +486,8 @@ class GroupCoordinatorShard:
             settings,
             gated=self._gated,
             is_non_share_group=bool(req.group_id) and (
-                self._is_non_share_group(req.group_id) or self.classic.has(req.group_id)),
+                self._is_non_share_group(req.group_id) or self.classic.has(req.group_id)
+                or self.consumer.has(req.group_id)),
         )
         response = outcome.response
         if response.error_code == ErrorCode.none:
@@ -457,6 +525,8 @@ class GroupCoordinatorShard:
             if init is not None:
                 inits.append(init)
                 self._timer.schedule((INIT_RETRY, gid), now_ms + self._init_retry_ms)
+        if self._loaded:
+            self.consumer.on_topics_changed(topics, now_ms, records)
         extra = _init_extra(inits)
         if deletes:
             extra[DELETE_EXTRA] = tuple(deletes)
@@ -490,12 +560,19 @@ class GroupCoordinatorShard:
         txns: dict[str, Txn] = {}
         expired: list[tuple[str, str]] = []
         retried: list[str] = []
+        consumer_txns: dict[str, ch.Txn] = {}
         fx = cl.Effects(records)  # type: ignore[arg-type]
         for key in self._timer.poll(now_ms):
             gid = key[1]
             if key[0].startswith("c-"):
                 if self._loaded:
                     self.classic.on_timer(key, now_ms, fx)
+                continue
+            if key[0].startswith("consumer-"):
+                if self._loaded:
+                    fenced = self.consumer.on_timer(key, now_ms, records, consumer_txns, topics)
+                    if fenced is not None and not consumer_txns[gid].current.members:
+                        self.classic.arm_retention(gid, now_ms)
                 continue
             if gid not in self._groups:
                 continue
@@ -613,6 +690,14 @@ class GroupCoordinatorShard:
         them). The response lists the initialized share-partitions whose durable state the
         caller should delete through the persister.
         """
+        if self._loaded and self.consumer.has(group_id):
+            code, message, recs = self.consumer.delete_group(group_id)
+            if code != ErrorCode.none:
+                return CoordinatorResult(response=DeleteGroupResponse(code, message))
+            fx = cl.Effects()
+            self.classic.delete_group(group_id, fx)  # its committed offsets
+            return CoordinatorResult(records=(*fx.records, *recs),
+                                     response=DeleteGroupResponse(ErrorCode.none))
         if self._loaded and group_id not in self._groups and self.classic.has(group_id):
             fx = cl.Effects()
             code = self.classic.delete_group(group_id, fx)
@@ -668,12 +753,20 @@ class GroupCoordinatorShard:
     def _classic_op(self, group_id: str, fn: Callable[[cl.Effects], Any],
                     refused: Callable[[ErrorCode], Any], *,
                     share_error: ErrorCode = ErrorCode.group_id_not_found,
+                    consumer_error: ErrorCode = ErrorCode.unknown_member_id,
+                    replace_empty_consumer: bool = False,
                     ) -> CoordinatorResult[r.Record, Any]:
         if not self._loaded:
             return CoordinatorResult(response=refused(ErrorCode.coordinator_load_in_progress))
         if group_id in self._groups:
             return CoordinatorResult(response=refused(share_error))
         fx = cl.Effects()
+        if self.consumer.has(group_id):
+            if not replace_empty_consumer or self.consumer.has_members(group_id):
+                return CoordinatorResult(response=refused(consumer_error))
+            # As Kafka: a classic member may take over an empty consumer group's id (its
+            # committed offsets stay); the consumer group's records are tombstoned first.
+            fx.records.extend(self.consumer.delete_group(group_id)[2])
         response = fn(fx)
         self._queue(fx)
         return CoordinatorResult(records=tuple(fx.records), response=response)
@@ -681,12 +774,14 @@ class GroupCoordinatorShard:
     def classic_join(self, req: cl.JoinRequest, waiter: int,
                      now_ms: int) -> CoordinatorResult[r.Record, Any]:
         """JoinGroup: a ``JoinResponse`` or ``classic.PENDING`` (answered via ``deliver``). A
-        share group's id gets INCONSISTENT_GROUP_PROTOCOL."""
+        share group's id, or a consumer group's with members, gets INCONSISTENT_GROUP_PROTOCOL;
+        an empty consumer group is replaced by the classic group."""
         return self._classic_op(
             req.group_id, lambda fx: self.classic.join(req, waiter, now_ms, fx),
             lambda e: cl.JoinResponse(e, member_id=(
                 "" if e == ErrorCode.inconsistent_group_protocol else req.member_id)),
-            share_error=ErrorCode.inconsistent_group_protocol)
+            share_error=ErrorCode.inconsistent_group_protocol,
+            consumer_error=ErrorCode.inconsistent_group_protocol, replace_empty_consumer=True)
 
     def classic_sync(self, req: cl.SyncRequest, waiter: int,
                      now_ms: int) -> CoordinatorResult[r.Record, Any]:
@@ -713,9 +808,19 @@ class GroupCoordinatorShard:
 
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
                        instance_id: str | None, parts: tuple[cl.OffsetCommitPartition, ...],
-                       now_ms: int) -> CoordinatorResult[r.Record, cl.OffsetCommitResponse]:
-        """OffsetCommit for a classic (or standalone) group; a share group's id gets
-        GROUP_ID_NOT_FOUND."""
+                       now_ms: int, api_version: int = 9
+                       ) -> CoordinatorResult[r.Record, cl.OffsetCommitResponse]:
+        """OffsetCommit for a classic, consumer-protocol or standalone group; a share group's id
+        gets GROUP_ID_NOT_FOUND. A consumer group's member is validated by member id and epoch
+        (``generation`` is the member epoch: STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID)."""
+        if self._loaded and group_id not in self._groups and self.consumer.has(group_id):
+            problem = self.consumer.validate_commit(group_id, member_id, generation, api_version)
+            if problem is not None:
+                return CoordinatorResult(response=cl.OffsetCommitResponse(
+                    problem[0], tuple((p.topic, p.partition, problem[0]) for p in parts)))
+            fx = cl.Effects()
+            res = self.classic.write_offsets(group_id, parts, now_ms, fx)
+            return CoordinatorResult(records=tuple(fx.records), response=res)
         return self._classic_op(
             group_id, lambda fx: self.classic.commit_offsets(
                 group_id, member_id, generation, instance_id, parts, now_ms, fx),
@@ -724,17 +829,80 @@ class GroupCoordinatorShard:
 
     def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
                        ) -> CoordinatorResult[r.Record, Any]:
+        if self._loaded and self.consumer.has(group_id):
+            codes, recs = self.consumer.delete_offsets(
+                group_id, parts, lambda key: key in self.classic.store.values)
+            return CoordinatorResult(records=recs, response=(ErrorCode.none, codes))
         return self._classic_op(
             group_id, lambda fx: self.classic.delete_offsets(group_id, parts, fx),
             lambda e: (e, ()))
 
-    def fetch_offsets(self, group_id: str, topics: Any) -> cl.OffsetFetchResponse:
-        """OffsetFetch (committed view). Unknown groups have no offsets (-1)."""
+    def fetch_offsets(self, group_id: str, topics: Any, member_id: str | None = None,
+                      member_epoch: int = -1) -> cl.OffsetFetchResponse:
+        """OffsetFetch (committed view). Unknown groups have no offsets (-1). For a consumer
+        group, a member id or epoch >= 0 (v9+) must name a member at that epoch
+        (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH)."""
         if not self._loaded:
             return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
         if self._store.committed_group(group_id) is not None:
             return cl.OffsetFetchResponse(ErrorCode.group_id_not_found)
+        if self.consumer.committed_group(group_id) is not None:
+            error = self.consumer.validate_fetch(group_id, member_id, member_epoch)
+            if error is not None:
+                return cl.OffsetFetchResponse(error)
         return self.classic.fetch_offsets(group_id, topics)
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def consumer_group_heartbeat(
+        self, req: ch.ConsumerHeartbeatRequest, topics: TopicsImage, now_ms: int, *,
+        topics_version: int = 0, allowed: ch.TopicFilter | None = None,
+    ) -> CoordinatorResult[r.Record, ch.ConsumerHeartbeatResponse]:
+        """ConsumerGroupHeartbeat (see ``consumer_heartbeat.py``). A share group's id, or a
+        classic group's with members, gets GROUP_ID_NOT_FOUND; an empty classic group is
+        replaced by the consumer group on a join (its GroupMetadata is tombstoned; committed
+        offsets stay), as Kafka does."""
+        if not self._loaded:
+            return CoordinatorResult(response=ch.error_response(
+                ErrorCode.coordinator_load_in_progress, "Loading."))
+        gid = req.group_id
+        records: list[r.Record] = []
+        classic = self.classic.groups.get(gid)
+        other = gid in self._groups
+        if classic is not None and not self.consumer.has(gid):
+            if classic.members or classic.state is not cl.ClassicState.EMPTY:
+                other = True
+            elif req.member_epoch == ch.JOIN_GROUP_MEMBER_EPOCH:
+                key = cr.GroupMetadataKey(gid)
+                if key in self.classic.store.values:
+                    records.append(r.Record(key, None))  # type: ignore[arg-type]
+        res = self.consumer.heartbeat(
+            req, topics, now_ms, other_type=other, topics_version=topics_version,
+            allowed=allowed if allowed is not None else (lambda names: names))
+        if res.response.error_code != ErrorCode.none:
+            return CoordinatorResult(response=res.response)
+        if records:
+            self.classic.groups.pop(gid, None)  # soft state of the replaced empty classic group
+        if res.emptied:
+            self.classic.arm_retention(gid, now_ms)
+        return CoordinatorResult(records=(*records, *res.records), response=res.response)
+
+    def describe_consumer(self, group_id: str) -> ConsumerDescribeResult:
+        """ConsumerGroupDescribe of one id (committed view): GROUP_ID_NOT_FOUND for unknown ids
+        and for share or classic groups ("is not a consumer group"), as Kafka."""
+        if not self._loaded:
+            return ConsumerDescribeResult(ErrorCode.coordinator_load_in_progress)
+        group = self.consumer.committed_group(group_id)
+        if group is None:
+            other = self._store.committed_group(group_id) is not None or \
+                self.classic.has(group_id)
+            message = (f"Group {group_id} is not a consumer group." if other
+                       else f"Group {group_id} not found.")
+            return ConsumerDescribeResult(ErrorCode.group_id_not_found, error_message=message)
+        return ConsumerDescribeResult(ErrorCode.none, group, assignor_name=ch.preferred_assignor(
+            group, self._consumer_config(group_id)))
+
+
 
     def describe_classic(self, group_id: str) -> cl.ClassicDescription | None:
         return self.classic.describe(group_id) if self._loaded else None

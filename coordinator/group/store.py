@@ -32,10 +32,12 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.group import records as r
-from coordinator.group.share_group import ShareGroup, apply_record
+from coordinator.group.share_group import apply_record
 
 KeyOffsets = dict[r.RecordKey, int]
 
@@ -44,20 +46,28 @@ KeyOffsets = dict[r.RecordKey, int]
 class _Undo:
     offset: int
     group_id: str
-    group: ShareGroup | None  # the group's value before the record
+    group: Any  # the group's value before the record (None: absent)
     key: r.RecordKey
     key_offset: int | None  # the key's latest offset before the record (None: not live)
     dropped: KeyOffsets | None  # every key offset of the group, when the record deleted it
 
 
 class GroupStore:
-    """Groups by id, their key offsets, and an undo log back to the committed offset."""
+    """Groups by id, their key offsets, and an undo log back to the committed offset.
+
+    Share groups by default; consumer groups (``consumer_group.py``) use the same store with
+    their own ``apply`` and member-metadata key type.
+    """
 
     __slots__ = ("groups", "journaling", "_keys", "_undo", "_removed", "end_offset",
-                 "committed_offset")
+                 "committed_offset", "_apply", "_member_key")
 
-    def __init__(self, *, journaling: bool = True) -> None:
-        self.groups: dict[str, ShareGroup] = {}
+    def __init__(self, *, journaling: bool = True,
+                 apply: Callable[[Any, Any], Any] = apply_record,
+                 member_key: type = r.ShareGroupMemberMetadataKey) -> None:
+        self.groups: dict[str, Any] = {}
+        self._apply = apply
+        self._member_key = member_key
         self.journaling = journaling
         self._keys: dict[str, KeyOffsets] = {}
         self._undo: deque[_Undo] = deque()
@@ -78,7 +88,7 @@ class GroupStore:
             raise ValueError(f"replay at offset {offset} below the end offset {self.end_offset}")
         gid = key.group_id
         before = self.groups.get(gid)
-        after = apply_record(before, r.Record(key, value))
+        after = self._apply(before, r.Record(key, value))
         keys = self._keys.get(gid)
         key_offset = keys.get(key) if keys is not None else None
         dropped: KeyOffsets | None = None
@@ -94,7 +104,7 @@ class GroupStore:
                 keys[key] = offset
         if self.journaling:
             self._undo.append(_Undo(offset, gid, before, key, key_offset, dropped))
-            if (value is None and isinstance(key, r.ShareGroupMemberMetadataKey)
+            if (value is None and isinstance(key, self._member_key)
                     and before is not None and key.member_id in before.members):
                 self._removed.append((offset, gid, key.member_id))
         self.end_offset = offset + 1
@@ -153,14 +163,14 @@ class GroupStore:
 
     # ------------------------------------------------------------------ the read side
 
-    def committed_group(self, group_id: str) -> ShareGroup | None:
+    def committed_group(self, group_id: str) -> Any:
         """The group as of the committed offset (None if absent then)."""
         for entry in self._undo:  # oldest first: the first entry of the group holds its value
             if entry.group_id == group_id:
                 return entry.group
         return self.groups.get(group_id)
 
-    def committed_groups(self) -> dict[str, ShareGroup]:
+    def committed_groups(self) -> dict[str, Any]:
         """Every group as of the committed offset."""
         view = dict(self.groups)
         seen: set[str] = set()

@@ -315,6 +315,14 @@ CASES: list[Case] = [
     ("describe_cluster", 60, 1, lambda e: dict(include_cluster_authorized_operations=True,
                                                endpoint_type=1),
      lambda e, r: (r.error_code, r.cluster_authorized_operations) == (0, 0) or pytest.fail(r)),
+    ("consumer_group_heartbeat", 68, 1, lambda e: dict(
+        group_id=GROUP, member_id=uuid.uuid4().hex, member_epoch=0,
+        rebalance_timeout=timedelta(seconds=30), subscribed_topic_names=(TOPIC,),
+        topic_partitions=()),
+     lambda e, r: r.error_code == GAF or pytest.fail(r)),
+    ("consumer_group_describe", 69, 1, lambda e: dict(group_ids=(GROUP,),
+                                                      include_authorized_operations=True),
+     lambda e, r: _codes(r, "groups") == [GAF] or pytest.fail(r)),
     ("share_group_heartbeat", 76, 1, lambda e: dict(
         group_id=GROUP, member_id=uuid.uuid4().hex, member_epoch=0, rack_id=None,
         subscribed_topic_names=(TOPIC,)),
@@ -414,6 +422,16 @@ def test_topic_checks_behind_an_allowed_group(env: Env) -> None:
     od = env.raw(47, 0, group_id=group, topics=(m47.OffsetDeleteRequestTopic(
         name=TOPIC, partitions=(m47.OffsetDeleteRequestPartition(partition_index=0),)),))
     assert od.error_code == 0 and _codes(od, "topics", "partitions") == [TAF]
+    # ConsumerGroupHeartbeat (KIP-848): named topics need DESCRIBE; a regex quietly matches
+    # only the topics the principal may DESCRIBE (here none), so it is assigned nothing.
+    join: dict[str, Any] = dict(group_id=group + "-cg", member_epoch=0,
+                                rebalance_timeout=timedelta(seconds=30), topic_partitions=())
+    env.grant(ResourceType.GROUP, group + "-cg", AclOperation.READ)
+    named = env.raw(68, 1, member_id=uuid.uuid4().hex, subscribed_topic_names=(TOPIC,), **join)
+    assert named.error_code == TAF and TOPIC in named.error_message
+    rx = env.raw(68, 1, member_id=uuid.uuid4().hex, subscribed_topic_regex=".*", **join)
+    assert rx.error_code == 0 and rx.assignment is not None, rx
+    assert rx.assignment.topic_partitions == ()
 
 
 # -- real clients ----------------------------------------------------------------------------

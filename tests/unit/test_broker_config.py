@@ -197,3 +197,21 @@ def test_incremental_alter_configs_rejects_unknown_broker_configs(
         assert message is not None and name in message
     else:
         assert broker.config.get(name) == 2000
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), [
+    ("group.consumer.session.timeout.ms", "30000", "must be between group.consumer.min"),
+    ("group.consumer.heartbeat.interval.ms", "20000", "and group.consumer.max.heartbeat"),
+    ("group.consumer.assignors", "sticky", "unknown assignor"),
+])
+def test_consumer_group_configs_are_checked(name: str, value: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        BrokerConfig().check(name, value)
+
+
+def test_consumer_assignors_accept_kafka_class_names() -> None:
+    from broker.config import consumer_assignors
+
+    value = "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"
+    assert BrokerConfig().check("group.consumer.assignors", value) == value
+    assert consumer_assignors(value) == ("range", "uniform")

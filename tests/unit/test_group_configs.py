@@ -69,7 +69,12 @@ VALIDATION = [
     ("share.renew.acknowledge.enable", "yes", False),
     ("share.record.locks.count.inflight.only", "true", True),
     ("share.record.locks.count.inflight.only", "1", False),
-    ("consumer.session.timeout.ms", "45000", False),
+    ("consumer.session.timeout.ms", "45000", True),
+    ("consumer.session.timeout.ms", "60000", True),
+    ("consumer.session.timeout.ms", "30000", False),  # below group.consumer.min.session...
+    ("consumer.heartbeat.interval.ms", "5000", True),
+    ("consumer.heartbeat.interval.ms", "4999", False),
+    ("consumer.no.such.config", "1", False),
     ("share.no.such.config", "1", False),
 ]
 
@@ -115,6 +120,20 @@ def test_heartbeat_must_stay_below_session_timeout(tmp_path: Path) -> None:
         gc.alter("g", {"share.session.timeout.ms": "3000"})
     gc.alter("g", {"share.session.timeout.ms": "46000", "share.heartbeat.interval.ms": "6000"})
     assert gc.get("g").session_timeout_ms == 46000
+
+
+def test_consumer_group_timeouts_default_to_the_broker_and_are_bounded(tmp_path: Path) -> None:
+    gc = configs(tmp_path, **{"group.consumer.session.timeout.ms": "50000"})
+    assert gc.consumer_timeouts("g") == (50_000, 5_000)
+    gc.alter("g", {"consumer.session.timeout.ms": "60000",
+                   "consumer.heartbeat.interval.ms": "7000"})
+    assert gc.consumer_timeouts("g") == (60_000, 7_000)
+    with pytest.raises(ConfigError, match=r"consumer\.session\.timeout\.ms=70000: must be "
+                       r"between 45000 and 60000"):
+        gc.alter("g", {"consumer.session.timeout.ms": "70000"})
+    lenient = configs(tmp_path / "x", **{"group.consumer.min.session.timeout.ms": "1000"})
+    with pytest.raises(ConfigError, match="consumer.heartbeat.interval.ms .5000. must be less"):
+        lenient.alter("g", {"consumer.session.timeout.ms": "4000"})
 
 
 def test_alter_is_all_or_nothing_and_validate_only_changes_nothing(tmp_path: Path) -> None:

@@ -330,16 +330,17 @@ async def test_pruning_keeps_what_a_reload_needs(tmp_path: Path) -> None:
 
 
 async def test_other_consumer_offsets_record_types_are_skipped_on_load(tmp_path: Path) -> None:
-    """``__consumer_offsets`` also carries consumer-group (KIP-848) records, not served yet;
-    the group serde leaves them to others (decode gives None) and the load skips them."""
+    """``__consumer_offsets`` also carries record types the group coordinator does not serve
+    (streams groups, type 17); the group serde leaves them to others (decode gives None) and the
+    load skips them."""
     from coordinator.runtime.records import encode_batch
 
     async with group_runtime(tmp_path / "log") as ctx:
         await ctx.join("m1")
-        ctx.log.append(encode_batch([(b"\x00\x03\x00\x01g", b"\x00\x03junk")], T0), T0)
+        ctx.log.append(encode_batch([(b"\x00\x11\x00\x01g", b"\x00\x03junk")], T0), T0)
         await ctx.join("m2")
         live = ctx.shard.groups
-    assert GroupRecordSerde().decode(b"\x00\x03\x00\x01g", b"") is None
+    assert GroupRecordSerde().decode(b"\x00\x11\x00\x01g", b"") is None
     async with group_runtime(tmp_path / "log") as again:
         stats = again.rt.stats(0)
         assert stats is not None and stats.load is not None and stats.load.skipped == 1

@@ -1,0 +1,112 @@
+"""ConsumerGroupDescribe (69) v0-1: state, epochs, assignor and members of consumer groups.
+
+Each id is described on its own. An unknown id, and the id of a share or classic group, gets
+GROUP_ID_NOT_FOUND in its entry (as Kafka; librdkafka's ``describe_consumer_groups`` then asks
+DescribeGroups for classic groups). Members list their instance and rack ids, subscription
+(names and regex), current assignment and target assignment, with topic names from the current
+metadata (a deleted topic's partitions are left out); v1 adds the member type (1: consumer).
+
+Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each group, else that group's entry
+is GROUP_AUTHORIZATION_FAILED; AuthorizedOperations (when asked) is the bitfield of the group
+operations the principal may perform. With an ACL authorizer, a group whose members are assigned
+a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE, err_message
+from coordinator.group.assignor import TopicsImage
+from coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember
+from coordinator.group.shard import ConsumerDescribeResult
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 69
+VERSIONS = (0, 1)
+
+CONSUMER_MEMBER_TYPE = 1  # v1 MemberType: 1 = consumer protocol
+
+
+def _assignment(m: Any, parts: Mapping[Any, frozenset[int]], topics: TopicsImage) -> Any:
+    out = []
+    for tid, ps in sorted(parts.items(), key=lambda kv: kv[0].bytes):
+        info = topics.by_id(tid)
+        if info is not None and ps:
+            out.append(make(m.TopicPartitions, topic_id=tid, topic_name=info.name,
+                            partitions=tuple(sorted(ps))))
+    return make(m.Assignment, topic_partitions=tuple(out))
+
+
+def _member(m: Any, g: ConsumerGroup, member: ConsumerGroupMember, topics: TopicsImage,
+            version: int) -> Any:
+    fields: dict[str, Any] = dict(
+        member_id=member.member_id, instance_id=member.instance_id, rack_id=member.rack_id,
+        member_epoch=member.member_epoch, client_id=member.client_id,
+        client_host=member.client_host,
+        subscribed_topic_names=tuple(member.subscribed_topic_names),
+        subscribed_topic_regex=member.subscribed_topic_regex,
+        assignment=_assignment(m, member.assigned, topics),
+        target_assignment=_assignment(m, g.target_assignment.get(member.member_id, {}), topics))
+    if version >= 1:
+        fields["member_type"] = CONSUMER_MEMBER_TYPE
+    return make(m.Member, **fields)
+
+
+def _refused(m: Any, group_id: str, error: ErrorCode, message: str | None) -> Any:
+    return make(m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
+                group_state="", group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
+                authorized_operations=OPERATIONS_NOT_REQUESTED)
+
+
+def _assigned_topics(d: ConsumerDescribeResult, topics: TopicsImage) -> set[str]:
+    g = d.group
+    if g is None:
+        return set()
+    return {info.name for member in g.members.values()
+            for tid, ps in member.assigned.items()
+            if ps and (info := topics.by_id(tid)) is not None}
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    service = ctx.broker.share_groups
+    topics = service.topics_image()
+    wanted = [gid for gid in req.group_ids
+              if ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))]
+    found = dict(zip(wanted, service.describe_consumer(wanted), strict=True))
+    hidden: frozenset[str] = frozenset()
+    if ctx.broker.authorizer.enforcing:
+        assigned = set().union(*(_assigned_topics(d, topics) for d in found.values()))
+        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, assigned, audit=False)
+    groups = []
+    for gid in req.group_ids:
+        d = found.get(gid)
+        if d is None:
+            groups.append(_refused(m, gid, ErrorCode.group_authorization_failed, refusal(
+                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))))
+        elif d.group is None:
+            groups.append(_refused(m, gid, d.error_code,
+                                   err_message(d.error_code, d.error_message)))
+        elif hidden and _assigned_topics(d, topics) & hidden:
+            groups.append(_refused(m, gid, ErrorCode.topic_authorization_failed,
+                                   "the group is assigned topics that "
+                                   f"{ctx.principal} may not DESCRIBE"))
+        else:
+            g = d.group
+            ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
+                   if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
+            groups.append(make(
+                m.DescribedGroup, error_code=ErrorCode.none, error_message=None, group_id=gid,
+                group_state=g.state.value, group_epoch=g.group_epoch,
+                assignment_epoch=g.assignment_epoch, assignor_name=d.assignor_name,
+                members=tuple(_member(m, g, g.members[mid], topics, ctx.api_version)
+                              for mid in sorted(g.members)),
+                authorized_operations=ops))
+    return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
