@@ -204,6 +204,13 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Lowest consumer.heartbeat.interval.ms a group may set.", at_least(1)),
     ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15_000,
               "Highest consumer.heartbeat.interval.ms a group may set.", at_least(1)),
+    ConfigDef("group.consumer.settling.heartbeat.interval.ms", "int", 500,
+              "Shoal's own: the heartbeat interval consumer-protocol members are told while their "
+              "group settles (a member still reconciling, or less than one "
+              "consumer.heartbeat.interval.ms since the last new target assignment), so a "
+              "rebalance completes in a fraction of a second instead of waiting out the regular "
+              "interval; 0 (or a value not below the regular interval) answers the regular "
+              "interval always, as Kafka.", at_least(0)),
     ConfigDef("group.consumer.max.size", "int", 0x7FFFFFFF,
               "Maximum number of members of one consumer-protocol group.", at_least(1)),
     ConfigDef("group.consumer.assignors", "list", "uniform,range",

@@ -220,6 +220,7 @@ class ShareGroupService:
         session, heartbeat = self._configs.consumer_timeouts(group_id)
         return ch.ConsumerGroupSettings(
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
+            settling_heartbeat_interval_ms=get("group.consumer.settling.heartbeat.interval.ms"),
             max_size=get("group.consumer.max.size"),
             assignors=consumer_assignors(get("group.consumer.assignors")))
 

@@ -71,6 +71,8 @@ class ConsumerGroupSettings:
 
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
+    # Shoal's own: answered instead while the group settles (``heartbeat_interval``); 0 = never.
+    settling_heartbeat_interval_ms: int = 0
     max_size: int = 0x7FFFFFFF
     assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
 
@@ -102,6 +104,29 @@ class ConsumerHeartbeatResponse:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: dict[uuid.UUID, list[int]] | None = None  # None: not sent
+
+
+def heartbeat_interval(group: ConsumerGroup, settings: ConsumerGroupSettings, now_ms: int) -> int:
+    """The interval to answer a member of ``group`` with.
+
+    The broker cannot push a new assignment: a member learns that it must revoke or may take
+    partitions only from its next heartbeat answer. With Kafka's 5 s interval, a second member
+    joining right after the first waits up to 5 s for partitions the first must give up. So while
+    the group settles (a member not yet at the target, or less than one regular interval since
+    the last target assignment, which covers members answered just before a change), members are
+    told the shorter settling interval; once it is quiet they go back to the regular one.
+    """
+    regular = settings.heartbeat_interval_ms
+    fast = settings.settling_heartbeat_interval_ms
+    if fast <= 0 or fast >= regular:
+        return regular
+    if now_ms - group.assignment_timestamp_ms < regular:
+        return fast
+    if group.group_epoch > group.assignment_epoch or any(
+            m.member_epoch != group.assignment_epoch or m.state != c.STATE_STABLE
+            for m in group.members.values()):
+        return fast
+    return regular
 
 
 def error_response(code: ErrorCode, message: str) -> ConsumerHeartbeatResponse:
@@ -417,7 +442,7 @@ def consumer_group_heartbeat(
         and req.owned is not None)
     response = ConsumerHeartbeatResponse(
         member_id=member_id, member_epoch=after.member_epoch,
-        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        heartbeat_interval_ms=heartbeat_interval(txn.current, settings, now_ms),
         assignment=(assignment_response(after.assigned)
                     if full or partitions_changed or replaced else None))
     return HeartbeatOutcome(tuple(txn.records), response, revoking, replaced)

@@ -140,6 +140,26 @@ def test_revocation_before_reassignment() -> None:
     assert ctx.rebuilt().consumer.group(G) == ctx.group()
 
 
+def test_settling_group_is_told_the_short_heartbeat_interval() -> None:
+    """Shoal's settling interval: right after a new target, and while anyone reconciles, members
+    are told to heartbeat every 500 ms (so a peer that must revoke hears of it at once); a quiet
+    group goes back to the regular interval; 0 answers the regular interval always (Kafka)."""
+    ctx = Ctx(group_settings=ConsumerGroupSettings(settling_heartbeat_interval_ms=500))
+    assert ctx.hb("m1", 0).heartbeat_interval_ms == 500  # new target just computed
+    ctx.now = 1000
+    assert ctx.hb("m2", 0).heartbeat_interval_ms == 500  # a second member: m1 must revoke
+    ctx.now = 7000  # past one regular interval since the target, but m1 has not revoked yet
+    r1 = ctx.hb("m1", 1)
+    assert r1.heartbeat_interval_ms == 500 and len(parts(r1)) == 3
+    kept = frozenset(parts(r1))
+    ctx.hb("m1", 1, owned={A: kept})
+    ctx.hb("m2", 2, owned={})
+    assert ctx.group().state.value == "Stable"
+    assert ctx.hb("m1", 2, owned={A: kept}).heartbeat_interval_ms == 5000
+    kafka = Ctx(group_settings=ConsumerGroupSettings(settling_heartbeat_interval_ms=0))
+    assert kafka.hb("m1", 0).heartbeat_interval_ms == 5000
+
+
 def test_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0, rebalance_timeout_ms=3000)
