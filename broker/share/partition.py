@@ -205,9 +205,10 @@ class SharePartition:
         for batch in self._cache:
             info = batch.whole  # freshly loaded batches are never exploded
             if info.state is RecordState.AVAILABLE and info.delivery_count >= 1:
-                at = now_ms + redelivery_delay_ms(cfg, info.delivery_count)
-                info.available_at_ms = at
-                runs.append((at, batch.first_offset, batch.last_offset))
+                delay = redelivery_delay_ms(cfg, info.delivery_count)
+                if delay > 0:
+                    info.available_at_ms = now_ms + delay
+                    runs.append((now_ms + delay, batch.first_offset, batch.last_offset))
         self._backoff.push_runs(runs)
 
     # ------------------------------------------------------------------ offsets
@@ -479,9 +480,10 @@ class SharePartition:
         self._tick(now_ms)
         runs: list[tuple[int, int, int]] = []
         for lo, hi, info in units:
-            at = now_ms + redelivery_delay_ms(cfg, info.delivery_count)
-            info.available_at_ms = at
-            runs.append((at, lo, hi))
+            delay = redelivery_delay_ms(cfg, info.delivery_count)
+            if delay > 0:
+                info.available_at_ms = now_ms + delay
+                runs.append((now_ms + delay, lo, hi))
         self._backoff.push_runs(runs)
 
     def _tick(self, now_ms: int | None) -> int:
