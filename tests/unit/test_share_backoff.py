@@ -120,6 +120,22 @@ def test_released_record_waits_for_its_backoff_while_others_flow() -> None:
     assert p.start_offset == 10
 
 
+def test_spso_stops_at_a_backed_off_record() -> None:
+    p, _ = backoff()
+    fetch(p, "a", 0)
+    ack(p, "a", [(0, 0, (RELEASE,)), (1, 9, (ACCEPT,))], 0)
+    fetch(p, "a", 0)
+    ack(p, "a", [(10, 19, (ACCEPT,))], 0)
+    # Everything after offset 0 is done, yet the SPSO waits for it (and the write says so).
+    assert p.start_offset == 0 and p.delivery_complete_count == 19
+    assert p.metrics().in_flight_records == 20
+    assert fetch(p, "b", 999) == [(20, 29, 1)]
+    assert p.start_offset == 0
+    assert fetch(p, "b", 1_000, max_records=1) == [(0, 0, 2)]
+    ack(p, "b", [(0, 0, (ACCEPT,))], 1_000)
+    assert p.start_offset == 20
+
+
 def test_next_fetch_offset_skips_held_records_without_a_timer() -> None:
     """A fetch at a time after the backoff finds the record even if the timer has not run."""
     p, _ = backoff()

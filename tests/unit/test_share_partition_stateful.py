@@ -353,9 +353,22 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for o in self.acked:
             assert o < self.durable_start or o in durable_done
         reloaded = SharePartition.load(
-            KEY, 3, ReadResult(ErrorCode.none, 2, self.durable_start, self.durable), self.cfg)
+            KEY, 3, ReadResult(ErrorCode.none, 2, self.durable_start, self.durable), self.cfg,
+            now_ms=self.now)
         assert isinstance(reloaded, SharePartition)
         assert reloaded.start_offset <= start
+        if self.cfg.value.delivery_backoff_ms > 0:
+            # Restart rule: a durable AVAILABLE record that was delivered before is held back
+            # from the load, so a fetch right after a restart never gets it.
+            held = {o for b in self.durable
+                    if b.delivery_state == RecordState.AVAILABLE and b.delivery_count >= 1
+                    for o in range(b.first_offset, b.last_offset + 1)}
+            fo = reloaded.next_fetch_offset(self.now)
+            assert fo not in held
+            read = [b for b in self.log if b[1] >= fo]
+            got = reloaded.acquire("restarted", read, 1_000, 0, AcquireMode.RECORD_LIMIT,
+                                   self.now, fetch_offset=fo)
+            assert not any(r.first_offset <= o <= r.last_offset for r in got for o in held)
 
 
 TestSharePartitionMachine = SharePartitionMachine.TestCase
