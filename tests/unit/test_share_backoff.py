@@ -19,12 +19,11 @@ from broker.group_configs import GROUP_CONFIGS, GroupConfigs
 from broker.share.backoff import redelivery_delay_ms
 from broker.share.partition import AcquireMode, SharePartition, SharePartitionConfig
 from broker.share.record_state import RecordState
-from persister.api import ReadResult
+from persister.api import PersisterStateBatch, ReadResult
 from tests.unit.test_share_partition import (
     ACCEPT,
     AK,
     AQ,
-    AR,
     AV,
     KEY,
     RELEASE,
@@ -308,10 +307,11 @@ def test_live_change_applies_to_records_released_afterwards() -> None:
 # --------------------------------------------------------------------------- restart rule
 
 
-def load(batches: Sequence[object], now: int | None, **overrides: object) -> SharePartition:
+def load(batches: Sequence[PersisterStateBatch], now: int | None,
+         **overrides: object) -> SharePartition:
     settings: dict[str, object] = dict(delivery_backoff_ms=1_000, delivery_backoff_max_ms=60_000)
     settings.update(overrides)
-    p = SharePartition.load(KEY, 3, ReadResult(ErrorCode.none, 2, 0, tuple(batches)),  # type: ignore[arg-type]
+    p = SharePartition.load(KEY, 3, ReadResult(ErrorCode.none, 2, 0, tuple(batches)),
                             Config(**settings), now_ms=now)
     assert isinstance(p, SharePartition)
     return p
