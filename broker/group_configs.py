@@ -14,6 +14,10 @@ Invariants:
   inside the broker's ``[group.share.min.X, group.share.max.X]`` range at the time they were set
   (INVALID_CONFIG names the config and the range otherwise). ``share.heartbeat.interval.ms`` must
   stay below ``share.session.timeout.ms`` (effective values).
+- The redelivery backoff configs (Shoal extension, ``broker/share/backoff.py``) have fixed
+  bounds: ``share.delivery.backoff.ms`` 0..3600000 (0 = off, Kafka's behaviour),
+  ``share.delivery.backoff.max.ms`` 1..3600000 and not below ``share.delivery.backoff.ms``
+  (effective values), ``share.delivery.backoff.multiplier`` 1.0..10.0.
 - ``share.auto.offset.reset`` is stored normalized: ``latest``, ``earliest`` or
   ``by_duration:<ISO-8601 duration>`` with the duration (millisecond resolution) written as
   Java's ``Duration.toString`` writes it (``PT1H30M``, ``PT48H``, ``PT0.5S``), so every reader
@@ -43,6 +47,7 @@ from broker.config import (
     ConfigDef,
     ConfigError,
     at_least,
+    between,
     format_value,
     one_of,
     parse_value,
@@ -162,6 +167,22 @@ def _auto_offset_reset_problem(value: Any) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- redelivery backoff
+
+# Bounds of the redelivery backoff configs (Shoal extension, broker/share/backoff.py). A record in
+# backoff stays in the in-flight window, so an hour is the longest it may be held back.
+MAX_DELIVERY_BACKOFF_MS = 3_600_000
+MIN_BACKOFF_MULTIPLIER = 1.0
+MAX_BACKOFF_MULTIPLIER = 10.0
+
+
+def _multiplier_problem(value: Any) -> str | None:
+    # NaN fails both comparisons, infinity the upper one.
+    if not MIN_BACKOFF_MULTIPLIER <= value <= MAX_BACKOFF_MULTIPLIER:
+        return f"must be between {MIN_BACKOFF_MULTIPLIER} and {MAX_BACKOFF_MULTIPLIER}"
+    return None
+
+
 # --------------------------------------------------------------------------- the table
 
 _DEFS: list[ConfigDef] = [
@@ -198,6 +219,18 @@ _DEFS: list[ConfigDef] = [
               "Shoal extension: count only non-terminal (available/acquired) records toward "
               "share.partition.max.record.locks, so one slow record does not stall a partition.",
               dynamic=True),
+    ConfigDef("share.delivery.backoff.ms", "int", 0,
+              "Shoal extension: a record released (RELEASE, lock expiry, member leaving) after its "
+              "n-th delivery is acquirable again only after min(share.delivery.backoff.max.ms, "
+              "this * share.delivery.backoff.multiplier^(n-1)) ms; 0 = at once, as in Kafka.",
+              between(0, MAX_DELIVERY_BACKOFF_MS), dynamic=True),
+    ConfigDef("share.delivery.backoff.max.ms", "int", 60_000,
+              "Shoal extension: the longest redelivery backoff; at least "
+              "share.delivery.backoff.ms.",
+              between(1, MAX_DELIVERY_BACKOFF_MS), dynamic=True),
+    ConfigDef("share.delivery.backoff.multiplier", "double", 2.0,
+              "Shoal extension: the factor the redelivery backoff grows by per delivery.",
+              _multiplier_problem, dynamic=True),
 ]
 
 # Consumer groups (KIP-848 consumer protocol), as Kafka 4.x's GroupConfig.
@@ -237,6 +270,9 @@ class ShareGroupConfig:
     renew_acknowledge_enable: bool
     assignment_interval_ms: int
     record_locks_count_inflight_only: bool
+    delivery_backoff_ms: int = 0
+    delivery_backoff_max_ms: int = 60_000
+    delivery_backoff_multiplier: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +335,9 @@ class GroupConfigs:
             renew_acknowledge_enable=v(group_id, "share.renew.acknowledge.enable"),
             assignment_interval_ms=v(group_id, "share.assignment.interval.ms"),
             record_locks_count_inflight_only=v(group_id, "share.record.locks.count.inflight.only"),
+            delivery_backoff_ms=v(group_id, "share.delivery.backoff.ms"),
+            delivery_backoff_max_ms=v(group_id, "share.delivery.backoff.max.ms"),
+            delivery_backoff_multiplier=v(group_id, "share.delivery.backoff.multiplier"),
         )
 
     def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
@@ -357,6 +396,7 @@ class GroupConfigs:
             else:
                 new[name] = self._parse(d, raw)
         self._check_heartbeat(new)
+        self._check_backoff(new)
         if validate_only:
             return
         if new:
@@ -390,6 +430,17 @@ class GroupConfigs:
             if hb >= session:
                 raise ConfigError(f"{kind}.heartbeat.interval.ms ({hb}) must be less than "
                                   f"{kind}.session.timeout.ms ({session})")
+
+    @staticmethod
+    def _check_backoff(overrides: Mapping[str, Any]) -> None:
+        def effective(name: str) -> Any:
+            return overrides.get(name, GROUP_CONFIGS[name].default)
+
+        backoff = effective("share.delivery.backoff.ms")
+        most = effective("share.delivery.backoff.max.ms")
+        if backoff > most:
+            raise ConfigError(f"share.delivery.backoff.ms ({backoff}) must not be greater than "
+                              f"share.delivery.backoff.max.ms ({most}); raise the maximum too")
 
     def _save(self) -> None:
         doc = {"version": 1, "groups": {

@@ -156,8 +156,15 @@ def log_spans(
     return spans
 
 
-def candidates(cache: InFlightCache, spans: list[tuple[int, int]]) -> Iterator[Candidate]:
-    """Yield acquirable runs over ``spans`` in offset order (lazily, so selection can stop)."""
+def candidates(
+    cache: InFlightCache, spans: list[tuple[int, int]], now_ms: int | None = None
+) -> Iterator[Candidate]:
+    """Yield acquirable runs over ``spans`` in offset order (lazily, so selection can stop).
+
+    With ``now_ms`` (only while some record may be in redelivery backoff, broker/share/backoff.py)
+    an AVAILABLE record whose ``available_at_ms`` is after it is skipped like an acquired one;
+    without it no record is checked for backoff.
+    """
     if not spans:
         return
     starts = [s for s, _ in spans]
@@ -172,10 +179,15 @@ def candidates(cache: InFlightCache, spans: list[tuple[int, int]]) -> Iterator[C
             yield Candidate(pos, stop, None, 0, i, i)
         elif batch.exploded:
             stop = min(batch.last_offset, span_end)
-            yield from _available_runs(batch, pos, stop, i)
+            if now_ms is None:
+                yield from _available_runs(batch, pos, stop, i)
+            else:
+                yield from _available_runs_at(batch, pos, stop, i, now_ms)
         else:
             info = batch.whole
-            if info.state is not RecordState.AVAILABLE:
+            if info.state is not RecordState.AVAILABLE or (
+                now_ms is not None and info.available_at_ms > now_ms
+            ):
                 stop = batch.last_offset
             else:
                 # A fully fetched AVAILABLE batch is re-acquired whole (one lock, one range);
@@ -201,6 +213,27 @@ def _available_runs(batch: InFlightBatch, lo: int, hi: int, span: int) -> Iterat
             yield Candidate(run_start, offset - 1, batch, run_count, span, span)
             run_start = None
         if rec.state is RecordState.AVAILABLE:
+            run_start, run_count = offset, rec.delivery_count
+    if run_start is not None:
+        yield Candidate(run_start, hi, batch, run_count, span, span)
+
+
+def _available_runs_at(
+    batch: InFlightBatch, lo: int, hi: int, span: int, now_ms: int
+) -> Iterator[Candidate]:
+    """:func:`_available_runs` leaving out records still in redelivery backoff at ``now_ms``
+    (a separate loop so the path without backoff does no extra work per record)."""
+    run_start: int | None = None
+    run_count = 0
+    for offset in range(lo, hi + 1):
+        rec = batch.info(offset)
+        ok = rec.state is RecordState.AVAILABLE and rec.available_at_ms <= now_ms
+        if ok and run_start is not None and rec.delivery_count == run_count:
+            continue
+        if run_start is not None:
+            yield Candidate(run_start, offset - 1, batch, run_count, span, span)
+            run_start = None
+        if ok:
             run_start, run_count = offset, rec.delivery_count
     if run_start is not None:
         yield Candidate(run_start, hi, batch, run_count, span, span)

@@ -85,6 +85,9 @@ class RecordInfo:
     deadline_ms: int | None = None
     acquired_at_ms: int | None = None
     pending: PendingAck | None = None
+    # Redelivery backoff (broker/share/backoff.py): while AVAILABLE, not acquirable before this
+    # time. Only ever set when a backoff applies and never cleared: a stale value lies in the past.
+    available_at_ms: int = 0
 
     def copy(self) -> RecordInfo:
         return RecordInfo(
@@ -94,6 +97,7 @@ class RecordInfo:
             self.deadline_ms,
             self.acquired_at_ms,
             self.pending,
+            self.available_at_ms,
         )
 
     def acquire(self, member_id: str, now_ms: int, deadline_ms: int) -> None:

@@ -9,12 +9,14 @@ boundaries, acknowledgements, ``now_ms``) and returns what to do (acquired range
 
 Driving it (one serial executor per partition, STYLE.md 1.5):
 
-1. ``next_fetch_offset()`` -> the shell reads whole log batches from there -> ``acquire(...)``.
+1. ``next_fetch_offset(now_ms)`` -> the shell reads whole log batches from there ->
+   ``acquire(...)``.
 2. ``acknowledge(...)`` validates and applies an ack *tentatively* and returns a write plus a
    token; the shell persists the write and then calls ``complete_write(token, ok, now_ms)``,
    which commits or rolls back, and only then answers the client (respond after commit).
-3. ``next_deadline()`` / ``on_timer(now_ms)`` expire acquisition locks; ``release_member`` handles
-   a closed share session. Both return a write whose in-memory effect already stands.
+3. ``next_deadline()`` / ``on_timer(now_ms)`` expire acquisition locks and end redelivery
+   backoffs; ``release_member`` handles a closed share session. Both return a write whose
+   in-memory effect already stands.
 4. ``take_wakeup()`` says whether parked ShareFetches should retry.
 
 Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
@@ -26,7 +28,10 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
   (not yet durable) transition never shows as committed; a second ack touching a pending record
   gets INVALID_RECORD_STATE, as in Kafka.
 - only AVAILABLE/ACKNOWLEDGED/ARCHIVED are written; acquisition is never persisted, so after a
-  crash an acquired record comes back AVAILABLE with its last persisted delivery count.
+  crash an acquired record comes back AVAILABLE with its last persisted delivery count;
+- with a group redelivery backoff (opt-in, :mod:`broker.share.backoff`), a record released after
+  delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
+  SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
 
 Config is read through a callable on every operation so live group-config changes apply at once
 (reference section 2: lock duration, delivery count limit and record-lock limit are per call).
@@ -57,6 +62,7 @@ from broker.share.acquisition import (
     records_holding_locks,
     select,
 )
+from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
 from broker.share.inflight import (
     InFlightBatch,
     InFlightCache,
@@ -115,6 +121,11 @@ class SharePartition:
         self._start = start_offset
         self._cache = InFlightCache()
         self._locks = LockIndex()
+        # Ends of redelivery backoffs (broker/share/backoff.py); empty unless the group has
+        # share.delivery.backoff.ms > 0, and then the only thing the fast paths look at.
+        self._backoff = BackoffIndex()
+        # The latest now_ms seen, for the calls that do not pass one (next_fetch_offset).
+        self._now_ms = 0
         # Kafka's findNextFetchOffset: something below SPEO may be fetchable (released, expired,
         # record_limit remainder, gap window). Without it the next fetch is simply SPEO + 1.
         self._find_next = False
@@ -141,6 +152,7 @@ class SharePartition:
         leader_epoch: int,
         read: ReadResult,
         config: ConfigSource,
+        now_ms: int | None = None,
     ) -> SharePartition | ErrorCode:
         """Build from a ReadShareGroupState result.
 
@@ -148,6 +160,10 @@ class SharePartition:
         are inconsistent (below the start offset, empty, overlapping, or an unknown state), which
         fails initialisation as in Kafka. Holes between persisted batches become gap windows:
         those offsets were never delivered and are fetched before new data.
+
+        With ``now_ms`` and a group redelivery backoff, persisted AVAILABLE records that were
+        delivered before wait their full backoff from ``now_ms`` (the restart rule of
+        :mod:`broker.share.backoff`: the share-state records do not carry backoff deadlines).
 
         Raises:
             ValueError: ``read.start_offset`` is still -1; the caller resolves
@@ -174,7 +190,26 @@ class SharePartition:
         part._find_next = len(part._cache) > 0
         part._start = advance_start(part._cache, part._start)
         trim_below(part._cache, part._start)
+        if now_ms is not None:
+            part._now_ms = now_ms
+            part._hold_loaded(now_ms)
         return part
+
+    def _hold_loaded(self, now_ms: int) -> None:
+        """Restart rule (broker/share/backoff.py): hold back every loaded AVAILABLE record with
+        delivery count >= 1 for its full backoff from ``now_ms``."""
+        cfg = self._config()
+        if cfg.delivery_backoff_ms <= 0:
+            return
+        runs: list[tuple[int, int, int]] = []
+        for batch in self._cache:
+            info = batch.whole  # freshly loaded batches are never exploded
+            if info.state is RecordState.AVAILABLE and info.delivery_count >= 1:
+                delay = redelivery_delay_ms(cfg, info.delivery_count)
+                if delay > 0:
+                    info.available_at_ms = now_ms + delay
+                    runs.append((now_ms + delay, batch.first_offset, batch.last_offset))
+        self._backoff.push_runs(runs)
 
     # ------------------------------------------------------------------ offsets
 
@@ -193,9 +228,25 @@ class SharePartition:
         last = self._cache.last_offset
         return self._start if last is None or last < self._start else last + 1
 
-    def next_fetch_offset(self) -> int:
-        """Where the shell should start reading the log for the next acquisition."""
+    def next_fetch_offset(self, now_ms: int | None = None) -> int:
+        """Where the shell should start reading the log for the next acquisition.
+
+        ``now_ms`` only matters while records are in redelivery backoff (they are skipped until
+        it ends); without it the latest time this partition was told is used.
+        """
         new_data = self._new_data_offset()
+        if self._backoff:
+            now = self._tick(now_ms)
+            if self._backoff.pop_due(now):
+                self._find_next = True  # backoffs ended: those records are fetchable again
+            if self._backoff:
+                if not self._find_next:
+                    return new_data
+                found = first_fetchable_at(self._cache, self._start, now)
+                if found is None:
+                    self._find_next = False
+                    return new_data
+                return found
         if not self._find_next:
             return new_data
         found = first_fetchable(self._cache, self._start)
@@ -204,11 +255,11 @@ class SharePartition:
             return new_data
         return found
 
-    def can_acquire(self) -> bool:
+    def can_acquire(self, now_ms: int | None = None) -> bool:
         """Whether a fetch could acquire anything under the record-lock limit."""
         cfg = self._config()
         last = self._cache.last_offset
-        if last is not None and last >= self._start and self.next_fetch_offset() <= last:
+        if last is not None and last >= self._start and self.next_fetch_offset(now_ms) <= last:
             return True  # re-delivery inside the window is always allowed
         held = records_holding_locks(
             self._cache, self._start, cfg.count_only_inflight_toward_lock_limit
@@ -245,6 +296,13 @@ class SharePartition:
         if max_records <= 0 or not log_batches:
             return []
         cfg = self._config()
+        held_at: int | None = None  # now_ms while records may be in backoff, else None
+        if self._backoff:
+            self._tick(now_ms)
+            if self._backoff.pop_due(now_ms):
+                self._find_next = True
+            if self._backoff:
+                held_at = now_ms
         # Compaction (Kafka maybeArchiveStaleBatches): nothing exists from the fetch offset up
         # to the first batch returned, so those records are done (in memory only).
         if (
@@ -268,7 +326,8 @@ class SharePartition:
             return []
         spans = log_spans(log_batches, self._start, clamp)
         plan = select(
-            candidates(self._cache, spans), budget, acquire_mode, cfg.delivery_count_limit
+            candidates(self._cache, spans, held_at), budget, acquire_mode,
+            cfg.delivery_count_limit,
         )
         deadline = now_ms + cfg.record_lock_duration_ms
         ranges, left_available = apply_plan(
@@ -366,7 +425,7 @@ class SharePartition:
         ranges, write_start, dirty = self._pending.pop(token)
         if ok:
             self._written_start = max(self._written_start, write_start)
-            found_available = self._commit(token, ranges)
+            found_available = self._commit(token, ranges, now_ms)
             self._after_change(found_available)
             return self._committed_write([])
         self._dirty = merge_ranges(self._dirty + dirty)
@@ -392,17 +451,48 @@ class SharePartition:
                 )
         return out
 
-    def _commit(self, token: int, ranges: list[tuple[int, int]]) -> bool:
-        """Apply the transitions of write ``token``; True if any record became AVAILABLE."""
+    def _commit(self, token: int, ranges: list[tuple[int, int]], now_ms: int) -> bool:
+        """Apply the transitions of write ``token``; True if any record became AVAILABLE.
+
+        A RELEASE takes effect now: with a group backoff the record waits from ``now_ms``.
+        """
         found_available = False
+        released: list[tuple[int, int, RecordInfo]] = []
         for lo, hi, info in self._pending_units(token, ranges):
             pending = info.pending
             assert pending is not None
             info.settle(pending.target)
-            found_available |= pending.target is RecordState.AVAILABLE
+            if pending.target is RecordState.AVAILABLE:
+                found_available = True
+                released.append((lo, hi, info))
             if pending.at_limit:
                 self._limit_archives += hi - lo + 1
+        if released:
+            cfg = self._config()
+            if cfg.delivery_backoff_ms > 0:
+                self._hold(released, cfg, now_ms)
         return found_available
+
+    def _hold(
+        self, units: list[tuple[int, int, RecordInfo]], cfg: SharePartitionConfig, now_ms: int
+    ) -> None:
+        """Start the redelivery backoff of records just made AVAILABLE (in offset order)."""
+        self._tick(now_ms)
+        runs: list[tuple[int, int, int]] = []
+        for lo, hi, info in units:
+            delay = redelivery_delay_ms(cfg, info.delivery_count)
+            if delay > 0:
+                info.available_at_ms = now_ms + delay
+                runs.append((now_ms + delay, lo, hi))
+        self._backoff.push_runs(runs)
+
+    def _tick(self, now_ms: int | None) -> int:
+        """Note the time (never backwards) and return the time to use for ``now_ms``."""
+        if now_ms is None:
+            return self._now_ms
+        if now_ms > self._now_ms:
+            self._now_ms = now_ms
+        return now_ms
 
     def _roll_back(self, token: int, ranges: list[tuple[int, int]], now_ms: int) -> None:
         """Forget the transitions of write ``token``: the records are ACQUIRED as before."""
@@ -430,7 +520,6 @@ class SharePartition:
         or below the SPSO; delivery counts are kept. Records with an ack in flight are left to
         that ack. The in-memory change stands; the returned write should be persisted.
         """
-        del now_ms  # releasing does not depend on time; kept for a uniform shell API
         first, last = self._cache.first(), self._cache.last()
         if first is None or last is None:
             return None
@@ -438,6 +527,7 @@ class SharePartition:
             [(first.first_offset, last.last_offset)],
             lambda info: info.holds_lock() and info.member_id == member_id,
             self._config(),
+            now_ms,
             timeout=False,
         )
         if not released:
@@ -446,7 +536,21 @@ class SharePartition:
         return self._committed_write(released)
 
     def next_deadline(self) -> int | None:
-        """Earliest live acquisition-lock deadline, for the shell's ``loop.call_at``."""
+        """Earliest live acquisition-lock deadline or end of a redelivery backoff, for the
+        shell's ``loop.call_at`` (then ``on_timer``)."""
+        lock = self._next_lock_deadline()
+        if not self._backoff:
+            return lock
+        end = self._backoff.next_end(self._cache)
+        if end is None or (lock is not None and lock <= end):
+            return lock
+        return end
+
+    def next_backoff_end(self) -> int | None:
+        """When the first record now in redelivery backoff becomes acquirable, or None."""
+        return self._backoff.next_end(self._cache) if self._backoff else None
+
+    def _next_lock_deadline(self) -> int | None:
         while (top := self._locks.peek()) is not None:
             deadline, lo, hi = top
             live = next(
@@ -468,10 +572,15 @@ class SharePartition:
         return None
 
     def on_timer(self, now_ms: int) -> WriteParams | None:
-        """Expire every lock due at ``now_ms``: ACQUIRED -> AVAILABLE, or ARCHIVED at the limit.
+        """Expire every lock due at ``now_ms``: ACQUIRED -> AVAILABLE, or ARCHIVED at the limit;
+        end the redelivery backoffs due then (parked fetches are woken: ``take_wakeup``).
 
         The in-memory transition stands even if the returned write then fails (reference 3).
         """
+        if self._backoff:
+            self._tick(now_ms)
+            if self._backoff.pop_due(now_ms):
+                self._find_next = self._wakeup = True
         due: list[tuple[int, int]] = []
         while (top := self._locks.peek()) is not None and top[0] <= now_ms:
             _deadline, lo, hi = self._locks.pop()
@@ -489,6 +598,7 @@ class SharePartition:
             and info.deadline_ms is not None
             and info.deadline_ms <= now_ms,
             self._config(),
+            now_ms,
             timeout=True,
         )
         if not released:
@@ -501,11 +611,17 @@ class SharePartition:
         ranges: list[tuple[int, int]],
         predicate: Callable[[RecordInfo], bool],
         cfg: SharePartitionConfig,
+        now_ms: int,
         *,
         timeout: bool,
     ) -> list[tuple[int, int]]:
-        """Move matching ACQUIRED records in ``ranges`` to AVAILABLE/ARCHIVED; return ranges."""
+        """Move matching ACQUIRED records in ``ranges`` to AVAILABLE/ARCHIVED; return ranges.
+
+        With a group backoff the records made AVAILABLE wait from ``now_ms``.
+        """
         released: list[tuple[int, int]] = []
+        backoff = cfg.delivery_backoff_ms > 0
+        held: list[tuple[int, int, RecordInfo]] = []
         for lo, hi in ranges:
             self._cache.carve(lo, hi, self._start)
             for batch in self._cache.overlapping(lo, hi):
@@ -515,8 +631,11 @@ class SharePartition:
                     straddles = batch.first_offset < self._start <= batch.last_offset
                     inside = lo <= batch.first_offset and batch.last_offset <= hi
                     if inside and not straddles:
-                        self._release_unit(batch.first_offset, batch.last_offset, batch.whole, cfg)
+                        info = batch.whole
+                        self._release_unit(batch.first_offset, batch.last_offset, info, cfg)
                         released.append((batch.first_offset, batch.last_offset))
+                        if backoff and info.state is RecordState.AVAILABLE:
+                            held.append((batch.first_offset, batch.last_offset, info))
                         if timeout:
                             self._lock_timeouts += batch.size
                         continue
@@ -525,8 +644,12 @@ class SharePartition:
                     if predicate(info):
                         self._release_unit(u_lo, u_hi, info, cfg)
                         released.append((u_lo, u_hi))
+                        if backoff and info.state is RecordState.AVAILABLE:
+                            held.append((u_lo, u_hi, info))
                         if timeout:
                             self._lock_timeouts += 1
+        if held:
+            self._hold(held, cfg, now_ms)
         return merge_ranges(released)
 
     def _release_unit(self, lo: int, hi: int, info: RecordInfo, cfg: SharePartitionConfig) -> None:
@@ -657,6 +780,9 @@ class SharePartition:
             info.member_id,
             info.pending.target if info.pending is not None else None,
             info.deadline_ms,
+            info.available_at_ms
+            if info.state is RecordState.AVAILABLE and info.available_at_ms > 0
+            else None,
         )
 
     def snapshot(self) -> dict[int, OffsetView]:

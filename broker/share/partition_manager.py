@@ -6,9 +6,10 @@ resolved from the group's ``share.auto.offset.reset``. A share-partition whose s
 coordinator has not initialised is never created here: the fetch gets UNKNOWN_SERVER_ERROR for it
 (Kafka's answer) and nothing is written. The sans-IO partition decides; this class
 reads the log for it, persists its state writes, answers acknowledgements only after their write
-completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry, and
-wakes parked ShareFetches (watch key ``("share", group, topic, partition)``) when records become
-available again.
+completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry and
+the end of redelivery backoffs (``SharePartition.next_deadline``), and wakes parked ShareFetches
+(watch key ``("share", group, topic, partition)``) when records become available again, including
+when a record's redelivery backoff ends (broker/share/backoff.py).
 
 Unloading (Shoal extension, ``group.share.partition.unload.idle.ms``): ``unload_idle(now_ms)``,
 run periodically by the broker, drops share-partitions of groups without members that nobody
@@ -110,6 +111,9 @@ class SharePartitionManager:
             max_record_locks=c.partition_max_record_locks,
             renew_enabled=c.renew_acknowledge_enable,
             count_only_inflight_toward_lock_limit=c.record_locks_count_inflight_only,
+            delivery_backoff_ms=c.delivery_backoff_ms,
+            delivery_backoff_max_ms=c.delivery_backoff_max_ms,
+            delivery_backoff_multiplier=c.delivery_backoff_multiplier,
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -171,7 +175,8 @@ class SharePartitionManager:
         if unresolved:
             read = ReadResult(read.error, read.state_epoch, self._resolve_start(key.group_id, topic, partition),
                               read.state_batches)
-        sp = SharePartition.load(key, LEADER_EPOCH, read, lambda: self.group_config(key.group_id))
+        sp = SharePartition.load(key, LEADER_EPOCH, read, lambda: self.group_config(key.group_id),
+                                 now_ms=self._broker.clock.now_ms())
         if isinstance(sp, ErrorCode):
             log.error("share state of group %s %s-%d is inconsistent; the partition cannot be "
                       "consumed until it is reset (shoal share-groups --reset-offsets)",
@@ -210,12 +215,13 @@ class SharePartitionManager:
         """Read the log at the partition's next fetch offset and acquire records for a member."""
         topic, partition = self._names[sp.key]
         lg = self._broker.logs.get(topic, partition)
-        if lg is None or max_records <= 0 or not sp.can_acquire():
+        now = self._broker.clock.now_ms()
+        if lg is None or max_records <= 0 or not sp.can_acquire(now):
             return b"", []
-        offset = sp.next_fetch_offset()
+        offset = sp.next_fetch_offset(now)
         if offset < lg.log_start_offset:
             sp.on_log_start_offset_moved(lg.log_start_offset)
-            offset = sp.next_fetch_offset()
+            offset = sp.next_fetch_offset(now)
         if offset >= lg.log_end_offset:
             return b"", []
         try:
@@ -233,7 +239,7 @@ class SharePartitionManager:
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              self._broker.clock.now_ms(), fetch_offset=offset)
+                              now, fetch_offset=offset)
         self._arm(sp)
         if not acquired:
             return b"", []

@@ -27,6 +27,12 @@ class SharePartitionConfig:
     # the window count toward max_record_locks, so one slow record at the SPSO does not stall the
     # partition. Kafka counts every offset, SPEO - SPSO + 1 (reference 3, "Record lock limit").
     count_only_inflight_toward_lock_limit: bool = False
+    # Shoal extension (opt-in, SHARE_GROUPS.md section 3, broker/share/backoff.py): a record made
+    # AVAILABLE again after delivery n waits min(max, backoff * multiplier^(n-1)) ms before it
+    # can be acquired. 0 = Kafka's behaviour (at once).
+    delivery_backoff_ms: int = 0
+    delivery_backoff_max_ms: int = 60_000
+    delivery_backoff_multiplier: float = 2.0
 
 
 #: Called on every operation; return the group's current config.
@@ -42,6 +48,8 @@ class OffsetView:
     member_id: str | None = None
     pending: RecordState | None = None
     deadline_ms: int | None = None
+    # An AVAILABLE record in redelivery backoff: not acquirable before this time.
+    available_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,11 @@ current per-offset snapshots and checks the invariants of the module docstring:
 - every state change is in ``LEGAL_TRANSITIONS``; a pending ack never shows as committed;
 - the SPSO never moves past a record that did not legally become terminal in that step;
 - cached batches are disjoint, and acquired ranges are disjoint and really acquired;
-- a rejected acknowledgement changes nothing; writes carry only persisted states.
+- a rejected acknowledgement changes nothing; writes carry only persisted states;
+- with a redelivery backoff (drawn per run, changed live): a record that went back to AVAILABLE
+  after delivery n at time t is never acquired again before t + min(max, backoff *
+  multiplier^(n-1)) (computed here, independently of broker/share/backoff.py), and the next fetch
+  offset never points at a record still in backoff.
 
 Successful writes are applied to a model of the share coordinator (``combine_state_batches``,
 start offset never moving back), with fire-and-forget writes failing at random. Durability
@@ -49,6 +53,14 @@ AQ = RecordState.ACQUIRED
 ACK_TYPES = [AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.GAP, AckType.RENEW]
 
 
+# (share.delivery.backoff.ms, .max.ms, .multiplier): off half the time, else around the lock.
+BACKOFFS = st.one_of(
+    st.just((0, 60_000, 2.0)),
+    st.tuples(st.sampled_from([1, 300, 1_000]), st.sampled_from([500, 2_500]),
+              st.sampled_from([1.0, 2.0, 3.5])),
+)
+
+
 class SharePartitionMachine(RuleBasedStateMachine):
     p: SharePartition
     cfg: Config
@@ -59,15 +71,21 @@ class SharePartitionMachine(RuleBasedStateMachine):
         locks=st.integers(4, 40),
         opt_in=st.booleans(),
         gap=st.booleans(),
+        backoff=BACKOFFS,
     )
-    def setup(self, sizes: list[int], limit: int, locks: int, opt_in: bool, gap: bool) -> None:
+    def setup(self, sizes: list[int], limit: int, locks: int, opt_in: bool, gap: bool,
+              backoff: tuple[int, int, float]) -> None:
         self.limit = limit
         persisted = [batch(3, 5, RecordState.ACKNOWLEDGED, 1),
                      batch(8, 9, RecordState.AVAILABLE, 1)] if gap else []
         self.p, self.cfg = make(
             start=0, batches=persisted, delivery_count_limit=limit, max_record_locks=locks,
             record_lock_duration_ms=LOCK_MS, count_only_inflight_toward_lock_limit=opt_in,
+            delivery_backoff_ms=backoff[0], delivery_backoff_max_ms=backoff[1],
+            delivery_backoff_multiplier=backoff[2],
         )
+        # Offset -> earliest time it may be acquired again (redelivery backoff model).
+        self.not_before: dict[int, int] = {}
         self.log: list[tuple[int, int]] = []
         pos = 0
         for size in [*sizes, 4]:
@@ -134,7 +152,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
           reads=st.integers(1, 4))
     def acquire(self, member: str, max_records: int, batch_size: int, mode: AcquireMode,
                 reads: int) -> None:
-        fo = self.p.next_fetch_offset()
+        fo = self.p.next_fetch_offset(self.now)
+        at_fo = self.p.offset_view(fo)
+        if at_fo is not None and at_fo.state is RecordState.AVAILABLE:
+            assert self.not_before.get(fo, 0) <= self.now  # never points at a held record
         read = [b for b in self.log if b[1] >= fo][:reads]
         got = self.p.acquire(member, read, max_records, batch_size, mode, self.now,
                              fetch_offset=fo)
@@ -148,6 +169,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 assert snap[o].delivery_count == r.delivery_count
                 before = self.prev.get(o)
                 assert before is None or before.state is RecordState.AVAILABLE
+                assert self.now >= self.not_before.get(o, 0), "acquired during its backoff"
 
     @rule(member=st.sampled_from(MEMBERS), data=st.data())
     def acknowledge(self, member: str, data: st.DataObject) -> None:
@@ -246,9 +268,19 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.may_finish |= set(range(0, new))
         self.p.on_log_start_offset_moved(new)
 
-    @rule(enabled=st.booleans(), locks=st.integers(4, 40))
-    def change_group_config(self, enabled: bool, locks: int) -> None:
-        self.cfg.set(renew_enabled=enabled, max_record_locks=locks)
+    @rule(enabled=st.booleans(), locks=st.integers(4, 40), backoff=BACKOFFS)
+    def change_group_config(self, enabled: bool, locks: int,
+                            backoff: tuple[int, int, float]) -> None:
+        self.cfg.set(renew_enabled=enabled, max_record_locks=locks,
+                     delivery_backoff_ms=backoff[0], delivery_backoff_max_ms=backoff[1],
+                     delivery_backoff_multiplier=backoff[2])
+
+    def backoff_ms(self, delivery_count: int) -> int:
+        c = self.cfg.value
+        if c.delivery_backoff_ms <= 0:
+            return 0
+        grown = c.delivery_backoff_ms * c.delivery_backoff_multiplier ** (delivery_count - 1)
+        return int(min(c.delivery_backoff_max_ms, grown))
 
     # ----------------------------------------------------------------- invariants
 
@@ -279,6 +311,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
             # New to the cache: acquired now, or an AVAILABLE remainder of a cut log batch.
             assert (v.state, v.delivery_count) in {(AQ, 1), (RecordState.AVAILABLE, 0)}
             return
+        if old.state is AQ and v.state is RecordState.AVAILABLE:  # released in this step
+            self.not_before[o] = self.now + self.backoff_ms(v.delivery_count)
         if v.state is not old.state:
             assert v.state in LEGAL_TRANSITIONS[old.state]
             assert o in self.may_finish or not v.state.is_terminal or old.state.is_terminal
@@ -319,9 +353,22 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for o in self.acked:
             assert o < self.durable_start or o in durable_done
         reloaded = SharePartition.load(
-            KEY, 3, ReadResult(ErrorCode.none, 2, self.durable_start, self.durable), self.cfg)
+            KEY, 3, ReadResult(ErrorCode.none, 2, self.durable_start, self.durable), self.cfg,
+            now_ms=self.now)
         assert isinstance(reloaded, SharePartition)
         assert reloaded.start_offset <= start
+        if self.cfg.value.delivery_backoff_ms > 0:
+            # Restart rule: a durable AVAILABLE record that was delivered before is held back
+            # from the load, so a fetch right after a restart never gets it.
+            held = {o for b in self.durable
+                    if b.delivery_state == RecordState.AVAILABLE and b.delivery_count >= 1
+                    for o in range(b.first_offset, b.last_offset + 1)}
+            fo = reloaded.next_fetch_offset(self.now)
+            assert fo not in held
+            read = [b for b in self.log if b[1] >= fo]
+            got = reloaded.acquire("restarted", read, 1_000, 0, AcquireMode.RECORD_LIMIT,
+                                   self.now, fetch_offset=fo)
+            assert not any(r.first_offset <= o <= r.last_offset for r in got for o in held)
 
 
 TestSharePartitionMachine = SharePartitionMachine.TestCase
