@@ -2,9 +2,9 @@
 protocol.
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
-``broker/cli/wire.py``, never through a broker's files. ``add_commands`` registers the
-subcommands on ``broker/main.py``'s parser; each sets ``args.run``, which returns the exit code:
-0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
+``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
+``add_commands`` registers the subcommands on ``broker/main.py``'s parser; each sets
+``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
 that says what failed and what to do.
 
 Every command takes ``--command-config FILE``: Kafka client properties (``security.protocol``,
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from broker.cli.wire import CliError, Cluster
+from client.admin_wire import CliError, Cluster
 from client.security import SecurityConfigError, SecuritySettings, parse_properties
 
 DEFAULT_TIMEOUT_MS = 30_000
