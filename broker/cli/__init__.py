@@ -1,5 +1,5 @@
-"""``shoal`` admin commands: share groups, topics, configs, ACLs and SCRAM users over the Kafka
-protocol.
+"""``shoal`` admin commands: share groups, consumer groups, topics, configs, ACLs and SCRAM users
+over the Kafka protocol.
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
@@ -26,11 +26,12 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``share-groups``, ``topics``, ``configs``, ``acls`` and ``users`` to the ``shoal``
-    subparsers."""
-    from broker.cli import acls, configs, share_groups, topics, users
+    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls`` and ``users``
+    to the ``shoal`` subparsers."""
+    from broker.cli import acls, configs, consumer_groups, share_groups, topics, users
 
     share_groups.add_parser(sub)
+    consumer_groups.add_parser(sub)
     topics.add_parser(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)
