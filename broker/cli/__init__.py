@@ -4,8 +4,8 @@ over the Kafka protocol.
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
 ``add_commands`` registers the subcommands on ``broker/main.py``'s parser; each sets
-``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
-that says what failed and what to do.
+``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for
+invalid usage. Errors are one line on stderr that says what failed and what to do.
 
 Every command takes ``--command-config FILE``: Kafka client properties (``security.protocol``,
 ``sasl.mechanism``, ``sasl.username``/``sasl.password`` or ``sasl.jaas.config``,

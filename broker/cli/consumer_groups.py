@@ -5,8 +5,9 @@
                           [--offsets | --members | --state] [--verbose]
     shoal consumer-groups --bootstrap-server B --reset-offsets --group G
                           (--topic T[:P,P...] ... | --all-topics | --from-file PLAN.csv)
-                          (--to-earliest | --to-latest | --to-offset N | --shift-by N
-                           | --to-datetime DT | --by-duration PnDTnHnMnS | --from-file PLAN.csv)
+                          (--to-earliest | --to-latest | --to-current | --to-offset N
+                           | --shift-by N | --to-datetime DT | --by-duration PnDTnHnMnS
+                           | --from-file PLAN.csv)
                           [--dry-run | --execute] [--export]
     shoal consumer-groups --bootstrap-server B --delete-offsets --group G --topic T[:P,P...] ...
     shoal consumer-groups --bootstrap-server B --delete (--group G ... | --all-groups)
@@ -119,6 +120,8 @@ def add_parser(sub: Any) -> None:
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true", help="reset to the log start offset")
     to.add_argument("--to-latest", action="store_true", help="reset to the log end offset")
+    to.add_argument("--to-current", action="store_true",
+                    help="reset to the committed offset (the log end without one)")
     to.add_argument("--to-offset", type=int, metavar="N", help="reset to N (clamped to the log)")
     to.add_argument("--shift-by", type=int, metavar="N",
                     help="move the committed offset by N (negative: back)")
@@ -145,7 +148,7 @@ def _check(args: argparse.Namespace) -> None:
     """kafka-consumer-groups.sh's option rules; a violation is a usage error (exit 2)."""
     err = args.usage_error
     groups = bool(args.group) or args.all_groups
-    rules = [args.to_earliest, args.to_latest, args.to_offset is not None,
+    rules = [args.to_earliest, args.to_latest, args.to_current, args.to_offset is not None,
              args.shift_by is not None, args.to_datetime is not None,
              args.by_duration is not None, args.from_file is not None]
     if args.group and args.all_groups:
@@ -175,8 +178,8 @@ def _check(args: argparse.Namespace) -> None:
         if len(args.group) != 1:
             err("--reset-offsets needs exactly one --group")
         if sum(rules) != 1:
-            err("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
-                "--shift-by, --to-datetime, --by-duration, --from-file")
+            err("--reset-offsets needs one of --to-earliest, --to-latest, --to-current, "
+                "--to-offset, --shift-by, --to-datetime, --by-duration, --from-file")
         if args.from_file is not None:
             if args.topic or args.all_topics:
                 err("--from-file names its partitions; leave out --topic and --all-topics")
@@ -358,15 +361,11 @@ def _not_consumer_group(cluster: Cluster, gid: str, conn: Connection) -> CliErro
             kind = _type_of(g)
             if kind == SHARE:
                 return CliError(f"group {gid!r} is a share group; use shoal share-groups "
-                                f"--bootstrap-server {cluster_bootstrap(cluster)} --describe "
+                                f"--bootstrap-server {cluster.any.address} --describe "
                                 f"--group {gid}")
             return CliError(f"group {gid!r} is a {kind} group, which the broker at "
                             f"{conn.address} does not describe to this tool")
     return None
-
-
-def cluster_bootstrap(cluster: Cluster) -> str:
-    return cluster.any.address
 
 
 def describe_group(cluster: Cluster, gid: str) -> Group | None:
@@ -566,6 +565,8 @@ def _rule(args: argparse.Namespace, gid: str) -> rp.Rule:
             return rp.Rule(rp.EARLIEST)
         if args.to_latest:
             return rp.Rule(rp.LATEST)
+        if args.to_current:
+            return rp.Rule(rp.CURRENT)
         if args.to_offset is not None:
             return rp.Rule(rp.TO_OFFSET, args.to_offset)
         if args.shift_by is not None:

@@ -5,6 +5,7 @@ reports (committed, log start, log end, and the first offset at a timestamp). ``
 them into new offsets with kafka-consumer-groups.sh's rules:
 
 - ``--to-earliest`` / ``--to-latest``: the log start / log end offset;
+- ``--to-current``: the committed offset (the log end for a partition without one);
 - ``--to-offset N`` and ``--shift-by N`` (from the committed offset; a partition without one
   cannot be shifted): clamped to [log start, log end], each clamp reported;
 - ``--to-datetime`` / ``--by-duration`` (now - duration): the first offset whose timestamp is at
@@ -25,7 +26,7 @@ from datetime import datetime
 
 TopicPartition = tuple[str, int]
 
-EARLIEST, LATEST = "earliest", "latest"
+EARLIEST, LATEST, CURRENT = "earliest", "latest", "current"
 TO_OFFSET, SHIFT_BY, TIMESTAMP, FROM_FILE = "offset", "shift", "timestamp", "file"
 
 
@@ -187,6 +188,9 @@ def plan(rule: Rule, scope: Sequence[TopicPartition], *, committed: Mapping[Topi
             out[tp] = earliest[tp]
         elif rule.kind == LATEST:
             out[tp] = latest[tp]
+        elif rule.kind == CURRENT:
+            current = committed.get(tp, -1)
+            out[tp] = current if current >= 0 else latest[tp]
         elif rule.kind == TO_OFFSET:
             assert isinstance(rule.value, int)
             out[tp] = bounded(tp, rule.value)

@@ -25,7 +25,6 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
     KafkaError,
-    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -493,8 +492,8 @@ def test_usage_errors_are_one_line_with_exit_2(cli: Cli) -> None:
     cases = [
         (("--describe",), "--describe needs --group or --all-groups"),
         (("--reset-offsets", "--group", "g", "--topic", "t"),
-         "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, --shift-by, "
-         "--to-datetime, --by-duration, --from-file"),
+         "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, --to-offset, "
+         "--shift-by, --to-datetime, --by-duration, --from-file"),
         (("--reset-offsets", "--group", "g", "--to-earliest"),
          "--reset-offsets needs --topic or --all-topics"),
         (("--list", "--type", "streams"),

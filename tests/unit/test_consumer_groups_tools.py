@@ -92,7 +92,9 @@ def test_plan_rules_and_clamping(rule: rp.Rule, offset: int, clamped: bool) -> N
     assert bool(got.clamped) == clamped
 
 
-def test_plan_by_time_and_shift_without_a_committed_offset() -> None:
+def test_plan_by_time_current_and_shift_without_a_committed_offset() -> None:
+    assert _plan(rp.Rule(rp.CURRENT)).offsets == {TP: 50}
+    assert _plan(rp.Rule(rp.CURRENT), committed=None).offsets == {TP: 100}
     assert _plan(rp.Rule(rp.TIMESTAMP, 123), at=42).offsets == {TP: 42}
     assert _plan(rp.Rule(rp.TIMESTAMP, 123), at=-1).offsets == {TP: 100}  # none that new
     with pytest.raises(rp.PlanError, match="t-0 has no committed offset to shift from"):
