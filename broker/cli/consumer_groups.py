@@ -198,13 +198,16 @@ def _check(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     _check(args)
+    # A reset rule is read (and a plan file parsed) before connecting: bad input is a usage
+    # error whether or not a broker answers.
+    rule = _rule(args, args.group[0]) if args.reset_offsets else None
     with open_cluster(args) as cluster:
         if args.list:
             return _list(cluster, args)
         if args.describe:
             return _describe(cluster, args)
-        if args.reset_offsets:
-            return _reset(cluster, args)
+        if rule is not None:
+            return _reset(cluster, args, rule)
         if args.delete_offsets:
             return _delete_offsets(cluster, args)
         return _delete(cluster, args)
@@ -642,9 +645,8 @@ def _commit(conn: Connection, gid: str, offsets: dict[tuple[str, int], int]
             for t in resp.topics for p in t.partitions}
 
 
-def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
+def _reset(cluster: Cluster, args: argparse.Namespace, rule: rp.Rule) -> int:
     gid = args.group[0]
-    rule = _rule(args, gid)
     group = describe_group(cluster, gid)
     if group is not None and not group.inactive:
         raise CliError(f"consumer group {gid!r} is {group.state} with {len(group.members)} "

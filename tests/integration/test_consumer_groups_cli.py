@@ -426,14 +426,6 @@ def test_reset_scopes_clamping_export_and_the_default_dry_run(cli: Cli, unique: 
     err = cli.fails(*base, "--topic", f"{topic}:7", "--to-earliest")
     assert err == (f"shoal consumer-groups: topic '{topic}' has no partition 7 (it has 3); fix "
                    "the partitions to reset\n")
-    bad = tmp_path / "bad.csv"
-    bad.write_text(f"{topic},zero,1\n")
-    err = cli.fails(*base, "--from-file", str(bad), code=2)
-    assert err == (f"shoal consumer-groups: --from-file {bad} line 1: partition and offset "
-                   f"must be integers in '{topic},zero,1'\n")
-    assert cli.fails(*base, "--topic", topic, "--by-duration", "3 hours", code=2) == (
-        "shoal consumer-groups: invalid --by-duration '3 hours'; use an ISO-8601 duration "
-        "PnDTnHnMnS, for example PT1H30M or P1DT12H\n")
 
 
 # --------------------------------------------------------------------------- delete
@@ -483,33 +475,6 @@ def test_delete_offsets_and_delete_group(cli: Cli, unique: str) -> None:
     err = cli.fails("consumer-groups", "--delete", "--group", group)
     assert err.startswith(f"shoal consumer-groups: consumer group '{group}' could not be "
                           "deleted: GROUP_ID_NOT_FOUND")
-
-
-def test_usage_errors_are_one_line_with_exit_2(cli: Cli) -> None:
-    assert cli.fails("consumer-groups", code=2) == (
-        "shoal consumer-groups: one of the arguments --list --describe --reset-offsets "
-        "--delete-offsets --delete is required; see shoal consumer-groups --help\n")
-    cases = [
-        (("--describe",), "--describe needs --group or --all-groups"),
-        (("--reset-offsets", "--group", "g", "--topic", "t"),
-         "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, --to-offset, "
-         "--shift-by, --to-datetime, --by-duration, --from-file"),
-        (("--reset-offsets", "--group", "g", "--to-earliest"),
-         "--reset-offsets needs --topic or --all-topics"),
-        (("--list", "--type", "streams"),
-         "invalid group type 'streams'; use one of classic, consumer, share"),
-        (("--list", "--state", "Sleeping"), "invalid state 'Sleeping'; use one of Empty, "
-         "PreparingRebalance, CompletingRebalance, Assigning, Reconciling, Stable, Dead"),
-        (("--describe", "--group", "g", "--to-earliest"),
-         "--to-*, --shift-by, --by-duration, --from-file, --dry-run, --execute and --export go "
-         "with --reset-offsets"),
-    ]
-    for args, message in cases:
-        assert cli.fails("consumer-groups", *args, code=2) == \
-            f"shoal consumer-groups: {message}; see shoal consumer-groups --help\n", args
-    assert cli.fails("consumer-groups", "--reset-offsets", "--group", "g", "--topic", "t",
-                     "--to-datetime", "yesterday", code=2).startswith(
-        "shoal consumer-groups: invalid --to-datetime 'yesterday'; use YYYY-MM-DDThh:mm:ss.sss")
 
 
 # --------------------------------------------------------------------------- metrics

@@ -1,4 +1,5 @@
-"""Pure parts of the consumer-group tooling: reset-plan parsing and rules
+"""Pure parts of the consumer-group tooling: ``shoal consumer-groups`` usage errors (in-process:
+they are refused before any connection), reset-plan parsing and rules
 (``broker/cli/reset_plan.py``), consumer-protocol assignment decoding, and the consumer-group
 metrics collector over a fake broker (lag, state, members, the series bound)."""
 
@@ -10,14 +11,83 @@ from typing import Any
 
 import pytest
 
-from broker import broker_metrics
+from broker import broker_metrics, main
 from broker.broker_metrics import BrokerMetrics
+from broker.cli import consumer_groups as cg
 from broker.cli import reset_plan as rp
-from broker.cli.consumer_groups import decode_assignment
 from broker.group_service import ConsumerGroupView
 from coordinator.group.classic import FetchedOffset
 
 TP = ("t", 0)
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def _shoal(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Exit code and stderr of ``shoal consumer-groups`` against a port nobody listens on."""
+    try:
+        code = main.main(["consumer-groups", "--bootstrap-server", "127.0.0.1:1", *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+USAGE = [
+    ((), "one of the arguments --list --describe --reset-offsets --delete-offsets --delete is "
+     "required"),
+    (("--describe",), "--describe needs --group or --all-groups"),
+    (("--describe", "--group", "g", "--members", "--state"),
+     "use one of --offsets, --members and --state"),
+    (("--reset-offsets", "--group", "g", "--topic", "t"),
+     "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, --to-offset, "
+     "--shift-by, --to-datetime, --by-duration, --from-file"),
+    (("--reset-offsets", "--group", "g", "--to-earliest"),
+     "--reset-offsets needs --topic or --all-topics"),
+    (("--reset-offsets", "--group", "g", "--from-file", "p.csv", "--topic", "t"),
+     "--from-file names its partitions; leave out --topic and --all-topics"),
+    (("--reset-offsets", "--group", "g", "--group", "h", "--topic", "t", "--to-latest"),
+     "--reset-offsets needs exactly one --group"),
+    (("--list", "--type", "streams"),
+     "invalid group type 'streams'; use one of classic, consumer, share"),
+    (("--list", "--state", "Sleeping"), "invalid state 'Sleeping'; use one of Empty, "
+     "PreparingRebalance, CompletingRebalance, Assigning, Reconciling, Stable, Dead"),
+    (("--describe", "--group", "g", "--to-earliest"),
+     "--to-*, --shift-by, --by-duration, --from-file, --dry-run, --execute and --export go "
+     "with --reset-offsets"),
+    (("--describe", "--group", "g", "--type"), "--type goes with --list"),
+    (("--delete-offsets", "--group", "g"),
+     "--delete-offsets needs one --group and at least one --topic"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE, ids=[str(i) for i in range(len(USAGE))])
+def test_usage_errors_are_one_line_with_exit_2(capsys: pytest.CaptureFixture[str],
+                                               args: tuple[str, ...], message: str) -> None:
+    assert _shoal(capsys, *args) == \
+        (2, f"shoal consumer-groups: {message}; see shoal consumer-groups --help\n")
+
+
+def test_bad_reset_input_is_refused_before_connecting(capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Any) -> None:
+    base = ("--reset-offsets", "--group", "g")
+    code, err = _shoal(capsys, *base, "--topic", "t", "--to-datetime", "yesterday")
+    assert code == 2 and err.startswith(
+        "shoal consumer-groups: invalid --to-datetime 'yesterday'; use YYYY-MM-DDThh:mm:ss.sss")
+    code, err = _shoal(capsys, *base, "--topic", "t", "--by-duration", "3 hours")
+    assert (code, err) == (2, "shoal consumer-groups: invalid --by-duration '3 hours'; use an "
+                           "ISO-8601 duration PnDTnHnMnS, for example PT1H30M or P1DT12H\n")
+    plan = tmp_path / "bad.csv"
+    plan.write_text("t,zero,1\n")
+    assert _shoal(capsys, *base, "--from-file", str(plan)) == (
+        2, f"shoal consumer-groups: --from-file {plan} line 1: partition and offset must be "
+        "integers in 't,zero,1'\n")
+    assert _shoal(capsys, *base, "--from-file", str(tmp_path / "none.csv")) == (
+        2, f"shoal consumer-groups: cannot read --from-file {tmp_path / 'none.csv'}: No such "
+        "file or directory\n")
+    # Good input gets as far as the connection.
+    code, err = _shoal(capsys, *base, "--topic", "t", "--by-duration", "PT1H")
+    assert code == 1 and err.startswith("shoal consumer-groups: cannot connect to 127.0.0.1:1")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -114,12 +184,12 @@ def _assignment(version: int, topics: dict[str, list[int]], user_data: bytes = b
 
 
 def test_decode_assignment() -> None:
-    assert decode_assignment(_assignment(3, {"b": [2, 0], "a": [1]})) == {"a": [1], "b": [0, 2]}
-    assert decode_assignment(_assignment(0, {})) == {}
-    assert decode_assignment(b"") == {}
-    assert decode_assignment(_assignment(1, {"a": [1]})[:-9]) == {}  # cut inside partitions
-    assert decode_assignment(struct.pack(">hi", 0, 1 << 30)) == {}  # absurd count
-    assert decode_assignment(b"\xff\xff") == {}
+    assert cg.decode_assignment(_assignment(3, {"b": [2, 0], "a": [1]})) == {"a": [1], "b": [0, 2]}
+    assert cg.decode_assignment(_assignment(0, {})) == {}
+    assert cg.decode_assignment(b"") == {}
+    assert cg.decode_assignment(_assignment(1, {"a": [1]})[:-9]) == {}  # cut inside partitions
+    assert cg.decode_assignment(struct.pack(">hi", 0, 1 << 30)) == {}  # absurd count
+    assert cg.decode_assignment(b"\xff\xff") == {}
 
 
 # --------------------------------------------------------------------------- metrics
@@ -169,3 +239,73 @@ def test_consumer_group_partition_series_are_bounded(monkeypatch: pytest.MonkeyP
     assert len(_samples(m, "shoal_consumer_group_lag")) == 3
     assert _samples(m, "shoal_consumer_group_lag_sum") == {("g",): 50}  # every partition
     assert "per-partition committed offset and lag series are cut" in caplog.text
+
+
+# --------------------------------------------------------------------------- consumer-type groups
+
+
+class _FakeConn:
+    """A coordinator connection that serves ConsumerGroupDescribe (api 69) and DescribeGroups
+    (api 15) from canned answers and records what was asked."""
+
+    address = "127.0.0.1:9092"
+
+    def __init__(self, answers: dict[int, Any]) -> None:
+        self.answers = answers
+        self.asked: list[int] = []
+
+    def supports(self, api_key: int) -> bool:
+        return api_key in self.answers
+
+    def call(self, api_key: int, _body: str, **_fields: Any) -> tuple[int, Any]:
+        self.asked.append(api_key)
+        return 1, self.answers[api_key]
+
+
+def _cluster(conn: _FakeConn) -> Any:
+    node = SimpleNamespace(node_id=1, address=conn.address)
+    return SimpleNamespace(coordinator=lambda _gid: (node, conn), any=conn)
+
+
+def _tps(**parts: list[int]) -> Any:
+    return SimpleNamespace(topic_partitions=[SimpleNamespace(topic_name=t, partitions=ps)
+                                             for t, ps in parts.items()])
+
+
+def test_a_consumer_group_is_described_with_consumer_group_describe(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    member = SimpleNamespace(member_id="m1", instance_id=None, client_id="c1",
+                             client_host="/10.0.0.1", member_epoch=7,
+                             assignment=_tps(orders=[1, 0]),
+                             target_assignment=_tps(orders=[0, 1, 2]))
+    conn = _FakeConn({69: SimpleNamespace(groups=[SimpleNamespace(
+        error_code=0, error_message=None, group_id="g", group_state="Reconciling",
+        group_epoch=8, assignment_epoch=8, assignor_name="uniform", members=[member])])})
+    g = cg.describe_group(_cluster(conn), "g")
+    assert g is not None and conn.asked == [69]
+    assert (g.group_type, g.state, g.strategy, g.group_epoch, g.assignment_epoch) == \
+        ("consumer", "Reconciling", "uniform", 8, 8)
+    assert g.members == [cg.Member("m1", None, "c1", "/10.0.0.1", {"orders": [0, 1]}, 7,
+                                   {"orders": [0, 1, 2]})]
+    args = SimpleNamespace(verbose=True, output="table")
+    assert cg._describe_members([g], args) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines() == [
+        "GROUP CONSUMER-ID GROUP-INSTANCE-ID HOST      CLIENT-ID #PARTITIONS MEMBER-EPOCH "
+        "ASSIGNMENT TARGET-ASSIGNMENT",
+        "g     m1          -                 /10.0.0.1 c1        2           7            "
+        "orders:0,1 orders:0,1,2"]
+
+
+def test_a_classic_group_falls_back_to_describe_groups() -> None:
+    not_consumer = SimpleNamespace(groups=[SimpleNamespace(
+        error_code=69, error_message="Group g is not a consumer group.", group_id="g")])
+    classic = SimpleNamespace(groups=[SimpleNamespace(
+        error_code=0, group_id="g", group_state="Stable", protocol_type="consumer",
+        protocol_data="range", members=[SimpleNamespace(
+            member_id="m1", group_instance_id="i1", client_id="c1", client_host="/h",
+            member_assignment=_assignment(3, {"orders": [2]}))])])
+    conn = _FakeConn({69: not_consumer, 15: classic})
+    g = cg.describe_group(_cluster(conn), "g")
+    assert g is not None and conn.asked == [69, 15]
+    assert (g.group_type, g.state, g.strategy) == ("classic", "Stable", "range")
+    assert g.members == [cg.Member("m1", "i1", "c1", "/h", {"orders": [2]})]
