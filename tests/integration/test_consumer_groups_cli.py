@@ -127,12 +127,12 @@ def simple_commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int
 
 
 def produce_timed(bootstrap: str, topic: str, timestamps: list[int]) -> None:
-    """One record per batch: Shoal answers ListOffsets by timestamp with the first batch whose
-    max timestamp is late enough (``persister/segment_log.py``), Kafka with the record."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    """Records with the given timestamps, in one batch (ListOffsets by timestamp must find the
+    record inside it, not the batch)."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 100})
     for i, ts in enumerate(timestamps):
         p.produce(topic, f"t{i}".encode(), partition=0, timestamp=ts)
-        assert p.flush(30) == 0
+    assert p.flush(30) == 0
 
 
 def describe_json(cli: Cli, group: str, *view: str) -> list[dict[str, Any]]:
