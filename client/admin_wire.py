@@ -337,8 +337,11 @@ class Cluster:
             error, message = resp.error_code, getattr(resp, "error_message", None)
             node = Node(resp.node_id, resp.host, resp.port)
         if error != ErrorCode.none:
+            retriable = error in (ErrorCode.coordinator_not_available,
+                                  ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator)
             raise CliError(f"cannot find the coordinator of group {group_id!r}: "
-                           f"{error_text(error, message)}; retry shortly")
+                           f"{error_text(error, message)}" + ("; retry shortly" if retriable
+                                                               else ""))
         self._nodes[node.node_id] = node
         if node.address == self.any.address:
             return node, self.any

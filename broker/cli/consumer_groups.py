@@ -596,10 +596,16 @@ def _scope(cluster: Cluster, args: argparse.Namespace, rule: rp.Rule,
            committed: dict[tuple[str, int], tuple[int, int]]) -> list[tuple[str, int]]:
     gid = args.group[0]
     if args.all_topics:
-        if not committed:
+        meta = cluster.existing_topics(t for t, _ in committed)
+        live = sorted(tp for tp in committed
+                      if tp[0] in meta and tp[1] in meta[tp[0]].partitions)
+        for t, p in sorted(set(committed) - set(live)):
+            print(f"{PROG}: warning: {t}-{p} no longer exists; its offset is left as it is",
+                  file=sys.stderr)
+        if not live:
             raise CliError(f"consumer group {gid!r} has no committed offsets to reset; name "
                            "the topics with --topic")
-        return sorted(committed)
+        return live
     if rule.kind == rp.FROM_FILE:
         assert isinstance(rule.value, dict)
         wanted: dict[str, list[int] | None] = {}

@@ -254,6 +254,10 @@ def test_describe_offsets_shows_lag_60_after_committing_40_of_100(cli: Cli, uniq
     assert state["coordinator_id"].endswith("(1)")
     assert cli.ok("consumer-groups", "--describe", "--group", group, "--members") == \
         "Consumer group 'cg-lag-group' has no active members.\n"
+    every = json.loads(cli.ok("consumer-groups", "--describe", "--all-groups", "--state",
+                              "--output", "json"))
+    assert [(r["state"], r["members"]) for r in every if r["group"] == group] == [("Empty", 0)]
+    assert all(r["group"] != "cg-no-group" for r in every)
 
 
 def test_describe_an_active_group_and_what_it_refuses(cli: Cli, unique: str) -> None:
