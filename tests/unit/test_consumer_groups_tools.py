@@ -1,6 +1,7 @@
 """Pure parts of the consumer-group tooling: ``shoal consumer-groups`` usage errors (in-process:
 they are refused before any connection), reset-plan parsing and rules
-(``broker/cli/reset_plan.py``), consumer-protocol assignment decoding, and the consumer-group
+(``broker/cli/reset_plan.py``), ``client/admin_groups.py`` (consumer-protocol assignment
+decoding, ConsumerGroupDescribe and the DescribeGroups fallback), and the consumer-group
 metrics collector over a fake broker (lag, state, members, the series bound)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from broker import broker_metrics, main
 from broker.broker_metrics import BrokerMetrics
 from broker.cli import consumer_groups as cg
+from client import admin_groups as ag
 from broker.cli import reset_plan as rp
 from broker.group_service import ConsumerGroupView
 from coordinator.group.classic import FetchedOffset
@@ -184,12 +186,13 @@ def _assignment(version: int, topics: dict[str, list[int]], user_data: bytes = b
 
 
 def test_decode_assignment() -> None:
-    assert cg.decode_assignment(_assignment(3, {"b": [2, 0], "a": [1]})) == {"a": [1], "b": [0, 2]}
-    assert cg.decode_assignment(_assignment(0, {})) == {}
-    assert cg.decode_assignment(b"") == {}
-    assert cg.decode_assignment(_assignment(1, {"a": [1]})[:-9]) == {}  # cut inside partitions
-    assert cg.decode_assignment(struct.pack(">hi", 0, 1 << 30)) == {}  # absurd count
-    assert cg.decode_assignment(b"\xff\xff") == {}
+    assert ag.decode_assignment(_assignment(3, {"b": [2, 0], "a": [1]})) == \
+        {"a": [1], "b": [0, 2]}
+    assert ag.decode_assignment(_assignment(0, {})) == {}
+    assert ag.decode_assignment(b"") == {}
+    assert ag.decode_assignment(_assignment(1, {"a": [1]})[:-9]) == {}  # cut inside partitions
+    assert ag.decode_assignment(struct.pack(">hi", 0, 1 << 30)) == {}  # absurd count
+    assert ag.decode_assignment(b"\xff\xff") == {}
 
 
 # --------------------------------------------------------------------------- metrics
@@ -281,11 +284,11 @@ def test_a_consumer_group_is_described_with_consumer_group_describe(
     conn = _FakeConn({69: SimpleNamespace(groups=[SimpleNamespace(
         error_code=0, error_message=None, group_id="g", group_state="Reconciling",
         group_epoch=8, assignment_epoch=8, assignor_name="uniform", members=[member])])})
-    g = cg.describe_group(_cluster(conn), "g")
+    g = ag.describe_group(_cluster(conn), "g")
     assert g is not None and conn.asked == [69]
     assert (g.group_type, g.state, g.strategy, g.group_epoch, g.assignment_epoch) == \
         ("consumer", "Reconciling", "uniform", 8, 8)
-    assert g.members == [cg.Member("m1", None, "c1", "/10.0.0.1", {"orders": [0, 1]}, 7,
+    assert g.members == [ag.Member("m1", None, "c1", "/10.0.0.1", {"orders": [0, 1]}, 7,
                                    {"orders": [0, 1, 2]})]
     args = SimpleNamespace(verbose=True, output="table")
     assert cg._describe_members([g], args) == 0  # type: ignore[arg-type]
@@ -305,7 +308,7 @@ def test_a_classic_group_falls_back_to_describe_groups() -> None:
             member_id="m1", group_instance_id="i1", client_id="c1", client_host="/h",
             member_assignment=_assignment(3, {"orders": [2]}))])])
     conn = _FakeConn({69: not_consumer, 15: classic})
-    g = cg.describe_group(_cluster(conn), "g")
+    g = ag.describe_group(_cluster(conn), "g")
     assert g is not None and conn.asked == [69, 15]
     assert (g.group_type, g.state, g.strategy) == ("classic", "Stable", "range")
-    assert g.members == [cg.Member("m1", "i1", "c1", "/h", {"orders": [2]})]
+    assert g.members == [ag.Member("m1", "i1", "c1", "/h", {"orders": [2]})]
