@@ -417,6 +417,13 @@ class ShareGroupService:
                 if g.group_type == cl.GROUP_TYPE:
                     described = shard.describe_classic(g.group_id)
                     members = len(described.members) if described is not None else 0
+                elif g.group_type == "consumer":
+                    # KIP-848 groups live in ``shard.consumer`` (their offsets, like classic
+                    # groups', in the classic offsets store read above).
+                    consumer = getattr(shard, "consumer", None)
+                    group = consumer.committed_group(g.group_id) if consumer is not None \
+                        else None
+                    members = len(group.members) if group is not None else None
                 out.append(ConsumerGroupView(g.group_id, g.group_type, g.state, members,
                                              tuple(offsets.get(g.group_id, ()))))
         out.sort(key=lambda v: v.group_id)

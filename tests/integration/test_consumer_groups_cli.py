@@ -31,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import AdminClient
 
+from client.admin_wire import Connection
 from tests.conftest import BrokerProcess, free_port
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import poll_until, produce, share_consumer
@@ -479,6 +480,73 @@ def test_delete_offsets_and_delete_group(cli: Cli, unique: str) -> None:
     err = cli.fails("consumer-groups", "--delete", "--group", group)
     assert err.startswith(f"shoal consumer-groups: consumer group '{group}' could not be "
                           "deleted: GROUP_ID_NOT_FOUND")
+
+
+# --------------------------------------------------------------------------- KIP-848 groups
+
+
+def serves_consumer_protocol(bootstrap: str) -> bool:
+    """Whether the broker advertises ConsumerGroupHeartbeat (api 68)."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), 5.0)
+    try:
+        return 68 in conn.versions
+    finally:
+        conn.close()
+
+
+def test_a_consumer_protocol_group_through_the_same_tools(gb: GroupsBroker, cli: Cli,
+                                                          unique: str) -> None:
+    if not serves_consumer_protocol(gb.bootstrap):
+        pytest.skip("this broker does not serve the KIP-848 consumer protocol")
+    topic, group = unique, f"{unique}-g"
+    create_topic(gb.bootstrap, topic, 1)
+    produce(gb.bootstrap, topic, 10)
+    c = KafkaConsumer({"bootstrap.servers": gb.bootstrap, "group.id": group,
+                       "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False, "client.id": "kip848-client"})
+    c.subscribe([topic])
+    try:
+        got = consume(c, 10)
+        c.commit(message=got[6], asynchronous=False)  # offset 7
+        (state,) = describe_json(cli, group, "--state", "--verbose")
+        assert (state["state"], state["members"]) == ("Stable", 1)
+        assert state["assignment_strategy"] in ("uniform", "range")
+        assert state["group_epoch"] >= state["target_assignment_epoch"] >= 1
+        (m,) = describe_json(cli, group, "--members", "--verbose")
+        assert (m["client_id"], m["partitions"], m["assignment"], m["target_assignment"]) == \
+            ("kip848-client", 1, f"{topic}:0", f"{topic}:0")
+        assert m["member_epoch"] >= 1
+        assert [(r["current_offset"], r["log_end_offset"], r["lag"], r["consumer_id"])
+                for r in describe_json(cli, group)] == [(7, 10, 3, m["consumer_id"])]
+        assert [line.split() for line in cli.ok("consumer-groups", "--list", "--type",
+                                                "consumer").splitlines()
+                if group in line] == [[group, "Consumer"]]
+        d = admin(gb.bootstrap).describe_consumer_groups([group])[group].result(15)
+        assert d.type == ConsumerGroupType.CONSUMER and len(d.members) == 1
+        s = gb.scrape()
+        assert s.value("shoal_consumer_group_members", group=group, type="consumer") == 1
+        assert s.value("shoal_consumer_group_lag", group=group, topic=topic, partition="0") == 3
+        err = cli.fails("consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+                        "--to-earliest", "--execute")
+        assert "is Stable with 1 member(s)" in err
+    finally:
+        c.close()
+    wait_members(cli, group, 0)
+    cli.ok("consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+           "--shift-by", "-5", "--execute")
+    assert current_offsets(cli, group) == {(topic, 0): 2}
+    again = KafkaConsumer({"bootstrap.servers": gb.bootstrap, "group.id": group,
+                           "group.protocol": "consumer", "auto.offset.reset": "latest",
+                           "enable.auto.commit": False})
+    again.subscribe([topic])
+    try:
+        assert consume(again, 1)[0].offset() == 2  # resumes at the reset offset
+    finally:
+        again.close()
+    wait_members(cli, group, 0)
+    assert cli.ok("consumer-groups", "--delete", "--group", group) == \
+        f"Deletion of requested consumer groups ('{group}') was successful.\n"
 
 
 # --------------------------------------------------------------------------- metrics
