@@ -522,7 +522,8 @@ def test_a_consumer_protocol_group_through_the_same_tools(gb: GroupsBroker, cli:
         assert [line.split() for line in cli.ok("consumer-groups", "--list", "--type",
                                                 "consumer").splitlines()
                 if group in line] == [[group, "Consumer"]]
-        d = admin(gb.bootstrap).describe_consumer_groups([group])[group].result(15)
+        a = admin(gb.bootstrap)  # kept: a dropped AdminClient never answers its futures
+        d = a.describe_consumer_groups([group])[group].result(15)
         assert d.type == ConsumerGroupType.CONSUMER and len(d.members) == 1
         s = gb.scrape()
         assert s.value("shoal_consumer_group_members", group=group, type="consumer") == 1
