@@ -12,10 +12,16 @@ Lag follows KIP-1226: log end offset - share-partition start offset - records al
 acknowledged or archived at/after the start offset. Only share-partitions loaded on this broker
 (fetched from since it started) are reported; the README's Metrics section lists every metric
 with its Kafka JMX counterpart.
+
+Consumer groups (classic, and consumer-type groups as the group service lists them) are read
+through ``ShareGroupService.consumer_groups`` at scrape time: state and members per group,
+committed offset and lag (log end offset - committed offset) per partition with a committed
+offset, at most ``MAX_CONSUMER_GROUP_PARTITION_SERIES`` partition series per page.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +33,14 @@ from broker.share.record_state import AckType
 if TYPE_CHECKING:
     from broker.app import Broker
 
+log = logging.getLogger("shoal.metrics")
+
 GROUP_STATES = ("Empty", "Stable")
 _PARTITION_LABELS = ("group", "topic", "partition")
+# Per-partition consumer-group series (committed offset and lag) on one page at most; past it
+# only the per-group sums are exported (and a warning is logged once), so a broker with many
+# groups does not flood Prometheus. Share-partition series are bounded by what is loaded.
+MAX_CONSUMER_GROUP_PARTITION_SERIES = 10_000
 
 
 def error_label(code: int | ErrorCode) -> str:
@@ -122,6 +134,8 @@ class BrokerMetrics:
         r.add_collector(self._collect_broker)
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)
+        r.add_collector(self._collect_consumer_groups)
+        self._series_capped = False
 
     def render(self) -> str:
         return self.registry.render()
@@ -232,6 +246,62 @@ class BrokerMetrics:
         yield acks
         yield group_lag
         yield group_age
+
+
+    def _collect_consumer_groups(self) -> Iterable[Family]:
+        """Classic and consumer-type groups this broker coordinates: state, members, and per
+        partition the committed offset and lag (log end offset - committed offset, as
+        kafka-consumer-groups.sh --describe computes LAG)."""
+        b = self._broker
+        if not b.started:
+            return
+        groups = b.share_groups.consumer_groups()
+        counts: dict[tuple[str, str], int] = {}
+        state = Family("shoal_consumer_group_state", "gauge",
+                       "1 for the state each consumer group is in.", ("group", "type", "state"))
+        members = Family("shoal_consumer_group_members", "gauge",
+                         "Members of each consumer group.", ("group", "type"))
+        committed = Family("shoal_consumer_group_committed_offset", "gauge",
+                           "Committed offset of each consumer-group partition.",
+                           _PARTITION_LABELS)
+        lag = Family("shoal_consumer_group_lag", "gauge",
+                     "Records after the committed offset: log end offset - committed offset.",
+                     _PARTITION_LABELS)
+        lag_sum = Family("shoal_consumer_group_lag_sum", "gauge",
+                         "Sum of shoal_consumer_group_lag over the group's partitions.",
+                         ("group",))
+        series = 0
+        for g in groups:
+            counts[(g.group_type, g.state)] = counts.get((g.group_type, g.state), 0) + 1
+            state.add((g.group_id, g.group_type, g.state), 1)
+            if g.members is not None:
+                members.add((g.group_id, g.group_type), g.members)
+            total = 0
+            for o in g.offsets:
+                lg = b.logs.get(o.topic, o.partition)
+                if lg is None:  # a deleted topic: its offsets wait for retention
+                    continue
+                behind = max(0, lg.log_end_offset - o.offset)
+                total += behind
+                if series < MAX_CONSUMER_GROUP_PARTITION_SERIES:
+                    labels = (g.group_id, o.topic, str(o.partition))
+                    committed.add(labels, o.offset)
+                    lag.add(labels, behind)
+                    series += 1
+                elif not self._series_capped:
+                    self._series_capped = True
+                    log.warning("more than %d consumer-group partitions: per-partition "
+                                "committed offset and lag series are cut there; "
+                                "shoal_consumer_group_lag_sum still covers every group",
+                                MAX_CONSUMER_GROUP_PARTITION_SERIES)
+            lag_sum.add((g.group_id,), total)
+        yield Family("shoal_consumer_groups", "gauge", "Consumer groups by type and state.",
+                     ("type", "state"), [(k, n) for k, n in sorted(counts.items())])
+        yield state
+        yield members
+        yield committed
+        yield lag
+        yield lag_sum
 
 
 

@@ -83,6 +83,7 @@ from coordinator.group.heartbeat import (
 )
 from coordinator.group.placement import DEFAULT_NUM_PARTITIONS, partition_for_group
 from coordinator.group.serde import GroupRecordSerde
+from coordinator.group.shard import GROUP_TYPE as SHARE_GROUP_TYPE
 from coordinator.group.shard import (
     ConsumerDescribeResult,
     DeleteGroupResponse,
@@ -142,6 +143,18 @@ def _wrap(op: ShardOp) -> Op[GroupCoordinatorShard]:
             result.response, initializations(result), deletions(result)))
 
     return run
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupView:
+    """A consumer group as the metrics see it (``ShareGroupService.consumer_groups``).
+    ``members`` is None for a group type whose members this service cannot count yet."""
+
+    group_id: str
+    group_type: str
+    state: str
+    members: int | None
+    offsets: tuple[cl.FetchedOffset, ...]
 
 
 class ShareGroupService:
@@ -475,6 +488,35 @@ class ShareGroupService:
             if self.runtime.status(p) is PartitionStatus.ACTIVE and shard is not None:
                 out.extend(shard.list_groups(states))
         out.sort(key=lambda g: g.group_id)
+        return out
+
+    def consumer_groups(self) -> list[ConsumerGroupView]:
+        """Every non-share group of the served partitions (classic, and consumer-type groups
+        where the shard lists them) with its member count and committed offsets, sorted by id.
+        Read-only, committed view; for the metrics collector."""
+        out: list[ConsumerGroupView] = []
+        for p in self.runtime.partitions():
+            shard = self.runtime.shard(p)
+            if self.runtime.status(p) is not PartitionStatus.ACTIVE or shard is None:
+                continue
+            offsets = shard.classic.committed_offsets()
+            for g in shard.list_groups():
+                if g.group_type == SHARE_GROUP_TYPE:
+                    continue
+                members: int | None = None
+                if g.group_type == cl.GROUP_TYPE:
+                    described = shard.describe_classic(g.group_id)
+                    members = len(described.members) if described is not None else 0
+                elif g.group_type == "consumer":
+                    # KIP-848 groups live in ``shard.consumer`` (their offsets, like classic
+                    # groups', in the classic offsets store read above).
+                    consumer = getattr(shard, "consumer", None)
+                    group = consumer.committed_group(g.group_id) if consumer is not None \
+                        else None
+                    members = len(group.members) if group is not None else None
+                out.append(ConsumerGroupView(g.group_id, g.group_type, g.state, members,
+                                             tuple(offsets.get(g.group_id, ()))))
+        out.sort(key=lambda v: v.group_id)
         return out
 
     def has_members(self, group_id: str) -> bool:

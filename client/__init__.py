@@ -15,11 +15,13 @@ ShareAcknowledge), ``membership`` and ``session`` (sans-IO heartbeat and share-s
 ``acks`` (acknowledgement bookkeeping of the current batch), ``records`` (decoding),
 ``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec),
 ``security`` (TLS and SASL settings and the SASL exchange, shared with the ``shoal`` CLI),
-``errors``.
+``errors``, and the admin part the ``shoal`` CLI is built on: ``admin_wire`` (a blocking
+admin client: connections, version negotiation, coordinators, metadata) and ``admin_groups``
+(consumer-group calls: list, describe, committed offsets).
 
-``errors`` and ``security`` need only the broker's own dependencies (the ``shoal`` CLI uses them
-on a broker-only install); the consumer and its record decoding need the ``client`` extra
-(aiokafka, cramjam), so they are imported on first use.
+``errors``, ``security``, ``admin_wire`` and ``admin_groups`` need only the broker's own
+dependencies (the ``shoal`` CLI uses them on a broker-only install); the consumer and its record
+decoding need the ``client`` extra (aiokafka, cramjam), so they are imported on first use.
 """
 
 from __future__ import annotations

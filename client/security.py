@@ -1,8 +1,9 @@
 """Client security: Kafka client properties to settings, a TLS context, and the SASL exchange.
 
-One module for every Shoal client: the ``shoal`` CLI's blocking client (``broker/cli/wire.py``),
-the asyncio ``ShareConsumer`` (``client/connection.py``) and, through it, the Spark source. The
-shells move bytes; everything they share lives here and does no network I/O:
+One module for every Shoal client: the blocking admin client of the ``shoal`` CLI
+(``client/admin_wire.py``), the asyncio ``ShareConsumer`` (``client/connection.py``) and, through
+it, the Spark source. The shells move bytes; everything they share lives here and does no network
+I/O:
 
 - ``SecuritySettings.from_properties``: Kafka's client property names (``security.protocol``,
   ``sasl.mechanism``, ``sasl.username``/``sasl.password`` as librdkafka names them or

@@ -1,11 +1,11 @@
-"""``shoal`` admin commands: share groups, topics, configs, ACLs and SCRAM users over the Kafka
-protocol.
+"""``shoal`` admin commands: share groups, consumer groups, topics, configs, ACLs and SCRAM users
+over the Kafka protocol.
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
-``broker/cli/wire.py``, never through a broker's files. ``add_commands`` registers the
-subcommands on ``broker/main.py``'s parser; each sets ``args.run``, which returns the exit code:
-0 on success, 1 when an operation failed, 2 for invalid usage. Errors are one line on stderr
-that says what failed and what to do.
+``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
+``add_commands`` registers the subcommands on ``broker/main.py``'s parser; each sets
+``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for
+invalid usage. Errors are one line on stderr that says what failed and what to do.
 
 Every command takes ``--command-config FILE``: Kafka client properties (``security.protocol``,
 ``sasl.mechanism``, ``sasl.username``/``sasl.password`` or ``sasl.jaas.config``,
@@ -19,18 +19,19 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from broker.cli.wire import CliError, Cluster
+from client.admin_wire import CliError, Cluster
 from client.security import SecurityConfigError, SecuritySettings, parse_properties
 
 DEFAULT_TIMEOUT_MS = 30_000
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``share-groups``, ``topics``, ``configs``, ``acls`` and ``users`` to the ``shoal``
-    subparsers."""
-    from broker.cli import acls, configs, share_groups, topics, users
+    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls`` and ``users``
+    to the ``shoal`` subparsers."""
+    from broker.cli import acls, configs, consumer_groups, share_groups, topics, users
 
     share_groups.add_parser(sub)
+    consumer_groups.add_parser(sub)
     topics.add_parser(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)

@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.cli import new_parser, open_cluster, run_command
 from broker.cli.output import print_json
-from broker.cli.wire import CliError, Connection, error_text
+from client.admin_wire import CliError, Connection, error_text
 from broker.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.cli import new_parser, open_cluster, run_command, users
 from broker.cli.output import Cell, emit, print_json
-from broker.cli.wire import CliError, Connection, error_text
+from client.admin_wire import CliError, Connection, error_text
 from protocol.codec import request_module
 from protocol.messages import make
 

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.cli import new_parser, open_cluster, run_command
 from broker.cli.output import Cell, emit, print_json
-from broker.cli.wire import CliError, Cluster, Connection, Node, error_text
+from client.admin_wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
 from protocol.messages import make
 

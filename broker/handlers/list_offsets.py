@@ -4,7 +4,9 @@ Special timestamps: -1 latest (the high watermark; the last stable offset under 
 which is the same here as there are no transactions), -2 earliest (log start offset), -3 the
 offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
 (v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
-if there is none.
+if there is none: the log finds the first batch late enough and its records are read for the
+first such record, as Kafka answers (``protocol/record_timestamps.py``; should they not parse, the
+batch's base offset answers).
 
 Authorization (``broker/authz.py``): DESCRIBE on each topic, asked once per topic; every
 partition of a topic the principal may not describe is TOPIC_AUTHORIZATION_FAILED (checked
@@ -21,7 +23,9 @@ from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
+from protocol.log_validator import DECOMPRESSED_FLOOR
 from protocol.messages import make
+from protocol.record_timestamps import first_record_at_or_after
 
 API_KEY = 2
 VERSIONS = (1, 10)
@@ -41,7 +45,11 @@ def lookup(lg: Any, ts: int) -> tuple[int, int]:
         found = lg.max_timestamp_offset()
         return found if found is not None else (-1, -1)
     found = lg.offset_for_timestamp(ts)
-    return found if found is not None else (-1, -1)
+    if found is None:
+        return -1, -1
+    batch = lg.read(found[0], 1)  # the batch holding the answer (at least one batch is read)
+    exact = first_record_at_or_after(batch.data, ts, found[0], DECOMPRESSED_FLOOR)
+    return exact if exact is not None else found
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:

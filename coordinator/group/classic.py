@@ -484,6 +484,18 @@ class ClassicGroups:
                         out.append(FetchedOffset(topic, p, -1, -1, ""))
         return OffsetFetchResponse(ErrorCode.none, tuple(out))
 
+    def committed_offsets(self) -> dict[str, list[FetchedOffset]]:
+        """Every group's committed offsets (committed view), by group id, in one scan of the
+        partition's offsets (the metrics collector reads them at scrape time)."""
+        out: dict[str, list[FetchedOffset]] = {}
+        for k, v in self.store.committed_items().items():
+            if isinstance(k, cr.OffsetCommitKey) and isinstance(v, cr.OffsetCommitValue):
+                out.setdefault(k.group_id, []).append(
+                    FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch, v.metadata))
+        for offsets in out.values():
+            offsets.sort(key=lambda o: (o.topic, o.partition))
+        return out
+
     # -------------------------------------------------------------- replay
 
     def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import trustme
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from client import KafkaError, ShareConsumer, ShareRecord
 from tests.integration import test_secure_listeners as listeners
@@ -142,6 +142,47 @@ def test_cli_manages_users_and_acls_over_sasl_ssl(secure: Secure, admin: SecureC
         f"sasl.password=admin-secret\nssl.ca.location={secure.ca}\n")))
     assert "carol" in plain.ok("users", "--describe")
     admin.ok("users", "--delete", "--name", "carol", "--mechanism", "SCRAM-SHA-512")
+
+
+def test_consumer_groups_over_sasl_ssl_and_what_acls_allow(secure: Secure,
+                                                            admin: SecureCli) -> None:
+    topic, group = "secure-cg", "secure-cg-group"
+    assert admin.ok("topics", "--create", "--topic", topic, "--partitions", "1") == \
+        f"Created topic {topic}.\n"
+    _produce(secure, topic, 10)
+    c = Consumer({"bootstrap.servers": secure.sasl, **scram(secure), "group.id": group,
+                  "group.protocol": "classic", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    finally:
+        c.close()
+    rows = json.loads(admin.ok("consumer-groups", "--describe", "--group", group, "--output",
+                               "json"))
+    assert [(r["topic"], r["current_offset"], r["log_end_offset"], r["lag"]) for r in rows] == \
+        [(topic, 4, 10, 6)]
+    assert admin.ok("consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+                    "--to-offset", "7", "--execute", "--export") == f"{topic},0,7\n"
+    assert [r["lag"] for r in json.loads(admin.ok(
+        "consumer-groups", "--describe", "--group", group, "--output", "json"))] == [3]
+    # A user who may describe the topic but not the group learns nothing about it.
+    admin.ok("users", "--add", "--name", "erin", "--mechanism", "SCRAM-SHA-256", "--password",
+             "erin-secret")
+    admin.ok("acls", "--add", "--allow-principal", "User:erin", "--operation", "Describe",
+             "--topic", topic)
+    erin = SecureCli(secure.sasl, properties(secure, "erin.properties", (
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\nsasl.username=erin\n"
+        f"sasl.password=erin-secret\nssl.ca.location={secure.ca}\n")))
+    assert group not in erin.ok("consumer-groups", "--list")
+    err = erin.fails("consumer-groups", "--describe", "--group", group)
+    assert err == ("shoal consumer-groups: cannot find the coordinator of group "
+                   f"'{group}': GROUP_AUTHORIZATION_FAILED: User:erin is not authorized to "
+                   f"DESCRIBE group '{group}'; an ACL '--allow-principal User:erin --operation "
+                   f"DESCRIBE --group {group}' allows it (CreateAcls: kafka-acls.sh --add, or "
+                   "the shoal CLI's acls verb)\n")
+    err = erin.fails("consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+                     "--to-earliest", "--execute")
+    assert "GROUP_AUTHORIZATION_FAILED" in err, err
+    admin.ok("users", "--delete", "--name", "erin", "--mechanism", "SCRAM-SHA-256")
 
 
 @pytest.mark.parametrize(("props", "message"), [

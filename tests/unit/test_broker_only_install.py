@@ -21,7 +21,8 @@ class _Refuse(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, _Refuse())
-import broker.main, broker.cli, broker.cli.wire, client.errors, client.security
+import broker.main, broker.cli, broker.cli.wire, client.admin_wire, client.admin_groups
+import client.errors, client.security
 from broker.handlers import ALL_HANDLERS
 assert ALL_HANDLERS
 sys.argv = ['shoal', '--help']

@@ -20,7 +20,7 @@ from broker.cli.users import (
     salted_password,
     split_outside_brackets,
 )
-from broker.cli.wire import CliError
+from client.admin_wire import CliError
 from broker.security.sasl import Authenticator, SaslServerConfig
 from broker.security.scram_store import ScramCredential, credential_from_salted_password
 from client.errors import KafkaError
