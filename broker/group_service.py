@@ -510,9 +510,7 @@ class ShareGroupService:
                 elif g.group_type == "consumer":
                     # KIP-848 groups live in ``shard.consumer`` (their offsets, like classic
                     # groups', in the classic offsets store read above).
-                    consumer = getattr(shard, "consumer", None)
-                    group = consumer.committed_group(g.group_id) if consumer is not None \
-                        else None
+                    group = shard.consumer.committed_group(g.group_id)
                     members = len(group.members) if group is not None else None
                 out.append(ConsumerGroupView(g.group_id, g.group_type, g.state, members,
                                              tuple(offsets.get(g.group_id, ()))))
