@@ -34,7 +34,7 @@ import traceback
 from typing import Any
 
 from bench import clients, report
-from bench.procs import CTX, join_processes, split_hostport, start_process
+from bench.procs import CTX, join_processes, recv_exact, split_hostport, start_process
 
 PARTITIONS = 4
 CONSUMERS = 2
@@ -56,8 +56,8 @@ def api_versions(bootstrap: str, timeout: float = 5.0) -> dict[int, tuple[int, i
     req = struct.pack(">hhih", 18, 0, 1, len(client)) + client
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(struct.pack(">i", len(req)) + req)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        body = _recv(s, size)
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        body = recv_exact(s, size)
     _corr, error, count = struct.unpack_from(">ihi", body, 0)
     if error:
         raise OSError(f"ApiVersions answered error {error}")
@@ -66,16 +66,6 @@ def api_versions(bootstrap: str, timeout: float = 5.0) -> dict[int, tuple[int, i
         key, lo, hi = struct.unpack_from(">hhh", body, 10 + 6 * i)
         out[key] = (lo, hi)
     return out
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return buf
 
 
 def group_consume_worker(p: dict[str, Any], progress: Any, ready: Any, go: Any, stop: Any,

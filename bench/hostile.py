@@ -51,6 +51,7 @@ from bench.procs import (
     ShoalBroker,
     join_processes,
     metadata_ok,
+    recv_exact,
     remove_tree,
     rss_bytes,
     start_process,
@@ -241,19 +242,9 @@ def _connect(addr: tuple[str, int], timeout: float = 10.0) -> socket.socket:
     return s
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def _read_frame(s: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", _recv_exact(s, 4))
-    return _recv_exact(s, size)
+    (size,) = struct.unpack(">i", recv_exact(s, 4))
+    return recv_exact(s, size)
 
 
 def _call(s: socket.socket, api_key: int, version: int, frame: bytes) -> Any:

@@ -97,9 +97,9 @@ def metadata_ok(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exact(s, 4)
+            head = recv_exact(s, 4)
             size = struct.unpack(">i", head)[0]
-            resp = _recv_exact(s, min(size, 12))
+            resp = recv_exact(s, min(size, 12))
     except OSError:
         return False
     if len(resp) < 12:
@@ -108,14 +108,15 @@ def metadata_ok(host: str, port: int, timeout: float = 0.5) -> bool:
     return corr == 7 and brokers >= 1
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``s`` (ConnectionError if the peer closes first)."""
+    buf = bytearray()
     while len(buf) < n:
-        chunk = s.recv(n - len(buf))
+        chunk = s.recv(min(n - len(buf), 1 << 20))
         if not chunk:
-            raise OSError("connection closed")
+            raise ConnectionError("broker closed the connection")
         buf += chunk
-    return buf
+    return bytes(buf)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -121,6 +121,7 @@ OFFSETS_SEGMENT_BYTES = 1 << 20
 GROUP_APPEND_FSYNC = True
 
 MemberListener = Callable[[str, str], None]
+_Described = TypeVar("_Described")
 """Called with (group id, member id) after a member left or was fenced (session expiry)."""
 
 ShardOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any]]
@@ -374,18 +375,8 @@ class ShareGroupService:
     def describe_consumer(self, group_ids: Iterable[str]) -> list[ConsumerDescribeResult]:
         """ConsumerGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown, share and
         classic ids; COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not served)."""
-        out = []
-        for gid in group_ids:
-            p = self.partition_for(gid)
-            status = self.runtime.status(p)
-            shard = self.runtime.shard(p)
-            if status is PartitionStatus.ACTIVE and shard is not None:
-                out.append(shard.describe_consumer(gid))
-            elif status is PartitionStatus.LOADING:
-                out.append(ConsumerDescribeResult(ErrorCode.coordinator_load_in_progress))
-            else:
-                out.append(ConsumerDescribeResult(ErrorCode.not_coordinator))
-        return out
+        return self._describe_each(group_ids, GroupCoordinatorShard.describe_consumer,
+                                   ConsumerDescribeResult)
 
     def consumer_exists(self, group_id: str) -> bool:
         shard = self.shard_for(group_id)
@@ -465,17 +456,24 @@ class ShareGroupService:
     def describe(self, group_ids: Iterable[str]) -> list[DescribeResult]:
         """ShareGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown ids,
         COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when its partition is not served)."""
+        return self._describe_each(group_ids, GroupCoordinatorShard.describe, DescribeResult)
+
+    def _describe_each(self, group_ids: Iterable[str],
+                       describe: Callable[[GroupCoordinatorShard, str], _Described],
+                       failed: Callable[[ErrorCode], _Described]) -> list[_Described]:
+        """``describe(shard, id)`` for each id whose partition is served, else ``failed`` with
+        COORDINATOR_LOAD_IN_PROGRESS (loading) or NOT_COORDINATOR."""
         out = []
         for gid in group_ids:
             p = self.partition_for(gid)
             status = self.runtime.status(p)
             shard = self.runtime.shard(p)
             if status is PartitionStatus.ACTIVE and shard is not None:
-                out.append(shard.describe(gid))
+                out.append(describe(shard, gid))
             elif status is PartitionStatus.LOADING:
-                out.append(DescribeResult(ErrorCode.coordinator_load_in_progress))
+                out.append(failed(ErrorCode.coordinator_load_in_progress))
             else:
-                out.append(DescribeResult(ErrorCode.not_coordinator))
+                out.append(failed(ErrorCode.not_coordinator))
         return out
 
     def list_groups(self, states_filter: Iterable[str] | None = None) -> list[ListedGroup]:

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
-from broker.handlers._common import NO_THROTTLE, err_message
+from broker.handlers._common import NO_THROTTLE, describe_authorized, err_message
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember
 from coordinator.group.shard import ConsumerDescribeResult
@@ -78,13 +78,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     service = ctx.broker.share_groups
     topics = service.topics_image()
-    wanted = [gid for gid in req.group_ids
-              if ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))]
-    found = dict(zip(wanted, service.describe_consumer(wanted), strict=True))
-    hidden: frozenset[str] = frozenset()
-    if ctx.broker.authorizer.enforcing:
-        assigned = set().union(*(_assigned_topics(d, topics) for d in found.values()))
-        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, assigned, audit=False)
+    found, hidden = describe_authorized(ctx, req.group_ids, service.describe_consumer,
+                                        lambda d: _assigned_topics(d, topics))
     groups = []
     for gid in req.group_ids:
         d = found.get(gid)

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from tests.conftest import BrokerProcess
-from tests.integration.helpers import create_topic
+from tests.integration.helpers import create_topic, wait_assigned
 from tests.integration.rawclient import RawClient, request, request_module
 from tests.integration.share_helpers import produce, share_consumer
 
@@ -56,20 +56,6 @@ def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
     conf.update(extra)
     return Consumer(conf)
 
-
-def wait_assigned(consumers: list[Consumer], partitions: int, timeout: float = 40.0
-                  ) -> list[set[int]]:
-    """Poll until the assignments are disjoint, non-empty and cover ``partitions``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for c in consumers:
-            c.poll(0.05)
-        sets = [{tp.partition for tp in c.assignment()} for c in consumers]
-        union = set().union(*sets)
-        if union == set(range(partitions)) and sum(map(len, sets)) == partitions \
-                and all(sets):
-            return sets
-        assert time.monotonic() < deadline, f"assignments never settled: {sets}"
 
 
 def test_three_members_split_six_partitions_and_a_leaver_hands_over(fast_broker: Any) -> None:
