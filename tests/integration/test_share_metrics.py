@@ -1,0 +1,154 @@
+"""Age and drain metrics of share groups against a real broker process and a real ShareConsumer.
+
+Must-show (issue 16, "Metrics"): the age of the oldest unacknowledged record grows while a
+consumer holds a record and drops once it is acknowledged; in-flight and acknowledgement counters
+move; the drain ETA is there while lag > 0 and acknowledgements flow; after a restart the
+figures exist for the group's share-partitions before any consumer fetches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType
+
+from tests.integration.helpers import create_topic
+from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
+from tests.integration.test_metrics import MetricsBroker, Scrape, scrape
+
+AGE = "shoal_share_partition_oldest_unacked_record_age_seconds"
+ETA = "shoal_share_partition_drain_eta_seconds"
+
+
+@pytest.fixture(scope="module")
+def mb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsBroker]:
+    b = MetricsBroker(Path(tmp_path_factory.mktemp("share-metrics")) / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+def _setup(b: MetricsBroker, name: str, count: int) -> list[bytes]:
+    create_topic(b.bootstrap, name, 1)
+    set_group_configs(b.bootstrap, name, {"share.auto.offset.reset": "earliest"})
+    return produce(b.bootstrap, name, count)
+
+
+def _scrape_until(b: MetricsBroker, done: Any, timeout: float = 10.0) -> Scrape:
+    deadline = time.monotonic() + timeout
+    while True:
+        s = scrape(b)
+        if done(s):
+            return s
+        assert time.monotonic() < deadline, s.text[-3000:]
+        time.sleep(0.1)
+
+
+def _fetch_all(c: Any, count: int) -> list[Any]:
+    got: list[Any] = []
+    poll_until([c], lambda: len(got) >= count, on_message=lambda _i, m: got.append(m))
+    return got
+
+
+def test_age_grows_while_a_record_is_held_and_drops_once_acknowledged(mb, unique) -> None:
+    _setup(mb, unique, 20)
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+    try:
+        got = _fetch_all(c, 20)
+        held = min(got, key=lambda m: m.offset())
+        for m in got:
+            if m is not held:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync(15)
+        first = _scrape_until(mb, lambda s: s.value(
+            "shoal_share_acknowledgements_total", **where, type="accept") == 19)
+        assert first.value("shoal_share_partition_acquired_records", **where) == 1
+        assert first.value("shoal_share_partition_lag", **where) == 1
+        assert first.value("shoal_share_partition_loaded", **where) == 1
+        age1 = first.value(AGE, **where)
+        assert age1 is not None and age1 >= 0
+        # Acknowledgements flow and one record waits: the ETA is there and finite.
+        eta = first.value(ETA, **where)
+        assert eta is not None and 0 < eta < math.inf
+        assert first.value("shoal_share_partition_drain_rate", **where) > 0
+        assert first.value("shoal_share_group_drain_eta_seconds", group=unique) == eta
+        time.sleep(1.2)
+        second = scrape(mb)
+        age2 = second.value(AGE, **where)
+        assert age2 is not None and age2 >= age1 + 1.0, (age1, age2)  # the record is held
+        assert second.value("shoal_share_group_oldest_unacked_record_age_seconds",
+                            group=unique) == age2
+
+        c.acknowledge(held, AcknowledgeType.ACCEPT)
+        c.commit_sync(15)
+        after = _scrape_until(mb, lambda s: s.value("shoal_share_partition_lag", **where) == 0)
+    finally:
+        c.close()
+    assert after.value(AGE, **where) == 0  # nothing unacknowledged any more
+    assert after.value(ETA, **where) == 0
+    assert after.value("shoal_share_partition_acquired_records", **where) == 0
+    assert after.value("shoal_share_acknowledgements_total", **where, type="accept") == 20
+    assert after.types[AGE] == "gauge"
+    assert after.types["shoal_share_archived_records_total"] == "counter"
+
+
+def test_released_and_rejected_records_age_and_archive(mb, unique) -> None:
+    """Released records keep their age (redelivery does not reset it); rejected ones are
+    archived, counted and no longer lag."""
+    _setup(mb, unique, 10)
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+    try:
+        got = _fetch_all(c, 10)
+        for m in got:
+            c.acknowledge(m, AcknowledgeType.REJECT if m.offset() >= 5 else
+                          AcknowledgeType.RELEASE)
+        c.commit_sync(15)
+        s = _scrape_until(mb, lambda s: s.value(
+            "shoal_share_acknowledgements_total", **where, type="reject") == 5)
+    finally:
+        c.close()
+    assert s.value("shoal_share_archived_records_total", **where) == 5
+    assert s.value("shoal_share_acknowledgements_total", **where, type="release") == 5
+    assert s.value("shoal_share_partition_lag", **where) == 5
+    assert s.value("shoal_share_partition_acquired_records", **where) == 0
+    assert s.value(AGE, **where) > 0  # released records wait: they count
+    time.sleep(0.5)
+    assert scrape(mb).value(AGE, **where) >= s.value(AGE, **where) + 0.4
+
+
+def test_after_a_restart_figures_exist_before_any_fetch(tmp_path: Path, unique: str) -> None:
+    b = MetricsBroker(tmp_path / "data")
+    b.start()
+    try:
+        _setup(b, unique, 10)
+        where = {"group": unique, "topic": unique, "partition": "0"}
+        c = share_consumer(b.bootstrap, unique, unique, explicit=True)
+        try:
+            for m in _fetch_all(c, 10):
+                c.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() < 3 else
+                              AcknowledgeType.RELEASE)
+            c.commit_sync(15)
+        finally:
+            c.close()
+        b.stop()
+        b.start()
+        s = _scrape_until(b, lambda s: s.value("shoal_share_partition_lag", **where) is not None)
+        assert s.value("shoal_share_partition_loaded", **where) == 0  # nobody fetched yet
+        assert s.value("shoal_share_partitions", group=unique) in (None, 0)
+        assert s.value("shoal_share_partition_lag", **where) == 7
+        assert s.value("shoal_share_partition_start_offset", **where) == 3
+        assert s.value("shoal_share_partition_acquired_records", **where) == 0
+        assert s.value(AGE, **where) > 0  # the released records were appended before
+        assert s.value(ETA, **where) == math.inf  # nothing completes: never, at this rate
+        assert s.value("shoal_share_group_lag", group=unique) == 7
+        assert "shoal_share_partition_drain_eta_seconds{" in s.text
+        assert f'{ETA}{{group="{unique}",topic="{unique}",partition="0"}} +Inf' in s.text
+    finally:
+        b.stop()
