@@ -8,6 +8,7 @@ figures exist for the group's share-partitions before any consumer fetches.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Producer
 
 from tests.integration.helpers import create_topic
+from tests.integration.test_cli import Cli
 from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
 from tests.integration.test_metrics import MetricsBroker, Scrape, scrape
 
@@ -152,3 +154,98 @@ def test_after_a_restart_figures_exist_before_any_fetch(tmp_path: Path, unique: 
         assert f'{ETA}{{group="{unique}",topic="{unique}",partition="0"}} +Inf' in s.text
     finally:
         b.stop()
+
+
+# --------------------------------------------------------------------------- offset resets
+
+
+def _offsets_received(bootstrap: str, group: str, topic: str, count: int) -> list[int]:
+    c = share_consumer(bootstrap, group, topic, explicit=True)
+    try:
+        got = _fetch_all(c, count)
+        for m in got:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync(15)
+        time.sleep(0.3)  # nothing below the reset offset may follow
+        for m in c.poll(0.5):
+            got.append(m)
+    finally:
+        c.close()
+    return sorted(m.offset() for m in got)
+
+
+def test_reset_to_offset_dry_run_changes_nothing_and_execute_moves_the_start(mb, unique) -> None:
+    _setup(mb, unique, 30)
+    cli = Cli(mb.bootstrap)
+    assert len(_offsets_received(mb.bootstrap, unique, unique, 30)) == 30
+    cli.wait_empty(unique)
+    describe = ("share-groups", "--describe", "--group", unique, "--output", "json")
+    before = json.loads(cli.ok(*describe))
+    assert [r["start_offset"] for r in before] == [30]
+    reset = ("share-groups", "--reset-offsets", "--group", unique, "--topic", f"{unique}:0",
+             "--to-offset", "25")
+    plan = json.loads(cli.ok(*reset, "--dry-run", "--output", "json"))
+    assert plan == [{"group": unique, "topic": unique, "partition": 0, "new_offset": 25}]
+    assert [r["start_offset"] for r in json.loads(cli.ok(*describe))] == [30]  # unchanged
+    assert json.loads(cli.ok(*reset, "--execute", "--output", "json")) == plan
+    assert [r["start_offset"] for r in json.loads(cli.ok(*describe))] == [25]
+    assert _offsets_received(mb.bootstrap, unique, unique, 5) == [25, 26, 27, 28, 29]
+
+
+def test_reset_from_file_creates_a_group_that_did_not_exist(mb, unique, tmp_path) -> None:
+    create_topic(mb.bootstrap, unique, 2)
+    p = Producer({"bootstrap.servers": mb.bootstrap, "linger.ms": 5})
+    for i in range(20):
+        p.produce(unique, f"v{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    cli = Cli(mb.bootstrap)
+    plan = tmp_path / "plan.csv"
+    plan.write_text(f"# reset plan\n{unique},0,7\n\nother-group,{unique},1,0\n"
+                    f"{unique},{unique},1,4\n")
+    describe = ("share-groups", "--describe", "--group", unique)
+    reset = ("share-groups", "--reset-offsets", "--group", unique, "--from-file", str(plan))
+    assert cli.ok(*reset, "--dry-run") == (
+        f"GROUP{' ' * (len(unique) - 5)} TOPIC{' ' * (len(unique) - 5)} PARTITION NEW-OFFSET\n"
+        f"{unique} {unique} 0         7\n"
+        f"{unique} {unique} 1         4\n")
+    err = cli.fails(*describe)  # a dry run creates nothing
+    assert "does not exist" in err
+    cli.ok(*reset, "--execute")
+    rows = json.loads(cli.ok(*describe, "--output", "json"))
+    assert [(r["partition"], r["start_offset"], r["lag"]) for r in rows] == [(0, 7, 3),
+                                                                            (1, 4, 6)]
+    got = _offsets_received(mb.bootstrap, unique, unique, 9)
+    assert got == [4, 5, 6, 7, 7, 8, 8, 9, 9]  # p0: 7-9, p1: 4-9
+
+
+def test_reset_plan_errors_and_clamping(mb, unique, tmp_path) -> None:
+    _setup(mb, unique, 5)
+    cli = Cli(mb.bootstrap)
+    reset = ("share-groups", "--reset-offsets", "--group", unique, "--from-file")
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"{unique},zero,1\n")
+    assert cli.fails(*reset, str(bad), code=2) == (
+        f"shoal share-groups: {bad} line 1: partition and offset must be integers, got "
+        "'zero' and '1'\n")
+    bad.write_text(f"{unique},0\n")
+    assert "expected topic,partition,offset" in cli.fails(*reset, str(bad), code=2)
+    bad.write_text(f"{unique},0,1\n{unique},0,2\n")
+    assert "appears twice" in cli.fails(*reset, str(bad), code=2)
+    bad.write_text(f"{unique},3,1\n")
+    assert cli.fails(*reset, str(bad)) == (
+        f"shoal share-groups: topic '{unique}' in {bad} has no partition 3 (it has 1); "
+        "fix the plan\n")
+    bad.write_text("no-such-topic-x,0,1\n")
+    assert "does not exist" in cli.fails(*reset, str(bad))
+    assert "cannot read the reset plan" in cli.fails(*reset, str(tmp_path / "missing.csv"),
+                                                     code=2)
+    big = tmp_path / "big.csv"
+    big.write_text(f"{unique},0,500\n")
+    r = cli.run(*reset, str(big), "--execute", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"shoal share-groups: warning: offset 500 of {unique}-0 is past the "
+                        "log end offset 5; using 5\n")
+    assert json.loads(r.stdout)[0]["new_offset"] == 5
+    assert "--from-file names its own topics; drop --topic and --all-topics" in cli.fails(
+        "share-groups", "--reset-offsets", "--group", unique, "--topic", unique, "--from-file",
+        str(big), code=2)
