@@ -13,7 +13,8 @@
     shoal share-groups --bootstrap-server B --delete (--group G ... | --all-groups)
 
 Columns are Kafka's: ``GROUP TOPIC PARTITION START-OFFSET LAG`` (``LEADER-EPOCH`` with
---verbose), ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
+--verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S`` when the broker's metrics
+endpoint is known, broker/cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
 ``GROUP COORDINATOR (ID) STATE #MEMBERS`` (``GROUP-EPOCH ASSIGNMENT-EPOCH``), ``GROUP TOPIC
 PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prints ``-``.
 ``--output json`` prints the same rows as JSON objects.
@@ -43,6 +44,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cli import new_parser, open_cluster, run_command
+from broker.cli import share_figures as sf
 from broker.cli.output import Cell, emit, print_json
 from broker.cli.wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
@@ -97,6 +99,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--offsets", action="store_true", help="--describe: offsets (default)")
     p.add_argument("--members", action="store_true", help="--describe: members")
     p.add_argument("--verbose", action="store_true", help="--describe: more columns")
+    p.add_argument("--metrics-url", metavar="URL",
+                   help="--describe: read the in-flight, oldest-unacked-age and drain-ETA "
+                        "columns from this Prometheus endpoint (default: the coordinator's "
+                        "metrics.listen, when it serves metrics)")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
@@ -259,11 +265,41 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     return _describe_offsets(cluster, groups, args)
 
 
+def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],
+             args: argparse.Namespace) -> sf.Figures | None:
+    """Age and drain figures of the groups' share-partitions (broker/cli/share_figures.py),
+    or None when no metrics endpoint is known."""
+    wanted = {gid for gid, _g, _node in groups}
+    timeout_s = max(1.0, args.timeout / 1000)
+    if args.metrics_url:
+        return sf.parse(sf.scrape(args.metrics_url, timeout_s), wanted)
+    urls: dict[str, None] = {}
+    for gid, _g, _node in groups:
+        node, conn = cluster.coordinator(gid)
+        url = sf.discover_url(conn, node)
+        if url is not None:
+            urls[url] = None
+    if not urls:
+        return None
+    out: sf.Figures = {}
+    for url in urls:
+        try:
+            out.update(sf.parse(sf.scrape(url, timeout_s), wanted))
+        except CliError as exc:
+            print(f"shoal share-groups: note: {exc.message}; the age and drain columns are "
+                  "left out (give --metrics-url)", file=sys.stderr)
+            return None
+    return out
+
+
 def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
                       args: argparse.Namespace) -> int:
     header = ["GROUP", "TOPIC", "PARTITION"] + (["LEADER-EPOCH"] if args.verbose else []) + \
         ["START-OFFSET", "LAG"]
-    rows: list[list[Cell]] = []
+    figures = _figures(cluster, groups, args)
+    if figures is not None:
+        header += ["IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S"]
+    rows: list[list[Any]] = []
     empty: list[str] = []
     failed = 0
     for gid, _g, _node in groups:
@@ -279,8 +315,13 @@ def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
                       f"{hinted(p.error_code, p.error_message)}", file=sys.stderr)
                 continue
             epoch: list[Cell] = [_known(p.leader_epoch)] if args.verbose else []
-            rows.append([gid, topic, p.partition_index, *epoch, _known(p.start_offset),
-                         _known(getattr(p, "lag", UNKNOWN))])
+            row: list[Any] = [gid, topic, p.partition_index, *epoch, _known(p.start_offset),
+                              _known(getattr(p, "lag", UNKNOWN))]
+            if figures is not None:
+                f = figures.get((gid, topic, int(p.partition_index)), sf.PartitionFigures())
+                seconds = sf.json_seconds if args.output == "json" else sf.fmt_seconds
+                row += [f.in_flight, seconds(f.oldest_unacked_s), seconds(f.drain_eta_s)]
+            rows.append(row)
     if args.output == "json" or rows:
         emit(args.output, header, rows)
     for gid in empty if args.output != "json" else []:

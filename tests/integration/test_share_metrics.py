@@ -249,3 +249,45 @@ def test_reset_plan_errors_and_clamping(mb, unique, tmp_path) -> None:
     assert "--from-file names its own topics; drop --topic and --all-topics" in cli.fails(
         "share-groups", "--reset-offsets", "--group", unique, "--topic", unique, "--from-file",
         str(big), code=2)
+
+
+# --------------------------------------------------------------------------- CLI describe
+
+
+def test_cli_describe_shows_in_flight_age_and_eta(mb, unique) -> None:
+    _setup(mb, unique, 10)
+    cli = Cli(mb.bootstrap)
+    where = {"group": unique, "topic": unique, "partition": "0"}
+    describe = ("share-groups", "--describe", "--group", unique)
+    c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+    try:
+        got = _fetch_all(c, 10)
+        for m in got[:-2]:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync(15)
+        _scrape_until(mb, lambda s: s.value("shoal_share_partition_lag", **where) == 2)
+        time.sleep(0.3)
+        # The coordinator serves metrics: the CLI finds them through its metrics.listen.
+        header, row = cli.ok(*describe).splitlines()
+        assert header.split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG",
+                                  "IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S"]
+        cells = row.split()
+        assert cells[:6] == [unique, unique, "0", "8", "2", "2"]
+        assert float(cells[6]) >= 0.3
+        assert 0 < float(cells[7]) < math.inf
+        (doc,) = json.loads(cli.ok(*describe, "--output", "json"))
+        assert doc["in_flight"] == 2 and doc["lag"] == 2 and doc["start_offset"] == 8
+        assert doc["oldest_unacked_s"] >= 0.3 and doc["drain_eta_s"] > 0
+        url = f"http://127.0.0.1:{mb.metrics_port}/metrics"
+        (same,) = json.loads(cli.ok(*describe, "--output", "json", "--metrics-url", url))
+        assert same["in_flight"] == 2
+    finally:
+        c.close()
+    # Released on close: nothing in flight, and the released records keep their age.
+    cli.wait_empty(unique)
+    _scrape_until(mb, lambda s: s.value("shoal_share_partition_acquired_records", **where) == 0)
+    row = cli.ok(*describe).splitlines()[1].split()
+    assert row[4:6] == ["2", "0"] and float(row[6]) > 0
+    bad = cli.run(*describe, "--metrics-url", "http://127.0.0.1:1/metrics")
+    assert bad.returncode == 1 and "cannot read metrics at http://127.0.0.1:1/metrics" in \
+        bad.stderr
