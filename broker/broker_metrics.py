@@ -234,8 +234,9 @@ class BrokerMetrics:
             labels = (key.group_id, topic.name, str(key.partition))
             d = drain.setdefault(key.group_id, [0, 0.0, 0.0])
             rate = sp.drain_rate(now)
-            record_age = age_s(now, figures.appended_ms(topic.name, key.partition,
-                                                        sp.oldest_unacked_offset()))
+            oldest = sp.oldest_unacked_offset()
+            record_age = age_s(now, figures.appended_ms(key.group_id, topic.name,
+                                                        key.partition, oldest))
             fams["shoal_share_partition_loaded"].add(labels, 1)
             fams["shoal_share_archived_records_total"].add(labels, m.archived_records)
             fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
@@ -277,8 +278,8 @@ class BrokerMetrics:
                 continue
             agg = per_group.setdefault(pp.key.group_id, [0, 0, 0.0])
             d = drain.setdefault(pp.key.group_id, [0, 0.0, 0.0])
-            record_age = age_s(now, figures.appended_ms(pp.topic, pp.partition,
-                                                        pp.first_unacked))
+            record_age = age_s(now, figures.appended_ms(pp.key.group_id, pp.topic,
+                                                        pp.partition, pp.first_unacked))
             fams["shoal_share_partition_loaded"].add(labels, 0)
             fams["shoal_share_partition_start_offset"].add(labels, pp.start_offset)
             fams["shoal_share_partition_end_offset"].add(labels, pp.start_offset)

@@ -14,7 +14,8 @@
 
 Columns are Kafka's: ``GROUP TOPIC PARTITION START-OFFSET LAG`` (``LEADER-EPOCH`` with
 --verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S`` when the broker's metrics
-endpoint is known, broker/cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
+endpoint is known, broker/cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
+#PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
 ``GROUP COORDINATOR (ID) STATE #MEMBERS`` (``GROUP-EPOCH ASSIGNMENT-EPOCH``), ``GROUP TOPIC
 PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prints ``-``.
 ``--output json`` prints the same rows as JSON objects.

@@ -7,6 +7,9 @@ import math
 
 import pytest
 
+from broker.cli import share_figures as sf
+from broker.cli.share_groups import read_reset_plan
+from broker.cli.wire import CliError
 from broker.share.drain import (
     DecayingRate,
     age_s,
@@ -116,7 +119,8 @@ def test_drain_rate_counts_completed_records_not_releases() -> None:
     assert p.drain_rate(1_000) == 0.0
     fetch(p, "m", 1_000)
     ack(p, "m", [(0, 9, (ACCEPT,) * 5 + (REJECT,) * 4 + (GAP,))], 1_000)
-    assert p.drain_rate(1_000) == pytest.approx(10.0, rel=0.01)  # 10 records in (at least) one second
+    # 10 records completed, spread over (at least) one second
+    assert p.drain_rate(1_000) == pytest.approx(10.0, rel=0.01)
     m = p.metrics()
     assert m.archived_records == 5  # REJECT and GAP archive
     assert drain_eta_s(90, p.drain_rate(1_000)) == pytest.approx(9.0, rel=0.01)
@@ -138,3 +142,41 @@ def test_lock_timeouts_at_the_delivery_limit_archive_and_drain() -> None:
     assert m.lock_timeouts == 10 and m.archived_records == 10
     assert p.drain_rate(LOCK) == pytest.approx(10.0, rel=0.01)
     assert p.oldest_unacked_offset() == 10
+
+
+# --------------------------------------------------------------------------- the CLI's view
+
+
+def test_cli_reads_the_figures_of_the_asked_groups_from_the_exposition() -> None:
+    text = (
+        "# TYPE shoal_share_partition_drain_eta_seconds gauge\n"
+        'shoal_share_partition_drain_eta_seconds{group="g",topic="t",partition="0"} +Inf\n'
+        'shoal_share_partition_drain_eta_seconds{group="g",topic="t",partition="1"} 12.5\n'
+        'shoal_share_partition_drain_eta_seconds{group="other",topic="t",partition="0"} 1\n'
+        'shoal_share_partition_oldest_unacked_record_age_seconds{group="g",topic="t",'
+        'partition="0"} 3.25\n'
+        'shoal_share_partition_acquired_records{group="g",topic="t",partition="0"} 4\n'
+        'shoal_share_partition_lag{group="g",topic="t",partition="0"} 9\n'
+        'shoal_share_partition_acquired_records{group="we\\"ird",topic="t",partition="0"} 2\n'
+    )
+    got = sf.parse(text, {"g", 'we"ird'})
+    assert got[("g", "t", 0)] == sf.PartitionFigures(in_flight=4, oldest_unacked_s=3.25,
+                                                     drain_eta_s=math.inf)
+    assert got[("g", "t", 1)].drain_eta_s == 12.5 and got[("g", "t", 1)].in_flight is None
+    assert got[('we"ird', "t", 0)].in_flight == 2
+    assert ("other", "t", 0) not in got
+    assert [sf.fmt_seconds(v) for v in (None, -1.0, math.inf, 3.25)] == [None, None, "inf", "3.2"]
+    assert [sf.json_seconds(v) for v in (None, math.inf, 3.25)] == [None, None, 3.25]
+
+
+def test_reset_plan_formats(tmp_path) -> None:
+    plan = tmp_path / "plan.csv"
+    plan.write_text("# exported\n\norders, 0, 15\norders,1,0\ng2,orders,2,9\ng1,orders,2,7\n")
+    assert read_reset_plan(str(plan), "g1") == {("orders", 0): 15, ("orders", 1): 0,
+                                                ("orders", 2): 7}
+    plan.write_text("g2,orders,2,9\n")
+    with pytest.raises(CliError, match="no line for group 'g1'"):
+        read_reset_plan(str(plan), "g1")
+    plan.write_text("orders,0,-4\n")
+    with pytest.raises(CliError, match="line 1: partition and offset must not be negative"):
+        read_reset_plan(str(plan), "g1")
