@@ -275,8 +275,12 @@ def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],
     if args.metrics_url:
         return sf.parse(sf.scrape(args.metrics_url, timeout_s), wanted)
     urls: dict[str, None] = {}
+    asked: set[int] = set()  # one DescribeConfigs per coordinator, not per group
     for gid, _g, _node in groups:
         node, conn = cluster.coordinator(gid)
+        if node.node_id in asked:
+            continue
+        asked.add(node.node_id)
         url = sf.discover_url(conn, node)
         if url is not None:
             urls[url] = None
