@@ -19,9 +19,10 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer
 
 from tests.integration.helpers import create_topic
-from tests.integration.test_cli import Cli
 from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
+from tests.integration.test_cli import Cli
 from tests.integration.test_metrics import MetricsBroker, Scrape, scrape
+from tests.unit.test_metrics import assert_valid_exposition
 
 AGE = "shoal_share_partition_oldest_unacked_record_age_seconds"
 ETA = "shoal_share_partition_drain_eta_seconds"
@@ -97,6 +98,7 @@ def test_age_grows_while_a_record_is_held_and_drops_once_acknowledged(mb, unique
     assert after.value("shoal_share_partition_acquired_records", **where) == 0
     assert after.value("shoal_share_acknowledgements_total", **where, type="accept") == 20
     assert after.types[AGE] == "gauge"
+    assert_valid_exposition(after.text)  # every family typed once, +Inf/floats well formed
     assert after.types["shoal_share_archived_records_total"] == "counter"
 
 
@@ -152,6 +154,7 @@ def test_after_a_restart_figures_exist_before_any_fetch(tmp_path: Path, unique: 
         assert s.value("shoal_share_group_lag", group=unique) == 7
         assert "shoal_share_partition_drain_eta_seconds{" in s.text
         assert f'{ETA}{{group="{unique}",topic="{unique}",partition="0"}} +Inf' in s.text
+        assert_valid_exposition(s.text)
     finally:
         b.stop()
 
