@@ -9,9 +9,12 @@ delivery-limit archives) is read by collectors when ``/metrics`` is scraped, so 
 between scrapes.
 
 Lag follows KIP-1226: log end offset - share-partition start offset - records already
-acknowledged or archived at/after the start offset. Only share-partitions loaded on this broker
-(fetched from since it started) are reported; the README's Metrics section lists every metric
-with its Kafka JMX counterpart.
+acknowledged or archived at/after the start offset. Share-partitions loaded on this broker are
+reported from their live window; every other share-partition with state at the local share
+coordinator from that persisted state (broker/share_figures.py: cached per scrape interval, at
+most MAX_SHARE_PARTITION_SERIES). Age and drain figures (oldest unacknowledged record age from its
+append time, drain rate, drain ETA) are defined in broker/share/drain.py. The README's Metrics
+section lists every metric with its Kafka JMX counterpart.
 """
 
 from __future__ import annotations
