@@ -9,9 +9,12 @@ delivery-limit archives) is read by collectors when ``/metrics`` is scraped, so 
 between scrapes.
 
 Lag follows KIP-1226: log end offset - share-partition start offset - records already
-acknowledged or archived at/after the start offset. Only share-partitions loaded on this broker
-(fetched from since it started) are reported; the README's Metrics section lists every metric
-with its Kafka JMX counterpart.
+acknowledged or archived at/after the start offset. Share-partitions loaded on this broker are
+reported from their live window; every other share-partition with state at the local share
+coordinator from that persisted state (broker/share_figures.py: cached per scrape interval, at
+most MAX_SHARE_PARTITION_SERIES). Age and drain figures (oldest unacknowledged record age from its
+append time, drain rate, drain ETA) are defined in broker/share/drain.py. The README's Metrics
+section lists every metric with its Kafka JMX counterpart.
 
 Consumer groups (classic, and consumer-type groups as the group service lists them) are read
 through ``ShareGroupService.consumer_groups`` at scrape time: state and members per group,
@@ -28,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.metrics import Family, Registry
+from broker.share.drain import age_s, drain_eta_s
 from broker.share.record_state import AckType
+from broker.share_admin import share_lag
+from broker.share_figures import MAX_SHARE_PARTITION_SERIES, ShareFigures
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -131,6 +137,8 @@ class BrokerMetrics:
             "Operations the authorizer refused to a client, by ACL operation and resource type "
             "(probes that only filter an answer, such as Metadata for all topics, not counted).",
             ("operation", "resource_type"))
+        # Age and drain figures, including share-partitions not loaded here (scrape-time cache).
+        self.share_figures = ShareFigures(broker)
         r.add_collector(self._collect_broker)
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)
@@ -197,6 +205,23 @@ class BrokerMetrics:
              "Records whose acquisition lock expired before they were acknowledged."),
             ("shoal_share_delivery_limit_archived_records_total", "counter",
              "Records archived because they reached the delivery count limit."),
+            ("shoal_share_archived_records_total", "counter",
+             "Records archived by REJECT or GAP acknowledgements or at the delivery count "
+             "limit."),
+            ("shoal_share_partition_oldest_unacked_record_age_seconds", "gauge",
+             "Seconds since the oldest record not yet acknowledged or archived (acquired, "
+             "released, in redelivery backoff or never delivered) at or after the start offset "
+             "was appended (its log batch timestamp; redelivery does not reset it); 0 when none "
+             "is."),
+            ("shoal_share_partition_drain_rate", "gauge",
+             "Records completed (acknowledged or archived) per second, exponentially weighted "
+             "over the last minute, since the share-partition was loaded here."),
+            ("shoal_share_partition_drain_eta_seconds", "gauge",
+             "Lag divided by the drain rate: 0 without lag, +Inf when records wait and none "
+             "completes."),
+            ("shoal_share_partition_loaded", "gauge",
+             "1 when the share-partition is loaded on this broker, 0 when its figures come "
+             "from the persisted share state (nobody fetched it since the broker started)."),
         )}
         acks = Family("shoal_share_acknowledgements_total", "counter",
                       "Records acknowledged, by acknowledgement type.",
@@ -208,14 +233,34 @@ class BrokerMetrics:
                            "Largest shoal_share_partition_oldest_unacked_age_seconds of the "
                            "group.", ("group",))
         per_group: dict[str, list[float]] = {}  # group -> [partitions, lag, age]
-        for key, sp in sorted(b.shares.partitions.partitions().items(),
+        # group -> [lag, drain rate, oldest unacked record age]
+        drain: dict[str, list[float]] = {}
+        figures = self.share_figures
+        live = b.shares.partitions.partitions()
+        series = 0
+        for key, sp in sorted(live.items(),
                               key=lambda kv: (kv[0].group_id, str(kv[0].topic_id),
                                               kv[0].partition)):
             topic = b.topics.by_id(key.topic_id)
             if topic is None:
                 continue
+            series += 1
+            if series > MAX_SHARE_PARTITION_SERIES:
+                continue
             m = sp.metrics()
             labels = (key.group_id, topic.name, str(key.partition))
+            d = drain.setdefault(key.group_id, [0, 0.0, 0.0])
+            rate = sp.drain_rate(now)
+            oldest = sp.oldest_unacked_offset()
+            record_age = age_s(now, figures.appended_ms(key.group_id, topic.name,
+                                                        key.partition, oldest))
+            fams["shoal_share_partition_loaded"].add(labels, 1)
+            fams["shoal_share_archived_records_total"].add(labels, m.archived_records)
+            fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
+                                                                                 record_age)
+            fams["shoal_share_partition_drain_rate"].add(labels, rate)
+            d[1] += rate
+            d[2] = max(d[2], record_age)
             agg = per_group.setdefault(key.group_id, [0, 0, 0.0])
             agg[0] += 1
             fams["shoal_share_partition_start_offset"].add(labels, m.start_offset)
@@ -227,7 +272,10 @@ class BrokerMetrics:
             if lg is not None:
                 lag = max(0, lg.log_end_offset - m.start_offset - m.delivery_complete_count)
                 fams["shoal_share_partition_lag"].add(labels, lag)
+                fams["shoal_share_partition_drain_eta_seconds"].add(labels,
+                                                                    drain_eta_s(lag, rate))
                 agg[1] += lag
+                d[0] += lag
             at = m.oldest_unacked_acquired_at_ms
             age = max(0.0, (now - at) / 1000) if at is not None else 0.0
             fams["shoal_share_partition_oldest_unacked_age_seconds"].add(labels, age)
@@ -237,6 +285,61 @@ class BrokerMetrics:
                 labels, m.delivery_limit_archives)
             for t in AckType:
                 acks.add((*labels, t.name.lower()), m.acks.get(t, 0))
+        for pp in figures.persisted(live):
+            series += 1
+            if series > MAX_SHARE_PARTITION_SERIES:
+                break
+            labels = (pp.key.group_id, pp.topic, str(pp.partition))
+            lg = b.logs.get(pp.topic, pp.partition)
+            if lg is None:
+                continue
+            agg = per_group.setdefault(pp.key.group_id, [0, 0, 0.0])
+            d = drain.setdefault(pp.key.group_id, [0, 0.0, 0.0])
+            record_age = age_s(now, figures.appended_ms(pp.key.group_id, pp.topic,
+                                                        pp.partition, pp.first_unacked))
+            fams["shoal_share_partition_loaded"].add(labels, 0)
+            fams["shoal_share_partition_start_offset"].add(labels, pp.start_offset)
+            fams["shoal_share_partition_end_offset"].add(labels, pp.start_offset)
+            for name in ("shoal_share_partition_in_flight_records",
+                         "shoal_share_partition_in_flight_batches",
+                         "shoal_share_partition_acquired_records",
+                         "shoal_share_acquisition_lock_timeouts_total",
+                         "shoal_share_delivery_limit_archived_records_total",
+                         "shoal_share_archived_records_total",
+                         "shoal_share_partition_oldest_unacked_age_seconds",
+                         "shoal_share_partition_drain_rate"):
+                fams[name].add(labels, 0)
+            for t in AckType:
+                acks.add((*labels, t.name.lower()), 0)
+            fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
+                                                                                 record_age)
+            d[2] = max(d[2], record_age)
+            lag = share_lag(lg.log_end_offset, pp.start_offset, pp.delivery_complete_count)
+            if lag >= 0:
+                fams["shoal_share_partition_lag"].add(labels, lag)
+                fams["shoal_share_partition_drain_eta_seconds"].add(labels, drain_eta_s(lag, 0.0))
+                agg[1] += lag
+                d[0] += lag
+        dropped = max(0, series - MAX_SHARE_PARTITION_SERIES)
+        yield Family("shoal_share_partition_series_dropped", "gauge",
+                     "Share-partitions left out of the per-partition share metrics this scrape "
+                     f"(more than {MAX_SHARE_PARTITION_SERIES}).", samples=[((), dropped)])
+        group_record_age = Family(
+            "shoal_share_group_oldest_unacked_record_age_seconds", "gauge",
+            "Largest shoal_share_partition_oldest_unacked_record_age_seconds of the group.",
+            ("group",))
+        group_rate = Family("shoal_share_group_drain_rate", "gauge",
+                            "Sum of shoal_share_partition_drain_rate over the group.", ("group",))
+        group_eta = Family("shoal_share_group_drain_eta_seconds", "gauge",
+                           "shoal_share_group_lag / shoal_share_group_drain_rate (0 without "
+                           "lag, +Inf when records wait and none completes).", ("group",))
+        for group, (lag, rate, record_age) in sorted(drain.items()):
+            group_record_age.add((group,), record_age)
+            group_rate.add((group,), rate)
+            group_eta.add((group,), drain_eta_s(int(lag), rate))
+        yield group_record_age
+        yield group_rate
+        yield group_eta
         for group, (n, lag, age) in sorted(per_group.items()):
             loaded.add((group,), n)
             group_lag.add((group,), lag)

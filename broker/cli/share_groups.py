@@ -7,11 +7,15 @@
                        (--topic T[:P,P...] ... | --all-topics)
                        (--to-earliest | --to-latest | --to-datetime DT | --to-offset N)
                        [--dry-run | --execute]
+    shoal share-groups --bootstrap-server B --reset-offsets --group G --from-file PLAN.csv
+                       [--dry-run | --execute]
     shoal share-groups --bootstrap-server B --delete-offsets --group G --topic T ...
     shoal share-groups --bootstrap-server B --delete (--group G ... | --all-groups)
 
 Columns are Kafka's: ``GROUP TOPIC PARTITION START-OFFSET LAG`` (``LEADER-EPOCH`` with
---verbose), ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
+--verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S`` when the broker's metrics
+endpoint is known, broker/cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
+#PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
 ``GROUP COORDINATOR (ID) STATE #MEMBERS`` (``GROUP-EPOCH ASSIGNMENT-EPOCH``), ``GROUP TOPIC
 PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prints ``-``.
 ``--output json`` prints the same rows as JSON objects.
@@ -19,12 +23,20 @@ PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prin
 RPCs: ListGroups (every broker), ShareGroupDescribe, DescribeShareGroupOffsets,
 AlterShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups (the group coordinator),
 Metadata and ListOffsets (partition leaders) for resets. A reset, like Kafka's, needs an inactive
-group (Empty or not existing); without --execute it is a dry run.
+group (Empty or not existing); without --execute it is a dry run. A group that does not exist
+yet is created by the reset (AlterShareGroupOffsets), so its first consumer starts there.
+
+``--from-file`` reads a reset plan in Kafka's CSV format (KAFKA-20524, as kafka-consumer-groups.sh
+``--export`` writes it): one ``topic,partition,offset`` line per partition, or
+``group,topic,partition,offset`` lines of which those of ``--group`` are used. Blank lines and
+``#`` comments are skipped. Every topic and partition must exist; an offset outside the log is
+moved to the log start or end, with a warning on stderr, as ``--to-offset`` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -33,6 +45,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cli import new_parser, open_cluster, run_command
+from broker.cli import share_figures as sf
 from broker.cli.output import Cell, emit, print_json
 from client.admin_wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
@@ -87,11 +100,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--offsets", action="store_true", help="--describe: offsets (default)")
     p.add_argument("--members", action="store_true", help="--describe: members")
     p.add_argument("--verbose", action="store_true", help="--describe: more columns")
+    p.add_argument("--metrics-url", metavar="URL",
+                   help="--describe: read the in-flight, oldest-unacked-age and drain-ETA "
+                        "columns from this Prometheus endpoint (default: the coordinator's "
+                        "metrics.listen, when it serves metrics)")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-datetime", metavar="YYYY-MM-DDThh:mm:ss.sss")
     to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--from-file", metavar="PLAN.csv",
+                    help="--reset-offsets: a CSV reset plan, topic,partition,offset per line")
     run = p.add_mutually_exclusive_group()
     run.add_argument("--dry-run", action="store_true")
     run.add_argument("--execute", action="store_true")
@@ -119,12 +138,15 @@ def _check(args: argparse.Namespace) -> None:
     elif args.reset_offsets:
         if len(args.group) != 1:
             err("--reset-offsets needs exactly one --group")
-        if bool(args.topic) == args.all_topics:
+        if args.from_file is not None:
+            if args.topic or args.all_topics:
+                err("--from-file names its own topics; drop --topic and --all-topics")
+        elif bool(args.topic) == args.all_topics:
             err("--reset-offsets needs --topic or --all-topics")
         if not (args.to_earliest or args.to_latest or args.to_datetime is not None
-                or args.to_offset is not None):
+                or args.to_offset is not None or args.from_file is not None):
             err("--reset-offsets needs one of --to-earliest, --to-latest, --to-datetime, "
-                "--to-offset")
+                "--to-offset, --from-file")
     elif args.delete_offsets:
         if len(args.group) != 1 or not args.topic:
             err("--delete-offsets needs one --group and at least one --topic")
@@ -244,11 +266,45 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     return _describe_offsets(cluster, groups, args)
 
 
+def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],
+             args: argparse.Namespace) -> sf.Figures | None:
+    """Age and drain figures of the groups' share-partitions (broker/cli/share_figures.py),
+    or None when no metrics endpoint is known."""
+    wanted = {gid for gid, _g, _node in groups}
+    timeout_s = max(1.0, args.timeout / 1000)
+    if args.metrics_url:
+        return sf.parse(sf.scrape(args.metrics_url, timeout_s), wanted)
+    urls: dict[str, None] = {}
+    asked: set[int] = set()  # one DescribeConfigs per coordinator, not per group
+    for gid, _g, _node in groups:
+        node, conn = cluster.coordinator(gid)
+        if node.node_id in asked:
+            continue
+        asked.add(node.node_id)
+        url = sf.discover_url(conn, node)
+        if url is not None:
+            urls[url] = None
+    if not urls:
+        return None
+    out: sf.Figures = {}
+    for url in urls:
+        try:
+            out.update(sf.parse(sf.scrape(url, timeout_s), wanted))
+        except CliError as exc:
+            print(f"shoal share-groups: note: {exc.message}; the age and drain columns are "
+                  "left out (give --metrics-url)", file=sys.stderr)
+            return None
+    return out
+
+
 def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
                       args: argparse.Namespace) -> int:
     header = ["GROUP", "TOPIC", "PARTITION"] + (["LEADER-EPOCH"] if args.verbose else []) + \
         ["START-OFFSET", "LAG"]
-    rows: list[list[Cell]] = []
+    figures = _figures(cluster, groups, args)
+    if figures is not None:
+        header += ["IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S"]
+    rows: list[list[Any]] = []
     empty: list[str] = []
     failed = 0
     for gid, _g, _node in groups:
@@ -264,8 +320,13 @@ def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
                       f"{hinted(p.error_code, p.error_message)}", file=sys.stderr)
                 continue
             epoch: list[Cell] = [_known(p.leader_epoch)] if args.verbose else []
-            rows.append([gid, topic, p.partition_index, *epoch, _known(p.start_offset),
-                         _known(getattr(p, "lag", UNKNOWN))])
+            row: list[Any] = [gid, topic, p.partition_index, *epoch, _known(p.start_offset),
+                              _known(getattr(p, "lag", UNKNOWN))]
+            if figures is not None:
+                f = figures.get((gid, topic, int(p.partition_index)), sf.PartitionFigures())
+                seconds = sf.json_seconds if args.output == "json" else sf.fmt_seconds
+                row += [f.in_flight, seconds(f.oldest_unacked_s), seconds(f.drain_eta_s)]
+            rows.append(row)
     if args.output == "json" or rows:
         emit(args.output, header, rows)
     for gid in empty if args.output != "json" else []:
@@ -419,16 +480,108 @@ def _targets(cluster: Cluster, args: argparse.Namespace,
     return {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in latest}
 
 
+MAX_PLAN_LINES = 100_000
+
+
+def read_reset_plan(path: str, group_id: str) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> offset from a CSV reset plan (module doc for the format).
+
+    Raises:
+        CliError: the file cannot be read, a line is malformed, a partition appears twice,
+            or no line applies to ``group_id`` (exit code 2, a usage error).
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise CliError(f"cannot read the reset plan {path}: {exc.strerror or exc}",
+                       exit_code=2) from None
+    if len(lines) > MAX_PLAN_LINES:
+        raise CliError(f"the reset plan {path} has {len(lines)} lines; at most "
+                       f"{MAX_PLAN_LINES} are accepted", exit_code=2)
+    plan: dict[tuple[str, int], int] = {}
+    for n, row in enumerate(csv.reader(lines), start=1):
+        fields = [f.strip() for f in row]
+        if not fields or not any(fields) or fields[0].startswith("#"):
+            continue
+        if len(fields) == 4:
+            if fields[0] != group_id:
+                continue  # another group's line in a multi-group plan
+            fields = fields[1:]
+        if len(fields) != 3 or not fields[0]:
+            raise CliError(f"{path} line {n}: expected topic,partition,offset (or "
+                           f"group,topic,partition,offset), got {','.join(row)!r}", exit_code=2)
+        topic, partition, offset = fields
+        try:
+            p, off = int(partition), int(offset)
+        except ValueError:
+            raise CliError(f"{path} line {n}: partition and offset must be integers, got "
+                           f"{partition!r} and {offset!r}", exit_code=2) from None
+        if p < 0 or off < 0:
+            raise CliError(f"{path} line {n}: partition and offset must not be negative",
+                           exit_code=2)
+        if (topic, p) in plan:
+            raise CliError(f"{path} line {n}: {topic}-{p} appears twice in the plan",
+                           exit_code=2)
+        plan[(topic, p)] = off
+    if not plan:
+        raise CliError(f"the reset plan {path} has no line for group {group_id!r}",
+                       exit_code=2)
+    return plan
+
+
+def _plan_scope(cluster: Cluster, args: argparse.Namespace,
+                plan: dict[tuple[str, int], int]) -> dict[str, list[int]]:
+    """The plan's partitions by topic, each checked to exist."""
+    scope: dict[str, list[int]] = {}
+    for t, p in sorted(plan):
+        scope.setdefault(t, []).append(p)
+    meta = cluster.existing_topics(scope)
+    for name, parts in scope.items():
+        t = meta.get(name)
+        if t is None:
+            raise CliError(f"topic {name!r} in {args.from_file} does not exist; check the "
+                           f"name with shoal topics --bootstrap-server {args.bootstrap_server} "
+                           "--list")
+        bad = [p for p in parts if p not in t.partitions]
+        if bad:
+            raise CliError(f"topic {name!r} in {args.from_file} has no partition {bad[0]} "
+                           f"(it has {len(t.partitions)}); fix the plan")
+    return scope
+
+
+def _clamped_plan(cluster: Cluster, plan: dict[tuple[str, int], int],
+                  scope: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+    """The plan with every offset moved into [log start, log end], warning for each."""
+    earliest = list_offsets(cluster, scope, EARLIEST)
+    latest = list_offsets(cluster, scope, LATEST)
+    out = {}
+    for (t, p), off in sorted(plan.items()):
+        lo, hi = earliest[(t, p)], latest[(t, p)]
+        if off < lo:
+            print(f"shoal share-groups: warning: offset {off} of {t}-{p} is below the log "
+                  f"start offset {lo}; using {lo}", file=sys.stderr)
+        elif off > hi:
+            print(f"shoal share-groups: warning: offset {off} of {t}-{p} is past the log end "
+                  f"offset {hi}; using {hi}", file=sys.stderr)
+        out[(t, p)] = min(max(off, lo), hi)
+    return out
+
+
 def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
     gid = args.group[0]
+    plan = read_reset_plan(args.from_file, gid) if args.from_file is not None else None
     found = describe_group(cluster, gid)
     if found is not None and found[0].members:
         g = found[0]
         raise CliError(f"share group {gid!r} is {g.group_state} with {len(g.members)} "
                        "member(s); stop its consumers before resetting offsets")
     _, conn = cluster.coordinator(gid)
-    scope = _reset_scope(cluster, args, conn)
-    targets = _targets(cluster, args, scope)
+    if plan is not None:
+        targets = _clamped_plan(cluster, plan, _plan_scope(cluster, args, plan))
+    else:
+        scope = _reset_scope(cluster, args, conn)
+        targets = _targets(cluster, args, scope)
     rows: list[list[Cell]] = [[gid, t, p, off] for (t, p), off in sorted(targets.items())]
     if not args.execute:
         if not args.dry_run and args.output != "json":

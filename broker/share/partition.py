@@ -63,6 +63,7 @@ from broker.share.acquisition import (
     select,
 )
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
+from broker.share.drain import DecayingRate
 from broker.share.inflight import (
     InFlightBatch,
     InFlightCache,
@@ -142,6 +143,10 @@ class SharePartition:
         self._lock_timeouts = 0
         self._limit_archives = 0
         self._acks: dict[AckType, int] = {t: 0 for t in AckType}
+        # Age and drain metrics (broker/share/drain.py): records archived (REJECT, GAP, delivery
+        # limit) and the rate at which records complete, updated once per committed change.
+        self._archived = 0
+        self._drain = DecayingRate()
 
     # ------------------------------------------------------------------ loading
 
@@ -458,6 +463,7 @@ class SharePartition:
         """
         found_available = False
         released: list[tuple[int, int, RecordInfo]] = []
+        completed = 0
         for lo, hi, info in self._pending_units(token, ranges):
             pending = info.pending
             assert pending is not None
@@ -465,8 +471,13 @@ class SharePartition:
             if pending.target is RecordState.AVAILABLE:
                 found_available = True
                 released.append((lo, hi, info))
+            else:
+                completed += hi - lo + 1
+                if pending.target is RecordState.ARCHIVED:
+                    self._archived += hi - lo + 1
             if pending.at_limit:
                 self._limit_archives += hi - lo + 1
+        self._drain.record(completed, now_ms)
         if released:
             cfg = self._config()
             if cfg.delivery_backoff_ms > 0:
@@ -621,6 +632,7 @@ class SharePartition:
         """
         released: list[tuple[int, int]] = []
         backoff = cfg.delivery_backoff_ms > 0
+        limit_archives = self._limit_archives
         held: list[tuple[int, int, RecordInfo]] = []
         for lo, hi in ranges:
             self._cache.carve(lo, hi, self._start)
@@ -650,6 +662,10 @@ class SharePartition:
                             self._lock_timeouts += 1
         if held:
             self._hold(held, cfg, now_ms)
+        archived = self._limit_archives - limit_archives
+        if archived:
+            self._archived += archived
+            self._drain.record(archived, now_ms)
         return merge_ranges(released)
 
     def _release_unit(self, lo: int, hi: int, info: RecordInfo, cfg: SharePartitionConfig) -> None:
@@ -749,6 +765,18 @@ class SharePartition:
         """Acquisition time of the oldest record still ACQUIRED (acks in flight included)."""
         return oldest_acquired_at(self._cache)
 
+    def oldest_unacked_offset(self) -> int:
+        """The first offset at/after the SPSO not yet acknowledged or archived (acquired,
+        available again, in backoff, or never delivered), or the next new offset when every
+        cached one is done. Its log batch's timestamp is the age of the oldest unacknowledged
+        record (broker/share/drain.py); cheap, as the SPSO already sits on such a record."""
+        return advance_start(self._cache, self._start)
+
+    def drain_rate(self, now_ms: int) -> float:
+        """Records completed (acknowledged or archived) per second, weighted over the last
+        minute (broker/share/drain.py)."""
+        return self._drain.rate(now_ms)
+
     def metrics(self) -> ShareMetrics:
         in_flight = acquired = 0
         last = self._cache.last_offset
@@ -767,6 +795,7 @@ class SharePartition:
             lock_timeouts=self._lock_timeouts,
             delivery_limit_archives=self._limit_archives,
             acks=dict(self._acks),
+            archived_records=self._archived,
         )
 
     def offset_view(self, offset: int) -> OffsetView | None:

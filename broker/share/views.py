@@ -70,3 +70,5 @@ class ShareMetrics:
     lock_timeouts: int
     delivery_limit_archives: int
     acks: dict[AckType, int] = field(default_factory=dict)
+    # Records archived here by REJECT/GAP acknowledgements or at the delivery limit (counter).
+    archived_records: int = 0
