@@ -95,6 +95,9 @@ def _ms(td: Any) -> int:
     return max(0, int(td.total_seconds() * 1000)) if isinstance(td, timedelta) else int(td)
 
 
+_ACQUIRE_MODES = frozenset(int(m) for m in AcquireMode)
+
+
 async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     svc: ShareService = broker.shares
@@ -111,6 +114,11 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     problem = request_problem(group, member)
     if problem:
         return top(ErrorCode.invalid_request, problem)
+    acquire_mode = getattr(req, "share_acquire_mode", 0) or 0
+    if acquire_mode not in _ACQUIRE_MODES:
+        return top(ErrorCode.invalid_request,
+                   f"ShareAcquireMode {acquire_mode} is not one of "
+                   f"{', '.join(f'{v} ({n})' for n, v in AcquireMode.__members__.items())}")
     epoch = req.share_session_epoch
     is_renew = bool(getattr(req, "is_renew_ack", False))
     has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
@@ -163,7 +171,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
     if is_renew or req.max_records <= 0 or req.max_bytes <= 0:
         return top(ErrorCode.none, None, _responses(m, ctx, unknown, acks, (), full=epoch == 0))
 
-    mode = AcquireMode(getattr(req, "share_acquire_mode", 0) or 0)
+    mode = AcquireMode(acquire_mode)
     deadline = broker.clock.monotonic_ms() + max_wait_ms
     order = list(session.partitions)
     if order:

@@ -321,6 +321,27 @@ def test_renew_fetch_must_not_ask_for_records(mk) -> None:
     assert a.c.call(78, 2, body).error_code == ErrorCode.invalid_request
 
 
+def test_unknown_share_acquire_mode_is_invalid_request_and_changes_nothing(mk) -> None:
+    """ShareFetch v2 with a ShareAcquireMode that is neither 0 nor 1 (the fuzzer sent -128) is
+    refused as a whole before any acknowledgement in it is applied; the session goes on."""
+    a = mk()
+    assert [r[:2] for r in a.acquire(10)] == [(0, 9)]
+    m = codec.request_module(78, 2)
+    fetch_part = m.FetchPartition(partition_index=0, acknowledgement_batches=(
+        m.AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=(1,)),))
+    body = m.ShareFetchRequest(group_id=a.group, member_id=a.member_id,
+                               share_session_epoch=a.epoch, max_wait=timedelta(milliseconds=100),
+                               min_bytes=0, max_bytes=1 << 20, max_records=10, batch_size=10,
+                               share_acquire_mode=-128, is_renew_ack=False,
+                               topics=(m.FetchTopic(topic_id=a.tid, partitions=(fetch_part,)),),
+                               forgotten_topics_data=())
+    resp = a.c.call(78, 2, body)
+    assert resp.error_code == ErrorCode.invalid_request
+    assert "ShareAcquireMode -128" in (resp.error_message or "")
+    # The ACCEPT in the refused request was not applied: releasing the ten still works.
+    assert part(a.ack({0: [(0, 9, (2,))]})).error_code == ErrorCode.none
+
+
 def test_share_session_limit_reached_and_freed_by_closing(tmp_path: Path, unique: str) -> None:
     b = BrokerProcess(tmp_path / "data", overrides={"group.share.max.share.sessions": "1",
                                                     "group.share.max.size": "1"})
