@@ -106,6 +106,14 @@ class LogConfig:
     index_interval_bytes: int = 4096  # index.interval.bytes
     flush_interval_messages: int = LONG_MAX  # flush.messages; the default leaves it to the OS
     flush_interval_ms: int | None = None  # flush.ms; None leaves it to the OS
+    # cleanup.policy: "delete" in it deletes old segments (retention above), "compact" has the
+    # log cleaner keep the latest record per key (persister/cleaner.py).
+    delete_policy: bool = True
+    compact_policy: bool = False
+    min_cleanable_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    delete_retention_ms: int = DAY_MS  # delete.retention.ms (tombstones)
 
     def __post_init__(self) -> None:
         if not 1 <= self.segment_bytes <= INT32_MAX:
@@ -737,8 +745,8 @@ class PartitionLog:
 
     def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole non-active segments past ``retention_ms`` (by their largest timestamp) or
-        while the log exceeds ``retention_bytes`` by at least that segment, plus segments wholly
-        below the log start offset. Only segments whose successor starts at or below
+        while the log exceeds ``retention_bytes`` by at least that segment (only with the
+        ``delete`` cleanup policy), plus segments wholly below the log start offset. Only segments whose successor starts at or below
         ``high_watermark`` (default the log end offset) go. Returns the number deleted.
 
         Segments without any timestamp fall back to the file's modification time (as Kafka does).
@@ -764,7 +772,8 @@ class PartitionLog:
                         break
                     below_start = next_base <= self._log_start_offset
                     too_big = excess is not None and excess >= seg.size
-                    if not (below_start or too_big or self._expired(seg, now_ms)):
+                    if not (below_start or (cfg.delete_policy and (
+                            too_big or self._expired(seg, now_ms)))):
                         break
                     if excess is not None:
                         excess -= seg.size
