@@ -7,6 +7,8 @@ Layout of a partition directory::
     00000000000000000000.timeindex  ``persister/segment.py``)
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
+    cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
+    *.cleaned, *.swap               a cleaned segment being swapped in (persister/segment_swap.py)
     .clean-shutdown                 written by close(); removed by open()
 
 This module holds the segment list and everything that spans segments: opening and recovering
@@ -15,9 +17,10 @@ the checkpoints. One segment (its files, in-memory index, appends, seal and the 
 unflushed tail) is ``persister.segment.Segment``.
 
 Invariants:
-- Offsets are dense: the first batch of a segment starts at the segment's base offset (its file
-  name) and each batch starts at the previous batch's last offset + 1. Segment *k+1* starts at the
-  end offset of segment *k*; only the last segment (the active one) is appended to.
+- Offsets increase: batches of a segment start at or after its base offset (its file name) and
+  each batch starts after the previous batch's last offset; appends keep them dense, the log
+  cleaner leaves gaps (``persister/cleaner.py``). Segment *k+1* starts at or after the end offset
+  of segment *k*; only the last segment (the active one) is appended to, and never cleaned.
 - Everything below the recovery point is fsynced (data and index files). Startup after a crash
   validates only the batches after the last index entry below the recovery point, so its cost
   follows the unflushed tail, not the log size. Sealed segments load their index on first use
@@ -52,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops
+from persister import fileops, segment_swap
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
 from persister.log_dir import LogDir, LogDirOfflineError
 from persister.segment import (
@@ -85,6 +88,8 @@ LONG_MAX = (1 << 63) - 1
 
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
+# The log cleaner's first dirty offset: everything below it has been compacted.
+CLEANER_CHECKPOINT = "cleaner-offset.checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 _TMP_SUFFIX = ".tmp"
 _CHECKPOINT_VERSION = 0
@@ -158,6 +163,11 @@ class PartitionLog:
         self._flushed = 0
         self._unflushed_since_ms: int | None = None
         self._since_snapshot_ms: int | None = None
+        # The log cleaner's first dirty offset (CLEANER_CHECKPOINT).
+        self._cleaner_offset = 0
+        # Test seam: called with a stage name during a cleaned-segment swap ("cleaned",
+        # "committed", "installed"); raising there stands for a crash at that point.
+        self.swap_fault: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._retention_lock = threading.Lock()
@@ -192,6 +202,9 @@ class PartitionLog:
         return log
 
     def _recover(self, now_ms: int) -> None:
+        # A crash during a cleaned-segment swap: finish it or drop it before listing segments.
+        segment_swap.complete_swaps(self.directory)
+        self._cleaner_offset = _read_checkpoint(self.directory / CLEANER_CHECKPOINT) or 0
         names = os.listdir(self.directory)
         for name in names:
             if name.endswith(_TMP_SUFFIX):
@@ -276,7 +289,8 @@ class PartitionLog:
         expected = segments[k].base_offset
         for j in range(k, len(segments)):
             seg = segments[j]
-            if seg.base_offset != expected:
+            # A cleaned segment may end before the next one starts (a compaction gap).
+            if seg.base_offset < expected:
                 _log.warning("%s: segment %d does not follow offset %d; deleting it and later ones",
                              self.directory, seg.base_offset, expected)
                 self._drop_segments_from(j)
@@ -289,7 +303,10 @@ class PartitionLog:
             end, expected = seg.recover(self.config.index_interval_bytes)
             self._dir_dirty = True
             seg.dirty = True
-            if end < seg.size or (seg.size == 0 and j < len(segments) - 1):
+            # An empty segment followed by others lost its data in a crash, unless it is below
+            # the recovery point: the cleaner may have emptied a flushed segment.
+            empty = seg.size == 0 and j < len(segments) - 1 and seg.base_offset >= recovery_point
+            if end < seg.size or empty:
                 _log.warning("%s: torn or corrupt batch: truncating segment %d at %d of %d bytes",
                              self.directory, seg.base_offset, end, seg.size)
                 seg.truncate(end)
@@ -477,6 +494,14 @@ class PartitionLog:
             i = bisect.bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
             pos, first = self._locate(seg, offset)
+            while pos >= seg.size and i + 1 < len(self._segments):
+                # ``offset`` falls in a compaction gap at the end of a segment: the next
+                # records are in a later segment (Kafka's fetch reads on the same way).
+                i += 1
+                seg = self._segments[i]
+                pos, first = self._locate(seg, seg.base_offset)
+            if pos >= seg.size or first >= bound:
+                return ReadResult(b"", offset, offset, lso, leo)
             start_offset = first
             parts: list[bytes] = []
             remaining = max(1, max_bytes)
@@ -629,8 +654,8 @@ class PartitionLog:
         return lso, leo
 
     def _locate(self, seg: Segment, offset: int) -> tuple[int, int]:
-        """Position and base offset of the batch holding ``offset`` in ``seg`` (index bisect, then
-        a short walk)."""
+        """Position and base offset of the batch holding ``offset`` in ``seg``, or of the next
+        batch after a compaction gap; ``(seg.size, -1)`` if none (``Segment.locate``)."""
         self._use(seg)
         return seg.locate(offset)
 
@@ -835,6 +860,118 @@ class PartitionLog:
                                         f"{self.directory}", exc) from exc
         for seg in victims:
             seg.unlink()
+
+    # -- log cleaner (persister/cleaner.py) --------------------------------------------------
+
+    @property
+    def cleaner_offset(self) -> int:
+        """The cleaner's first dirty offset: offsets below it have been compacted."""
+        return self._cleaner_offset
+
+    def set_cleaner_offset(self, offset: int) -> None:
+        """Checkpoint the cleaner's first dirty offset (atomically; a crash keeps the old one,
+        which only means cleaning some records again).
+
+        Raises:
+            OSError: the checkpoint could not be written.
+        """
+        with self._retention_lock:
+            if self._closed:
+                return
+            _write_checkpoint(self.directory / CLEANER_CHECKPOINT, offset)
+            self._cleaner_offset = offset
+
+    def cleanable_segments(self, with_timestamps: bool) -> list[tuple[Segment, int, int]] | None:
+        """The sealed segments the cleaner may rewrite, oldest first, as (segment, end offset =
+        the next segment's base, largest timestamp or NO_TIMESTAMP unless ``with_timestamps``);
+        None for a closed or offline log.
+
+        Only segments wholly below the recovery point: they are fsynced, never appended to
+        again, and recovery after a crash does not scan them. The cleaner reads their files by
+        name (``Segment.log_path``) with its own descriptors, and never touches the ``Segment``
+        objects but to hand them back to ``swap_cleaned``.
+        """
+        with self._lock:
+            if self._closed or self.log_dir.offline:
+                return None
+            limit = min(self._recovery_point, self._segments[-1].base_offset)
+            out: list[tuple[Segment, int, int]] = []
+            for k in range(len(self._segments) - 1):
+                seg, end = self._segments[k], self._bases[k + 1]
+                if end > limit:
+                    break
+                ts = self._max_timestamp(seg) if with_timestamps else NO_TIMESTAMP
+                out.append((seg, end, ts))
+            return out
+
+    def swap_cleaned(self, group: list[Segment], size: int, max_timestamp: int) -> bool:
+        """Replace the adjacent segments ``group`` with the cleaned segment written to the
+        ``.cleaned`` files of ``group[0]``'s base (``size`` bytes, largest timestamp
+        ``max_timestamp``), crash-safely (``persister/segment_swap.py``). Returns False (cleaned
+        files discarded) when the group is no longer in the log: retention or DeleteRecords
+        removed part of it, or the log was closed.
+
+        Segment-list changes are serialised by ``_retention_lock`` (retention, DeleteRecords,
+        close and delete take it too); only the renames and the list update hold ``_lock``, so
+        appends and reads wait for a few renames at most.
+
+        Raises:
+            LogDirOfflineError: writing the swap marker or a rename failed.
+        """
+        directory = self.directory
+        bases = [seg.base_offset for seg in group]
+        fault = self.swap_fault or (lambda _stage: None)
+        with self._retention_lock:
+            with self._lock:
+                k = self._index_of(group)
+            if k < 0:
+                segment_swap.discard(directory, bases[0])
+                return False
+            fault("cleaned")
+            try:
+                segment_swap.commit(directory, bases)
+            except OSError as exc:
+                segment_swap.discard(directory, bases[0])
+                raise self.log_dir.fail(f"committing a cleaned segment of {self._tp()} in "
+                                        f"{directory}", exc) from exc
+            fault("committed")
+            with self._lock:
+                for seg in group:
+                    seg.close()
+                    self._loaded.pop(seg.base_offset, None)
+                try:
+                    segment_swap.install(directory, bases)
+                except OSError as exc:
+                    # The marker stands: the next start completes the swap.
+                    raise self.log_dir.fail(f"installing a cleaned segment of {self._tp()} in "
+                                            f"{directory}", exc) from exc
+                new = Segment(directory, bases[0])
+                new.size = size
+                new.max_timestamp = max_timestamp
+                new.max_known = True
+                self._segments[k : k + len(group)] = [new]
+                self._bases[k : k + len(group)] = [bases[0]]
+                self._size_bytes += size - sum(seg.size for seg in group)
+            fault("installed")
+            try:
+                segment_swap.finish(directory, bases[0])
+            except OSError as exc:
+                raise self.log_dir.fail(f"syncing {directory} after a cleaned-segment swap",
+                                        exc) from exc
+        return True
+
+    def _index_of(self, group: list[Segment]) -> int:
+        """Where ``group`` sits, contiguous, in the segment list (sealed), or -1 (under
+        ``_lock``)."""
+        if self._closed or self.log_dir.offline:
+            return -1
+        k = bisect.bisect_left(self._bases, group[0].base_offset)
+        if k + len(group) >= len(self._segments):
+            return -1
+        for j, seg in enumerate(group):
+            if self._segments[k + j] is not seg:
+                return -1
+        return k
 
     # -- lifecycle ---------------------------------------------------------------------------
 
