@@ -32,6 +32,7 @@ from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listen
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
+from broker.log_cleaner import LogCleaner
 from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
@@ -76,6 +77,7 @@ class Broker:
         self.topics: TopicRegistry
         self.logs: LogManager
         self.producers: ProducerStateManager
+        self.cleaner: LogCleaner
         self._next_pid = 0
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -137,6 +139,9 @@ class Broker:
         self.share_groups = await open_share_groups(self)
         self.add_topic_listener(self.share_groups.topics_changed)
         self.shares = ShareService(self, self.persister)
+        self.cleaner = LogCleaner(self.logs, self.config, self.clock)
+        if self.config.get("log.cleaner.enable"):
+            self.cleaner.start()
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
         self._spawn(self._every("group.share.partition.unload.idle.ms", self._unload_idle_shares))
@@ -162,6 +167,7 @@ class Broker:
             await self.share_groups.stop()
             await self.shares.stop()
             await self.share_coordinator.close()
+            await asyncio.to_thread(self.cleaner.stop)
             await asyncio.to_thread(self.producers.close)
             await asyncio.to_thread(self.logs.close)
         self.started = False
@@ -397,6 +403,7 @@ class Broker:
         assert topic is not None
         self.topics.set_configs(name, configs)
         self.logs.reconfigure(topic)
+        self.cleaner.wake()
 
     def _on_broker_config_change(self, name: str) -> None:
         if name.startswith("log."):
