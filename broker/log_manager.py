@@ -65,7 +65,8 @@ class LogManager:
             flush_interval_messages=int(v("flush.messages")),
             flush_interval_ms=None if flush_ms is None or int(flush_ms) < 0 else int(flush_ms),
             delete_policy="delete" in policies,
-            compact_policy="compact" in policies,
+            # Internal topics are pruned by their coordinators, never by the cleaner.
+            compact_policy="compact" in policies and not topic.internal,
             min_cleanable_ratio=float(v("min.cleanable.dirty.ratio")),
             min_compaction_lag_ms=int(v("min.compaction.lag.ms")),
             max_compaction_lag_ms=int(v("max.compaction.lag.ms")),

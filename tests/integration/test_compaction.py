@@ -174,3 +174,45 @@ def test_cleanup_policy_is_configured_and_described(broker: BrokerProcess) -> No
         ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(Exception, match="compact"):
         a.incremental_alter_configs([bad])[bad].result(timeout=10)
+
+
+def test_records_cleaned_while_in_flight_are_not_delivered_again(broker: BrokerProcess) -> None:
+    """A share consumer holds v0 of every key (acquired, unacknowledged) while v1 is written and
+    the cleaner removes v0; once released, the group gets only what the log still has."""
+    topic = "compacted-inflight"
+    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    group = "compacted-inflight"
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        p.produce(topic, b"v0", key=b"k%d" % i)
+    assert p.flush(10) == 0
+    holder = share_consumer(broker.bootstrap, group, topic, explicit=True)
+    held: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(held) < 10:
+        assert time.monotonic() < deadline, f"holder got only {held}"
+        held += [m.value() for m in holder.poll(0.3) if m.error() is None]
+    assert set(held) == {b"v0"}
+    for i in range(10):
+        p.produce(topic, b"v1", key=b"k%d" % i)
+    p.flush(10)
+    time.sleep(SEGMENT_MS / 1000 + 0.1)
+    p.produce(topic, b"x", key=FILLER)
+    assert p.flush(10) == 0
+    deadline = time.monotonic() + 30
+    while any(o < 10 for o, _, _ in read_from_start(broker.bootstrap, topic)):
+        assert time.monotonic() < deadline, "v0 not cleaned"
+        time.sleep(0.3)
+    holder.close()  # releases what it still holds
+    reader = share_consumer(broker.bootstrap, group, topic)
+    got: list[tuple[str, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 11:
+            assert time.monotonic() < deadline, f"reader got only {got}"
+            got += [(m.key().decode(), m.value()) for m in reader.poll(0.3) if m.error() is None]
+        got += [(m.key().decode(), m.value()) for m in reader.poll(1.0) if m.error() is None]
+    finally:
+        reader.close()
+    assert sorted(got) == sorted([(f"k{i}", b"v1") for i in range(10)] + [(FILLER, b"x")])
