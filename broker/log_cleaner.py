@@ -45,6 +45,7 @@ class LogCleaner:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._horizons: dict[TopicPartition, int] = {}
+        self._uncleanable: set[TopicPartition] = set()
         # Totals over every pass (read by metrics; plain ints, written by the cleaner thread).
         self.stats = stats if stats is not None else CleanerStats()
 
@@ -84,7 +85,7 @@ class LogCleaner:
         best: tuple[float, TopicPartition, Cleanable] | None = None
         for tp, lg in self._logs.items():
             cfg = lg.config
-            if not cfg.compact_policy or lg.closed:
+            if not cfg.compact_policy or lg.closed or tp in self._uncleanable:
                 continue
             try:
                 c = cleanable(lg, now)
@@ -108,7 +109,13 @@ class LogCleaner:
         entries = max(1, int(self._config.get("log.cleaner.dedupe.buffer.size")) // MAP_ENTRY_BYTES)
         try:
             result = clean(c, now, entries, lambda: self._stopping)
-        except (OSError, LogError) as exc:
+        except LogError as exc:
+            # Kafka marks such a partition uncleanable: skipped until the broker restarts.
+            self._uncleanable.add(tp)
+            log.error("cleaning %s-%d failed: %s; the partition is not cleaned again until "
+                      "the broker restarts (its segments are left as they were)", *tp, exc)
+            return False
+        except OSError as exc:
             log.error("cleaning %s-%d failed: %s; it is retried in a later round", *tp, exc)
             return False
         s = result.stats

@@ -257,6 +257,12 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
             finally:
                 os.close(fd)
         size, max_ts = out.finish(index_path, time_path)
+    except OSError as exc:
+        out.abort()
+        if log.closed:
+            return None  # the topic was deleted meanwhile
+        # As for any write error (persister/log_dir.py): the directory goes offline.
+        raise log.log_dir.fail(f"writing cleaned segment {log_path}", exc) from exc
     except BaseException:
         out.abort()
         raise

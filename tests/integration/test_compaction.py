@@ -153,6 +153,12 @@ def test_an_unkeyed_record_is_refused_on_a_compacted_topic(broker: BrokerProcess
     assert ok_err is None  # the connection and the partition keep working
     got = read_from_start(broker.bootstrap, topic)
     assert [(k, v) for _, k, v in got] == [("k", b"keyed")]
+    # DeleteRecords needs the delete policy (Kafka: POLICY_VIOLATION).
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (fut,) = a.delete_records([TopicPartition(topic, 0, 1)]).values()
+    with pytest.raises(Exception) as info:
+        fut.result(timeout=10)
+    assert info.value.args[0].code() == KafkaError.POLICY_VIOLATION
 
 
 def test_cleanup_policy_is_configured_and_described(broker: BrokerProcess) -> None:

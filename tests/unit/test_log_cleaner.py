@@ -335,3 +335,33 @@ def test_cleanable_reports_the_dirty_ratio(log_dir: Path) -> None:
 
 def _unused() -> None:
     struct.pack(">q", 0)
+
+
+def test_a_write_error_while_cleaning_takes_the_directory_offline(log_dir: Path) -> None:
+    import errno
+
+    from persister import fileops
+    from persister.log_dir import LogDirOfflineError
+
+    class FailingSync(fileops.FileOps):
+        def fsync(self, fd: int) -> None:
+            raise OSError(errno.EIO, "injected")
+
+    log = PartitionLog.open(log_dir, config(), T0)
+    write(log, history(5, 4), per_batch=2)
+    roll_and_flush(log)
+    before = read_all(log)
+    c = cleanable(log, T0 + 1)
+    assert c is not None
+    previous = fileops.use(FailingSync())
+    try:
+        with pytest.raises(LogDirOfflineError):
+            clean(c, T0 + 1, 1 << 20)
+    finally:
+        fileops.use(previous)
+    assert log.log_dir.offline
+    assert not any(n.endswith((".cleaned", ".swap")) for n in os.listdir(log_dir))
+    log.close()
+    reopened = PartitionLog.open(log_dir, config(), T0 + 2)
+    assert read_all(reopened) == before
+    reopened.close()
