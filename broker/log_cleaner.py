@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from persister.cleaner import MAP_ENTRY_BYTES, Cleanable, CleanerStats, clean, cleanable
 from persister.log import LogError
+from persister.segment_log import PartitionLog
 
 if TYPE_CHECKING:
     from broker.log_manager import LogManager
@@ -45,7 +47,8 @@ class LogCleaner:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._horizons: dict[TopicPartition, int] = {}
-        self._uncleanable: set[TopicPartition] = set()
+        # Logs whose segments do not parse (a topic re-created under the name is a new log).
+        self._uncleanable: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
         # Totals over every pass (read by metrics; plain ints, written by the cleaner thread).
         self.stats = stats if stats is not None else CleanerStats()
 
@@ -85,7 +88,7 @@ class LogCleaner:
         best: tuple[float, TopicPartition, Cleanable] | None = None
         for tp, lg in self._logs.items():
             cfg = lg.config
-            if not cfg.compact_policy or lg.closed or tp in self._uncleanable:
+            if not cfg.compact_policy or lg.closed or lg in self._uncleanable:
                 continue
             try:
                 c = cleanable(lg, now)
@@ -111,7 +114,7 @@ class LogCleaner:
             result = clean(c, now, entries, lambda: self._stopping)
         except LogError as exc:
             # Kafka marks such a partition uncleanable: skipped until the broker restarts.
-            self._uncleanable.add(tp)
+            self._uncleanable.add(c.log)
             log.error("cleaning %s-%d failed: %s; the partition is not cleaned again until "
                       "the broker restarts (its segments are left as they were)", *tp, exc)
             return False

@@ -152,7 +152,7 @@ def clean(c: Cleanable, now_ms: int, max_entries: int,
     log = c.log
     cfg = log.config
     offset_map: dict[bytes, int] = {}
-    end = _build_map(c, offset_map, max(1, max_entries), stats)
+    end = _build_map(c, offset_map, max(1, max_entries), stats, should_stop)
     if end is None:
         return PassResult(None, None, stats)
     rewrite = [(seg, seg_end) for seg, seg_end, _ in c.segments if seg.base_offset < end]
@@ -161,7 +161,7 @@ def clean(c: Cleanable, now_ms: int, max_entries: int,
         if should_stop():
             return PassResult(None, horizon, stats)
         result = _clean_group(log, group, offset_map, now_ms, cfg.delete_retention_ms,
-                              cfg.index_interval_bytes, stats)
+                              cfg.index_interval_bytes, stats, should_stop)
         if result is None:
             return PassResult(None, horizon, stats)
         if result != NO_HORIZON and (horizon is None or result < horizon):
@@ -180,9 +180,9 @@ def key_digest(key: bytes) -> bytes:
 
 
 def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
-               stats: CleanerStats) -> int | None:
+               stats: CleanerStats, should_stop: Callable[[], bool]) -> int | None:
     """Fill ``offset_map`` from the dirty part; return the offset after the last batch mapped
-    (the pass's end), or None if a segment vanished (retention) meanwhile."""
+    (the pass's end), or None if a segment vanished (retention) meanwhile or ``should_stop``."""
     end = c.first_dirty
     for seg, seg_end, _ in c.segments:
         if seg_end <= c.first_dirty:
@@ -200,6 +200,8 @@ def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
                     continue
                 if offset_map and len(offset_map) + f[12] > max_entries:
                     return end
+                if should_stop():
+                    return None
                 base = f[0]
                 for rec in _records(f, batch):
                     key = rec[1]
@@ -233,9 +235,10 @@ def _groups(segs: list[tuple[Segment, int]], max_bytes: int) -> Iterator[list[Se
 
 def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes, int],
                  now_ms: int, delete_retention_ms: int, index_interval: int,
-                 stats: CleanerStats) -> int | None:
+                 stats: CleanerStats, should_stop: Callable[[], bool]) -> int | None:
     """Write the cleaned copy of ``group`` and swap it in. Returns the earliest delete horizon
-    of the tombstones kept (``NO_HORIZON`` if none), or None if the group left the log."""
+    of the tombstones kept (``NO_HORIZON`` if none), or None if the group left the log or
+    ``should_stop`` (checked every batch: a broker stopping does not wait for a whole group)."""
     base = group[0].base_offset
     log_path, index_path, time_path = cleaned_paths(log.directory, base)
     out = _Writer(log_path, base, index_interval)
@@ -248,6 +251,9 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
                 return None
             try:
                 for f, batch in _batches(fd, seg.size, seg.log_path):
+                    if should_stop():
+                        out.abort()
+                        return None
                     stats.bytes_read += len(batch)
                     kept, h = _clean_batch(f, batch, offset_map, now_ms, delete_retention_ms)
                     if h < horizon:
@@ -466,23 +472,44 @@ def _records(f: tuple[int, ...], batch: memoryview
     else:
         body = bytes(batch)
         q = BATCH_HEADER_SIZE
+    # One-byte varints (the common case) are decoded inline, longer ones by ``_varint``.
     try:
         for _ in range(f[12]):
             start = q
-            length, q = _varint(body, q)
-            rec_end = q + length
-            ts_at = q + 1  # after the attributes byte
-            _, p = _varint(body, ts_at)
-            ts_end = p
-            delta, p = _varint(body, p)
-            klen, p = _varint(body, p)
-            if klen >= 0:
-                key: bytes | None = body[p : p + klen]
-                p += klen
+            x = body[q]
+            if x < 0x80:
+                rec_end = q + 1 + ((x >> 1) ^ -(x & 1))
+                q += 1
+            elif (y := body[q + 1]) < 0x80:  # records of 64 B .. 8 KiB
+                v = (x & 0x7F) | (y << 7)
+                rec_end = q + 2 + ((v >> 1) ^ -(v & 1))
+                q += 2
             else:
-                key = None
-            vlen, p = _varint(body, p)
-            yield delta, key, vlen < 0, start, ts_at, ts_end, body
+                length, q = _varint(body, q)
+                rec_end = q + length
+            ts_at = q + 1  # after the attributes byte
+            p = ts_at + 1 if body[ts_at] < 0x80 else _varint(body, ts_at)[1]
+            ts_end = p
+            x = body[p]
+            if x < 0x80:
+                delta = (x >> 1) ^ -(x & 1)
+                p += 1
+            else:
+                delta, p = _varint(body, p)
+            x = body[p]
+            if x == 1:  # zig-zag -1: null key
+                key: bytes | None = None
+                p += 1
+            else:
+                if x < 0x80:
+                    klen = x >> 1
+                    p += 1
+                else:
+                    klen, p = _varint(body, p)
+                key = body[p : p + klen]
+                p += klen
+            # A null value is zig-zag -1, the single byte 0x01.
+            yield delta, key, body[p] == 1, start, ts_at, ts_end, body
             q = rec_end
     except IndexError:
         raise LogError(f"batch at offset {f[0]}: records run past the batch") from None
