@@ -28,7 +28,14 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Authorizer, DefaultAuthorizer, DenialLog, parse_super_users
 from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
+from broker.config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    parse_listener,
+    parse_value,
+    topic_config_value,
+)
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
@@ -274,6 +281,13 @@ class Broker:
                 out[name] = parse_value(d, raw)
             except ConfigError as exc:
                 raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        lo = topic_config_value("min.compaction.lag.ms", out, self.config)
+        hi = topic_config_value("max.compaction.lag.ms", out, self.config)
+        if lo is not None and hi is not None and int(lo) > int(hi):
+            # Kafka's LogConfig.validate refuses the same conflict.
+            raise TopicError(ErrorCode.invalid_config,
+                             f"min.compaction.lag.ms={lo} must not be larger than "
+                             f"max.compaction.lag.ms={hi}")
         return out
 
     def check_new_topic(self, name: str, partitions: int, replication: int) -> int:

@@ -20,7 +20,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
@@ -222,3 +228,14 @@ def test_records_cleaned_while_in_flight_are_not_delivered_again(broker: BrokerP
     finally:
         reader.close()
     assert sorted(got) == sorted([(f"k{i}", b"v1") for i in range(10)] + [(FILLER, b"x")])
+
+
+def test_min_compaction_lag_above_max_is_refused(broker: BrokerProcess) -> None:
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = a.create_topics([NewTopic("lag-conflict", 1, 1, config={
+        "cleanup.policy": "compact", "min.compaction.lag.ms": "5000",
+        "max.compaction.lag.ms": "1000"})])["lag-conflict"]
+    with pytest.raises(Exception) as info:
+        fut.result(timeout=10)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "must not be larger than" in info.value.args[0].str()

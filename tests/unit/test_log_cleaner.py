@@ -7,17 +7,19 @@ batch is checked byte by byte: CRC, offsets, timestamps, keys and values.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import shutil
-import struct
 import threading
 from pathlib import Path
 
 import crc32c
 import pytest
 
+from persister import fileops
 from persister.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
+from persister.log_dir import LogDirOfflineError
 from persister.segment_log import CLEAN_SHUTDOWN_MARKER, LogConfig, PartitionLog
 from protocol.compression import decompress
 from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
@@ -333,16 +335,7 @@ def test_cleanable_reports_the_dirty_ratio(log_dir: Path) -> None:
     log.close()
 
 
-def _unused() -> None:
-    struct.pack(">q", 0)
-
-
 def test_a_write_error_while_cleaning_takes_the_directory_offline(log_dir: Path) -> None:
-    import errno
-
-    from persister import fileops
-    from persister.log_dir import LogDirOfflineError
-
     class FailingSync(fileops.FileOps):
         def fsync(self, fd: int) -> None:
             raise OSError(errno.EIO, "injected")
