@@ -239,3 +239,24 @@ def test_min_compaction_lag_above_max_is_refused(broker: BrokerProcess) -> None:
         fut.result(timeout=10)
     assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert "must not be larger than" in info.value.args[0].str()
+
+
+def test_a_compacted_log_survives_kill_and_restart(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides={"log.cleaner.backoff.ms": "100",
+                                                    "log.flush.scheduler.interval.ms": "100"})
+    b.start()
+    try:
+        topic = "compacted-restart"
+        create_topic(b.bootstrap, topic, config=COMPACTED)
+        write_history(b.bootstrap, topic)
+        before = compacted_view(b.bootstrap, topic)
+        b.kill()
+        b.start()
+        assert read_from_start(b.bootstrap, topic) == before
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        p.produce(topic, b"after", key=b"k00")
+        assert p.flush(10) == 0
+        after = read_from_start(b.bootstrap, topic)
+        assert after[-1] == (VERSIONS * KEYS + 1, "k00", b"after")
+    finally:
+        b.stop()
