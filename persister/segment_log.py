@@ -954,7 +954,7 @@ class PartitionLog:
                 self._size_bytes += size - sum(seg.size for seg in group)
             fault("installed")
             try:
-                segment_swap.finish(directory, bases[0])
+                segment_swap.finish(directory, bases)
             except OSError as exc:
                 raise self.log_dir.fail(f"syncing {directory} after a cleaned-segment swap",
                                         exc) from exc

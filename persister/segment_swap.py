@@ -5,13 +5,14 @@ The log cleaner (``persister/cleaner.py``) rewrites a group of adjacent sealed s
 
     1. 000..b0.log.cleaned  000..b0.index.cleaned  000..b0.timeindex.cleaned   written, fsynced
     2. 000..b0.swap         "0\\n<b0>,<b1>,...,<bn>\\n" (tmp, fsync, rename, fsync the directory)
-    3. each .cleaned file renamed over its final name (b0's old files are replaced in one step),
-       then the files of b1..bn unlinked
-    4. the .swap marker removed
+    3. for each of b0's files with a .cleaned version: the old one renamed to *.deleted, the
+       .cleaned one to the final name; then the files of b1..bn renamed to *.deleted
+    4. the *.deleted files unlinked, then the .swap marker removed
 
 Step 2 is the commit point. ``complete_swaps``, run when a partition is opened, finishes what a
-crash interrupted: with a marker it redoes steps 3-4 (each is idempotent: a ``.cleaned`` file
-already renamed is simply absent); ``.cleaned`` files without a marker belong to a swap that
+crash interrupted: with a marker it redoes steps 3-4 (each is idempotent: a file already renamed
+is simply absent, and b0's file is moved aside only while its ``.cleaned`` version exists, so a
+redo never moves an installed file away); ``.cleaned`` files without a marker belong to a swap that
 never committed and are deleted, leaving the old segments in place. Kafka renames ``.cleaned`` to
 ``.swap`` and derives the replaced segments from the offsets the swap file covers; the marker
 names them instead, because a cleaned segment may end (after compaction) before the last
@@ -35,6 +36,7 @@ _log = logging.getLogger("shoal.log")
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
 _SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 
@@ -73,27 +75,39 @@ def commit(directory: Path, bases: Sequence[int]) -> None:
 
 
 def install(directory: Path, bases: Sequence[int]) -> None:
-    """Step 3: rename the cleaned files over ``bases[0]``'s and unlink the other replaced
-    segments' files (idempotent). No fsync: the marker makes a crash redo it."""
-    for cleaned, final in zip(cleaned_paths(directory, bases[0]),
-                              (stem(directory, bases[0]) + s for s in _SUFFIXES), strict=True):
-        try:
-            os.replace(cleaned, final)
-        except FileNotFoundError:
-            pass  # renamed before a crash
+    """Step 3: move the replaced segments' files aside (``.deleted``) and rename the cleaned
+    files to ``bases[0]``'s names (idempotent). Renames only, no fsync and no unlink, so the
+    caller's lock is held briefly; ``finish`` deletes the old files. A crash redoes it (the
+    marker stands)."""
+    for cleaned, suffix in zip(cleaned_paths(directory, bases[0]), _SUFFIXES, strict=True):
+        final = stem(directory, bases[0]) + suffix
+        if not os.path.exists(cleaned):
+            continue  # installed before a crash: ``final`` is the new file already
+        _move_aside(final)
+        os.replace(cleaned, final)
     for base in bases[1:]:
         for suffix in _SUFFIXES:
+            _move_aside(stem(directory, base) + suffix)
+
+
+def _move_aside(path: str) -> None:
+    try:
+        os.replace(path, path + DELETED_SUFFIX)
+    except FileNotFoundError:
+        pass  # moved before a crash
+
+
+def finish(directory: Path, bases: Sequence[int]) -> None:
+    """Step 4: make step 3 durable, delete the old files, then drop the marker."""
+    fsync_dir(directory)
+    for base in bases:
+        for suffix in _SUFFIXES:
             try:
-                os.unlink(stem(directory, base) + suffix)
+                os.unlink(stem(directory, base) + suffix + DELETED_SUFFIX)
             except FileNotFoundError:
                 pass
-
-
-def finish(directory: Path, base: int) -> None:
-    """Step 4: make step 3 durable, then drop the marker."""
-    fsync_dir(directory)
     try:
-        os.unlink(marker_path(directory, base))
+        os.unlink(marker_path(directory, bases[0]))
     except FileNotFoundError:
         pass
     fsync_dir(directory)
@@ -128,10 +142,10 @@ def complete_swaps(directory: Path) -> int:
         _log.info("%s: completing the swap of cleaned segment %d interrupted by a crash",
                   directory, bases[0])
         install(directory, bases)
-        finish(directory, bases[0])
+        finish(directory, bases)
         done += 1
     for name in os.listdir(directory):
-        if name.endswith(CLEANED_SUFFIX):
+        if name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)):
             os.unlink(Path(directory) / name)
     return done
 

@@ -358,3 +358,32 @@ def test_a_write_error_while_cleaning_takes_the_directory_offline(log_dir: Path)
     reopened = PartitionLog.open(log_dir, config(), T0 + 2)
     assert read_all(reopened) == before
     reopened.close()
+
+
+@pytest.mark.parametrize("done", range(5))
+def test_an_interrupted_install_is_completed_whatever_step_it_reached(tmp_path: Path,
+                                                                      done: int) -> None:
+    """Step 3 of the swap is renames; a crash after any number of them is redone on open."""
+    from persister import segment_swap as sw
+
+    suffixes = (".log", ".index", ".timeindex")
+    for base in (0, 10):
+        for suffix in suffixes:
+            (tmp_path / f"{base:020d}{suffix}").write_bytes(b"old-%d%s" % (base, suffix.encode()))
+    for path, suffix in zip(sw.cleaned_paths(tmp_path, 0), suffixes, strict=True):
+        Path(path).write_bytes(b"new" + suffix.encode())
+    sw.commit(tmp_path, [0, 10])
+    # The renames install does, in order; ``done`` of them happened before the crash.
+    steps = []
+    for path, suffix in zip(sw.cleaned_paths(tmp_path, 0), suffixes, strict=True):
+        final = tmp_path / f"{0:020d}{suffix}"
+        steps.append((final, Path(str(final) + ".deleted")))
+        steps.append((Path(path), final))
+    for src, dst in steps[:done]:
+        os.replace(src, dst)
+    assert sw.complete_swaps(tmp_path) == 1
+    assert sw.complete_swaps(tmp_path) == 0
+    assert sorted(os.listdir(tmp_path)) == [f"{0:020d}{s}" for s in (".index", ".log",
+                                                                       ".timeindex")]
+    for suffix in suffixes:
+        assert (tmp_path / f"{0:020d}{suffix}").read_bytes() == b"new" + suffix.encode()
