@@ -56,9 +56,14 @@ class LogManager:
 
         flush_ms = v("flush.ms")
         policies = cleanup_policies(v("cleanup.policy"))
+        segment_ms = int(v("segment.ms"))
+        if "compact" in policies:
+            # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it rolls
+            # within max.compaction.lag.ms for that bound to hold.
+            segment_ms = min(segment_ms, int(v("max.compaction.lag.ms")))
         return LogConfig(
             segment_bytes=int(v("segment.bytes")),
-            segment_ms=int(v("segment.ms")),
+            segment_ms=segment_ms,
             retention_ms=int(v("retention.ms")),
             retention_bytes=int(v("retention.bytes")),
             index_interval_bytes=int(v("index.interval.bytes")),

@@ -17,7 +17,10 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from broker.config import BrokerConfig
+from broker.log_cleaner import LogCleaner
 from persister import fileops
+from persister import segment_swap as sw
 from persister.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
 from persister.log_dir import LogDirOfflineError
 from persister.segment_log import CLEAN_SHUTDOWN_MARKER, LogConfig, PartitionLog
@@ -364,8 +367,6 @@ def test_a_write_error_while_cleaning_takes_the_directory_offline(log_dir: Path)
 def test_an_interrupted_install_is_completed_whatever_step_it_reached(tmp_path: Path,
                                                                       done: int) -> None:
     """Step 3 of the swap is renames; a crash after any number of them is redone on open."""
-    from persister import segment_swap as sw
-
     suffixes = (".log", ".index", ".timeindex")
     for base in (0, 10):
         for suffix in suffixes:
@@ -387,3 +388,47 @@ def test_an_interrupted_install_is_completed_whatever_step_it_reached(tmp_path: 
                                                                        ".timeindex")]
     for suffix in suffixes:
         assert (tmp_path / f"{0:020d}{suffix}").read_bytes() == b"new" + suffix.encode()
+
+
+class _Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+class _Logs:
+    """What LogCleaner needs of the LogManager: the logs and their directory's health."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self.log = log
+        self.log_dir = log.log_dir
+
+    def items(self) -> list[tuple[tuple[str, int], PartitionLog]]:
+        return [(("t", 0), self.log)]
+
+
+def test_the_cleaner_picks_by_ratio_then_max_lag_then_tombstone_horizon(log_dir: Path) -> None:
+    cfg = config(min_cleanable_ratio=0.9, max_compaction_lag_ms=60_000, delete_retention_ms=5_000)
+    log = PartitionLog.open(log_dir, cfg, T0)
+    clock = _Clock(T0)
+    cleaner = LogCleaner(_Logs(log), BrokerConfig(), clock)  # type: ignore[arg-type]
+    write(log, history(6, 3), per_batch=3)
+    roll_and_flush(log)
+    assert cleaner.clean_filthiest()  # all dirty: ratio 1.0
+    assert not cleaner.clean_filthiest()  # nothing dirty
+    write(log, history(6, 1) + [(b"key-0", None)], per_batch=7, ts=T0 + 10)
+    roll_and_flush(log, T0 + 10)
+    c = cleanable(log, clock.now)
+    assert c is not None and 0 < c.dirty_ratio < 0.9
+    assert not cleaner.clean_filthiest()  # under min.cleanable.dirty.ratio
+    clock.now = T0 + 10 + 60_001
+    assert cleaner.clean_filthiest()  # max.compaction.lag.ms passed
+    assert any(k == b"key-0" and v is None for _, k, v, _ in read_all(log))
+    assert not cleaner.clean_filthiest()
+    clock.now += 5_000
+    assert cleaner.clean_filthiest()  # the tombstone's delete horizon passed
+    assert not any(k == b"key-0" for _, k, _, _ in read_all(log))
+    assert cleaner.stats.passes == 3
+    log.close()
