@@ -155,6 +155,9 @@ def test_keeps_the_latest_record_per_key_at_its_original_offset(log_dir: Path, c
     nxt = min(o for o in want | {len(recs)} if o > gap)
     assert read_all(log, gap)[0][0] == nxt
     assert log.log_start_offset == 0 and log.log_end_offset == before[-1][0] + 1
+    # By timestamp: the first surviving batch at or after it (record i was written at T0 + i).
+    found = log.offset_for_timestamp(originals[gap][3])
+    assert found is not None and gap < found[0] <= nxt
     log.close()
     # Reopened (clean and after a crash) the log reads the same.
     log = PartitionLog.open(log_dir, config(), T0)
