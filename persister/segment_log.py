@@ -184,7 +184,7 @@ class PartitionLog:
         """Open the partition in ``directory``, creating it or recovering it after a crash.
 
         Without a clean-shutdown marker, batches after the recovery point are checked (header
-        sanity, dense offsets, CRC-32C); the segment is truncated at the first bad batch and any
+        sanity, increasing offsets, CRC-32C); the segment is truncated at the first bad batch and any
         later segments are deleted. Their index entries are rebuilt.
 
         Raises:
