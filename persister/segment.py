@@ -339,9 +339,11 @@ class Segment:
             self.loaded = self.max_known = True
         return ok
 
-    def recover(self, index_interval_bytes: int) -> tuple[int, int]:
+    def recover(self, index_interval_bytes: int, dense_from: int = 0) -> tuple[int, int]:
         """CRC-check batches from the last index entry on and rebuild entries after it.
 
+        A batch must start right after the previous one once that offset is at or past
+        ``dense_from``; below it (flushed data the log cleaner may have compacted) a gap is fine.
         Returns the end of the last valid batch and the offset after it.
         """
         if self.fd < 0:
@@ -368,6 +370,7 @@ class Segment:
                 or f[1] < MIN_BATCH_LENGTH
                 or pos + size > end
                 or f[0] < expected
+                or (f[0] != expected and expected >= dense_from)
                 or f[6] < 0
                 or f[0] - self.base_offset > INT32_MAX
             ):

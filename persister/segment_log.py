@@ -238,7 +238,11 @@ class PartitionLog:
         if not segments:
             self._create_active(0 if lso is None else lso, now_ms)
         elif clean_leo is None or not self._recover_clean(clean_leo):
-            self._recover_tail(segments[0].base_offset if rp is None else rp)
+            # Offsets may have compaction gaps only in flushed segments (the cleaner rewrites
+            # nothing else); without a recovery point, anywhere if the cleaner ever ran.
+            cleaned = (self.directory / CLEANER_CHECKPOINT).exists()
+            dense_from = rp if rp is not None else (LONG_MAX if cleaned else 0)
+            self._recover_tail(segments[0].base_offset if rp is None else rp, dense_from)
             rp = min(rp if rp is not None else 0, self._leo)
         else:
             rp = self._leo
@@ -282,7 +286,7 @@ class PartitionLog:
         self._leo = marker_leo
         return True
 
-    def _recover_tail(self, recovery_point: int) -> None:
+    def _recover_tail(self, recovery_point: int, dense_from: int) -> None:
         """Validate every batch from the recovery point on; truncate at the first bad one."""
         segments = self._segments
         k = max(0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1)
@@ -290,7 +294,8 @@ class PartitionLog:
         for j in range(k, len(segments)):
             seg = segments[j]
             # A cleaned segment may end before the next one starts (a compaction gap).
-            if seg.base_offset < expected:
+            if seg.base_offset < expected or (seg.base_offset != expected
+                                               and expected >= dense_from):
                 _log.warning("%s: segment %d does not follow offset %d; deleting it and later ones",
                              self.directory, seg.base_offset, expected)
                 self._drop_segments_from(j)
@@ -300,12 +305,12 @@ class PartitionLog:
             # and entries were fsynced by the flush that wrote it.
             keep = bisect.bisect_left(seg.rel, recovery_point - seg.base_offset) if j == k else 0
             seg.truncate_index(keep)
-            end, expected = seg.recover(self.config.index_interval_bytes)
+            end, expected = seg.recover(self.config.index_interval_bytes, dense_from)
             self._dir_dirty = True
             seg.dirty = True
             # An empty segment followed by others lost its data in a crash, unless it is below
             # the recovery point: the cleaner may have emptied a flushed segment.
-            empty = seg.size == 0 and j < len(segments) - 1 and seg.base_offset >= recovery_point
+            empty = seg.size == 0 and j < len(segments) - 1 and seg.base_offset >= dense_from
             if end < seg.size or empty:
                 _log.warning("%s: torn or corrupt batch: truncating segment %d at %d of %d bytes",
                              self.directory, seg.base_offset, end, seg.size)

@@ -11,6 +11,7 @@ import errno
 import itertools
 import os
 import shutil
+import struct
 import threading
 from pathlib import Path
 
@@ -434,4 +435,30 @@ def test_the_cleaner_picks_by_ratio_then_max_lag_then_tombstone_horizon(log_dir:
     assert cleaner.clean_filthiest()  # the tombstone's delete horizon passed
     assert not any(k == b"key-0" for _, k, _, _ in read_all(log))
     assert cleaner.stats.passes == 3
+    log.close()
+
+
+def test_gaps_are_accepted_below_the_recovery_point_only(log_dir: Path) -> None:
+    """After a crash, a cleaned (flushed) segment may have gaps; in the unflushed tail a batch
+    whose base offset jumps ahead (the field is outside the CRC) is still cut off."""
+    log = PartitionLog.open(log_dir, config(), T0)
+    write(log, history(5, 4), per_batch=2)
+    roll_and_flush(log)
+    run(log, T0 + 1)
+    cleaned = read_all(log)
+    leo = log.log_end_offset
+    write(log, [(b"tail-%d" % i, b"t") for i in range(3)])  # unflushed, in the active segment
+    active = sorted(n for n in os.listdir(log_dir) if n.endswith(".log"))[-1]
+    crashed = log_dir.parent / f"{log_dir.name}-crash"
+    shutil.copytree(log_dir, crashed)
+    data = bytearray((crashed / active).read_bytes())
+    pos = 0
+    while struct.unpack_from(">q", data, pos)[0] != leo + 1:
+        pos += struct.unpack_from(">i", data, pos + 8)[0] + LOG_OVERHEAD
+    struct.pack_into(">q", data, pos, leo + 7)  # the second tail batch claims offset leo + 7
+    (crashed / active).write_bytes(bytes(data))
+    reopened = PartitionLog.open(crashed, config(), T0 + 2)
+    assert reopened.log_end_offset == leo + 1  # cut at the gap in the unflushed tail
+    assert read_all(reopened) == cleaned + [r for r in read_all(log) if r[0] == leo]
+    reopened.close()
     log.close()
