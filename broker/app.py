@@ -28,10 +28,18 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Authorizer, DefaultAuthorizer, DenialLog, parse_super_users
 from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, parse_listener, parse_value
+from broker.config import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    parse_listener,
+    parse_value,
+    topic_config_value,
+)
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
+from broker.log_cleaner import LogCleaner
 from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
 from broker.producer_state import ProducerStates
@@ -76,6 +84,7 @@ class Broker:
         self.topics: TopicRegistry
         self.logs: LogManager
         self.producers: ProducerStateManager
+        self.cleaner: LogCleaner
         self._next_pid = 0
         self._pid_limit = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -137,6 +146,9 @@ class Broker:
         self.share_groups = await open_share_groups(self)
         self.add_topic_listener(self.share_groups.topics_changed)
         self.shares = ShareService(self, self.persister)
+        self.cleaner = LogCleaner(self.logs, self.config, self.clock)
+        if self.config.get("log.cleaner.enable"):
+            self.cleaner.start()
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
         self._spawn(self._every("log.retention.check.interval.ms", self.logs.enforce_retention))
         self._spawn(self._every("group.share.partition.unload.idle.ms", self._unload_idle_shares))
@@ -162,6 +174,7 @@ class Broker:
             await self.share_groups.stop()
             await self.shares.stop()
             await self.share_coordinator.close()
+            await asyncio.to_thread(self.cleaner.stop)
             await asyncio.to_thread(self.producers.close)
             await asyncio.to_thread(self.logs.close)
         self.started = False
@@ -268,6 +281,13 @@ class Broker:
                 out[name] = parse_value(d, raw)
             except ConfigError as exc:
                 raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        lo = topic_config_value("min.compaction.lag.ms", out, self.config)
+        hi = topic_config_value("max.compaction.lag.ms", out, self.config)
+        if lo is not None and hi is not None and int(lo) > int(hi):
+            # Kafka's LogConfig.validate refuses the same conflict.
+            raise TopicError(ErrorCode.invalid_config,
+                             f"min.compaction.lag.ms={lo} must not be larger than "
+                             f"max.compaction.lag.ms={hi}")
         return out
 
     def check_new_topic(self, name: str, partitions: int, replication: int) -> int:
@@ -397,6 +417,7 @@ class Broker:
         assert topic is not None
         self.topics.set_configs(name, configs)
         self.logs.reconfigure(topic)
+        self.cleaner.wake()
 
     def _on_broker_config_change(self, name: str) -> None:
         if name.startswith("log."):

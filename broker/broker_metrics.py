@@ -159,6 +159,16 @@ class BrokerMetrics:
         sessions = b.shares.sessions
         yield Family("shoal_share_sessions", "gauge", "Share sessions in the cache.",
                      samples=[((), len(sessions))])
+        stats = b.cleaner.stats
+        for name, text, value in (
+            ("shoal_log_cleaner_passes_total", "Compaction passes the log cleaner completed.",
+             stats.passes),
+            ("shoal_log_cleaner_read_bytes_total", "Bytes of segments the log cleaner rewrote.",
+             stats.bytes_read),
+            ("shoal_log_cleaner_written_bytes_total", "Bytes of cleaned segments swapped in.",
+             stats.bytes_written),
+        ):
+            yield Family(name, "counter", text, samples=[((), value)])
 
     def _collect_groups(self) -> Iterable[Family]:
         b = self._broker

@@ -65,6 +65,23 @@ def one_of(*allowed: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
 
 
+def cleanup_policy_problem(v: Any) -> str | None:
+    """``cleanup.policy``: a comma-separated list of ``compact`` and ``delete`` (Kafka's values)."""
+    items = [x.strip() for x in str(v).split(",")]
+    if not items or any(x not in ("compact", "delete") for x in items):
+        return "must be a list of compact and delete (compact, delete or compact,delete)"
+    return None
+
+
+def cleanup_policies(value: Any) -> frozenset[str]:
+    """The set of policies in a valid ``cleanup.policy`` value."""
+    return frozenset(x.strip() for x in str(value).split(","))
+
+
+def _ratio(v: Any) -> str | None:
+    return None if 0.0 <= v <= 1.0 else "must be between 0 and 1"
+
+
 def _minus_one_or_at_least(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v == -1 or v >= n else f"must be -1 (unlimited) or at least {n}"
 
@@ -94,6 +111,29 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.retention.bytes", "long", -1,
               "Delete old segments while a partition is larger than this (-1: no limit).",
               _minus_one_or_at_least(0), dynamic=True),
+    ConfigDef("log.cleanup.policy", "list", "delete",
+              "Default cleanup.policy of topics: delete (retention), compact (keep the latest "
+              "record per key) or compact,delete.", cleanup_policy_problem, dynamic=True),
+    ConfigDef("log.cleaner.enable", "bool", True,
+              "Run the log cleaner, which compacts topics with cleanup.policy compact."),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15_000,
+              "How long the cleaner sleeps when no partition needs cleaning.", at_least(0),
+              dynamic=True),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5,
+              "Default min.cleanable.dirty.ratio: clean a partition once this share of its "
+              "log is dirty (not yet compacted).", _ratio, dynamic=True),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0,
+              "Default min.compaction.lag.ms: a record stays uncompacted at least this long.",
+              at_least(0), dynamic=True),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
+              "Default max.compaction.lag.ms: a record is compacted at most this long after it "
+              "was written, whatever the dirty ratio.", at_least(1), dynamic=True),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", 86_400_000,
+              "Default delete.retention.ms: how long tombstones survive after the segment "
+              "holding them was first cleaned.", at_least(0), dynamic=True),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024,
+              "Memory for the cleaner's key map; a larger dirty section is cleaned in several "
+              "passes.", at_least(1024 * 1024), dynamic=True),
     ConfigDef("log.retention.check.interval.ms", "long", 300_000,
               "How often retention is enforced.", at_least(1)),
     ConfigDef("log.index.interval.bytes", "int", 4096,
@@ -526,6 +566,12 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
                                              "share protocols",
     "group.share.enable": "share groups are always enabled in Shoal",
     "unstable.api.versions.enable": "Shoal advertises only the API versions it serves",
+    # The log cleaner: one thread, no I/O throttle.
+    "log.cleaner.threads": "Shoal runs one cleaner thread",
+    "log.cleaner.io.max.bytes.per.second": "Shoal's cleaner is not throttled",
+    "log.cleaner.io.buffer.size": "Shoal's cleaner sizes its read buffers itself",
+    "log.cleaner.io.buffer.load.factor": "Shoal's key map is bounded by "
+                                         "log.cleaner.dedupe.buffer.size alone",
     # Classic consumer groups and Kafka internals Shoal does not have.
     "group.share.persister.class.name": "Shoal's share-state persister is built in",
     "broker.id": "Shoal reports node.id as its broker id; set node.id instead",
@@ -546,7 +592,19 @@ def unknown_broker_config_problem(name: str) -> str:
 
 
 _TOPIC_DEFS: list[ConfigDef] = [
-    ConfigDef("cleanup.policy", "list", "delete", "Only 'delete' is supported.", one_of("delete")),
+    ConfigDef("cleanup.policy", "list", None,
+              "delete: remove old segments by retention.ms/retention.bytes; compact: keep the "
+              "latest record per key (records need a key); compact,delete: both.",
+              cleanup_policy_problem, synonym="log.cleanup.policy"),
+    ConfigDef("min.cleanable.dirty.ratio", "double", None,
+              "Per-topic log.cleaner.min.cleanable.ratio.", _ratio,
+              synonym="log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.compaction.lag.ms", "long", None, "Per-topic log.cleaner.min.compaction.lag.ms.",
+              at_least(0), synonym="log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("max.compaction.lag.ms", "long", None, "Per-topic log.cleaner.max.compaction.lag.ms.",
+              at_least(1), synonym="log.cleaner.max.compaction.lag.ms"),
+    ConfigDef("delete.retention.ms", "long", None, "Per-topic log.cleaner.delete.retention.ms.",
+              at_least(0), synonym="log.cleaner.delete.retention.ms"),
     ConfigDef("retention.ms", "long", None, "Per-topic log.retention.ms.",
               _minus_one_or_at_least(1), synonym="log.retention.ms"),
     ConfigDef("retention.bytes", "long", None, "Per-topic log.retention.bytes.",

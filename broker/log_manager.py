@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.clock import Clock
-from broker.config import BrokerConfig, topic_config_value
+from broker.config import BrokerConfig, cleanup_policies, topic_config_value
 from broker.topics import Topic
 from broker.watch import Watch
 from persister.log_dir import LogDir
@@ -55,14 +55,27 @@ class LogManager:
             return topic_config_value(name, topic.configs, self._config)
 
         flush_ms = v("flush.ms")
+        policies = cleanup_policies(v("cleanup.policy"))
+        segment_ms = int(v("segment.ms"))
+        if "compact" in policies:
+            # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it rolls
+            # within max.compaction.lag.ms for that bound to hold.
+            segment_ms = min(segment_ms, int(v("max.compaction.lag.ms")))
         return LogConfig(
             segment_bytes=int(v("segment.bytes")),
-            segment_ms=int(v("segment.ms")),
+            segment_ms=segment_ms,
             retention_ms=int(v("retention.ms")),
             retention_bytes=int(v("retention.bytes")),
             index_interval_bytes=int(v("index.interval.bytes")),
             flush_interval_messages=int(v("flush.messages")),
             flush_interval_ms=None if flush_ms is None or int(flush_ms) < 0 else int(flush_ms),
+            delete_policy="delete" in policies,
+            # Internal topics are pruned by their coordinators, never by the cleaner.
+            compact_policy="compact" in policies and not topic.internal,
+            min_cleanable_ratio=float(v("min.cleanable.dirty.ratio")),
+            min_compaction_lag_ms=int(v("min.compaction.lag.ms")),
+            max_compaction_lag_ms=int(v("max.compaction.lag.ms")),
+            delete_retention_ms=int(v("delete.retention.ms")),
         )
 
     def open_topic(self, topic: Topic, first_partition: int = 0, fresh: bool = False) -> None:

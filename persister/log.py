@@ -1,13 +1,16 @@
 """A partition log: the narrow interface every log backend offers (STYLE.md 1.10).
 
 A partition log is an append-only sequence of Kafka v2 record batches. The log assigns offsets:
-batch offsets are dense (each appended batch starts at the previous end offset) and never reused.
+batch offsets are dense as appended (each appended batch starts at the previous end offset) and
+never reused; the log cleaner of compacted topics (``persister/cleaner.py``) removes records and
+leaves gaps, keeping every surviving record's offset.
 
 Invariants every implementation keeps:
 - ``log_start_offset <= log_end_offset``; offsets below the start were removed by retention or
   DeleteRecords and reading them raises ``OffsetOutOfRangeError``.
 - ``read`` returns whole batches byte-for-byte as appended (base offset rewritten), starting
-  with the batch that contains the requested offset, and at least one batch if any is readable.
+  with the batch that contains the requested offset (after a compaction gap: the next batch),
+  and at least one batch if any is readable.
 - ``flush`` makes everything appended before it durable; ``needs_flush`` says when the policy
   calls for it. Appends land in the page cache immediately, so a process crash loses nothing.
 """

@@ -7,8 +7,10 @@ A segment whose first offset is *base* has three files, named by *base* zero-pad
     00000000000000000000.timeindex  time index: (running max timestamp int64, relative offset int32)
 
 Invariants:
-- Offsets are dense: the first batch starts at the segment's base offset and each batch starts at
-  the previous batch's last offset + 1.
+- Offsets increase: each batch starts after the previous batch's last offset, at or after the
+  segment's base offset. As appended they are dense (the first batch starts at the base offset,
+  each next one at the previous last offset + 1); the log cleaner (``persister/cleaner.py``)
+  leaves gaps where it removed records, and keeps each surviving batch's base and last offset.
 - The file holds whole batches only; ``size`` (in memory) is where the next batch goes. Recovery
   (``recover``, then ``truncate``) cuts anything after the last batch with a valid header and CRC.
 - Index entry *j* describes the batch starting at ``position[j]`` with base offset
@@ -62,8 +64,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
+_INDEX_ENTRY = INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = TIME_ENTRY = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")
 # Header walks read this much at a time (an index interval plus slack).
 _WALK_CHUNK = 16 * 1024
@@ -337,9 +339,11 @@ class Segment:
             self.loaded = self.max_known = True
         return ok
 
-    def recover(self, index_interval_bytes: int) -> tuple[int, int]:
+    def recover(self, index_interval_bytes: int, dense_from: int = 0) -> tuple[int, int]:
         """CRC-check batches from the last index entry on and rebuild entries after it.
 
+        A batch must start right after the previous one once that offset is at or past
+        ``dense_from``; below it (flushed data the log cleaner may have compacted) a gap is fine.
         Returns the end of the last valid batch and the offset after it.
         """
         if self.fd < 0:
@@ -365,7 +369,8 @@ class Segment:
                 f[3] != MAGIC_V2
                 or f[1] < MIN_BATCH_LENGTH
                 or pos + size > end
-                or f[0] != expected
+                or f[0] < expected
+                or (f[0] != expected and expected >= dense_from)
                 or f[6] < 0
                 or f[0] - self.base_offset > INT32_MAX
             ):
@@ -396,18 +401,17 @@ class Segment:
     # -- reads -------------------------------------------------------------------------------
 
     def locate(self, offset: int) -> tuple[int, int]:
-        """Position and base offset of the batch holding ``offset`` (index bisect, then a short
-        walk). The index must be loaded (``load``).
-
-        Raises:
-            LogError: no batch holds ``offset``.
+        """Position and base offset of the first batch whose last offset is at or past
+        ``offset`` (index bisect, then a short walk): the batch holding ``offset``, or after a
+        compaction gap the next one. ``(size, -1)`` when no batch of the segment reaches
+        ``offset`` (the cleaner removed the segment's tail). The index must be loaded (``load``).
         """
         j = bisect.bisect_right(self.rel, offset - self.base_offset) - 1
         start = self.pos[j] if j >= 0 else 0
         for pos, f in walk(self.fd, start, self.size):
             if f[0] + f[6] >= offset:
                 return pos, f[0]
-        raise LogError(f"{self.log_path}: offset {offset} not found")
+        return self.size, -1
 
     def cut(self, pos: int, limit: int, start_offset: int, bound: int) -> tuple[int, int]:
         """How many bytes from ``pos`` (where offset ``start_offset`` begins) up to ``limit`` are

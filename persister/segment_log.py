@@ -7,6 +7,8 @@ Layout of a partition directory::
     00000000000000000000.timeindex  ``persister/segment.py``)
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
+    cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
+    *.cleaned, *.swap               a cleaned segment being swapped in (persister/segment_swap.py)
     .clean-shutdown                 written by close(); removed by open()
 
 This module holds the segment list and everything that spans segments: opening and recovering
@@ -15,9 +17,10 @@ the checkpoints. One segment (its files, in-memory index, appends, seal and the 
 unflushed tail) is ``persister.segment.Segment``.
 
 Invariants:
-- Offsets are dense: the first batch of a segment starts at the segment's base offset (its file
-  name) and each batch starts at the previous batch's last offset + 1. Segment *k+1* starts at the
-  end offset of segment *k*; only the last segment (the active one) is appended to.
+- Offsets increase: batches of a segment start at or after its base offset (its file name) and
+  each batch starts after the previous batch's last offset; appends keep them dense, the log
+  cleaner leaves gaps (``persister/cleaner.py``). Segment *k+1* starts at or after the end offset
+  of segment *k*; only the last segment (the active one) is appended to, and never cleaned.
 - Everything below the recovery point is fsynced (data and index files). Startup after a crash
   validates only the batches after the last index entry below the recovery point, so its cost
   follows the unflushed tail, not the log size. Sealed segments load their index on first use
@@ -52,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops
+from persister import fileops, segment_swap
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
 from persister.log_dir import LogDir, LogDirOfflineError
 from persister.segment import (
@@ -85,6 +88,8 @@ LONG_MAX = (1 << 63) - 1
 
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
+# The log cleaner's first dirty offset: everything below it has been compacted.
+CLEANER_CHECKPOINT = "cleaner-offset.checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 _TMP_SUFFIX = ".tmp"
 _CHECKPOINT_VERSION = 0
@@ -106,6 +111,14 @@ class LogConfig:
     index_interval_bytes: int = 4096  # index.interval.bytes
     flush_interval_messages: int = LONG_MAX  # flush.messages; the default leaves it to the OS
     flush_interval_ms: int | None = None  # flush.ms; None leaves it to the OS
+    # cleanup.policy: "delete" in it deletes old segments (retention above), "compact" has the
+    # log cleaner keep the latest record per key (persister/cleaner.py).
+    delete_policy: bool = True
+    compact_policy: bool = False
+    min_cleanable_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    delete_retention_ms: int = DAY_MS  # delete.retention.ms (tombstones)
 
     def __post_init__(self) -> None:
         if not 1 <= self.segment_bytes <= INT32_MAX:
@@ -150,6 +163,11 @@ class PartitionLog:
         self._flushed = 0
         self._unflushed_since_ms: int | None = None
         self._since_snapshot_ms: int | None = None
+        # The log cleaner's first dirty offset (CLEANER_CHECKPOINT).
+        self._cleaner_offset = 0
+        # Test seam: called with a stage name during a cleaned-segment swap ("cleaned",
+        # "committed", "installed"); raising there stands for a crash at that point.
+        self.swap_fault: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._retention_lock = threading.Lock()
@@ -166,7 +184,7 @@ class PartitionLog:
         """Open the partition in ``directory``, creating it or recovering it after a crash.
 
         Without a clean-shutdown marker, batches after the recovery point are checked (header
-        sanity, dense offsets, CRC-32C); the segment is truncated at the first bad batch and any
+        sanity, increasing offsets, CRC-32C); the segment is truncated at the first bad batch and any
         later segments are deleted. Their index entries are rebuilt.
 
         Raises:
@@ -184,6 +202,9 @@ class PartitionLog:
         return log
 
     def _recover(self, now_ms: int) -> None:
+        # A crash during a cleaned-segment swap: finish it or drop it before listing segments.
+        segment_swap.complete_swaps(self.directory)
+        self._cleaner_offset = _read_checkpoint(self.directory / CLEANER_CHECKPOINT) or 0
         names = os.listdir(self.directory)
         for name in names:
             if name.endswith(_TMP_SUFFIX):
@@ -217,7 +238,11 @@ class PartitionLog:
         if not segments:
             self._create_active(0 if lso is None else lso, now_ms)
         elif clean_leo is None or not self._recover_clean(clean_leo):
-            self._recover_tail(segments[0].base_offset if rp is None else rp)
+            # Offsets may have compaction gaps only in flushed segments (the cleaner rewrites
+            # nothing else); without a recovery point, anywhere if the cleaner ever ran.
+            cleaned = (self.directory / CLEANER_CHECKPOINT).exists()
+            dense_from = rp if rp is not None else (LONG_MAX if cleaned else 0)
+            self._recover_tail(segments[0].base_offset if rp is None else rp, dense_from)
             rp = min(rp if rp is not None else 0, self._leo)
         else:
             rp = self._leo
@@ -261,14 +286,16 @@ class PartitionLog:
         self._leo = marker_leo
         return True
 
-    def _recover_tail(self, recovery_point: int) -> None:
+    def _recover_tail(self, recovery_point: int, dense_from: int) -> None:
         """Validate every batch from the recovery point on; truncate at the first bad one."""
         segments = self._segments
         k = max(0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1)
         expected = segments[k].base_offset
         for j in range(k, len(segments)):
             seg = segments[j]
-            if seg.base_offset != expected:
+            # A cleaned segment may end before the next one starts (a compaction gap).
+            if seg.base_offset < expected or (seg.base_offset != expected
+                                               and expected >= dense_from):
                 _log.warning("%s: segment %d does not follow offset %d; deleting it and later ones",
                              self.directory, seg.base_offset, expected)
                 self._drop_segments_from(j)
@@ -278,10 +305,13 @@ class PartitionLog:
             # and entries were fsynced by the flush that wrote it.
             keep = bisect.bisect_left(seg.rel, recovery_point - seg.base_offset) if j == k else 0
             seg.truncate_index(keep)
-            end, expected = seg.recover(self.config.index_interval_bytes)
+            end, expected = seg.recover(self.config.index_interval_bytes, dense_from)
             self._dir_dirty = True
             seg.dirty = True
-            if end < seg.size or (seg.size == 0 and j < len(segments) - 1):
+            # An empty segment followed by others lost its data in a crash, unless it is below
+            # the recovery point: the cleaner may have emptied a flushed segment.
+            empty = seg.size == 0 and j < len(segments) - 1 and seg.base_offset >= dense_from
+            if end < seg.size or empty:
                 _log.warning("%s: torn or corrupt batch: truncating segment %d at %d of %d bytes",
                              self.directory, seg.base_offset, end, seg.size)
                 seg.truncate(end)
@@ -469,6 +499,14 @@ class PartitionLog:
             i = bisect.bisect_right(self._bases, offset) - 1
             seg = self._segments[i]
             pos, first = self._locate(seg, offset)
+            while pos >= seg.size and i + 1 < len(self._segments):
+                # ``offset`` falls in a compaction gap at the end of a segment: the next
+                # records are in a later segment (Kafka's fetch reads on the same way).
+                i += 1
+                seg = self._segments[i]
+                pos, first = self._locate(seg, seg.base_offset)
+            if pos >= seg.size or first >= bound:
+                return ReadResult(b"", offset, offset, lso, leo)
             start_offset = first
             parts: list[bytes] = []
             remaining = max(1, max_bytes)
@@ -621,8 +659,8 @@ class PartitionLog:
         return lso, leo
 
     def _locate(self, seg: Segment, offset: int) -> tuple[int, int]:
-        """Position and base offset of the batch holding ``offset`` in ``seg`` (index bisect, then
-        a short walk)."""
+        """Position and base offset of the batch holding ``offset`` in ``seg``, or of the next
+        batch after a compaction gap; ``(seg.size, -1)`` if none (``Segment.locate``)."""
         self._use(seg)
         return seg.locate(offset)
 
@@ -737,8 +775,8 @@ class PartitionLog:
 
     def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole non-active segments past ``retention_ms`` (by their largest timestamp) or
-        while the log exceeds ``retention_bytes`` by at least that segment, plus segments wholly
-        below the log start offset. Only segments whose successor starts at or below
+        while the log exceeds ``retention_bytes`` by at least that segment (only with the
+        ``delete`` cleanup policy), plus segments wholly below the log start offset. Only segments whose successor starts at or below
         ``high_watermark`` (default the log end offset) go. Returns the number deleted.
 
         Segments without any timestamp fall back to the file's modification time (as Kafka does).
@@ -764,7 +802,8 @@ class PartitionLog:
                         break
                     below_start = next_base <= self._log_start_offset
                     too_big = excess is not None and excess >= seg.size
-                    if not (below_start or too_big or self._expired(seg, now_ms)):
+                    if not (below_start or (cfg.delete_policy and (
+                            too_big or self._expired(seg, now_ms)))):
                         break
                     if excess is not None:
                         excess -= seg.size
@@ -826,6 +865,118 @@ class PartitionLog:
                                         f"{self.directory}", exc) from exc
         for seg in victims:
             seg.unlink()
+
+    # -- log cleaner (persister/cleaner.py) --------------------------------------------------
+
+    @property
+    def cleaner_offset(self) -> int:
+        """The cleaner's first dirty offset: offsets below it have been compacted."""
+        return self._cleaner_offset
+
+    def set_cleaner_offset(self, offset: int) -> None:
+        """Checkpoint the cleaner's first dirty offset (atomically; a crash keeps the old one,
+        which only means cleaning some records again).
+
+        Raises:
+            OSError: the checkpoint could not be written.
+        """
+        with self._retention_lock:
+            if self._closed:
+                return
+            _write_checkpoint(self.directory / CLEANER_CHECKPOINT, offset)
+            self._cleaner_offset = offset
+
+    def cleanable_segments(self, with_timestamps: bool) -> list[tuple[Segment, int, int]] | None:
+        """The sealed segments the cleaner may rewrite, oldest first, as (segment, end offset =
+        the next segment's base, largest timestamp or NO_TIMESTAMP unless ``with_timestamps``);
+        None for a closed or offline log.
+
+        Only segments wholly below the recovery point: they are fsynced, never appended to
+        again, and recovery after a crash does not scan them. The cleaner reads their files by
+        name (``Segment.log_path``) with its own descriptors, and never touches the ``Segment``
+        objects but to hand them back to ``swap_cleaned``.
+        """
+        with self._lock:
+            if self._closed or self.log_dir.offline:
+                return None
+            limit = min(self._recovery_point, self._segments[-1].base_offset)
+            out: list[tuple[Segment, int, int]] = []
+            for k in range(len(self._segments) - 1):
+                seg, end = self._segments[k], self._bases[k + 1]
+                if end > limit:
+                    break
+                ts = self._max_timestamp(seg) if with_timestamps else NO_TIMESTAMP
+                out.append((seg, end, ts))
+            return out
+
+    def swap_cleaned(self, group: list[Segment], size: int, max_timestamp: int) -> bool:
+        """Replace the adjacent segments ``group`` with the cleaned segment written to the
+        ``.cleaned`` files of ``group[0]``'s base (``size`` bytes, largest timestamp
+        ``max_timestamp``), crash-safely (``persister/segment_swap.py``). Returns False (cleaned
+        files discarded) when the group is no longer in the log: retention or DeleteRecords
+        removed part of it, or the log was closed.
+
+        Segment-list changes are serialised by ``_retention_lock`` (retention, DeleteRecords,
+        close and delete take it too); only the renames and the list update hold ``_lock``, so
+        appends and reads wait for a few renames at most.
+
+        Raises:
+            LogDirOfflineError: writing the swap marker or a rename failed.
+        """
+        directory = self.directory
+        bases = [seg.base_offset for seg in group]
+        fault = self.swap_fault or (lambda _stage: None)
+        with self._retention_lock:
+            with self._lock:
+                k = self._index_of(group)
+            if k < 0:
+                segment_swap.discard(directory, bases[0])
+                return False
+            fault("cleaned")
+            try:
+                segment_swap.commit(directory, bases)
+            except OSError as exc:
+                segment_swap.discard(directory, bases[0])
+                raise self.log_dir.fail(f"committing a cleaned segment of {self._tp()} in "
+                                        f"{directory}", exc) from exc
+            fault("committed")
+            with self._lock:
+                for seg in group:
+                    seg.close()
+                    self._loaded.pop(seg.base_offset, None)
+                try:
+                    segment_swap.install(directory, bases)
+                except OSError as exc:
+                    # The marker stands: the next start completes the swap.
+                    raise self.log_dir.fail(f"installing a cleaned segment of {self._tp()} in "
+                                            f"{directory}", exc) from exc
+                new = Segment(directory, bases[0])
+                new.size = size
+                new.max_timestamp = max_timestamp
+                new.max_known = True
+                self._segments[k : k + len(group)] = [new]
+                self._bases[k : k + len(group)] = [bases[0]]
+                self._size_bytes += size - sum(seg.size for seg in group)
+            fault("installed")
+            try:
+                segment_swap.finish(directory, bases)
+            except OSError as exc:
+                raise self.log_dir.fail(f"syncing {directory} after a cleaned-segment swap",
+                                        exc) from exc
+        return True
+
+    def _index_of(self, group: list[Segment]) -> int:
+        """Where ``group`` sits, contiguous, in the segment list (sealed), or -1 (under
+        ``_lock``)."""
+        if self._closed or self.log_dir.offline:
+            return -1
+        k = bisect.bisect_left(self._bases, group[0].base_offset)
+        if k + len(group) >= len(self._segments):
+            return -1
+        for j, seg in enumerate(group):
+            if self._segments[k + j] is not seg:
+                return -1
+        return k
 
     # -- lifecycle ---------------------------------------------------------------------------
 

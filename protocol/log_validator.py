@@ -16,6 +16,7 @@ not a control batch; idempotent batches have a base sequence           INVALID_R
 records: varints well formed, each record's length matches its fields,  INVALID_RECORD
 offset deltas 0..n-1 in order, exactly ``record_count`` records,
 no trailing bytes, no null header key
+a key on every record when ``cleanup.policy`` includes compact           INVALID_RECORD
 CreateTime: every record's timestamp within ``now - before_max_ms`` ..  INVALID_TIMESTAMP
 ``now + after_max_ms`` (``message.timestamp.before/after.max.ms``)
 =====================================================================  =========================
@@ -87,6 +88,7 @@ class ValidationPolicy:
     before_max_ms: int = 2**63 - 1  # message.timestamp.before.max.ms
     after_max_ms: int = 2**63 - 1  # message.timestamp.after.max.ms
     api_version: int = 12  # of the Produce request
+    require_keys: bool = False  # cleanup.policy includes compact: every record needs a key
 
     @property
     def max_decompressed_bytes(self) -> int:
@@ -179,7 +181,7 @@ def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) ->
         if count > (total - BATCH_HEADER_SIZE) // MIN_RECORD_BYTES:
             raise _Invalid(ErrorCode.invalid_record,
                            f"batch declares {count} records in {total - BATCH_HEADER_SIZE} bytes")
-        lo, hi = walk_records(data, BATCH_HEADER_SIZE, total, count)
+        lo, hi = walk_records(data, BATCH_HEADER_SIZE, total, count, policy.require_keys)
         records: tuple[bytes | bytearray, int, int] = (data, BATCH_HEADER_SIZE, total)
     else:
         try:
@@ -195,7 +197,8 @@ def _validate(data: bytes | bytearray, policy: ValidationPolicy, now_ms: int) ->
         buf = body.obj
         if len(buf) != len(body):  # type: ignore[arg-type]
             buf = bytes(body)  # the walk relies on the buffer ending with the records
-        lo, hi = walk_records(buf, 0, len(body), count)  # type: ignore[arg-type]
+        lo, hi = walk_records(buf, 0, len(body), count,  # type: ignore[arg-type]
+                              policy.require_keys)
         records = (buf, 0, len(body))  # type: ignore[assignment]
     return _timestamps(data, h, lo, hi, policy, now_ms, records)
 
@@ -253,9 +256,11 @@ def _timestamp_error(h: BatchHeader, records: tuple[bytes | bytearray, int, int]
     return _Invalid(ErrorCode.invalid_timestamp, message, tuple(bad))
 
 
-def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[int, int]:
+def walk_records(b: bytes | bytearray, pos: int, end: int, count: int,
+                 require_keys: bool = False) -> tuple[int, int]:
     """Read ``count`` records from ``b[pos:end]`` (no more, no less); return the smallest and
-    largest timestamp delta.
+    largest timestamp delta. With ``require_keys`` (a compacted topic) a record without a key is
+    refused, as Kafka's ``LogValidator`` does: compaction keeps the latest record per key.
 
     The hot loop of produce validation: each field is a zig-zag varint whose one-byte form is
     decoded inline (the common case); longer ones go through :func:`_varint`. A record's fields
@@ -304,6 +309,12 @@ def walk_records(b: bytes | bytearray, pos: int, end: int, count: int) -> tuple[
                 q = _delta(b, q, i, count)
             x = b[q]
             if x == 1:  # null key, the common case
+                if require_keys:
+                    why = f"record {i}: Compacted topic cannot accept message without key"
+                    raise _Invalid(ErrorCode.invalid_record,
+                                   "Compacted topic cannot accept message without key "
+                                   "(cleanup.policy includes compact; give every record a key)",
+                                   ((i, why),))
                 q += 1
             else:
                 if x < 0x80:

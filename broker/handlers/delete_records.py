@@ -10,6 +10,7 @@ the current start changes nothing and answers the current start (the start never
 - unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
 - internal topics -> INVALID_TOPIC_EXCEPTION (their records are coordinator state; Kafka
   refuses too);
+- a topic whose ``cleanup.policy`` lacks ``delete`` (compact only) -> POLICY_VIOLATION (Kafka);
 - an offset above the log end, or negative other than -1 -> OFFSET_OUT_OF_RANGE;
 - a disk error -> KAFKA_STORAGE_ERROR (logged).
 
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
 from broker.authz import Operation, ResourceType
+from broker.config import cleanup_policies, topic_config_value
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK
 from persister.log import LogClosedError, OffsetOutOfRangeError
@@ -64,6 +66,11 @@ def plan(broker: Broker, topic: str, partition: int, offset: int) -> Deletion:
         d.error = ErrorCode.unknown_topic_or_partition
     elif t.internal:
         d.error = ErrorCode.invalid_topic_exception
+    elif "delete" not in cleanup_policies(topic_config_value("cleanup.policy", t.configs,
+                                                             broker.config)):
+        # Kafka: records of a compact-only topic "can not be deleted due to the configured
+        # policy".
+        d.error = ErrorCode.policy_violation
     elif offset < 0 and offset != HIGH_WATERMARK:
         d.error = ErrorCode.offset_out_of_range
     else:

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
 from broker.authz import Operation, Resource, ResourceType, refusal
-from broker.config import topic_config_value
+from broker.config import cleanup_policies, topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -120,7 +120,8 @@ def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int)
     return ValidationPolicy(max_batch_bytes=int(v("max.message.bytes")), timestamp_type=ts_type,
                             before_max_ms=int(v("message.timestamp.before.max.ms")),
                             after_max_ms=int(v("message.timestamp.after.max.ms")),
-                            api_version=api_version)
+                            api_version=api_version,
+                            require_keys="compact" in cleanup_policies(v("cleanup.policy")))
 
 
 def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,

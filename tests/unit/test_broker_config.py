@@ -215,3 +215,25 @@ def test_consumer_assignors_accept_kafka_class_names() -> None:
     value = "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"
     assert BrokerConfig().check("group.consumer.assignors", value) == value
     assert consumer_assignors(value) == ("range", "uniform")
+
+
+@pytest.mark.parametrize(("name", "default"), [
+    ("log.cleanup.policy", "delete"), ("log.cleaner.enable", True),
+    ("log.cleaner.backoff.ms", 15_000), ("log.cleaner.min.cleanable.ratio", 0.5),
+    ("log.cleaner.min.compaction.lag.ms", 0), ("log.cleaner.max.compaction.lag.ms", 2**63 - 1),
+    ("log.cleaner.delete.retention.ms", 86_400_000),
+    ("log.cleaner.dedupe.buffer.size", 128 * 1024 * 1024),
+])
+def test_log_cleaner_configs_have_kafka_names_and_defaults(name: str, default: object) -> None:
+    assert BrokerConfig().get(name) == default
+
+
+@pytest.mark.parametrize("value", ["compact", "delete", "compact,delete", "delete, compact"])
+def test_cleanup_policy_accepts_kafka_values(value: str) -> None:
+    BrokerConfig({"log.cleanup.policy": value})
+
+
+@pytest.mark.parametrize("value", ["", "shred", "compact,shred", "compact,,delete"])
+def test_cleanup_policy_refuses_other_values(value: str) -> None:
+    with pytest.raises(ConfigError, match="compact"):
+        BrokerConfig({"log.cleanup.policy": value})

@@ -256,3 +256,16 @@ def test_invalid_timestamp_names_each_record_out_of_bounds(codec: int) -> None:
     assert [i for i, _ in res.record_errors] == [3, 150, 299]
     assert res.message.startswith("3 of 300 record(s) out of bounds")
     assert f"timestamp {NOW + 10_003}" in res.record_errors[0][1]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 4], ids=["none", "gzip", "zstd"])
+def test_compacted_topic_refuses_a_record_without_key(codec: int) -> None:
+    """Kafka's LogValidator: "Compacted topic cannot accept message without key", INVALID_RECORD
+    naming the record; keyed records (an empty key is a key) pass, tombstones too."""
+    compacted = ValidationPolicy(max_batch_bytes=1 << 20, require_keys=True)
+    ok(make_batch([(b"k", b"v"), (b"", b"v"), (b"k", None)], compression=codec), compacted)
+    res = refused(make_batch([(b"k", b"v"), (None, b"v")], compression=codec), compacted)
+    assert res.error == ErrorCode.invalid_record
+    assert "Compacted topic cannot accept message without key" in res.message
+    assert [i for i, _ in res.record_errors] == [1]
+    ok(make_batch([(None, b"v")], compression=codec))  # not compacted: fine
