@@ -113,6 +113,39 @@ def test_commit_kill_restart_resumes_at_committed_offsets(tmp_path: Path) -> Non
         b.stop()
 
 
+@pytest.mark.parametrize("settling_ms", [500, 0])
+def test_a_second_member_gets_its_half_within_the_settling_interval(tmp_path: Path,
+                                                                    settling_ms: int) -> None:
+    """Kafka's 5 s heartbeat interval (the default here): the first member only learns that it
+    must give up half its partitions from its next heartbeat answer. Shoal's settling interval
+    (500 ms while the group settles) makes that a fraction of a second; with it off (0) the
+    hand-over waits out the regular interval, as on Kafka."""
+    b = BrokerProcess(tmp_path / "data", overrides={
+        "group.consumer.settling.heartbeat.interval.ms": str(settling_ms)})
+    b.start()
+    cs: list[Consumer] = []
+    try:
+        topic, group = "kip848-settle", "kip848-settle-g"
+        create_topic(b.bootstrap, topic, partitions=4)
+        cs.append(consumer(b.bootstrap, group))
+        cs[0].subscribe([topic])
+        wait_assigned(cs, 4)
+        cs.append(consumer(b.bootstrap, group))
+        started = time.monotonic()
+        cs[1].subscribe([topic])
+        sets = wait_assigned(cs, 4, timeout=30)
+        took = time.monotonic() - started
+        assert sorted(map(len, sets)) == [2, 2], sets
+        if settling_ms:
+            assert took < 3.5, f"hand-over took {took:.1f} s"
+        else:
+            assert took > 3.5, f"hand-over took only {took:.1f} s with the settling interval off"
+    finally:
+        for c in cs:
+            c.close()
+        b.stop()
+
+
 def test_regex_subscription_includes_topics_created_later(fast_broker: Any) -> None:
     b = fast_broker.bootstrap
     create_topic(b, "rxp-one", partitions=2)
