@@ -25,7 +25,8 @@ Invariants:
 Threads: a ``Segment`` has no lock of its own. ``PartitionLog`` (``segment_log.py``), which owns
 the segment list, rolling, retention, checkpoints and the flush policy, touches a listed segment
 only under its lock. The exceptions go by file name: ``fsync`` (safe against a concurrent close)
-and ``unlink`` of a segment already taken off the list.
+and ``unlink`` of a segment already taken off the list. Before that, ``log_loader.load`` opens and
+recovers the segments on its own, before any other thread can see them.
 
 I/O errors surface as ``OSError``; writes, truncates and syncs go through ``persister.fileops``
 (the fault-injection seam). Kafka classes this mirrors: ``LogSegment``,
