@@ -25,7 +25,8 @@ Invariants:
 Threads: a ``Segment`` has no lock of its own. ``PartitionLog`` (``segment_log.py``), which owns
 the segment list, rolling, retention, checkpoints and the flush policy, touches a listed segment
 only under its lock. The exceptions go by file name: ``fsync`` (safe against a concurrent close)
-and ``unlink`` of a segment already taken off the list.
+and ``unlink`` of a segment already taken off the list. Before that, ``log_loader.load`` opens and
+recovers the segments on its own, before any other thread can see them.
 
 I/O errors surface as ``OSError``; writes, truncates and syncs go through ``persister.fileops``
 (the fault-injection seam). Kafka classes this mirrors: ``LogSegment``,
@@ -40,6 +41,7 @@ import os
 import struct
 import sys
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +61,7 @@ from protocol.record_batch import (
 )
 
 INT32_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -71,6 +74,9 @@ _INT64 = struct.Struct(">q")
 _WALK_CHUNK = 16 * 1024
 # Recovery reads this much at a time to check CRCs.
 _RECOVERY_CHUNK = 1 << 20
+# Sealed segments whose index stays in memory (with an open descriptor) per partition. A 1 GiB
+# segment indexed every 4 KiB takes 4 MiB of index.
+MAX_LOADED_SEALED = 4
 
 
 class Segment:
@@ -435,6 +441,15 @@ class Segment:
             end = p + f[1] + LOG_OVERHEAD
             next_offset = f[0] + f[6] + 1
         return end - pos, next_offset
+
+
+def track_loaded(loaded: OrderedDict[int, Segment], seg: Segment) -> None:
+    """Note the loaded sealed ``seg`` as most recently used in ``loaded`` (least recent first,
+    by base offset); unload the least recent ones past ``MAX_LOADED_SEALED``."""
+    loaded[seg.base_offset] = seg
+    loaded.move_to_end(seg.base_offset)
+    while len(loaded) > MAX_LOADED_SEALED:
+        loaded.popitem(last=False)[1].unload()
 
 
 # -- file helpers -----------------------------------------------------------------------------

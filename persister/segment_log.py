@@ -1,20 +1,13 @@
-"""One Kafka partition on disk: a directory of segments, checkpoints and the partition-level logic.
+"""One Kafka partition on disk, live: the segment list and the partition-level logic.
 
-Layout of a partition directory::
-
-    00000000000000000000.log        a segment's batches, sparse offset index and time index,
-    00000000000000000000.index      named by its base offset (formats and per-segment invariants:
-    00000000000000000000.timeindex  ``persister/segment.py``)
-    log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
-    recovery-point.checkpoint       offset below which everything is fsynced
-    cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
-    *.cleaned, *.swap               a cleaned segment being swapped in (persister/segment_swap.py)
-    .clean-shutdown                 written by close(); removed by open()
-
-This module holds the segment list and everything that spans segments: opening and recovering
-the directory, rolling, reads across segments, timestamp lookups, the flush policy, retention and
-the checkpoints. One segment (its files, in-memory index, appends, seal and the CRC check of its
-unflushed tail) is ``persister.segment.Segment``.
+A partition is a directory of segments and checkpoint files (layout, loading and crash recovery:
+``persister/log_loader.py``). ``PartitionLog.open`` has the loader read the directory and builds
+the log from the state it returns. This module holds what happens after: appends and rolling,
+reads across segments, timestamp lookups, the flush policy and the recovery-point checkpoint,
+retention and DeleteRecords (the log start offset checkpoint), the log cleaner's hooks (its
+checkpoint and the cleaned-segment swap, ``persister/segment_swap.py``) and the clean shutdown.
+One segment (its files, in-memory index, appends, seal and the CRC check of its unflushed tail) is
+``persister.segment.Segment``.
 
 Invariants:
 - Offsets increase: batches of a segment start at or after its base offset (its file name) and
@@ -24,7 +17,8 @@ Invariants:
 - Everything below the recovery point is fsynced (data and index files). Startup after a crash
   validates only the batches after the last index entry below the recovery point, so its cost
   follows the unflushed tail, not the log size. Sealed segments load their index on first use
-  and only a few stay loaded (``_MAX_LOADED_SEALED``), so memory does not grow with the log.
+  and only a few stay loaded (``segment.MAX_LOADED_SEALED``), so memory does not grow with the
+  log.
 - ``log_start_offset`` only moves forward; whole segments below it are deleted.
 
 Threads: every method is synchronous and thread-safe. The broker runs ``flush`` and
@@ -38,8 +32,7 @@ Storage faults: a failed write, truncate or sync takes the log directory offline
 reported to the directory's ``LogDir`` (shared by every partition of a broker's data directory),
 and from then on appends, reads and syncs raise ``LogDirOfflineError`` and ``close`` writes
 nothing (no seal, flush or clean-shutdown marker). A failed sync is never retried. Other I/O
-errors surface as ``OSError``. Kafka classes this mirrors: ``UnifiedLog`` and ``LogLoader``
-(behaviour only).
+errors surface as ``OSError``. Kafka class this mirrors: ``UnifiedLog`` (behaviour only).
 """
 
 from __future__ import annotations
@@ -55,19 +48,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops, segment_swap
+from persister import fileops, log_loader, segment_swap
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
 from persister.log_dir import LogDir, LogDirOfflineError
+from persister.log_loader import (
+    CLEAN_SHUTDOWN_MARKER,
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    LoadedLog,
+    fsync_dir,
+    write_checkpoint,
+)
 from persister.segment import (
-    INDEX_SUFFIX,
     INT32_MAX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
+    LONG_MAX,
     Segment,
-    base_of,
     batch_metas,
     header_at,
-    pwrite_all,
+    track_loaded,
     walk,
 )
 from protocol.record_batch import (
@@ -84,20 +83,7 @@ _log = logging.getLogger("shoal.log")
 
 GIB = 1 << 30
 DAY_MS = 24 * 3600 * 1000
-LONG_MAX = (1 << 63) - 1
-
-LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
-RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
-# The log cleaner's first dirty offset: everything below it has been compacted.
-CLEANER_CHECKPOINT = "cleaner-offset.checkpoint"
-CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
-_TMP_SUFFIX = ".tmp"
-_CHECKPOINT_VERSION = 0
-
 _INT16 = struct.Struct(">h")
-# Sealed segments whose index stays in memory (with an open descriptor) per partition. A 1 GiB
-# segment indexed every 4 KiB takes 4 MiB of index.
-_MAX_LOADED_SEALED = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,22 +127,24 @@ class PartitionLog:
     ``config`` may be replaced at any time (dynamic topic configs); the next operation uses it.
     """
 
-    def __init__(self, directory: Path, config: LogConfig, log_dir: LogDir | None = None) -> None:
+    def __init__(self, directory: Path, config: LogConfig, loaded: LoadedLog,
+                 log_dir: LogDir | None = None) -> None:
+        """Take over the directory state ``loaded`` (from ``persister.log_loader.load``)."""
         self.directory = directory
         self.config = config
         # The health of the log directory this partition lives in (shared by the broker's
         # partitions); a standalone log gets its own.
         self.log_dir = log_dir if log_dir is not None else LogDir(directory.parent)
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
+        self._segments: list[Segment] = loaded.segments
+        self._bases: list[int] = [s.base_offset for s in loaded.segments]
         # Sealed segments whose index is in memory, least recently used first.
-        self._loaded: OrderedDict[int, Segment] = OrderedDict()
-        self._log_start_offset = 0
-        self._leo = 0
-        self._size_bytes = 0
-        self._recovery_point = 0
+        self._loaded: OrderedDict[int, Segment] = loaded.loaded
+        self._log_start_offset = loaded.log_start_offset
+        self._leo = loaded.log_end_offset
+        self._size_bytes = sum(s.size for s in loaded.segments)
+        self._recovery_point = loaded.recovery_point
         self._closed = False
-        self._dir_dirty = False
+        self._dir_dirty = loaded.dir_dirty
         self._rolled_unflushed = False
         # Offsets appended / covered by a completed flush, for the flush.messages policy.
         self._appended = 0
@@ -164,7 +152,7 @@ class PartitionLog:
         self._unflushed_since_ms: int | None = None
         self._since_snapshot_ms: int | None = None
         # The log cleaner's first dirty offset (CLEANER_CHECKPOINT).
-        self._cleaner_offset = 0
+        self._cleaner_offset = loaded.cleaner_offset
         # Test seam: called with a stage name during a cleaned-segment swap ("cleaned",
         # "committed", "installed"); raising there stands for a crash at that point.
         self.swap_fault: Callable[[str], None] | None = None
@@ -176,16 +164,13 @@ class PartitionLog:
         # broker/producer_state_manager.py). It must not call back into this log.
         self.roll_listener: Callable[[int], None] | None = None
 
-    # -- opening and recovery ----------------------------------------------------------------
+    # -- opening -----------------------------------------------------------------------------
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, now_ms: int,
              log_dir: LogDir | None = None) -> PartitionLog:
-        """Open the partition in ``directory``, creating it or recovering it after a crash.
-
-        Without a clean-shutdown marker, batches after the recovery point are checked (header
-        sanity, increasing offsets, CRC-32C); the segment is truncated at the first bad batch and any
-        later segments are deleted. Their index entries are rebuilt.
+        """Open the partition in ``directory``, creating it or recovering it after a crash
+        (``persister.log_loader.load``).
 
         Raises:
             LogDirOfflineError: ``log_dir`` is offline.
@@ -194,156 +179,22 @@ class PartitionLog:
         directory = Path(directory)
         if log_dir is not None:
             log_dir.check()
-        if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(directory.parent)
-        log = cls(directory, config, log_dir)
-        log._recover(now_ms)
-        return log
-
-    def _recover(self, now_ms: int) -> None:
-        # A crash during a cleaned-segment swap: finish it or drop it before listing segments.
-        segment_swap.complete_swaps(self.directory)
-        self._cleaner_offset = _read_checkpoint(self.directory / CLEANER_CHECKPOINT) or 0
-        names = os.listdir(self.directory)
-        for name in names:
-            if name.endswith(_TMP_SUFFIX):
-                os.unlink(self.directory / name)
-        bases = sorted(base_of(n) for n in names if n.endswith(LOG_SUFFIX) and base_of(n) >= 0)
-        base_set = set(bases)
-        for name in names:
-            if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
-                stem = name.rsplit(".", 1)[0]
-                if not (len(stem) == 20 and stem.isdigit() and int(stem) in base_set):
-                    os.unlink(self.directory / name)
-        marker = self.directory / CLEAN_SHUTDOWN_MARKER
-        clean_leo = _read_checkpoint(marker)
-        if marker.exists():
-            # Any crash from here on must be recovered by scanning.
-            os.unlink(marker)
-            _fsync_dir(self.directory)
-        lso = _read_checkpoint(self.directory / LOG_START_CHECKPOINT)
-        rp = _read_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT)
-
-        segments = []
-        for base in bases:
-            seg = Segment(self.directory, base)
-            seg.size = os.stat(seg.log_path).st_size
-            segments.append(seg)
-        if lso is not None:
-            # Finish deletions interrupted by a crash: whole segments below the start offset.
-            while len(segments) > 1 and segments[1].base_offset <= lso:
-                segments.pop(0).unlink()
-        self._segments = segments
-        if not segments:
-            self._create_active(0 if lso is None else lso, now_ms)
-        elif clean_leo is None or not self._recover_clean(clean_leo):
-            # Offsets may have compaction gaps only in flushed segments (the cleaner rewrites
-            # nothing else); without a recovery point, anywhere if the cleaner ever ran.
-            cleaned = (self.directory / CLEANER_CHECKPOINT).exists()
-            dense_from = rp if rp is not None else (LONG_MAX if cleaned else 0)
-            self._recover_tail(segments[0].base_offset if rp is None else rp, dense_from)
-            rp = min(rp if rp is not None else 0, self._leo)
-        else:
-            rp = self._leo
-        first_base = self._segments[0].base_offset
-        self._log_start_offset = max(first_base, lso if lso is not None else first_base)
-        if self._log_start_offset > self._leo:
-            # The start offset checkpoint is ahead of what survived: start over there (Kafka does
-            # the same rather than reuse offsets below a start offset it already advertised).
-            for seg in self._segments:
-                seg.close()
-                seg.unlink()
-            self._segments = []
-            self._loaded.clear()
-            self._create_active(self._log_start_offset, now_ms)
-        self._recovery_point = max(self._segments[0].base_offset, rp or 0)
-        self._bases = [s.base_offset for s in self._segments]
-        self._size_bytes = sum(s.size for s in self._segments)
-        active = self._segments[-1]
-        if active.fd < 0:
-            active.fd = os.open(active.log_path, os.O_RDWR)
-        active.open_index_files()
-        active.created_ms = now_ms
-
-    def _create_active(self, base: int, now_ms: int) -> Segment:
-        """Start an empty segment at ``base`` (files replaced if left over) and make it active."""
-        seg = Segment.create(self.directory, base, now_ms)
-        self._segments.append(seg)
-        self._leo = base
-        self._dir_dirty = True
-        return seg
-
-    def _recover_clean(self, marker_leo: int) -> bool:
-        """After a clean shutdown, take the active segment's state from its seal entry.
-
-        Returns False (scan instead) if the files do not match the marker
-        (``Segment.restore_sealed``).
-        """
-        if not self._segments[-1].restore_sealed(marker_leo):
-            _log.warning("%s: clean-shutdown marker does not match the files", self.directory)
-            return False
-        self._leo = marker_leo
-        return True
-
-    def _recover_tail(self, recovery_point: int, dense_from: int) -> None:
-        """Validate every batch from the recovery point on; truncate at the first bad one."""
-        segments = self._segments
-        k = max(0, bisect.bisect_right([s.base_offset for s in segments], recovery_point) - 1)
-        expected = segments[k].base_offset
-        for j in range(k, len(segments)):
-            seg = segments[j]
-            # A cleaned segment may end before the next one starts (a compaction gap).
-            if seg.base_offset < expected or (seg.base_offset != expected
-                                               and expected >= dense_from):
-                _log.warning("%s: segment %d does not follow offset %d; deleting it and later ones",
-                             self.directory, seg.base_offset, expected)
-                self._drop_segments_from(j)
-                break
-            seg.read_index()
-            # Keep only entries for batches that start below the recovery point: those batches
-            # and entries were fsynced by the flush that wrote it.
-            keep = bisect.bisect_left(seg.rel, recovery_point - seg.base_offset) if j == k else 0
-            seg.truncate_index(keep)
-            end, expected = seg.recover(self.config.index_interval_bytes, dense_from)
-            self._dir_dirty = True
-            seg.dirty = True
-            # An empty segment followed by others lost its data in a crash, unless it is below
-            # the recovery point: the cleaner may have emptied a flushed segment.
-            empty = seg.size == 0 and j < len(segments) - 1 and seg.base_offset >= dense_from
-            if end < seg.size or empty:
-                _log.warning("%s: torn or corrupt batch: truncating segment %d at %d of %d bytes",
-                             self.directory, seg.base_offset, end, seg.size)
-                seg.truncate(end)
-                self._drop_segments_from(j + 1)
-                break
-        for seg in self._segments[k:-1]:
-            seg.seal()
-            self._track(seg)
-        self._leo = expected
-
-    def _drop_segments_from(self, j: int) -> None:
-        for seg in self._segments[j:]:
-            seg.close()
-            seg.unlink()
-        del self._segments[j:]
+        loaded = log_loader.load(directory, config.index_interval_bytes, now_ms)
+        return cls(directory, config, loaded, log_dir)
 
     def _use(self, seg: Segment) -> None:
         """Make a segment's index, largest timestamp and descriptor available (under ``_lock``).
 
-        Sealed segments load lazily, and only the ``_MAX_LOADED_SEALED`` most recently used stay
-        loaded, which bounds memory and descriptors per partition.
+        Sealed segments load lazily, and only the ``segment.MAX_LOADED_SEALED`` most recently
+        used stay loaded, which bounds memory and descriptors per partition.
         """
         seg.load()
         if seg is not self._segments[-1]:
             self._track(seg)
 
     def _track(self, seg: Segment) -> None:
-        """Note a loaded sealed segment as most recently used; unload the least recent ones."""
-        self._loaded[seg.base_offset] = seg
-        self._loaded.move_to_end(seg.base_offset)
-        while len(self._loaded) > _MAX_LOADED_SEALED:
-            self._loaded.popitem(last=False)[1].unload()
+        """``segment.track_loaded`` on this log's loaded sealed segments (under ``_lock``)."""
+        track_loaded(self._loaded, seg)
 
     def _max_timestamp(self, seg: Segment) -> int:
         if not seg.max_known:
@@ -469,7 +320,9 @@ class PartitionLog:
         old.seal()
         old.close_index_files()
         self._track(old)
-        seg = self._create_active(self._leo, now_ms)
+        seg = Segment.create(self.directory, self._leo, now_ms)
+        self._segments.append(seg)
+        self._dir_dirty = True
         seg.open_index_files()
         self._bases.append(seg.base_offset)
         self._rolled_unflushed = True
@@ -733,7 +586,7 @@ class PartitionLog:
                 for fd in fds:
                     fileops.OPS.fdatasync(fd)
                 if dir_dirty:
-                    _fsync_dir(self.directory)
+                    fsync_dir(self.directory)
             except OSError as exc:
                 raise self.log_dir.fail(f"syncing {self._tp()} in {self.directory}", exc) from exc
             finally:
@@ -754,9 +607,9 @@ class PartitionLog:
             for seg in dirty:
                 seg.fsync()
             if dir_dirty:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
             if target > self._recovery_point:
-                _write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
+                write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
         except OSError as exc:
             # Never retried (see persister.fileops): the directory goes offline instead.
             with self._lock:
@@ -859,7 +712,7 @@ class PartitionLog:
         # Checkpoint first: a crash before the unlinks leaves segments that open() removes.
         if victims or force_checkpoint:
             try:
-                _write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
+                write_checkpoint(self.directory / LOG_START_CHECKPOINT, self._log_start_offset)
             except OSError as exc:
                 raise self.log_dir.fail(f"writing the log start checkpoint of {self._tp()} in "
                                         f"{self.directory}", exc) from exc
@@ -883,7 +736,7 @@ class PartitionLog:
         with self._retention_lock:
             if self._closed:
                 return
-            _write_checkpoint(self.directory / CLEANER_CHECKPOINT, offset)
+            write_checkpoint(self.directory / CLEANER_CHECKPOINT, offset)
             self._cleaner_offset = offset
 
     def cleanable_segments(self, with_timestamps: bool) -> list[tuple[Segment, int, int]] | None:
@@ -1010,7 +863,7 @@ class PartitionLog:
             try:
                 self._flush_locked()
                 try:
-                    _write_checkpoint(self.directory / CLEAN_SHUTDOWN_MARKER, self._leo)
+                    write_checkpoint(self.directory / CLEAN_SHUTDOWN_MARKER, self._leo)
                 except OSError as exc:
                     raise self.log_dir.fail(f"writing the clean-shutdown marker of {self._tp()}",
                                             exc) from exc
@@ -1034,43 +887,5 @@ class PartitionLog:
                 shutil.rmtree(self.directory)
             except FileNotFoundError:
                 pass
-            _fsync_dir(self.directory.parent)
+            fsync_dir(self.directory.parent)
 
-
-# -- checkpoint files ------------------------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fileops.OPS.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_checkpoint(path: Path, value: int) -> None:
-    """Replace ``path`` atomically with ``value`` (tmp file, fsync, rename, fsync directory)."""
-    tmp = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        pwrite_all(fd, f"{_CHECKPOINT_VERSION}\n{value}\n".encode(), 0)
-        fileops.OPS.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _read_checkpoint(path: Path) -> int | None:
-    try:
-        text = path.read_text("ascii")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError):
-        _log.warning("%s is unreadable; ignoring it", path)
-        return None
-    version, value, *rest = text.split("\n") + [""]
-    if version == str(_CHECKPOINT_VERSION) and value.isdigit() and rest == ["", ""]:
-        return int(value)
-    _log.warning("%s is malformed; ignoring it", path)
-    return None

@@ -41,7 +41,8 @@ from broker.handlers import (
     produce,
 )
 from persister import fileops
-from persister.segment_log import CLEAN_SHUTDOWN_MARKER, PartitionLog
+from persister.log_loader import CLEAN_SHUTDOWN_MARKER
+from persister.segment_log import PartitionLog
 from protocol.codec import request_module
 from protocol.messages import make
 

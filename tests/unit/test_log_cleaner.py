@@ -24,7 +24,8 @@ from persister import fileops
 from persister import segment_swap as sw
 from persister.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
 from persister.log_dir import LogDirOfflineError
-from persister.segment_log import CLEAN_SHUTDOWN_MARKER, LogConfig, PartitionLog
+from persister.log_loader import CLEAN_SHUTDOWN_MARKER
+from persister.segment_log import LogConfig, PartitionLog
 from protocol.compression import decompress
 from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
 

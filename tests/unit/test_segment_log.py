@@ -1,5 +1,5 @@
-"""persister/segment_log.py (and segment.py under it): appends, reads, crash recovery, retention,
-flush policy.
+"""persister/segment_log.py (with log_loader.py and segment.py under it): appends, reads, crash
+recovery, retention, flush policy.
 
 A "crash" is a copy of the partition directory taken while the log is open (what ``kill -9`` leaves
 on disk: every ``write`` is in the page cache, nothing ``close()`` does has happened).
@@ -23,13 +23,12 @@ from hypothesis import strategies as st
 from kio.records.readers import read_batch
 
 from persister.log import AppendResult, LogClosedError, OffsetOutOfRangeError, PartitionLogLike
-from persister.segment_log import (
+from persister.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
-    LogConfig,
-    PartitionLog,
 )
+from persister.segment_log import LogConfig, PartitionLog
 from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
 
 from .batches import make_batch, make_value_batch

@@ -16,7 +16,8 @@ import pytest
 
 from persister import fileops
 from persister.log_dir import LogDir, LogDirOfflineError
-from persister.segment_log import CLEAN_SHUTDOWN_MARKER, LogConfig, PartitionLog
+from persister.log_loader import CLEAN_SHUTDOWN_MARKER
+from persister.segment_log import LogConfig, PartitionLog
 
 from .batches import make_batch
 
