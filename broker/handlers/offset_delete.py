@@ -1,5 +1,5 @@
 """OffsetDelete (47) v0: delete committed offsets of a classic group
-(``coordinator/group/classic.py``), as Kafka: a ``consumer`` group with members refuses the
+(``coordinator/group/offsets.py``, checked by ``classic.py``), as Kafka: a ``consumer`` group with members refuses the
 partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, read from their
 subscription metadata) and deletes the rest; a group of another protocol type with members gets
 NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND; the empty group id INVALID_GROUP_ID.
