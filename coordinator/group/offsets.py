@@ -11,9 +11,10 @@ through the injected ``schedule``/``cancel``.
 
 Hard state is the fold of records (STYLE.md 1.3): ``DurableStore`` holds the latest value of every
 classic-record key (OffsetCommit and the classic groups' GroupMetadata, which share the key space
-and the log) with an undo log back to the committed offset, so ``revert`` and committed reads work
-as for share groups (``store.py``). Write ops append records to the list they are given and never
-change the store; ``replay`` is its one mutator.
+and the log) with an undo log back to the committed offset (``coordinator/runtime/undo.py``, as
+the group stores of ``store.py``), so ``revert`` and committed reads work as for share groups.
+Write ops append records to the list they are given and never change the store; ``replay`` is
+its one mutator.
 
 Retention (offsets.retention.minutes): armed when a group becomes empty (or has no group at all)
 and after each commit to such a group; when it fires, an empty group's offsets older than the
@@ -30,7 +31,6 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic_records as cr
 from coordinator.group.records import Record
+from coordinator.runtime.undo import UndoLog
 
 RETENTION_TIMER = "c-retention"
 
@@ -100,6 +101,10 @@ class _Undo:
     before: cr.ClassicValue | None
     before_offset: int | None
 
+    @property
+    def ident(self) -> cr.ClassicKey:
+        return self.key
+
 
 class DurableStore:
     """Classic records folded by key (latest value per key) with an undo log to the committed
@@ -111,7 +116,7 @@ class DurableStore:
         self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
         self.key_offsets: dict[cr.ClassicKey, int] = {}
         self.keys_per_group: dict[str, int] = {}
-        self.undo: deque[_Undo] = deque()
+        self.undo: UndoLog[_Undo] = UndoLog()
         self.journaling = True
 
     def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
@@ -138,40 +143,28 @@ class DurableStore:
             self._set(key, value, offset)
 
     def commit(self, offset: int) -> None:
-        while self.undo and self.undo[0].offset < offset:
-            self.undo.popleft()
+        self.undo.commit(offset)
 
     def revert(self, offset: int) -> None:
-        while self.undo and self.undo[-1].offset >= offset:
-            e = self.undo.pop()
-            if e.before is None:
-                self._drop(e.key)
-            else:
-                assert e.before_offset is not None
-                self._set(e.key, e.before, e.before_offset)
+        self.undo.revert(offset, self._restore)
+
+    def _restore(self, e: _Undo) -> None:
+        if e.before is None:
+            self._drop(e.key)
+        else:
+            assert e.before_offset is not None
+            self._set(e.key, e.before, e.before_offset)
 
     def committed(self, key: cr.ClassicKey) -> cr.ClassicValue | None:
-        for e in self.undo:
-            if e.key == key:
-                return e.before
-        return self.values.get(key)
+        value: cr.ClassicValue | None = self.undo.committed(key, self.values.get(key))
+        return value
 
     def committed_items(self) -> dict[cr.ClassicKey, cr.ClassicValue]:
-        view = dict(self.values)
-        seen: set[cr.ClassicKey] = set()
-        for e in self.undo:
-            if e.key in seen:
-                continue
-            seen.add(e.key)
-            if e.before is None:
-                view.pop(e.key, None)
-            else:
-                view[e.key] = e.before
-        return view
+        return self.undo.committed_view(self.values)
 
     def lowest_live_offset(self) -> int | None:
         offsets = dict(self.key_offsets)
-        for e in reversed(self.undo):
+        for e in self.undo.newest_first():
             if e.before_offset is None:
                 offsets.pop(e.key, None)
             else:
