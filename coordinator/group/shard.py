@@ -4,10 +4,11 @@ partition.
 Consumer-protocol (KIP-848) groups (``consumer_groups.py``, records in ``consumer_records.py``)
 live in ``self.consumer``: ``replay`` routes their records there, ``commit``/``revert`` move its
 store, timers with keys starting ``"consumer-"`` are theirs, their committed offsets are kept by
-``self.classic.offsets`` (``offsets.py``, OffsetCommit records) and validated by member epoch. A consumer heartbeat on a
-share group's id (or a classic group's with members) answers GROUP_ID_NOT_FOUND, a share
-heartbeat on a consumer group's id too, JoinGroup INCONSISTENT_GROUP_PROTOCOL; an empty group of
-one protocol may be taken over by the other (Kafka's online upgrade/downgrade of empty groups).
+``self.classic.offsets`` (``offsets.py``, OffsetCommit records) and validated by member epoch. A
+consumer heartbeat on a share group's id (or a classic group's with members) answers
+GROUP_ID_NOT_FOUND, a share heartbeat on a consumer group's id too, JoinGroup
+INCONSISTENT_GROUP_PROTOCOL; an empty group of one protocol may be taken over by the other (Kafka's
+online upgrade/downgrade of empty groups).
 
 Classic consumer groups (``classic.py``) and committed offsets (``offsets.py``; records in
 ``classic_records.py``: Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic``
