@@ -1,7 +1,8 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
 It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``), and
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``,
+``coordinator/group/offsets.py``), and
 consumer-protocol (KIP-848) groups (ConsumerGroupHeartbeat/Describe,
 ``coordinator/group/consumer_groups.py``); their regex subscriptions are resolved against
 ``topics_version()``, a fingerprint of the topic names and ids.
@@ -71,6 +72,7 @@ from broker.group_configs import GroupConfigs, ShareGroupConfig
 from broker.topics import Topic
 from coordinator.group import classic as cl
 from coordinator.group import consumer_heartbeat as ch
+from coordinator.group import offsets as off
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.heartbeat import (
@@ -155,7 +157,7 @@ class ConsumerGroupView:
     group_type: str
     state: str
     members: int | None
-    offsets: tuple[cl.FetchedOffset, ...]
+    offsets: tuple[off.FetchedOffset, ...]
 
 
 class ShareGroupService:
@@ -311,14 +313,14 @@ class ShareGroupService:
 
     async def commit_offsets(self, group_id: str, member_id: str, generation: int,
                              instance_id: str | None,
-                             parts: tuple[cl.OffsetCommitPartition, ...],
-                             api_version: int = 9) -> cl.OffsetCommitResponse:
+                             parts: tuple[off.OffsetCommitPartition, ...],
+                             api_version: int = 9) -> off.OffsetCommitResponse:
         out = await self._write(group_id, lambda shard, now: shard.commit_offsets(
             group_id, member_id, generation, instance_id, parts, now, api_version))
         if isinstance(out, CoordinatorFailure):
-            return cl.OffsetCommitResponse(out.error, tuple((p.topic, p.partition, out.error)
+            return off.OffsetCommitResponse(out.error, tuple((p.topic, p.partition, out.error)
                                                             for p in parts))
-        res: cl.OffsetCommitResponse = out
+        res: off.OffsetCommitResponse = out
         return res
 
     async def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]) -> Any:
@@ -331,14 +333,14 @@ class ShareGroupService:
     def fetch_offsets(self, group_id: str,
                       topics: Sequence[tuple[str, Sequence[int]]] | None,
                       member_id: str | None = None, member_epoch: int = -1
-                      ) -> cl.OffsetFetchResponse:
+                      ) -> off.OffsetFetchResponse:
         p = self.partition_for(group_id)
         status = self.runtime.status(p)
         shard = self.runtime.shard(p)
         if status is PartitionStatus.LOADING:
-            return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
+            return off.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
         if status is not PartitionStatus.ACTIVE or shard is None:
-            return cl.OffsetFetchResponse(ErrorCode.not_coordinator)
+            return off.OffsetFetchResponse(ErrorCode.not_coordinator)
         return shard.fetch_offsets(group_id, topics, member_id, member_epoch)
 
     # ------------------------------------------------------------------ consumer groups (KIP-848)
@@ -497,7 +499,7 @@ class ShareGroupService:
             shard = self.runtime.shard(p)
             if self.runtime.status(p) is not PartitionStatus.ACTIVE or shard is None:
                 continue
-            offsets = shard.classic.committed_offsets()
+            offsets = shard.classic.offsets.committed_offsets()
             for g in shard.list_groups():
                 if g.group_type == SHARE_GROUP_TYPE:
                     continue

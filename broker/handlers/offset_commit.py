@@ -1,5 +1,5 @@
 """OffsetCommit (8) v2-10: commit a classic, consumer-protocol (KIP-848) or standalone group's
-offsets to ``__consumer_offsets`` (``coordinator/group/classic.py``), answered once durable.
+offsets to ``__consumer_offsets`` (``coordinator/group/offsets.py``), answered once durable.
 v10 names topics by id (UNKNOWN_TOPIC_ID for an unknown one).
 
 A consumer-protocol group validates member id and member epoch as Kafka's
@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group import classic as cl
+from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -60,7 +60,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     else:
         denied = ctx.denied(Operation.READ, ResourceType.TOPIC,
                             {n for n in names.values() if n is not None})
-        parts: list[cl.OffsetCommitPartition] = []
+        parts: list[off.OffsetCommitPartition] = []
         back: dict[tuple[str, int], tuple[Any, int]] = {}
         for t in req.topics:
             key = t.topic_id if by_id else t.name
@@ -77,7 +77,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     codes[k] = ErrorCode.unknown_topic_or_partition
                 else:
                     back[(name, p.partition_index)] = k
-                    parts.append(cl.OffsetCommitPartition(
+                    parts.append(off.OffsetCommitPartition(
                         name, p.partition_index, p.committed_offset,
                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
         if parts:

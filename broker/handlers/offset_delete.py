@@ -1,8 +1,9 @@
 """OffsetDelete (47) v0: delete committed offsets of a classic group
-(``coordinator/group/classic.py``), as Kafka: a ``consumer`` group with members refuses the
-partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, read from their
-subscription metadata) and deletes the rest; a group of another protocol type with members gets
-NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND; the empty group id INVALID_GROUP_ID.
+(``coordinator/group/offsets.py``, allowed by ``classic.py``), as Kafka: a ``consumer`` group with
+members refuses the partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, read
+from their subscription metadata) and deletes the rest; a group of another protocol type with
+members gets NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND; the empty group id
+INVALID_GROUP_ID.
 
 Authorization (``broker/authz.py``), as Kafka: DELETE on the group (else top-level
 GROUP_AUTHORIZATION_FAILED), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED per

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group import classic as cl
+from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -37,7 +37,7 @@ TOPIC_IDS = 10  # v10 names topics by id (KIP-848)
 def _fetch(ctx: RequestContext, group_id: str,
            topics: Sequence[tuple[str, Sequence[int]]] | None,
            member_id: str | None = None, member_epoch: int = -1
-           ) -> tuple[ErrorCode, list[cl.FetchedOffset]]:
+           ) -> tuple[ErrorCode, list[off.FetchedOffset]]:
     if not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, group_id)):
         return ErrorCode.group_authorization_failed, []
     service = ctx.broker.share_groups
@@ -56,14 +56,14 @@ def _fetch(ctx: RequestContext, group_id: str,
     for t, ps in topics:
         for p in ps:
             if t in denied:
-                out.append(cl.FetchedOffset(t, p, -1, -1, "",
+                out.append(off.FetchedOffset(t, p, -1, -1, "",
                                             ErrorCode.topic_authorization_failed))
             else:
                 out.append(found[(t, p)])
     return ErrorCode.none, out
 
 
-def _topics(ctx: RequestContext, m: Any, tcls: str, pcls: str, parts: list[cl.FetchedOffset],
+def _topics(ctx: RequestContext, m: Any, tcls: str, pcls: str, parts: list[off.FetchedOffset],
             ids: dict[str, Any] | None = None) -> tuple[Any, ...]:
     by: dict[str, list[Any]] = {}
     for p in parts:
@@ -85,7 +85,7 @@ def _topics(ctx: RequestContext, m: Any, tcls: str, pcls: str, parts: list[cl.Fe
 
 
 def _asked(ctx: RequestContext, topics: Any, by_id: bool
-           ) -> tuple[list[tuple[str, list[int]]] | None, dict[str, Any], list[cl.FetchedOffset]]:
+           ) -> tuple[list[tuple[str, list[int]]] | None, dict[str, Any], list[off.FetchedOffset]]:
     """(name, partitions) asked, the ids of the names (v10), and UNKNOWN_TOPIC_ID answers."""
     if topics is None:
         return None, {}, []
@@ -97,7 +97,7 @@ def _asked(ctx: RequestContext, topics: Any, by_id: bool
         if topic is None:
             name = str(t.topic_id)
             ids[name] = t.topic_id
-            unknown += [cl.FetchedOffset(name, p, -1, -1, "", ErrorCode.unknown_topic_id)
+            unknown += [off.FetchedOffset(name, p, -1, -1, "", ErrorCode.unknown_topic_id)
                         for p in t.partition_indexes]
             continue
         ids[topic.name] = t.topic_id
@@ -126,7 +126,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     error, parts = _fetch(ctx, req.group_id, asked)
     if ctx.api_version < 2 and error != ErrorCode.none:
         # v1 has no top-level error: the error goes on each asked partition.
-        parts = [cl.FetchedOffset(t, p, -1, -1, "", error)
+        parts = [off.FetchedOffset(t, p, -1, -1, "", error)
                  for t, ps in (asked or []) for p in ps]
     return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                 topics=_topics(ctx, m, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",

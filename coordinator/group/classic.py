@@ -1,14 +1,18 @@
-"""Classic consumer groups (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and committed offsets.
+"""Classic consumer groups: JoinGroup/SyncGroup/Heartbeat/LeaveGroup membership.
 
-Concept (after Kafka's ``ClassicGroup`` and the classic paths of ``GroupMetadataManager`` /
-``OffsetMetadataManager``): a sans-IO state machine living inside ``GroupCoordinatorShard``,
-driven with an injected ``now_ms``; the broker only relays the client assignors' metadata and
-assignments.
+Concept (after Kafka's ``ClassicGroup`` and the classic paths of ``GroupMetadataManager``): a
+sans-IO state machine living inside ``GroupCoordinatorShard``, driven with an injected
+``now_ms``; the broker only relays the client assignors' metadata and assignments. Committed
+offsets are another concept (``offsets.py``, shared with consumer-protocol groups): this module
+validates who may commit (a member of the current generation, or a simple commit to an Empty
+group, as Kafka's ``ClassicGroup.validateOffsetCommit``) and whether OffsetDelete/DeleteGroups may
+touch a group, and hands the records to ``self.offsets``.
 
 Hard state is the fold of records (STYLE.md 1.3): ``GroupMetadata`` (generation, protocol, leader,
 members with subscription and assignment bytes; written when a generation's assignment is synced
-and when a rebalance ends with no members) and ``OffsetCommit`` records, replayed into
-``DurableStore``, which keeps an undo log so ``revert``/committed reads work as for share groups.
+and when a rebalance ends with no members), replayed into the partition's ``DurableStore``
+(``offsets.py``; it holds the OffsetCommit records too), which keeps an undo log so
+``revert``/committed reads work as for share groups.
 
 Soft state (as in Kafka): members taking part in a rebalance, their pending JoinGroup/SyncGroup
 answers, session and rebalance deadlines. Ops change it directly (Kafka does the same; a failed
@@ -35,7 +39,6 @@ DeleteGroups.
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -45,6 +48,15 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic_records as cr
 from coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
+from coordinator.group.offsets import (
+    RETENTION_TIMER,
+    CommittedOffsets,
+    DurableStore,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    TimerCancel,
+    TimerSchedule,
+)
 from coordinator.group.records import Record
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
@@ -53,7 +65,6 @@ GROUP_TYPE = "classic"
 JOIN_TIMER = "c-join"
 SYNC_TIMER = "c-sync"
 SESSION_TIMER = "c-session"
-RETENTION_TIMER = "c-retention"
 
 
 class ClassicState(Enum):
@@ -144,37 +155,6 @@ class LeaveMember:
 class LeaveResponse:
     error_code: ErrorCode
     members: tuple[tuple[LeaveMember, ErrorCode], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommitPartition:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommitResponse:
-    error_code: ErrorCode  # group-level: applies to every partition when not none
-    partitions: tuple[tuple[str, int, ErrorCode], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedOffset:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    error_code: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetFetchResponse:
-    error_code: ErrorCode
-    partitions: tuple[FetchedOffset, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,101 +267,6 @@ class ClassicGroup:
         return max(votes, key=lambda n: (votes[n], -order.index(n) if n in order else 0))
 
 
-# ------------------------------------------------------------------------ durable store
-
-
-@dataclass(frozen=True, slots=True)
-class _Undo:
-    offset: int
-    key: cr.ClassicKey
-    before: cr.ClassicValue | None
-    before_offset: int | None
-
-
-class DurableStore:
-    """Classic records folded by key (latest value per key) with an undo log to the committed
-    offset. Offsets of the log are shared with the share-group store. ``keys_per_group`` counts
-    the live keys of each group id, so "is this id a classic group" is one lookup (it is asked on
-    every share heartbeat)."""
-
-    def __init__(self) -> None:
-        self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
-        self.key_offsets: dict[cr.ClassicKey, int] = {}
-        self.keys_per_group: dict[str, int] = {}
-        self.undo: deque[_Undo] = deque()
-        self.journaling = True
-
-    def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
-        if key not in self.values:
-            self.keys_per_group[key.group_id] = self.keys_per_group.get(key.group_id, 0) + 1
-        self.values[key] = value
-        self.key_offsets[key] = offset
-
-    def _drop(self, key: cr.ClassicKey) -> None:
-        if self.values.pop(key, None) is not None:
-            left = self.keys_per_group[key.group_id] - 1
-            if left:
-                self.keys_per_group[key.group_id] = left
-            else:
-                del self.keys_per_group[key.group_id]
-        self.key_offsets.pop(key, None)
-
-    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
-        if self.journaling:
-            self.undo.append(_Undo(offset, key, self.values.get(key), self.key_offsets.get(key)))
-        if value is None:
-            self._drop(key)
-        else:
-            self._set(key, value, offset)
-
-    def commit(self, offset: int) -> None:
-        while self.undo and self.undo[0].offset < offset:
-            self.undo.popleft()
-
-    def revert(self, offset: int) -> None:
-        while self.undo and self.undo[-1].offset >= offset:
-            e = self.undo.pop()
-            if e.before is None:
-                self._drop(e.key)
-            else:
-                assert e.before_offset is not None
-                self._set(e.key, e.before, e.before_offset)
-
-    def committed(self, key: cr.ClassicKey) -> cr.ClassicValue | None:
-        for e in self.undo:
-            if e.key == key:
-                return e.before
-        return self.values.get(key)
-
-    def committed_items(self) -> dict[cr.ClassicKey, cr.ClassicValue]:
-        view = dict(self.values)
-        seen: set[cr.ClassicKey] = set()
-        for e in self.undo:
-            if e.key in seen:
-                continue
-            seen.add(e.key)
-            if e.before is None:
-                view.pop(e.key, None)
-            else:
-                view[e.key] = e.before
-        return view
-
-    def lowest_live_offset(self) -> int | None:
-        offsets = dict(self.key_offsets)
-        for e in reversed(self.undo):
-            if e.before_offset is None:
-                offsets.pop(e.key, None)
-            else:
-                offsets[e.key] = e.before_offset
-        return min(offsets.values()) if offsets else None
-
-    def clear(self) -> None:
-        self.values.clear()
-        self.key_offsets.clear()
-        self.keys_per_group.clear()
-        self.undo.clear()
-
-
 MEMBER_ID_PREFIX_CHARS = 1000
 
 
@@ -399,8 +284,6 @@ def _too_long_join(req: JoinRequest) -> ErrorCode | None:
 
 
 Deliver = Callable[[int, Any], None]
-TimerSchedule = Callable[[tuple[str, ...], int], None]
-TimerCancel = Callable[[tuple[str, ...]], None]
 
 
 @dataclass(slots=True)
@@ -413,14 +296,20 @@ class Effects:
 
 
 class ClassicGroups:
-    """Classic groups and offsets of one coordinator partition (see the module docstring)."""
+    """Classic groups of one coordinator partition, and the partition's committed offsets
+    (``offsets``) they validate commits for (see the module docstring)."""
 
     def __init__(self, *, settings: Callable[[str], ClassicSettings], schedule: TimerSchedule,
                  cancel: TimerCancel, busy: Callable[[str], bool] = lambda _gid: False) -> None:
         """``busy(group_id)``: the id is a consumer-protocol group with members, whose offsets
         must not expire (the shard arms retention again once it is empty)."""
         self.groups: dict[str, ClassicGroup] = {}
+        # The fold of the partition's classic records (GroupMetadata here, OffsetCommit in
+        # ``offsets``), shared with the offsets of every group type.
         self.store = DurableStore()
+        self.offsets = CommittedOffsets(self.store, settings=settings, schedule=schedule,
+                                        cancel=cancel, expirable=self._expirable,
+                                        forget=self._forget)
         self._settings = settings
         self._schedule = schedule
         self._cancel = cancel
@@ -461,41 +350,6 @@ class ClassicGroups:
         return ClassicDescription(group_id, g.state.value, g.protocol_type or "", protocol,
                                   members)
 
-    def fetch_offsets(self, group_id: str,
-                      topics: Sequence[tuple[str, Sequence[int]]] | None) -> OffsetFetchResponse:
-        """Committed offsets (committed view); ``topics`` None = every partition of the group
-        (a scan of the partition's offsets; named partitions are looked up one by one)."""
-        out: list[FetchedOffset] = []
-        if topics is None:
-            items = {k: v for k, v in self.store.committed_items().items()
-                     if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
-            for k in sorted(items, key=lambda k: (k.topic, k.partition)):
-                v = items[k]
-                assert isinstance(v, cr.OffsetCommitValue)
-                out.append(FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch,
-                                         v.metadata))
-        else:
-            for topic, parts in topics:
-                for p in parts:
-                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
-                    if isinstance(v, cr.OffsetCommitValue):
-                        out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
-                    else:
-                        out.append(FetchedOffset(topic, p, -1, -1, ""))
-        return OffsetFetchResponse(ErrorCode.none, tuple(out))
-
-    def committed_offsets(self) -> dict[str, list[FetchedOffset]]:
-        """Every group's committed offsets (committed view), by group id, in one scan of the
-        partition's offsets (the metrics collector reads them at scrape time)."""
-        out: dict[str, list[FetchedOffset]] = {}
-        for k, v in self.store.committed_items().items():
-            if isinstance(k, cr.OffsetCommitKey) and isinstance(v, cr.OffsetCommitValue):
-                out.setdefault(k.group_id, []).append(
-                    FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch, v.metadata))
-        for offsets in out.values():
-            offsets.sort(key=lambda o: (o.topic, o.partition))
-        return out
-
     # -------------------------------------------------------------- replay
 
     def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
@@ -522,7 +376,7 @@ class ClassicGroups:
             g.compute_subscribed()
             self.groups[key.group_id] = g
         for gid in sorted(self.group_ids()):
-            self._arm_retention(gid, now_ms)
+            self.offsets.arm_retention(gid, now_ms)
 
     def clear(self) -> None:
         self.groups.clear()
@@ -750,7 +604,7 @@ class ClassicGroups:
             g.leader = None
             g.compute_subscribed()
             fx.records.append(self._metadata_record(g, now_ms))
-            self._arm_retention(g.group_id, now_ms)
+            self.offsets.arm_retention(g.group_id, now_ms)
             return
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
@@ -934,7 +788,7 @@ class ClassicGroups:
     def on_timer(self, key: tuple[str, ...], now_ms: int, fx: Effects) -> None:
         kind, gid = key[0], key[1]
         if kind == RETENTION_TIMER:
-            self._expire_offsets(gid, now_ms, fx)
+            self.offsets.expire_offsets(gid, now_ms, fx.records)
             return
         g = self.groups.get(gid)
         if g is None:
@@ -1002,25 +856,7 @@ class ClassicGroups:
         if error is not None:
             return OffsetCommitResponse(error, tuple((p.topic, p.partition, error)
                                                      for p in parts))
-        return self.write_offsets(group_id, parts, now_ms, fx)
-
-    def write_offsets(self, group_id: str, parts: Sequence[OffsetCommitPartition], now_ms: int,
-                      fx: Effects) -> OffsetCommitResponse:
-        """OffsetCommit records for a validated commit (also used for consumer-protocol
-        groups, whose members the shard validates)."""
-        s = self._settings(group_id)
-        out = []
-        for p in parts:
-            meta = p.metadata or ""
-            if len(meta.encode("utf-8")) > s.offset_metadata_max_bytes:
-                out.append((p.topic, p.partition, ErrorCode.offset_metadata_too_large))
-                continue
-            fx.records.append(Record(cr.OffsetCommitKey(group_id, p.topic, p.partition),
-                                     cr.OffsetCommitValue(p.offset, p.leader_epoch, meta,
-                                                          now_ms)))  # type: ignore[arg-type]
-            out.append((p.topic, p.partition, ErrorCode.none))
-        self._arm_retention(group_id, now_ms)
-        return OffsetCommitResponse(ErrorCode.none, tuple(out))
+        return self.offsets.write_offsets(group_id, parts, now_ms, fx.records)
 
     def delete_offsets(self, group_id: str, parts: Sequence[tuple[str, int]],
                        fx: Effects) -> tuple[ErrorCode, tuple[tuple[str, int, ErrorCode], ...]]:
@@ -1036,71 +872,29 @@ class ClassicGroups:
                                          ClassicState.STABLE) \
                 and g.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return ErrorCode.non_empty_group, ()
-        out = []
-        for topic, p in parts:
-            if g is not None and g.subscribes_to(topic):
-                out.append((topic, p, ErrorCode.group_subscribed_to_topic))
-                continue
-            key = cr.OffsetCommitKey(group_id, topic, p)
-            if key in self.store.values:
-                fx.records.append(Record(key, None))  # type: ignore[arg-type]
-            out.append((topic, p, ErrorCode.none))
-        return ErrorCode.none, tuple(out)
+        subscribed = g.subscribes_to if g is not None else (lambda _topic: False)
+        return ErrorCode.none, self.offsets.delete_partitions(group_id, parts, subscribed,
+                                                              fx.records)
 
     def delete_group(self, group_id: str, fx: Effects) -> ErrorCode:
         g = self.groups.get(group_id)
         if g is not None and (g.members or g.state not in (ClassicState.EMPTY,)):
             return ErrorCode.non_empty_group
-        for key in sorted((k for k in self.store.values
-                           if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id),
-                          key=lambda k: (k.topic, k.partition)):
-            fx.records.append(Record(key, None))  # type: ignore[arg-type]
-        gkey = cr.GroupMetadataKey(group_id)
-        if gkey in self.store.values:
-            fx.records.append(Record(gkey, None))  # type: ignore[arg-type]
+        self.offsets.delete_all(group_id, fx.records)
         self.groups.pop(group_id, None)
-        self._cancel((RETENTION_TIMER, group_id))
         return ErrorCode.none
 
-    def arm_retention(self, group_id: str, now_ms: int) -> None:
-        """Start the offsets retention clock of a group that just became empty."""
-        self._arm_retention(group_id, now_ms)
-
-    def _arm_retention(self, group_id: str, now_ms: int) -> None:
+    def _expirable(self, group_id: str) -> bool:
+        """Whether the id's offsets may expire: no group or an Empty one, and not a
+        consumer-protocol group with members (``busy``)."""
         if self._busy(group_id):
-            return
+            return False
         g = self.groups.get(group_id)
-        if g is None or g.state is ClassicState.EMPTY:
-            self._schedule((RETENTION_TIMER, group_id),
-                           now_ms + self._settings(group_id).offsets_retention_ms)
+        return g is None or g.state is ClassicState.EMPTY
 
-    def _expire_offsets(self, group_id: str, now_ms: int, fx: Effects) -> None:
-        """offsets.retention.minutes: an Empty group's offsets older than the retention go (by
-        commit timestamp, as Kafka does for groups without a subscription); the group's metadata
-        goes with its last offset."""
-        g = self.groups.get(group_id)
-        if (g is not None and g.state is not ClassicState.EMPTY) or self._busy(group_id):
-            return
-        retention = self._settings(group_id).offsets_retention_ms
-        left = 0
-        soonest: int | None = None
-        for key, value in sorted(self.store.values.items(), key=lambda kv: repr(kv[0])):
-            if not isinstance(key, cr.OffsetCommitKey) or key.group_id != group_id:
-                continue
-            assert isinstance(value, cr.OffsetCommitValue)
-            if value.commit_timestamp + retention <= now_ms:
-                fx.records.append(Record(key, None))  # type: ignore[arg-type]
-            else:
-                left += 1
-                due = value.commit_timestamp + retention
-                soonest = due if soonest is None else min(soonest, due)
-        if left == 0:
-            gkey = cr.GroupMetadataKey(group_id)
-            if gkey in self.store.values:
-                fx.records.append(Record(gkey, None))  # type: ignore[arg-type]
-            self.groups.pop(group_id, None)
-        elif soonest is not None:
-            self._schedule((RETENTION_TIMER, group_id), soonest)
+    def _forget(self, group_id: str) -> None:
+        """The id's last offset expired: its (Empty) group goes with it."""
+        self.groups.pop(group_id, None)
 
     def _metadata_record(self, g: ClassicGroup, now_ms: int) -> Record:
         value = cr.GroupMetadataValue(

@@ -5,7 +5,7 @@ Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and ``cl
 them a fold of records (``consumer_records.py``) kept in a ``GroupStore`` (undo log, committed
 view, pruning offsets). Write ops return records and never mutate the store; the shard's
 ``replay`` routes consumer records here. Committed offsets of consumer groups are OffsetCommit
-records kept by ``classic.py`` (one offsets store per partition); this module validates who may
+records kept by ``offsets.py`` (one offsets store per partition); this module validates who may
 commit and fetch them (Kafka's ``ConsumerGroup.validateOffsetCommit``/``validateOffsetFetch``).
 
 Soft state (rebuilt by ``on_loaded``): timers, keyed ``("consumer-session", group, member)`` (a

@@ -4,13 +4,15 @@ partition.
 Consumer-protocol (KIP-848) groups (``consumer_groups.py``, records in ``consumer_records.py``)
 live in ``self.consumer``: ``replay`` routes their records there, ``commit``/``revert`` move its
 store, timers with keys starting ``"consumer-"`` are theirs, their committed offsets are kept by
-``self.classic`` (OffsetCommit records) and validated by member epoch. A consumer heartbeat on a
-share group's id (or a classic group's with members) answers GROUP_ID_NOT_FOUND, a share
-heartbeat on a consumer group's id too, JoinGroup INCONSISTENT_GROUP_PROTOCOL; an empty group of
-one protocol may be taken over by the other (Kafka's online upgrade/downgrade of empty groups).
+``self.classic.offsets`` (``offsets.py``, OffsetCommit records) and validated by member epoch. A
+consumer heartbeat on a share group's id (or a classic group's with members) answers
+GROUP_ID_NOT_FOUND, a share heartbeat on a consumer group's id too, JoinGroup
+INCONSISTENT_GROUP_PROTOCOL; an empty group of one protocol may be taken over by the other (Kafka's
+online upgrade/downgrade of empty groups).
 
-Classic consumer groups and committed offsets (``classic.py``, records in ``classic_records.py``:
-Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic`` beside the share groups:
+Classic consumer groups (``classic.py``) and committed offsets (``offsets.py``; records in
+``classic_records.py``: Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic``
+and ``self.classic.offsets`` beside the share groups:
 ``replay`` routes their records there, ``commit``/``revert`` move both stores, timers with keys
 starting ``"c-"`` are theirs, and ``list_groups`` lists both kinds. One group id has one type:
 classic ops on a share group's id answer GROUP_ID_NOT_FOUND (JoinGroup:
@@ -84,6 +86,7 @@ from coordinator.group import consumer_groups as cgs
 from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import consumer_records as cgr
 from coordinator.group import heartbeat as hb
+from coordinator.group import offsets as off
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.consumer_group import ConsumerGroup
@@ -258,7 +261,7 @@ class GroupCoordinatorShard:
                                         cancel=self._cancel,
                                         busy=lambda gid: self.consumer.has_members(gid))
         self.classic.store.journaling = not loading
-        # Consumer-protocol (KIP-848) groups; their offsets are kept by ``classic``.
+        # Consumer-protocol (KIP-848) groups; their offsets are kept by ``classic.offsets``.
         self._consumer_config = consumer_config
         self._on_consumer_member_removed = on_consumer_member_removed
         self.consumer = ConsumerGroups(settings=consumer_config, schedule=self._schedule,
@@ -572,7 +575,7 @@ class GroupCoordinatorShard:
                 if self._loaded:
                     fenced = self.consumer.on_timer(key, now_ms, records, consumer_txns, topics)
                     if fenced is not None and not consumer_txns[gid].current.members:
-                        self.classic.arm_retention(gid, now_ms)
+                        self.classic.offsets.arm_retention(gid, now_ms)
                 continue
             if gid not in self._groups:
                 continue
@@ -807,24 +810,24 @@ class GroupCoordinatorShard:
             lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)))
 
     def commit_offsets(self, group_id: str, member_id: str, generation: int,
-                       instance_id: str | None, parts: tuple[cl.OffsetCommitPartition, ...],
+                       instance_id: str | None, parts: tuple[off.OffsetCommitPartition, ...],
                        now_ms: int, api_version: int = 9
-                       ) -> CoordinatorResult[r.Record, cl.OffsetCommitResponse]:
+                       ) -> CoordinatorResult[r.Record, off.OffsetCommitResponse]:
         """OffsetCommit for a classic, consumer-protocol or standalone group; a share group's id
         gets GROUP_ID_NOT_FOUND. A consumer group's member is validated by member id and epoch
         (``generation`` is the member epoch: STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID)."""
         if self._loaded and group_id not in self._groups and self.consumer.has(group_id):
             problem = self.consumer.validate_commit(group_id, member_id, generation, api_version)
             if problem is not None:
-                return CoordinatorResult(response=cl.OffsetCommitResponse(
+                return CoordinatorResult(response=off.OffsetCommitResponse(
                     problem[0], tuple((p.topic, p.partition, problem[0]) for p in parts)))
             fx = cl.Effects()
-            res = self.classic.write_offsets(group_id, parts, now_ms, fx)
+            res = self.classic.offsets.write_offsets(group_id, parts, now_ms, fx.records)
             return CoordinatorResult(records=tuple(fx.records), response=res)
         return self._classic_op(
             group_id, lambda fx: self.classic.commit_offsets(
                 group_id, member_id, generation, instance_id, parts, now_ms, fx),
-            lambda e: cl.OffsetCommitResponse(e, tuple((p.topic, p.partition, e)
+            lambda e: off.OffsetCommitResponse(e, tuple((p.topic, p.partition, e)
                                                        for p in parts)))
 
     def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
@@ -838,19 +841,19 @@ class GroupCoordinatorShard:
             lambda e: (e, ()))
 
     def fetch_offsets(self, group_id: str, topics: Any, member_id: str | None = None,
-                      member_epoch: int = -1) -> cl.OffsetFetchResponse:
+                      member_epoch: int = -1) -> off.OffsetFetchResponse:
         """OffsetFetch (committed view). Unknown groups have no offsets (-1). For a consumer
         group, a member id or epoch >= 0 (v9+) must name a member at that epoch
         (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH)."""
         if not self._loaded:
-            return cl.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
+            return off.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
         if self._store.committed_group(group_id) is not None:
-            return cl.OffsetFetchResponse(ErrorCode.group_id_not_found)
+            return off.OffsetFetchResponse(ErrorCode.group_id_not_found)
         if self.consumer.committed_group(group_id) is not None:
             error = self.consumer.validate_fetch(group_id, member_id, member_epoch)
             if error is not None:
-                return cl.OffsetFetchResponse(error)
-        return self.classic.fetch_offsets(group_id, topics)
+                return off.OffsetFetchResponse(error)
+        return self.classic.offsets.fetch_offsets(group_id, topics)
 
     # ------------------------------------------------------------------ consumer groups
 
@@ -884,7 +887,7 @@ class GroupCoordinatorShard:
         if records:
             self.classic.groups.pop(gid, None)  # soft state of the replaced empty classic group
         if res.emptied:
-            self.classic.arm_retention(gid, now_ms)
+            self.classic.offsets.arm_retention(gid, now_ms)
         return CoordinatorResult(records=(*records, *res.records), response=res.response)
 
     def describe_consumer(self, group_id: str) -> ConsumerDescribeResult:

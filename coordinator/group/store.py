@@ -11,7 +11,8 @@ entry is just the previous value of one group plus the previous log offset of th
 
 Reads that answer clients (describe, list, membership checks) use the committed view
 (``committed_group``/``committed_groups``: the current groups with the undo log applied
-backwards); write ops use the latest groups.
+backwards; ``coordinator/runtime/undo.py``, shared with the classic-record store of
+``offsets.py``); write ops use the latest groups.
 
 Log pruning: every record is the full value of its key (or a tombstone), so the committed state is
 rebuilt by the latest record of every live key. The store tracks, per group, the offset of each
@@ -38,6 +39,7 @@ from typing import Any
 
 from coordinator.group import records as r
 from coordinator.group.share_group import apply_record
+from coordinator.runtime.undo import UndoLog
 
 KeyOffsets = dict[r.RecordKey, int]
 
@@ -50,6 +52,14 @@ class _Undo:
     key: r.RecordKey
     key_offset: int | None  # the key's latest offset before the record (None: not live)
     dropped: KeyOffsets | None  # every key offset of the group, when the record deleted it
+
+    @property
+    def ident(self) -> str:
+        return self.group_id
+
+    @property
+    def before(self) -> Any:
+        return self.group
 
 
 class GroupStore:
@@ -70,7 +80,7 @@ class GroupStore:
         self._member_key = member_key
         self.journaling = journaling
         self._keys: dict[str, KeyOffsets] = {}
-        self._undo: deque[_Undo] = deque()
+        self._undo: UndoLog[_Undo] = UndoLog()
         self._removed: deque[tuple[int, str, str]] = deque()  # (offset, group id, member id)
         self.end_offset = 0  # the offset after the last replayed record
         self.committed_offset = 0
@@ -113,9 +123,7 @@ class GroupStore:
         """Records below ``offset`` are durable: forget their undo entries. Returns the
         (group id, member id) of members whose removal became durable, in log order."""
         self.committed_offset = max(self.committed_offset, offset)
-        undo = self._undo
-        while undo and undo[0].offset < offset:
-            undo.popleft()
+        self._undo.commit(offset)
         removed = []
         while self._removed and self._removed[0][0] < offset:
             _, gid, mid = self._removed.popleft()
@@ -131,27 +139,27 @@ class GroupStore:
         if offset < self.committed_offset:
             raise ValueError(f"cannot revert to {offset} below the committed offset "
                              f"{self.committed_offset}")
-        undo = self._undo
-        while undo and undo[-1].offset >= offset:
-            entry = undo.pop()
-            gid = entry.group_id
-            if entry.group is None:
-                self.groups.pop(gid, None)
-            else:
-                self.groups[gid] = entry.group
-            if entry.dropped is not None:
-                self._keys[gid] = entry.dropped
-            else:
-                keys = self._keys.setdefault(gid, {})
-                if entry.key_offset is None:
-                    keys.pop(entry.key, None)
-                else:
-                    keys[entry.key] = entry.key_offset
-                if not keys:
-                    del self._keys[gid]
+        self._undo.revert(offset, self._restore)
         while self._removed and self._removed[-1][0] >= offset:
             self._removed.pop()
         self.end_offset = min(self.end_offset, offset)
+
+    def _restore(self, entry: _Undo) -> None:
+        gid = entry.group_id
+        if entry.group is None:
+            self.groups.pop(gid, None)
+        else:
+            self.groups[gid] = entry.group
+        if entry.dropped is not None:
+            self._keys[gid] = entry.dropped
+        else:
+            keys = self._keys.setdefault(gid, {})
+            if entry.key_offset is None:
+                keys.pop(entry.key, None)
+            else:
+                keys[entry.key] = entry.key_offset
+            if not keys:
+                del self._keys[gid]
 
     def clear(self) -> None:
         """Forget everything (the partition is unloaded)."""
@@ -165,24 +173,11 @@ class GroupStore:
 
     def committed_group(self, group_id: str) -> Any:
         """The group as of the committed offset (None if absent then)."""
-        for entry in self._undo:  # oldest first: the first entry of the group holds its value
-            if entry.group_id == group_id:
-                return entry.group
-        return self.groups.get(group_id)
+        return self._undo.committed(group_id, self.groups.get(group_id))
 
     def committed_groups(self) -> dict[str, Any]:
         """Every group as of the committed offset."""
-        view = dict(self.groups)
-        seen: set[str] = set()
-        for entry in self._undo:
-            if entry.group_id in seen:
-                continue
-            seen.add(entry.group_id)
-            if entry.group is None:
-                view.pop(entry.group_id, None)
-            else:
-                view[entry.group_id] = entry.group
-        return view
+        return self._undo.committed_view(self.groups)
 
     @property
     def uncommitted(self) -> int:
@@ -193,7 +188,7 @@ class GroupStore:
         """The lowest offset the committed state still needs (see module doc); None when
         nothing is committed."""
         keys = {gid: dict(offsets) for gid, offsets in self._keys.items()}
-        for entry in reversed(self._undo):
+        for entry in self._undo.newest_first():
             if entry.dropped is not None:
                 keys[entry.group_id] = dict(entry.dropped)
                 continue

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic as cl
 from coordinator.group import consumer_records as c
+from coordinator.group import offsets as off
 from coordinator.group.assignor import TopicsImage
 from coordinator.group.consumer_heartbeat import (
     ConsumerGroupSettings,
@@ -321,7 +322,7 @@ def test_range_assignor_on_request() -> None:
 def test_offset_commit_and_fetch_validate_member_epoch() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0)
-    p = (cl.OffsetCommitPartition("a", 0, 5, -1, ""),)
+    p = (off.OffsetCommitPartition("a", 0, 5, -1, ""),)
     commit = ctx.shard.commit_offsets
     assert commit(G, "m1", 7, None, p, 0).response.error_code == ErrorCode.stale_member_epoch
     assert commit(G, "zz", 1, None, p, 0).response.error_code == ErrorCode.unknown_member_id
@@ -369,7 +370,7 @@ def test_delete_group() -> None:
     assert res.response.error_code == ErrorCode.non_empty_group
     ctx.hb("m1", -1)
     ctx.run(ctx.shard.commit_offsets(G, "", -1, None,
-                                     (cl.OffsetCommitPartition("a", 0, 5, -1, ""),), 0))
+                                     (off.OffsetCommitPartition("a", 0, 5, -1, ""),), 0))
     res = ctx.run(ctx.shard.delete_group(G))
     assert res.response.error_code == ErrorCode.none
     assert ctx.group() is None and ctx.shard.list_groups() == []
@@ -495,7 +496,7 @@ def test_protocol_switch_on_empty_groups_keeps_the_offsets() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0)
     ctx.run(ctx.shard.commit_offsets(G, "m1", 1, None,
-                                     (cl.OffsetCommitPartition("a", 0, 7, -1, ""),), 0))
+                                     (off.OffsetCommitPartition("a", 0, 7, -1, ""),), 0))
     ctx.hb("m1", -1)
     join = ctx.run(ctx.shard.classic_join(cl.JoinRequest(
         G, "", None, 10_000, 10_000, "consumer", (("range", b""),), True), 1, 0))
@@ -513,7 +514,7 @@ def test_offset_delete_refuses_subscribed_topics() -> None:
     ctx.hb("m1", 0)  # subscribes to "a"
     for topic in ("a", "b"):
         ctx.run(ctx.shard.commit_offsets(G, "m1", 1, None,
-                                         (cl.OffsetCommitPartition(topic, 0, 3, -1, ""),), 0))
+                                         (off.OffsetCommitPartition(topic, 0, 3, -1, ""),), 0))
     res = ctx.run(ctx.shard.delete_offsets(G, (("a", 0), ("b", 0))))
     assert res.response == (ErrorCode.none, (("a", 0, ErrorCode.group_subscribed_to_topic),
                                              ("b", 0, ErrorCode.none)))

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic as cl
 from coordinator.group import classic_records as cr
+from coordinator.group import offsets as off
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
 
@@ -86,8 +87,8 @@ class Harness:
         return self.run(self.shard.delete_offsets(group, parts))
 
     def commit(self, member: str, generation: int, offsets: dict[tuple[str, int], int],
-               metadata: str = "", group: str = G) -> cl.OffsetCommitResponse:
-        parts = tuple(cl.OffsetCommitPartition(t, p, o, -1, metadata)
+               metadata: str = "", group: str = G) -> off.OffsetCommitResponse:
+        parts = tuple(off.OffsetCommitPartition(t, p, o, -1, metadata)
                       for (t, p), o in offsets.items())
         return self.run(self.shard.commit_offsets(  # type: ignore[no-any-return]
             group, member, generation, None, parts, self.now))
@@ -291,7 +292,7 @@ def test_replaying_the_records_gives_the_same_groups_and_offsets() -> None:
 def test_a_failed_append_reverts_the_offsets() -> None:
     h = Harness()
     result = h.shard.commit_offsets("solo", "", -1, None, (
-        cl.OffsetCommitPartition("t", 0, 5, -1, ""),), h.now)
+        off.OffsetCommitPartition("t", 0, 5, -1, ""),), h.now)
     base = h.shard.end_offset
     for record in result.records:
         h.shard.replay(h.shard.end_offset, *SERDE.key_value(record))

@@ -1,0 +1,317 @@
+"""Committed offsets of one ``__consumer_offsets`` partition: OffsetCommit records, OffsetFetch,
+OffsetDelete and offsets retention.
+
+Concept (after Kafka's ``OffsetMetadataManager``): the offsets of classic, consumer-protocol
+(KIP-848) and simple (standalone or admin) groups, one store per partition. Who may commit is
+decided by the group's own module (``classic.py`` for classic groups, ``consumer_groups.py`` for
+consumer groups); this module turns a validated commit into OffsetCommit records, answers
+OffsetFetch from the committed view, tombstones offsets, and expires them after
+``offsets.retention.ms``. Sans-IO: time comes in as ``now_ms``, retention deadlines go out
+through the injected ``schedule``/``cancel``.
+
+Hard state is the fold of records (STYLE.md 1.3): ``DurableStore`` holds the latest value of every
+classic-record key (OffsetCommit and the classic groups' GroupMetadata, which share the key space
+and the log) with an undo log back to the committed offset (``coordinator/runtime/undo.py``, as
+the group stores of ``store.py``), so ``revert`` and committed reads work as for share groups.
+Write ops append records to the list they are given and never change the store; ``replay`` is
+its one mutator.
+
+Retention (offsets.retention.minutes): armed when a group becomes empty (or has no group at all)
+and after each commit to such a group; when it fires, an empty group's offsets older than the
+retention go (by commit timestamp, as Kafka does for groups without a subscription) and the
+group's metadata goes with its last offset. ``expirable(group_id)`` (injected) says whether the
+id's group, if any, is empty; ``forget(group_id)`` drops its soft state once nothing is left.
+
+Invariants:
+- offsets passed to ``DurableStore.replay`` increase; ``revert`` never goes below the committed
+  offset, and the undo log holds only records at or above it while ``journaling`` is on (off
+  while loading, as in ``store.py``);
+- ``keys_per_group`` counts exactly the live keys of each group id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import classic_records as cr
+from coordinator.group.records import Record
+from coordinator.runtime.undo import UndoLog
+
+RETENTION_TIMER = "c-retention"
+
+TimerSchedule = Callable[[tuple[str, ...], int], None]
+TimerCancel = Callable[[tuple[str, ...]], None]
+
+
+class OffsetsSettings(Protocol):
+    """The per-group settings offsets need (``classic.ClassicSettings`` has them)."""
+
+    @property
+    def offset_metadata_max_bytes(self) -> int: ...
+
+    @property
+    def offsets_retention_ms(self) -> int: ...
+
+
+# ------------------------------------------------------------------------ requests / responses
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    error_code: ErrorCode  # group-level: applies to every partition when not none
+    partitions: tuple[tuple[str, int, ErrorCode], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error_code: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    error_code: ErrorCode
+    partitions: tuple[FetchedOffset, ...] = ()
+
+
+# ------------------------------------------------------------------------ durable store
+
+
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    offset: int
+    key: cr.ClassicKey
+    before: cr.ClassicValue | None
+    before_offset: int | None
+
+    @property
+    def ident(self) -> cr.ClassicKey:
+        return self.key
+
+
+class DurableStore:
+    """Classic records folded by key (latest value per key) with an undo log to the committed
+    offset. Offsets of the log are shared with the share-group store. ``keys_per_group`` counts
+    the live keys of each group id, so "is this id a classic group" is one lookup (it is asked on
+    every share heartbeat)."""
+
+    def __init__(self) -> None:
+        self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
+        self.key_offsets: dict[cr.ClassicKey, int] = {}
+        self.keys_per_group: dict[str, int] = {}
+        self.undo: UndoLog[_Undo] = UndoLog()
+        self.journaling = True
+
+    def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
+        if key not in self.values:
+            self.keys_per_group[key.group_id] = self.keys_per_group.get(key.group_id, 0) + 1
+        self.values[key] = value
+        self.key_offsets[key] = offset
+
+    def _drop(self, key: cr.ClassicKey) -> None:
+        if self.values.pop(key, None) is not None:
+            left = self.keys_per_group[key.group_id] - 1
+            if left:
+                self.keys_per_group[key.group_id] = left
+            else:
+                del self.keys_per_group[key.group_id]
+        self.key_offsets.pop(key, None)
+
+    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
+        if self.journaling:
+            self.undo.append(_Undo(offset, key, self.values.get(key), self.key_offsets.get(key)))
+        if value is None:
+            self._drop(key)
+        else:
+            self._set(key, value, offset)
+
+    def commit(self, offset: int) -> None:
+        self.undo.commit(offset)
+
+    def revert(self, offset: int) -> None:
+        self.undo.revert(offset, self._restore)
+
+    def _restore(self, e: _Undo) -> None:
+        if e.before is None:
+            self._drop(e.key)
+        else:
+            assert e.before_offset is not None
+            self._set(e.key, e.before, e.before_offset)
+
+    def committed(self, key: cr.ClassicKey) -> cr.ClassicValue | None:
+        value: cr.ClassicValue | None = self.undo.committed(key, self.values.get(key))
+        return value
+
+    def committed_items(self) -> dict[cr.ClassicKey, cr.ClassicValue]:
+        return self.undo.committed_view(self.values)
+
+    def lowest_live_offset(self) -> int | None:
+        offsets = dict(self.key_offsets)
+        for e in self.undo.newest_first():
+            if e.before_offset is None:
+                offsets.pop(e.key, None)
+            else:
+                offsets[e.key] = e.before_offset
+        return min(offsets.values()) if offsets else None
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.key_offsets.clear()
+        self.keys_per_group.clear()
+        self.undo.clear()
+
+
+class CommittedOffsets:
+    """Committed offsets of one coordinator partition (see the module docstring)."""
+
+    def __init__(self, store: DurableStore, *, settings: Callable[[str], OffsetsSettings],
+                 schedule: TimerSchedule, cancel: TimerCancel,
+                 expirable: Callable[[str], bool], forget: Callable[[str], None]) -> None:
+        """``expirable(group_id)``: the id has no group, or an empty one whose offsets may
+        expire (not a consumer-protocol group with members: the shard arms retention again once
+        it is empty). ``forget(group_id)``: drop the group's soft state once its last offset
+        expired."""
+        self.store = store
+        self._settings = settings
+        self._schedule = schedule
+        self._cancel = cancel
+        self._expirable = expirable
+        self._forget = forget
+
+    # -------------------------------------------------------------- reads
+
+    def fetch_offsets(self, group_id: str,
+                      topics: Sequence[tuple[str, Sequence[int]]] | None) -> OffsetFetchResponse:
+        """Committed offsets (committed view); ``topics`` None = every partition of the group
+        (a scan of the partition's offsets; named partitions are looked up one by one)."""
+        out: list[FetchedOffset] = []
+        if topics is None:
+            items = {k: v for k, v in self.store.committed_items().items()
+                     if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
+            for k in sorted(items, key=lambda k: (k.topic, k.partition)):
+                v = items[k]
+                assert isinstance(v, cr.OffsetCommitValue)
+                out.append(FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch,
+                                         v.metadata))
+        else:
+            for topic, parts in topics:
+                for p in parts:
+                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
+                    if isinstance(v, cr.OffsetCommitValue):
+                        out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+                    else:
+                        out.append(FetchedOffset(topic, p, -1, -1, ""))
+        return OffsetFetchResponse(ErrorCode.none, tuple(out))
+
+    def committed_offsets(self) -> dict[str, list[FetchedOffset]]:
+        """Every group's committed offsets (committed view), by group id, in one scan of the
+        partition's offsets (the metrics collector reads them at scrape time)."""
+        out: dict[str, list[FetchedOffset]] = {}
+        for k, v in self.store.committed_items().items():
+            if isinstance(k, cr.OffsetCommitKey) and isinstance(v, cr.OffsetCommitValue):
+                out.setdefault(k.group_id, []).append(
+                    FetchedOffset(k.topic, k.partition, v.offset, v.leader_epoch, v.metadata))
+        for offsets in out.values():
+            offsets.sort(key=lambda o: (o.topic, o.partition))
+        return out
+
+    # -------------------------------------------------------------- writes
+
+    def write_offsets(self, group_id: str, parts: Sequence[OffsetCommitPartition], now_ms: int,
+                      records: list[Record]) -> OffsetCommitResponse:
+        """OffsetCommit records for a validated commit (classic groups are validated by
+        ``classic.py``, consumer-protocol groups by the shard); metadata over
+        ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for its partition."""
+        s = self._settings(group_id)
+        out = []
+        for p in parts:
+            meta = p.metadata or ""
+            if len(meta.encode("utf-8")) > s.offset_metadata_max_bytes:
+                out.append((p.topic, p.partition, ErrorCode.offset_metadata_too_large))
+                continue
+            records.append(Record(cr.OffsetCommitKey(group_id, p.topic, p.partition),
+                                  cr.OffsetCommitValue(p.offset, p.leader_epoch, meta,
+                                                       now_ms)))  # type: ignore[arg-type]
+            out.append((p.topic, p.partition, ErrorCode.none))
+        self.arm_retention(group_id, now_ms)
+        return OffsetCommitResponse(ErrorCode.none, tuple(out))
+
+    def delete_partitions(self, group_id: str, parts: Sequence[tuple[str, int]],
+                          subscribed: Callable[[str], bool], records: list[Record]
+                          ) -> tuple[tuple[str, int, ErrorCode], ...]:
+        """OffsetDelete of a group the caller allowed: partitions of topics the group
+        ``subscribed`` to get GROUP_SUBSCRIBED_TO_TOPIC, the others' offsets are tombstoned."""
+        out = []
+        for topic, p in parts:
+            if subscribed(topic):
+                out.append((topic, p, ErrorCode.group_subscribed_to_topic))
+                continue
+            key = cr.OffsetCommitKey(group_id, topic, p)
+            if key in self.store.values:
+                records.append(Record(key, None))  # type: ignore[arg-type]
+            out.append((topic, p, ErrorCode.none))
+        return tuple(out)
+
+    def delete_all(self, group_id: str, records: list[Record]) -> None:
+        """Tombstones for every offset of a deleted group, then its GroupMetadata; its
+        retention timer is cancelled."""
+        for key in sorted((k for k in self.store.values
+                           if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id),
+                          key=lambda k: (k.topic, k.partition)):
+            records.append(Record(key, None))  # type: ignore[arg-type]
+        gkey = cr.GroupMetadataKey(group_id)
+        if gkey in self.store.values:
+            records.append(Record(gkey, None))  # type: ignore[arg-type]
+        self._cancel((RETENTION_TIMER, group_id))
+
+    # -------------------------------------------------------------- retention
+
+    def arm_retention(self, group_id: str, now_ms: int) -> None:
+        """Start the offsets retention clock of a group that is empty (or has no group)."""
+        if self._expirable(group_id):
+            self._schedule((RETENTION_TIMER, group_id),
+                           now_ms + self._settings(group_id).offsets_retention_ms)
+
+    def expire_offsets(self, group_id: str, now_ms: int, records: list[Record]) -> None:
+        """offsets.retention.minutes: an empty group's offsets older than the retention go (by
+        commit timestamp, as Kafka does for groups without a subscription); the group's metadata
+        goes with its last offset."""
+        if not self._expirable(group_id):
+            return
+        retention = self._settings(group_id).offsets_retention_ms
+        left = 0
+        soonest: int | None = None
+        for key, value in sorted(self.store.values.items(), key=lambda kv: repr(kv[0])):
+            if not isinstance(key, cr.OffsetCommitKey) or key.group_id != group_id:
+                continue
+            assert isinstance(value, cr.OffsetCommitValue)
+            if value.commit_timestamp + retention <= now_ms:
+                records.append(Record(key, None))  # type: ignore[arg-type]
+            else:
+                left += 1
+                due = value.commit_timestamp + retention
+                soonest = due if soonest is None else min(soonest, due)
+        if left == 0:
+            gkey = cr.GroupMetadataKey(group_id)
+            if gkey in self.store.values:
+                records.append(Record(gkey, None))  # type: ignore[arg-type]
+            self._forget(group_id)
+        elif soonest is not None:
+            self._schedule((RETENTION_TIMER, group_id), soonest)
