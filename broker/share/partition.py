@@ -61,10 +61,12 @@ from broker.share.acquisition import (
     log_spans,
     records_holding_locks,
     select,
+    throttle_cap,
 )
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
 from broker.share.drain import DecayingRate
 from broker.share.inflight import (
+    MAX_EXPLODED_OFFSETS,
     InFlightBatch,
     InFlightCache,
     LockIndex,
@@ -79,6 +81,7 @@ from broker.share.inflight import (
     state_batches,
     trim_below,
 )
+from broker.share.key_order import KeyIndex, KeyMap
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
 from persister.api import (
@@ -147,6 +150,10 @@ class SharePartition:
         # limit) and the rate at which records complete, updated once per committed change.
         self._archived = 0
         self._drain = DecayingRate()
+        # share.ordering=key (broker/share/key_order.py): key hash -> offset holding the key, and
+        # ranges of loaded AVAILABLE records delivered before whose keys are not known yet.
+        self._keys = KeyIndex()
+        self._unkeyed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ loading
 
@@ -193,6 +200,10 @@ class SharePartition:
             info = RecordInfo(RecordState(b.delivery_state), b.delivery_count)
             part._cache.add(InFlightBatch(b.first_offset, b.last_offset, info))
         part._find_next = len(part._cache) > 0
+        part._unkeyed = merge_ranges([
+            (b.first_offset, b.last_offset) for b in part._cache
+            if b.whole.state is RecordState.AVAILABLE and b.whole.delivery_count >= 1
+        ])
         part._start = advance_start(part._cache, part._start)
         trim_below(part._cache, part._start)
         if now_ms is not None:
@@ -284,6 +295,7 @@ class SharePartition:
         *,
         fetch_offset: int | None = None,
         aborted: Sequence[tuple[int, int]] = (),
+        keys: KeyMap | None = None,
     ) -> list[AcquiredRecords]:
         """Acquire records for ``member_id`` from log batches read at the next fetch offset.
 
@@ -293,7 +305,9 @@ class SharePartition:
         ``aborted`` are offset ranges of aborted transactional batches (read_committed): they
         are archived instead of delivered. Returns the ranges to put in the response; the shell
         subtracts their total size from the request's MaxRecords budget. ``batch_size`` <= 0
-        means no BatchSize splitting.
+        means no BatchSize splitting. With ``share.ordering=key`` the shell passes ``keys``
+        (offset -> key hash or None) of the records read, and acquisition goes record by
+        record (broker/share/key_order.py).
 
         Raises:
             ValueError: ``log_batches`` are not ascending, disjoint ranges (a shell bug).
@@ -319,6 +333,37 @@ class SharePartition:
         ):
             self._after_change(found_available=False)
         start = fetch_offset if fetch_offset is not None else log_batches[0][0]
+        if cfg.key_ordering:
+            if keys is None:
+                raise ValueError("share.ordering=key needs the record keys of the log batches")
+            ranges = self._acquire_keyed(
+                member_id, log_batches, max_records, cfg, now_ms, held_at, keys
+            )
+        else:
+            ranges = self._acquire_ranges(
+                member_id, log_batches, start, max_records, batch_size, acquire_mode, cfg,
+                now_ms, held_at,
+            )
+        if aborted:
+            kept = archive_aborted(self._cache, ranges, aborted)
+            if kept != ranges:
+                self._after_change(found_available=False)
+            ranges = kept
+        return ranges
+
+    def _acquire_ranges(
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        start: int,
+        max_records: int,
+        batch_size: int,
+        acquire_mode: AcquireMode,
+        cfg: SharePartitionConfig,
+        now_ms: int,
+        held_at: int | None,
+    ) -> list[AcquiredRecords]:
+        """Kafka's acquisition: whole runs of offsets under the request budget (acquisition.py)."""
         budget, clamp = acquire_budget(
             self._cache,
             self._start,
@@ -341,12 +386,145 @@ class SharePartition:
         if left_available:
             self._find_next = self._wakeup = True
         self._locks.maybe_compact(self._cache)
-        if aborted:
-            kept = archive_aborted(self._cache, ranges, aborted)
-            if kept != ranges:
-                self._after_change(found_available=False)
-            ranges = kept
         return ranges
+
+    def _acquire_keyed(
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        max_records: int,
+        cfg: SharePartitionConfig,
+        now_ms: int,
+        held_at: int | None,
+        keys: KeyMap,
+    ) -> list[AcquiredRecords]:
+        """share.ordering=key: acquire record by record in offset order, at most one record per
+        key in flight (rules in broker/share/key_order.py). New offsets walked over are cached
+        AVAILABLE (as a record_limit cut leaves them), within the record-lock limit."""
+        cache = self._cache
+        held = records_holding_locks(
+            cache, self._start, cfg.count_only_inflight_toward_lock_limit
+        )
+        room_new = cfg.max_record_locks - held
+        last = cache.last_offset
+        window_last = self._start - 1 if last is None or last < self._start else last
+        spans = log_spans(log_batches, self._start, None if room_new > 0 else window_last)
+        deadline = now_ms + cfg.record_lock_duration_ms
+        index = self._keys
+        taken: list[tuple[int, int]] = []  # (offset, delivery count after this acquisition)
+        passed: set[int] = set()  # keys of non-terminal records walked over in this walk
+        cap: int | None = None
+        added = 0
+        stopped = False
+        for lo, hi in spans:
+            pos = lo
+            while pos <= hi and not stopped:
+                batch = cache.containing(pos)
+                if batch is None:
+                    nxt = cache.next_after(pos)
+                    stop = hi if nxt is None else min(hi, nxt.first_offset - 1)
+                    stop = min(stop, pos + MAX_EXPLODED_OFFSETS - 1)
+                    if pos > window_last:  # new records widen the window: lock limit
+                        n = min(stop - pos + 1, room_new - added)
+                        if n <= 0:
+                            stopped = True
+                            break
+                        added += n
+                        stop = pos + n - 1
+                    batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
+                    batch.explode()
+                    cache.add(batch)
+                end = min(hi, batch.last_offset)
+                if not batch.exploded:
+                    info = batch.whole
+                    if info.state is not RecordState.AVAILABLE or (
+                        held_at is not None and info.available_at_ms > held_at
+                    ):
+                        if not info.state.is_terminal:
+                            passed.update(
+                                k for o in range(pos, end + 1) if (k := keys.get(o)) is not None
+                            )
+                        pos = end + 1
+                        continue
+                    cache.carve(pos, end)
+                    batch = cache.containing(pos)
+                    assert batch is not None
+                    batch.explode()
+                    end = min(hi, batch.last_offset)
+                for o in range(pos, end + 1):
+                    info = batch.info(o)
+                    k = keys.get(o)
+                    if info.state is not RecordState.AVAILABLE or (
+                        held_at is not None and info.available_at_ms > held_at
+                    ):
+                        if k is not None and not info.state.is_terminal:
+                            passed.add(k)
+                        continue
+                    if k is not None:
+                        if k in passed:
+                            continue
+                        holder = index.holder(cache, k)
+                        if holder is not None and holder != o:
+                            passed.add(k)
+                            continue
+                    c = throttle_cap(info.delivery_count, max_records, cfg.delivery_count_limit)
+                    if c is not None:
+                        cap = c if cap is None else min(cap, c)
+                    limit = max_records if cap is None else min(cap, max_records)
+                    if len(taken) >= limit:
+                        stopped = True
+                        break
+                    info.acquire(member_id, now_ms, deadline)
+                    taken.append((o, info.delivery_count))
+                    if k is not None:
+                        index.hold(cache, k, o)
+                        passed.add(k)
+                pos = end + 1
+            if stopped:
+                break
+        out: list[AcquiredRecords] = []
+        for o, count in taken:
+            prev = out[-1] if out else None
+            if prev is not None and prev.last_offset + 1 == o and prev.delivery_count == count:
+                out[-1] = AcquiredRecords(prev.first_offset, o, count)
+            else:
+                out.append(AcquiredRecords(o, o, count))
+        for r in out:
+            self._locks.push(deadline, r.first_offset, r.last_offset)
+        # Records walked over stay AVAILABLE: the next fetch looks back for them.
+        self._find_next = True
+        if stopped:
+            self._wakeup = True
+        self._locks.maybe_compact(cache)
+        return out
+
+    # ------------------------------------------------------------------ key ordering
+
+    @property
+    def key_ordering(self) -> bool:
+        """Whether the group has share.ordering=key now (the shell then passes record keys)."""
+        return self._config().key_ordering
+
+    def unkeyed_ranges(self) -> list[tuple[int, int]]:
+        """Offset ranges whose record keys the shell should read from the log and hand to
+        :meth:`register_keys` before the next keyed acquisition (restart rule of
+        broker/share/key_order.py); empty once done."""
+        return list(self._unkeyed)
+
+    def register_keys(self, keys: KeyMap) -> None:
+        """Loaded records delivered before hold their keys (the lowest such offset per key)."""
+        for lo, hi in self._unkeyed:
+            for offset in range(lo, hi + 1):
+                k = keys.get(offset)
+                if k is None or self._keys.holder(self._cache, k) is not None:
+                    continue
+                batch = self._cache.containing(offset)
+                if batch is None:
+                    continue
+                info = batch.info(offset)
+                if not info.state.is_terminal and info.delivery_count >= 1:
+                    self._keys.hold(self._cache, k, offset)
+        self._unkeyed = []
 
     # ------------------------------------------------------------------ acknowledge
 
@@ -699,7 +877,8 @@ class SharePartition:
         archive_available_below(self._cache, self._start)
         self._start = advance_start(self._cache, self._start)
         trim_below(self._cache, self._start)
-        if found_available:
+        if found_available or self._config().key_ordering:
+            # With key ordering a record done frees its key: later records of it may be waiting.
             self._find_next = True
         self._wakeup = True
 

@@ -50,6 +50,10 @@ from persister.api import (
 )
 from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
+from protocol.record_keys import record_key_hashes
+
+# Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
+_KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -114,6 +118,7 @@ class SharePartitionManager:
             delivery_backoff_ms=c.delivery_backoff_ms,
             delivery_backoff_max_ms=c.delivery_backoff_max_ms,
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
+            key_ordering=c.ordering == "key",
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -238,8 +243,14 @@ class SharePartitionManager:
             return b"", []
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
+        keys = None
+        if sp.key_ordering:
+            # share.ordering=key: acquisition needs the record keys (broker/share/key_order.py).
+            if sp.unkeyed_ranges():
+                sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
+            keys = record_key_hashes(data, offset, _KEYS_DECOMPRESSED_MAX)
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              now, fetch_offset=offset)
+                              now, fetch_offset=offset, keys=keys)
         self._arm(sp)
         if not acquired:
             return b"", []
@@ -251,6 +262,29 @@ class SharePartitionManager:
             if h.base_offset <= last:
                 end = pos + h.total_size
         return bytes(data[start:end]), acquired
+
+    @staticmethod
+    def _keys_of(lg: Any, ranges: list[tuple[int, int]]) -> dict[int, int | None]:
+        """Record keys (hashes) of the offsets in ``ranges``, read from the log (the loaded
+        records delivered before a restart, broker/share/key_order.py)."""
+        out: dict[int, int | None] = {}
+        for lo, hi in ranges:
+            pos = max(lo, lg.log_start_offset)
+            while pos <= hi and pos < lg.log_end_offset:
+                try:
+                    data = lg.read(pos, 1 << 20, lg.log_end_offset).data
+                except (OffsetOutOfRangeError, OSError):
+                    break
+                if not data:
+                    break
+                last = pos - 1
+                for _pos, h in iter_batches(data):
+                    last = max(last, h.last_offset)
+                out.update(record_key_hashes(data, pos, _KEYS_DECOMPRESSED_MAX))
+                if last < pos:
+                    break
+                pos = last + 1
+        return out
 
     @staticmethod
     def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int) -> int:
