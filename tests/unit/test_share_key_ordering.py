@@ -19,6 +19,8 @@ from broker.group_configs import GroupConfigs
 from broker.share.partition import AcquireMode, SharePartition
 from broker.share.record_state import RecordState
 from persister.api import ReadResult
+from protocol.record_keys import record_key_hashes
+from tests.unit.batches import make_batch
 from tests.unit.test_share_partition import ACCEPT, KEY, RELEASE, Config, ack, batch, make
 
 REJECT = 3
@@ -239,3 +241,22 @@ def test_share_ordering_config_validation(tmp_path: Path, value: str, accepted: 
             gc.alter("g", {"share.ordering": value})
         assert "share.ordering" in str(err.value)
         assert gc.overrides("g") == {}
+
+
+# --------------------------------------------------------------------------- reading the keys
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_record_key_hashes_reads_keys_of_plain_and_compressed_batches(codec: int) -> None:
+    data = (make_batch([(b"k1", b"v"), (None, b"v"), (b"k2", b"v")], base_offset=10,
+                       compression=codec)
+            + make_batch([(b"k1", b"w"), (b"", b"w")], base_offset=13, compression=codec))
+    keys = record_key_hashes(data, 11, 1 << 20)
+    assert keys == {11: None, 12: hash(b"k2"), 13: hash(b"k1"), 14: hash(b"")}
+
+
+def test_record_key_hashes_treats_unreadable_batches_as_keyless() -> None:
+    good = make_batch([(b"a", b"v")], base_offset=0)
+    broken = bytearray(make_batch([(b"b", b"v"), (b"c", b"v")], base_offset=1, compression=1))
+    broken[-5:] = b"\xff" * 5  # corrupt the gzip payload
+    assert record_key_hashes(good + bytes(broken), 0, 1 << 20) == {0: hash(b"a")}
