@@ -8,15 +8,18 @@ does not matter. A collision only makes two keys wait for each other.
 
 Pure: bytes in, ``{offset: key hash or None}`` out (None = null key). Control batches and bytes
 that do not parse give no entry for their offsets: such records are treated as keyless.
+:class:`BatchKeys` decodes lazily, one batch when one of its offsets is first asked for, so a
+fetch that acquires from the first batches never decodes the rest.
 """
 
 from __future__ import annotations
 
-from protocol.compression import DecompressionError, decompress
-from protocol.record_batch import BATCH_HEADER_SIZE, CorruptRecordError, iter_batches
-from protocol.record_timestamps import _varint
+from bisect import bisect_right
 
-__all__ = ["record_key_hashes"]
+from protocol.compression import DecompressionError, decompress
+from protocol.record_batch import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError, iter_batches
+
+__all__ = ["BatchKeys", "record_key_hashes"]
 
 
 def record_key_hashes(buf: bytes | bytearray | memoryview, min_offset: int,
@@ -30,34 +33,104 @@ def record_key_hashes(buf: bytes | bytearray | memoryview, min_offset: int,
         return out
     view = memoryview(buf)
     for pos, h in batches:
-        if h.last_offset < min_offset or h.is_control:
-            continue
-        try:
-            body: bytes | bytearray | memoryview = view[pos + BATCH_HEADER_SIZE:
-                                                        pos + h.total_size]
-            if h.compression:
-                body = decompress(h.compression, body, max_decompressed)
-            _scan(bytes(body), h.record_count, h.base_offset, min_offset, out)
-        except (CorruptRecordError, DecompressionError, IndexError, ValueError):
-            continue  # unreadable batch: its records count as keyless
-    return out
+        if h.last_offset >= min_offset:
+            _decode(view, pos, h, max_decompressed, out)
+    return {o: k for o, k in out.items() if o >= min_offset}
 
 
-def _scan(b: bytes, count: int, base_offset: int, min_offset: int,
-          out: dict[int, int | None]) -> None:
+class BatchKeys:
+    """A read-only ``offset -> key hash`` mapping over batches already split by the caller
+    (``(position, header)`` pairs in offset order), decoded a batch at a time on first use."""
+
+    __slots__ = ("_buf", "_firsts", "_headers", "_limit", "_memo", "_pending")
+
+    def __init__(self, buf: bytes | bytearray | memoryview,
+                 headers: list[tuple[int, BatchHeader]], max_decompressed: int) -> None:
+        self._buf = memoryview(buf)
+        self._headers = headers
+        self._firsts = [h.base_offset for _pos, h in headers]
+        self._pending = set(range(len(headers)))
+        self._limit = max_decompressed
+        self._memo: dict[int, int | None] = {}
+
+    def get(self, offset: int, default: int | None = None) -> int | None:
+        memo = self._memo
+        if offset in memo:
+            return memo[offset]
+        i = bisect_right(self._firsts, offset) - 1
+        if i < 0 or i not in self._pending:
+            return default
+        self._pending.discard(i)
+        pos, h = self._headers[i]
+        _decode(self._buf, pos, h, self._limit, memo)
+        return memo.get(offset, default)
+
+    def __getitem__(self, offset: int) -> int | None:
+        return self.get(offset)
+
+
+def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
+            out: dict[int, int | None]) -> None:
+    if h.is_control:
+        return
+    try:
+        body: bytes | bytearray | memoryview = view[pos + BATCH_HEADER_SIZE: pos + h.total_size]
+        if h.compression:
+            body = decompress(h.compression, body, limit)
+        found: dict[int, int | None] = {}
+        _scan(bytes(body), h.record_count, h.base_offset, found)
+    except (CorruptRecordError, DecompressionError, IndexError, ValueError):
+        return  # unreadable batch: its records count as keyless
+    out.update(found)
+
+
+def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None]) -> None:
+    """Keys of ``count`` records in ``b``. Varints of one byte (most lengths and deltas) are
+    read inline; longer ones by :func:`_varint`."""
     pos = 0
     for _ in range(count):
-        length, q = _varint(b, pos)
+        x = b[pos]
+        if x < 0x80:
+            length, q = (x >> 1) ^ -(x & 1), pos + 1
+        else:
+            length, q = _varint(b, pos)
         end = q + length
-        _ts_delta, q = _varint(b, q + 1)  # after the attributes byte
-        offset_delta, q = _varint(b, q)
-        offset = base_offset + offset_delta
-        if offset >= min_offset:
+        q += 1  # attributes
+        x = b[q]
+        if x < 0x80:  # timestamp delta
+            q += 1
+        else:
+            _ts, q = _varint(b, q)
+        x = b[q]
+        if x < 0x80:
+            delta, q = (x >> 1) ^ -(x & 1), q + 1
+        else:
+            delta, q = _varint(b, q)
+        x = b[q]
+        if x < 0x80:
+            key_len, q = (x >> 1) ^ -(x & 1), q + 1
+        else:
             key_len, q = _varint(b, q)
-            if key_len < 0:
-                out[offset] = None
-            else:
-                if q + key_len > end:
-                    raise IndexError("key runs past its record")
-                out[offset] = hash(b[q:q + key_len])
+        if key_len < 0:
+            out[base_offset + delta] = None
+        else:
+            if q + key_len > end:
+                raise IndexError("key runs past its record")
+            out[base_offset + delta] = hash(b[q:q + key_len])
         pos = end
+
+
+def _varint(b: bytes, q: int) -> tuple[int, int]:
+    """Zig-zag varint at ``q``: (value, position after it).
+
+    Raises:
+        ValueError: longer than 10 bytes; IndexError: cut off.
+    """
+    value = shift = 0
+    for k in range(10):
+        x = b[q + k]
+        value |= (x & 0x7F) << shift
+        if x < 0x80:
+            return (value >> 1) ^ -(value & 1), q + k + 1
+        shift += 7
+    raise ValueError(f"varint at byte {q} is longer than 10 bytes")

@@ -74,6 +74,14 @@ class KeyIndex:
 
     def hold(self, cache: InFlightCache, key: int, offset: int) -> None:
         self._held[key] = offset
+        self.maybe_sweep(cache)
+
+    def hold_new(self, key: int, offset: int) -> None:
+        """As :meth:`hold`, the caller sweeping (:meth:`maybe_sweep`) after a run of them."""
+        self._held[key] = offset
+
+    def maybe_sweep(self, cache: InFlightCache) -> None:
+        """Drop stale entries once the index doubled since the last sweep (bounded memory)."""
         if len(self._held) >= self._sweep_at:
             for k in list(self._held):
                 self.holder(cache, k)

@@ -412,6 +412,7 @@ class SharePartition:
         deadline = now_ms + cfg.record_lock_duration_ms
         index = self._keys
         taken: list[tuple[int, int]] = []  # (offset, delivery count after this acquisition)
+        whole: list[tuple[int, int]] = []  # new whole batches acquired (each its own range)
         passed: set[int] = set()  # keys of non-terminal records walked over in this walk
         cap: int | None = None
         added = 0
@@ -431,6 +432,18 @@ class SharePartition:
                             break
                         added += n
                         stop = pos + n - 1
+                    if stop - pos < max_records - len(taken) and self._all_free(
+                        pos, stop, keys, passed
+                    ):
+                        # Every new record here is acquirable: one whole batch, as without
+                        # ordering (cheap to acknowledge, persist and scan).
+                        batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
+                        cache.add(batch)
+                        batch.whole.acquire(member_id, now_ms, deadline)
+                        whole.append((pos, stop))
+                        taken.extend((o, 1) for o in range(pos, stop + 1))
+                        pos = stop + 1
+                        continue
                     batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
                     batch.explode()
                     cache.add(batch)
@@ -483,9 +496,11 @@ class SharePartition:
             if stopped:
                 break
         out: list[AcquiredRecords] = []
+        starts = {lo for lo, _hi in whole}
         for o, count in taken:
             prev = out[-1] if out else None
-            if prev is not None and prev.last_offset + 1 == o and prev.delivery_count == count:
+            if (prev is not None and prev.last_offset + 1 == o and prev.delivery_count == count
+                    and o not in starts):
                 out[-1] = AcquiredRecords(prev.first_offset, o, count)
             else:
                 out.append(AcquiredRecords(o, o, count))
@@ -497,6 +512,25 @@ class SharePartition:
             self._wakeup = True
         self._locks.maybe_compact(cache)
         return out
+
+    def _all_free(self, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> bool:
+        """Whether every record in ``[lo, hi]`` (new, AVAILABLE) may be acquired now: keys
+        distinct and free. If so their keys are marked held by them (the caller acquires)."""
+        index = self._keys
+        cache = self._cache
+        seen: dict[int, int] = {}
+        for o in range(lo, hi + 1):
+            k = keys.get(o)
+            if k is None:
+                continue
+            if k in passed or k in seen or index.holder(cache, k) is not None:
+                return False
+            seen[k] = o
+        passed.update(seen)
+        for k, o in seen.items():
+            index.hold_new(k, o)
+        index.maybe_sweep(cache)
+        return True
 
     # ------------------------------------------------------------------ key ordering
 

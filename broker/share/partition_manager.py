@@ -50,7 +50,7 @@ from persister.api import (
 )
 from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
-from protocol.record_keys import record_key_hashes
+from protocol.record_keys import BatchKeys, record_key_hashes
 
 # Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
 _KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
@@ -248,7 +248,7 @@ class SharePartitionManager:
             # share.ordering=key: acquisition needs the record keys (broker/share/key_order.py).
             if sp.unkeyed_ranges():
                 sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
-            keys = record_key_hashes(data, offset, _KEYS_DECOMPRESSED_MAX)
+            keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX)
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
                               now, fetch_offset=offset, keys=keys)
         self._arm(sp)

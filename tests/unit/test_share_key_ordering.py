@@ -19,7 +19,8 @@ from broker.group_configs import GroupConfigs
 from broker.share.partition import AcquireMode, SharePartition
 from broker.share.record_state import RecordState
 from persister.api import ReadResult
-from protocol.record_keys import record_key_hashes
+from protocol.record_batch import iter_batches
+from protocol.record_keys import BatchKeys, record_key_hashes
 from tests.unit.batches import make_batch
 from tests.unit.test_share_partition import ACCEPT, KEY, RELEASE, Config, ack, batch, make
 
@@ -260,3 +261,13 @@ def test_record_key_hashes_treats_unreadable_batches_as_keyless() -> None:
     broken = bytearray(make_batch([(b"b", b"v"), (b"c", b"v")], base_offset=1, compression=1))
     broken[-5:] = b"\xff" * 5  # corrupt the gzip payload
     assert record_key_hashes(good + bytes(broken), 0, 1 << 20) == {0: hash(b"a")}
+
+
+def test_batch_keys_decodes_lazily_and_matches_the_eager_reader() -> None:
+    big_key = b"k" * 300  # a key length over one varint byte
+    data = (make_batch([(b"a", b"v"), (big_key, b"v" * 200)], base_offset=0)
+            + make_batch([(None, b"v")] * 70, base_offset=2, compression=4))
+    lazy = BatchKeys(data, list(iter_batches(data)), 1 << 20)
+    assert lazy.get(1) == hash(big_key)
+    assert lazy.get(71) is None and lazy.get(500) is None
+    assert {o: lazy.get(o) for o in range(72)} == record_key_hashes(data, 0, 1 << 20)
