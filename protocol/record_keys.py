@@ -40,18 +40,23 @@ def record_key_hashes(buf: bytes | bytearray | memoryview, min_offset: int,
 
 class BatchKeys:
     """A read-only ``offset -> key hash`` mapping over batches already split by the caller
-    (``(position, header)`` pairs in offset order), decoded a batch at a time on first use."""
+    (``(position, header)`` pairs in offset order), decoded a batch at a time on first use.
+
+    ``memo`` may be a dict kept across reads (the share-partition's): decoded keys go there, and
+    an offset found there is never decoded again.
+    """
 
     __slots__ = ("_buf", "_firsts", "_headers", "_limit", "_memo", "_pending")
 
     def __init__(self, buf: bytes | bytearray | memoryview,
-                 headers: list[tuple[int, BatchHeader]], max_decompressed: int) -> None:
+                 headers: list[tuple[int, BatchHeader]], max_decompressed: int,
+                 memo: dict[int, int | None] | None = None) -> None:
         self._buf = memoryview(buf)
         self._headers = headers
         self._firsts = [h.base_offset for _pos, h in headers]
         self._pending = set(range(len(headers)))
         self._limit = max_decompressed
-        self._memo: dict[int, int | None] = {}
+        self._memo: dict[int, int | None] = {} if memo is None else memo
 
     def get(self, offset: int, default: int | None = None) -> int | None:
         memo = self._memo
@@ -92,18 +97,23 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None]) ->
         x = b[pos]
         if x < 0x80:
             length, q = (x >> 1) ^ -(x & 1), pos + 1
+        elif b[pos + 1] < 0x80:
+            x = (x & 0x7F) | (b[pos + 1] << 7)
+            length, q = (x >> 1) ^ -(x & 1), pos + 2
         else:
             length, q = _varint(b, pos)
         end = q + length
         q += 1  # attributes
-        x = b[q]
-        if x < 0x80:  # timestamp delta
+        # timestamp delta: skipped (a varint ends at its first byte below 0x80)
+        while b[q] >= 0x80:
             q += 1
-        else:
-            _ts, q = _varint(b, q)
+        q += 1
         x = b[q]
         if x < 0x80:
             delta, q = (x >> 1) ^ -(x & 1), q + 1
+        elif b[q + 1] < 0x80:
+            x = (x & 0x7F) | (b[q + 1] << 7)
+            delta, q = (x >> 1) ^ -(x & 1), q + 2
         else:
             delta, q = _varint(b, q)
         x = b[q]

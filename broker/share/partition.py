@@ -66,7 +66,6 @@ from broker.share.acquisition import (
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
 from broker.share.drain import DecayingRate
 from broker.share.inflight import (
-    MAX_EXPLODED_OFFSETS,
     InFlightBatch,
     InFlightCache,
     LockIndex,
@@ -91,6 +90,9 @@ from persister.api import (
     SharePartitionKey,
     WriteParams,
 )
+
+# Decoded record keys kept per share-partition before entries below the SPSO are dropped.
+_MIN_MEMO = 16_384
 
 __all__ = [
     "AckOutcome",
@@ -153,6 +155,10 @@ class SharePartition:
         # share.ordering=key (broker/share/key_order.py): key hash -> offset holding the key, and
         # ranges of loaded AVAILABLE records delivered before whose keys are not known yet.
         self._keys = KeyIndex()
+        # offset -> key hash of records whose batches were decoded (the shell fills it through
+        # protocol.record_keys.BatchKeys), so blocked records walked again are not re-decoded.
+        self.key_memo: dict[int, int | None] = {}
+        self._memo_cap = _MIN_MEMO
         self._unkeyed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ loading
@@ -398,9 +404,15 @@ class SharePartition:
         held_at: int | None,
         keys: KeyMap,
     ) -> list[AcquiredRecords]:
-        """share.ordering=key: acquire record by record in offset order, at most one record per
-        key in flight (rules in broker/share/key_order.py). New offsets walked over are cached
-        AVAILABLE (as a record_limit cut leaves them), within the record-lock limit."""
+        """share.ordering=key: acquire in offset order, at most one record per key in flight
+        (rules in broker/share/key_order.py). New offsets walked over are cached AVAILABLE (as a
+        record_limit cut leaves them), within the record-lock limit.
+
+        Whole (not exploded) AVAILABLE batches are handled in runs: a run of acquirable records
+        is split off and acquired as one batch, a run of blocked ones is passed over in place,
+        so acknowledging, persisting and scanning stay per batch as without ordering. Exploded
+        batches go record by record.
+        """
         cache = self._cache
         held = records_holding_locks(
             cache, self._start, cfg.count_only_inflight_toward_lock_limit
@@ -411,12 +423,18 @@ class SharePartition:
         spans = log_spans(log_batches, self._start, None if room_new > 0 else window_last)
         deadline = now_ms + cfg.record_lock_duration_ms
         index = self._keys
-        taken: list[tuple[int, int]] = []  # (offset, delivery count after this acquisition)
-        whole: list[tuple[int, int]] = []  # new whole batches acquired (each its own range)
+        key_of = keys.get
+        out: list[AcquiredRecords] = []
+        single: list[bool] = []  # out[i] came from one record of an exploded batch (mergeable)
+        taken = 0
         passed: set[int] = set()  # keys of non-terminal records walked over in this walk
         cap: int | None = None
         added = 0
         stopped = False
+
+        def room() -> int:
+            return (max_records if cap is None else min(cap, max_records)) - taken
+
         for lo, hi in spans:
             pos = lo
             while pos <= hi and not stopped:
@@ -424,7 +442,6 @@ class SharePartition:
                 if batch is None:
                     nxt = cache.next_after(pos)
                     stop = hi if nxt is None else min(hi, nxt.first_offset - 1)
-                    stop = min(stop, pos + MAX_EXPLODED_OFFSETS - 1)
                     if pos > window_last:  # new records widen the window: lock limit
                         n = min(stop - pos + 1, room_new - added)
                         if n <= 0:
@@ -432,80 +449,88 @@ class SharePartition:
                             break
                         added += n
                         stop = pos + n - 1
-                    if stop - pos < max_records - len(taken) and self._all_free(
-                        pos, stop, keys, passed
-                    ):
-                        # Every new record here is acquirable: one whole batch, as without
-                        # ordering (cheap to acknowledge, persist and scan).
-                        batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
-                        cache.add(batch)
-                        batch.whole.acquire(member_id, now_ms, deadline)
-                        whole.append((pos, stop))
-                        taken.extend((o, 1) for o in range(pos, stop + 1))
-                        pos = stop + 1
-                        continue
                     batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
-                    batch.explode()
                     cache.add(batch)
                 end = min(hi, batch.last_offset)
-                if not batch.exploded:
-                    info = batch.whole
-                    if info.state is not RecordState.AVAILABLE or (
-                        held_at is not None and info.available_at_ms > held_at
-                    ):
-                        if not info.state.is_terminal:
-                            passed.update(
-                                k for o in range(pos, end + 1) if (k := keys.get(o)) is not None
-                            )
-                        pos = end + 1
-                        continue
-                    cache.carve(pos, end)
-                    batch = cache.containing(pos)
-                    assert batch is not None
-                    batch.explode()
-                    end = min(hi, batch.last_offset)
-                for o in range(pos, end + 1):
-                    info = batch.info(o)
-                    k = keys.get(o)
-                    if info.state is not RecordState.AVAILABLE or (
-                        held_at is not None and info.available_at_ms > held_at
-                    ):
-                        if k is not None and not info.state.is_terminal:
-                            passed.add(k)
-                        continue
-                    if k is not None:
-                        if k in passed:
+                if batch.exploded:
+                    for o in range(pos, end + 1):
+                        info = batch.info(o)
+                        k = key_of(o)
+                        if info.state is not RecordState.AVAILABLE or (
+                            held_at is not None and info.available_at_ms > held_at
+                        ):
+                            if k is not None and not info.state.is_terminal:
+                                passed.add(k)
                             continue
-                        holder = index.holder(cache, k)
-                        if holder is not None and holder != o:
+                        if k is not None:
+                            if k in passed:
+                                continue
+                            holder = index.holder(cache, k)
+                            if holder is not None and holder != o:
+                                passed.add(k)
+                                continue
+                        c = throttle_cap(
+                            info.delivery_count, max_records, cfg.delivery_count_limit
+                        )
+                        if c is not None:
+                            cap = c if cap is None else min(cap, c)
+                        if room() <= 0:
+                            stopped = True
+                            break
+                        info.acquire(member_id, now_ms, deadline)
+                        taken += 1
+                        self._locks.push(deadline, o, o)
+                        prev = out[-1] if out else None
+                        count = info.delivery_count
+                        if (prev is not None and single[-1] and prev.last_offset + 1 == o
+                                and prev.delivery_count == count):
+                            out[-1] = AcquiredRecords(prev.first_offset, o, count)
+                        else:
+                            out.append(AcquiredRecords(o, o, count))
+                            single.append(True)
+                        if k is not None:
+                            index.hold(cache, k, o)
                             passed.add(k)
-                            continue
-                    c = throttle_cap(info.delivery_count, max_records, cfg.delivery_count_limit)
-                    if c is not None:
-                        cap = c if cap is None else min(cap, c)
-                    limit = max_records if cap is None else min(cap, max_records)
-                    if len(taken) >= limit:
-                        stopped = True
-                        break
-                    info.acquire(member_id, now_ms, deadline)
-                    taken.append((o, info.delivery_count))
-                    if k is not None:
-                        index.hold(cache, k, o)
-                        passed.add(k)
-                pos = end + 1
+                    pos = end + 1
+                    continue
+                info = batch.whole
+                if info.state is not RecordState.AVAILABLE or (
+                    held_at is not None and info.available_at_ms > held_at
+                ):
+                    if not info.state.is_terminal:
+                        passed.update(
+                            k for o in range(pos, end + 1) if (k := key_of(o)) is not None
+                        )
+                    pos = end + 1
+                    continue
+                c = throttle_cap(info.delivery_count, max_records, cfg.delivery_count_limit)
+                if c is not None:
+                    cap = c if cap is None else min(cap, c)
+                budget = room()
+                if budget <= 0:
+                    stopped = True
+                    break
+                n, free = self._free_run(pos, min(end, pos + budget - 1), key_of, passed)
+                if n == 0:
+                    pos = self._blocked_run(pos, end, key_of, passed)
+                    continue
+                # Split the run [pos, pos + n - 1] off and acquire it as one batch.
+                if pos > batch.first_offset:
+                    batch = cache.split(batch, pos)
+                if pos + n - 1 < batch.last_offset:
+                    cache.split(batch, pos + n)
+                batch.whole.acquire(member_id, now_ms, deadline)
+                self._locks.push(deadline, pos, pos + n - 1)
+                out.append(AcquiredRecords(pos, pos + n - 1, batch.whole.delivery_count))
+                single.append(False)
+                taken += n
+                for k, o in free.items():
+                    index.hold_new(k, o)
+                passed.update(free)
+                index.maybe_sweep(cache)
+                pos += n
             if stopped:
                 break
-        out: list[AcquiredRecords] = []
-        starts = {lo for lo, _hi in whole}
-        for o, count in taken:
-            prev = out[-1] if out else None
-            if (prev is not None and prev.last_offset + 1 == o and prev.delivery_count == count
-                    and o not in starts):
-                out[-1] = AcquiredRecords(prev.first_offset, o, count)
-            else:
-                out.append(AcquiredRecords(o, o, count))
-        for r in out:
-            self._locks.push(deadline, r.first_offset, r.last_offset)
         # Records walked over stay AVAILABLE: the next fetch looks back for them.
         self._find_next = True
         if stopped:
@@ -513,24 +538,45 @@ class SharePartition:
         self._locks.maybe_compact(cache)
         return out
 
-    def _all_free(self, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> bool:
-        """Whether every record in ``[lo, hi]`` (new, AVAILABLE) may be acquired now: keys
-        distinct and free. If so their keys are marked held by them (the caller acquires)."""
+    def _free_run(
+        self, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
+    ) -> tuple[int, dict[int, int]]:
+        """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
+        acquired together now (keys free and distinct), and their key -> offset."""
         index = self._keys
         cache = self._cache
-        seen: dict[int, int] = {}
+        free: dict[int, int] = {}
         for o in range(lo, hi + 1):
-            k = keys.get(o)
+            k = key_of(o)
             if k is None:
                 continue
-            if k in passed or k in seen or index.holder(cache, k) is not None:
-                return False
-            seen[k] = o
-        passed.update(seen)
-        for k, o in seen.items():
-            index.hold_new(k, o)
-        index.maybe_sweep(cache)
-        return True
+            if k in passed or k in free:
+                return o - lo, free
+            holder = index.holder(cache, k)
+            if holder is not None and holder != o:
+                return o - lo, free
+            free[k] = o
+        return hi - lo + 1, free
+
+    def _blocked_run(
+        self, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
+    ) -> int:
+        """The first offset from ``lo`` (at most ``hi + 1``) whose record is not blocked by its
+        key; the keys of the blocked ones are added to ``passed``."""
+        index = self._keys
+        cache = self._cache
+        for o in range(lo, hi + 1):
+            k = key_of(o)
+            if k is None:
+                return o
+            if k in passed:
+                continue
+            holder = index.holder(cache, k)
+            if holder is not None and holder != o:
+                passed.add(k)
+                continue
+            return o
+        return hi + 1
 
     # ------------------------------------------------------------------ key ordering
 
@@ -911,6 +957,10 @@ class SharePartition:
         archive_available_below(self._cache, self._start)
         self._start = advance_start(self._cache, self._start)
         trim_below(self._cache, self._start)
+        if len(self.key_memo) > self._memo_cap:
+            start = self._start
+            self.key_memo = {o: k for o, k in self.key_memo.items() if o >= start}
+            self._memo_cap = max(_MIN_MEMO, 2 * len(self.key_memo))
         if found_available or self._config().key_ordering:
             # With key ordering a record done frees its key: later records of it may be waiting.
             self._find_next = True

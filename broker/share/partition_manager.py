@@ -248,7 +248,7 @@ class SharePartitionManager:
             # share.ordering=key: acquisition needs the record keys (broker/share/key_order.py).
             if sp.unkeyed_ranges():
                 sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
-            keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX)
+            keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo)
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
                               now, fetch_offset=offset, keys=keys)
         self._arm(sp)
