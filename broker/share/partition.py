@@ -159,6 +159,13 @@ class SharePartition:
         # protocol.record_keys.BatchKeys), so blocked records walked again are not re-decoded.
         self.key_memo: dict[int, int | None] = {}
         self._memo_cap = _MIN_MEMO
+        # Bumped by every change that may free a key or make a record acquirable; a keyed walk
+        # that found nothing remembers (version, read, room, config) and is not repeated as is.
+        self._key_version = 0
+        self._fruitless: tuple[object, ...] | None = None
+        # Highest offset acquired without key ordering (share.ordering switched live): records
+        # up to it may be in flight without holding their keys in KeyIndex.
+        self._untracked_last = -1
         self._unkeyed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ loading
@@ -260,6 +267,7 @@ class SharePartition:
         if self._backoff:
             now = self._tick(now_ms)
             if self._backoff.pop_due(now):
+                self._key_version += 1
                 self._find_next = True  # backoffs ended: those records are fetchable again
             if self._backoff:
                 if not self._find_next:
@@ -325,6 +333,7 @@ class SharePartition:
         if self._backoff:
             self._tick(now_ms)
             if self._backoff.pop_due(now_ms):
+                self._key_version += 1
                 self._find_next = True
             if self._backoff:
                 held_at = now_ms
@@ -392,6 +401,8 @@ class SharePartition:
         if left_available:
             self._find_next = self._wakeup = True
         self._locks.maybe_compact(self._cache)
+        if ranges:
+            self._untracked_last = max(self._untracked_last, ranges[-1].last_offset)
         return ranges
 
     def _acquire_keyed(
@@ -420,6 +431,9 @@ class SharePartition:
         room_new = cfg.max_record_locks - held
         last = cache.last_offset
         window_last = self._start - 1 if last is None or last < self._start else last
+        sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg)
+        if self._fruitless == sig:
+            return []  # nothing changed since a walk over the same records found nothing
         spans = log_spans(log_batches, self._start, None if room_new > 0 else window_last)
         deadline = now_ms + cfg.record_lock_duration_ms
         index = self._keys
@@ -497,7 +511,10 @@ class SharePartition:
                 if info.state is not RecordState.AVAILABLE or (
                     held_at is not None and info.available_at_ms > held_at
                 ):
-                    if not info.state.is_terminal:
+                    if not info.state.is_terminal and (
+                        info.state is not RecordState.ACQUIRED or pos <= self._untracked_last
+                    ):
+                        # Keys of records acquired with ordering are in KeyIndex already.
                         passed.update(
                             k for o in range(pos, end + 1) if (k := key_of(o)) is not None
                         )
@@ -536,6 +553,7 @@ class SharePartition:
         if stopped:
             self._wakeup = True
         self._locks.maybe_compact(cache)
+        self._fruitless = None if out or added else sig
         return out
 
     def _free_run(
@@ -849,6 +867,7 @@ class SharePartition:
         if self._backoff:
             self._tick(now_ms)
             if self._backoff.pop_due(now_ms):
+                self._key_version += 1
                 self._find_next = self._wakeup = True
         due: list[tuple[int, int]] = []
         while (top := self._locks.peek()) is not None and top[0] <= now_ms:
@@ -961,6 +980,7 @@ class SharePartition:
             start = self._start
             self.key_memo = {o: k for o, k in self.key_memo.items() if o >= start}
             self._memo_cap = max(_MIN_MEMO, 2 * len(self.key_memo))
+        self._key_version += 1
         if found_available or self._config().key_ordering:
             # With key ordering a record done frees its key: later records of it may be waiting.
             self._find_next = True
