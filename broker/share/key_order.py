@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker.share.inflight import InFlightCache
+from broker.share.record_state import RecordState
 
 __all__ = ["KeyIndex", "KeyMap"]
 
@@ -47,16 +48,33 @@ __all__ = ["KeyIndex", "KeyMap"]
 KeyMap = Mapping[int, int | None]
 
 _MIN_SWEEP = 1024
+_ACQUIRED = RecordState.ACQUIRED
+_AVAILABLE = RecordState.AVAILABLE
 
 
 class KeyIndex:
     """key hash -> offset of the delivered, not yet terminal record holding that key."""
 
-    __slots__ = ("_held", "_sweep_at")
+    __slots__ = ("_cache", "_held", "_sweep_at")
 
-    def __init__(self) -> None:
+    def __init__(self, cache: InFlightCache) -> None:
+        self._cache = cache
         self._held: dict[int, int] = {}
         self._sweep_at = _MIN_SWEEP
+
+    def blocks(self, key: int, offset: int) -> bool:
+        """Whether another record holds ``key``, so the record at ``offset`` must wait (the
+        hot path of acquisition: :meth:`holder` inlined)."""
+        held = self._held.get(key)
+        if held is None or held == offset:
+            return False
+        batch = self._cache.containing(held)
+        if batch is not None:
+            state = batch.info(held).state
+            if state is _ACQUIRED or state is _AVAILABLE:
+                return True
+        del self._held[key]
+        return False
 
     def __len__(self) -> int:
         return len(self._held)
@@ -67,10 +85,12 @@ class KeyIndex:
         if offset is None:
             return None
         batch = cache.containing(offset)
-        if batch is None or batch.info(offset).state.is_terminal:
-            del self._held[key]
-            return None
-        return offset
+        if batch is not None:
+            state = batch.info(offset).state
+            if state is _ACQUIRED or state is _AVAILABLE:
+                return offset
+        del self._held[key]
+        return None
 
     def hold(self, cache: InFlightCache, key: int, offset: int) -> None:
         self._held[key] = offset

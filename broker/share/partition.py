@@ -154,7 +154,7 @@ class SharePartition:
         self._drain = DecayingRate()
         # share.ordering=key (broker/share/key_order.py): key hash -> offset holding the key, and
         # ranges of loaded AVAILABLE records delivered before whose keys are not known yet.
-        self._keys = KeyIndex()
+        self._keys = KeyIndex(self._cache)
         # offset -> key hash of records whose batches were decoded (the shell fills it through
         # protocol.record_keys.BatchKeys), so blocked records walked again are not re-decoded.
         self.key_memo: dict[int, int | None] = {}
@@ -166,6 +166,8 @@ class SharePartition:
         # Highest offset acquired without key ordering (share.ordering switched live): records
         # up to it may be in flight without holding their keys in KeyIndex.
         self._untracked_last = -1
+        # share.ordering=key as of the last acquisition (read per acquisition).
+        self._ordering_on = False
         self._unkeyed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ loading
@@ -348,6 +350,7 @@ class SharePartition:
         ):
             self._after_change(found_available=False)
         start = fetch_offset if fetch_offset is not None else log_batches[0][0]
+        self._ordering_on = cfg.key_ordering
         if cfg.key_ordering:
             if keys is None:
                 raise ValueError("share.ordering=key needs the record keys of the log batches")
@@ -479,8 +482,7 @@ class SharePartition:
                         if k is not None:
                             if k in passed:
                                 continue
-                            holder = index.holder(cache, k)
-                            if holder is not None and holder != o:
+                            if index.blocks(k, o):
                                 passed.add(k)
                                 continue
                         c = throttle_cap(
@@ -561,17 +563,13 @@ class SharePartition:
     ) -> tuple[int, dict[int, int]]:
         """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
         acquired together now (keys free and distinct), and their key -> offset."""
-        index = self._keys
-        cache = self._cache
+        blocked = self._keys.blocks
         free: dict[int, int] = {}
         for o in range(lo, hi + 1):
             k = key_of(o)
             if k is None:
                 continue
-            if k in passed or k in free:
-                return o - lo, free
-            holder = index.holder(cache, k)
-            if holder is not None and holder != o:
+            if k in passed or k in free or blocked(k, o):
                 return o - lo, free
             free[k] = o
         return hi - lo + 1, free
@@ -581,16 +579,14 @@ class SharePartition:
     ) -> int:
         """The first offset from ``lo`` (at most ``hi + 1``) whose record is not blocked by its
         key; the keys of the blocked ones are added to ``passed``."""
-        index = self._keys
-        cache = self._cache
+        blocked = self._keys.blocks
         for o in range(lo, hi + 1):
             k = key_of(o)
             if k is None:
                 return o
             if k in passed:
                 continue
-            holder = index.holder(cache, k)
-            if holder is not None and holder != o:
+            if blocked(k, o):
                 passed.add(k)
                 continue
             return o
@@ -981,7 +977,7 @@ class SharePartition:
             self.key_memo = {o: k for o, k in self.key_memo.items() if o >= start}
             self._memo_cap = max(_MIN_MEMO, 2 * len(self.key_memo))
         self._key_version += 1
-        if found_available or self._config().key_ordering:
+        if found_available or self._ordering_on:
             # With key ordering a record done frees its key: later records of it may be waiting.
             self._find_next = True
         self._wakeup = True
