@@ -65,7 +65,7 @@ def set_group(bootstrap: str, group: str, ordering: str) -> None:
 
 
 def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
-            timeout: float) -> dict[str, Any]:
+            timeout: float, commit_async: bool = False) -> dict[str, Any]:
     from confluent_kafka import AcknowledgeType, ShareConsumer
 
     lock = threading.Lock()
@@ -108,6 +108,8 @@ def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
                 for m in msgs:
                     if m.error() is None:
                         c.acknowledge(m, AcknowledgeType.ACCEPT)
+                if msgs and commit_async:
+                    c.commit_async()
         finally:
             c.close()
 

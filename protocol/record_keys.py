@@ -21,6 +21,8 @@ from protocol.record_batch import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordE
 
 __all__ = ["BatchKeys", "record_key_hashes"]
 
+_MISSING: object = object()
+
 
 def record_key_hashes(buf: bytes | bytearray | memoryview, min_offset: int,
                       max_decompressed: int) -> dict[int, int | None]:
@@ -69,6 +71,17 @@ class BatchKeys:
         pos, h = self._headers[i]
         _decode(self._buf, pos, h, self._limit, memo)
         return memo.get(offset, default)
+
+    def between(self, lo: int, hi: int) -> list[int | None]:
+        """The keys of ``lo..hi`` in order (batches decoded as needed)."""
+        memo = self._memo
+        if lo not in memo or hi not in memo:
+            self.get(lo)
+            self.get(hi)
+        out = [memo.get(o, _MISSING) for o in range(lo, hi + 1)]
+        if _MISSING in out:  # a batch in between not decoded yet
+            return [self.get(o) for o in range(lo, hi + 1)]
+        return out  # type: ignore[return-value]
 
     def __getitem__(self, offset: int) -> int | None:
         return self.get(offset)

@@ -55,17 +55,17 @@ _AVAILABLE = RecordState.AVAILABLE
 class KeyIndex:
     """key hash -> offset of the delivered, not yet terminal record holding that key."""
 
-    __slots__ = ("_cache", "_held", "_sweep_at")
+    __slots__ = ("_cache", "_sweep_at", "held")
 
     def __init__(self, cache: InFlightCache) -> None:
         self._cache = cache
-        self._held: dict[int, int] = {}
+        self.held: dict[int, int] = {}
         self._sweep_at = _MIN_SWEEP
 
     def blocks(self, key: int, offset: int) -> bool:
         """Whether another record holds ``key``, so the record at ``offset`` must wait (the
         hot path of acquisition: :meth:`holder` inlined)."""
-        held = self._held.get(key)
+        held = self.held.get(key)
         if held is None or held == offset:
             return False
         batch = self._cache.containing(held)
@@ -73,15 +73,15 @@ class KeyIndex:
             state = batch.info(held).state
             if state is _ACQUIRED or state is _AVAILABLE:
                 return True
-        del self._held[key]
+        del self.held[key]
         return False
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self.held)
 
     def holder(self, cache: InFlightCache, key: int) -> int | None:
         """The offset holding ``key``, or None if the key is free (stale entries dropped)."""
-        offset = self._held.get(key)
+        offset = self.held.get(key)
         if offset is None:
             return None
         batch = cache.containing(offset)
@@ -89,24 +89,24 @@ class KeyIndex:
             state = batch.info(offset).state
             if state is _ACQUIRED or state is _AVAILABLE:
                 return offset
-        del self._held[key]
+        del self.held[key]
         return None
 
     def hold(self, cache: InFlightCache, key: int, offset: int) -> None:
-        self._held[key] = offset
+        self.held[key] = offset
         self.maybe_sweep(cache)
 
     def hold_new(self, key: int, offset: int) -> None:
         """As :meth:`hold`, the caller sweeping (:meth:`maybe_sweep`) after a run of them."""
-        self._held[key] = offset
+        self.held[key] = offset
 
     def maybe_sweep(self, cache: InFlightCache) -> None:
         """Drop stale entries once the index doubled since the last sweep (bounded memory)."""
-        if len(self._held) >= self._sweep_at:
-            for k in list(self._held):
+        if len(self.held) >= self._sweep_at:
+            for k in list(self.held):
                 self.holder(cache, k)
-            self._sweep_at = max(_MIN_SWEEP, 2 * len(self._held))
+            self._sweep_at = max(_MIN_SWEEP, 2 * len(self.held))
 
     def items(self) -> list[tuple[int, int]]:
         """(key hash, holding offset) of every entry, stale ones included."""
-        return list(self._held.items())
+        return list(self.held.items())

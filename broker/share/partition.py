@@ -355,7 +355,7 @@ class SharePartition:
             if keys is None:
                 raise ValueError("share.ordering=key needs the record keys of the log batches")
             ranges = self._acquire_keyed(
-                member_id, log_batches, max_records, cfg, now_ms, held_at, keys
+                member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys
             )
         else:
             ranges = self._acquire_ranges(
@@ -413,6 +413,7 @@ class SharePartition:
         member_id: str,
         log_batches: Sequence[tuple[int, int]],
         max_records: int,
+        acquire_mode: AcquireMode,
         cfg: SharePartitionConfig,
         now_ms: int,
         held_at: int | None,
@@ -449,8 +450,19 @@ class SharePartition:
         added = 0
         stopped = False
 
+        # batch_optimized: MaxRecords is soft, as without ordering: once it is reached the walk
+        # may go on to the end of that log batch (soft_end), still one record per key.
+        soft = acquire_mode is AcquireMode.BATCH_OPTIMIZED
+        soft_end: int | None = None
+
         def room() -> int:
-            return (max_records if cap is None else min(cap, max_records)) - taken
+            nonlocal soft_end
+            left = (max_records if cap is None else min(cap, max_records)) - taken
+            if left > 0 or not soft or cap is not None:
+                return left
+            if soft_end is None:
+                soft_end = hi
+            return soft_end - pos + 1
 
         for lo, hi in spans:
             pos = lo
@@ -531,7 +543,7 @@ class SharePartition:
                     break
                 n, free = self._free_run(pos, min(end, pos + budget - 1), key_of, passed)
                 if n == 0:
-                    pos = self._blocked_run(pos, end, key_of, passed)
+                    pos = self._blocked_run(pos, end, keys, passed)
                     continue
                 # Split the run [pos, pos + n - 1] off and acquire it as one batch.
                 if pos > batch.first_offset:
@@ -555,7 +567,10 @@ class SharePartition:
         if stopped:
             self._wakeup = True
         self._locks.maybe_compact(cache)
-        self._fruitless = None if out or added else sig
+        if out:
+            self._fruitless = None
+        else:  # as the next walk will see it if nothing changes meanwhile
+            self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
         return out
 
     def _free_run(
@@ -574,22 +589,31 @@ class SharePartition:
             free[k] = o
         return hi - lo + 1, free
 
-    def _blocked_run(
-        self, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
-    ) -> int:
+    def _blocked_run(self, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:
         """The first offset from ``lo`` (at most ``hi + 1``) whose record is not blocked by its
-        key; the keys of the blocked ones are added to ``passed``."""
-        blocked = self._keys.blocks
-        for o in range(lo, hi + 1):
-            k = key_of(o)
+        key; the keys of the blocked ones are added to ``passed``. The hot loop of a walk over
+        records waiting for their keys: :meth:`KeyIndex.blocks` inlined."""
+        between = getattr(keys, "between", None)
+        ks = between(lo, hi) if between is not None else [keys.get(o) for o in range(lo, hi + 1)]
+        held = self._keys.held
+        containing = self._cache.containing
+        acquired, available = RecordState.ACQUIRED, RecordState.AVAILABLE
+        o = lo
+        for k in ks:
             if k is None:
                 return o
-            if k in passed:
-                continue
-            if blocked(k, o):
+            if k not in passed:
+                h = held.get(k)
+                if h is None or h == o:
+                    return o
+                b = containing(h)
+                if b is None or (state := b.info(h).state) is not acquired and (
+                    state is not available
+                ):
+                    del held[k]
+                    return o
                 passed.add(k)
-                continue
-            return o
+            o += 1
         return hi + 1
 
     # ------------------------------------------------------------------ key ordering
