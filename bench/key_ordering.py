@@ -11,7 +11,7 @@ consumer (``violations``, must be 0), and that every record was delivered.
 
 Target (issue 16): key >= 50% of none.
 
-    .venv/bin/python bench/key_ordering.py                      # fresh Shoal broker, 30,000 records
+    .venv/bin/python bench/key_ordering.py                     # fresh Shoal broker, 300,000 records
     .venv/bin/python bench/key_ordering.py --records 100000 --bootstrap localhost:9092
 """
 
@@ -30,11 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def produce(bootstrap: str, topic: str, n: int, keys: int) -> None:
+def produce(bootstrap: str, topic: str, n: int, keys: int, batch: int = 10_000) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                  "batch.num.messages": 10000})
+                  "batch.num.messages": batch})
     value = b"x" * 100
     for i in range(n):
         while True:
@@ -126,15 +126,17 @@ def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
             "incl_join_seconds": times["last"] - started, "violations": violations[0]}
 
 
-def run(bootstrap: str, records: int, keys: int, consumers: int) -> dict[str, Any]:
+def run(bootstrap: str, records: int, keys: int, consumers: int,
+        producer_batch: int = 10_000) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"bench-keyorder-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     time.sleep(0.5)
-    produce(bootstrap, topic, records, keys)
-    out: dict[str, Any] = {"records": records, "keys": keys, "consumers": consumers}
+    produce(bootstrap, topic, records, keys, producer_batch)
+    out: dict[str, Any] = {"records": records, "keys": keys, "consumers": consumers,
+                           "producer_batch": producer_batch}
     for ordering in ("none", "key"):
         group = f"{topic}-{ordering}"
         set_group(bootstrap, group, ordering)
@@ -145,9 +147,12 @@ def run(bootstrap: str, records: int, keys: int, consumers: int) -> dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=30_000)
+    ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=1_000)
     ap.add_argument("--consumers", type=int, default=8)
+    ap.add_argument("--producer-batch", type=int, default=10_000,
+                    help="the producer's batch.num.messages (librdkafka's default 10000): log "
+                         "batch size, which batch-optimized acquisition hands out whole")
     ap.add_argument("--bootstrap", help="use this broker instead of starting Shoal")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
@@ -162,12 +167,13 @@ def main() -> None:
     else:
         bootstrap = args.bootstrap
     try:
-        res = run(bootstrap, args.records, args.keys, args.consumers)
+        res = run(bootstrap, args.records, args.keys, args.consumers, args.producer_batch)
     finally:
         if broker is not None:
             broker.stop()
     none, key = res["none"], res["key"]
-    print(f"key ordering: {args.records:,} x 100 B, {args.keys:,} keys, 1 partition, "
+    print(f"key ordering: {args.records:,} x 100 B, {args.keys:,} keys, producer batches of up "
+          f"to {args.producer_batch:,}, 1 partition, "
           f"{args.consumers} confluent ShareConsumers, explicit ACCEPT: "
           f"none {none['rate']:,.0f} rec/s ({none['records']:,} in {none['seconds']:.1f} s) | "
           f"key {key['rate']:,.0f} rec/s ({key['records']:,} in {key['seconds']:.1f} s, "
