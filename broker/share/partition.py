@@ -163,6 +163,9 @@ class SharePartition:
         # that found nothing remembers (version, read, room, config) and is not repeated as is.
         self._key_version = 0
         self._fruitless: tuple[object, ...] | None = None
+        # (version, the shell's read key, config) of the last keyed acquisition that found
+        # nothing: the same read would find nothing again (``keyed_idle``).
+        self._idle: tuple[object, ...] | None = None
         # Highest offset acquired without key ordering (share.ordering switched live): records
         # up to it may be in flight without holding their keys in KeyIndex.
         self._untracked_last = -1
@@ -312,6 +315,7 @@ class SharePartition:
         fetch_offset: int | None = None,
         aborted: Sequence[tuple[int, int]] = (),
         keys: KeyMap | None = None,
+        read_key: object = None,
     ) -> list[AcquiredRecords]:
         """Acquire records for ``member_id`` from log batches read at the next fetch offset.
 
@@ -356,6 +360,10 @@ class SharePartition:
                 raise ValueError("share.ordering=key needs the record keys of the log batches")
             ranges = self._acquire_keyed(
                 member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys
+            )
+            self._idle = (
+                (self._key_version, read_key, cfg)
+                if not ranges and read_key is not None and not self._backoff else None
             )
         else:
             ranges = self._acquire_ranges(
@@ -617,6 +625,14 @@ class SharePartition:
         return hi + 1
 
     # ------------------------------------------------------------------ key ordering
+
+    def keyed_idle(self, read_key: object) -> bool:
+        """Whether a keyed acquisition from the read described by ``read_key`` (the shell's
+        fetch offset, log end, budget) would find nothing: one did, and nothing that frees a key
+        or makes a record acquirable happened since. The shell then skips reading the log."""
+        idle = self._idle
+        return (idle is not None and idle[0] == self._key_version and idle[1] == read_key
+                and idle[2] == self._config())
 
     @property
     def key_ordering(self) -> bool:

@@ -229,6 +229,9 @@ class SharePartitionManager:
             offset = sp.next_fetch_offset(now)
         if offset >= lg.log_end_offset:
             return b"", []
+        read_key = (offset, lg.log_end_offset, max_records, max_bytes)
+        if sp.keyed_idle(read_key):
+            return b"", []  # share.ordering=key: every record there still waits for its key
         try:
             limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1))
             data = lg.read(offset, limit, lg.log_end_offset).data
@@ -250,7 +253,7 @@ class SharePartitionManager:
                 sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
             keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo)
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              now, fetch_offset=offset, keys=keys)
+                              now, fetch_offset=offset, keys=keys, read_key=read_key)
         self._arm(sp)
         if not acquired:
             return b"", []

@@ -273,3 +273,20 @@ def test_batch_keys_decodes_lazily_and_matches_the_eager_reader() -> None:
     assert lazy.get(1) == hash(big_key)
     assert lazy.get(71) is None and lazy.get(500) is None
     assert {o: lazy.get(o) for o in range(72)} == record_key_hashes(data, 0, 1 << 20)
+
+
+def test_a_fruitless_read_is_not_repeated_until_a_key_may_be_free() -> None:
+    p = keyed()
+    read = (0, 100, 10, 1 << 20)
+    keys = {o: 0 for o in range(100)}
+    got = p.acquire("a", LOG, 10, 10, RL, 0, fetch_offset=0, keys=keys, read_key=read)
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 0)]
+    assert not p.keyed_idle(read)  # that read acquired something
+    offset = p.next_fetch_offset(0)
+    read = (offset, 100, 10, 1 << 20)
+    assert p.acquire("b", LOG[offset // 10:], 10, 10, RL, 0, fetch_offset=offset, keys=keys,
+                     read_key=read) == []
+    assert p.keyed_idle(read)
+    assert not p.keyed_idle((offset, 101, 10, 1 << 20))  # more log: read again
+    ack(p, "a", one(0, ACCEPT), 1)  # key 0 is free
+    assert not p.keyed_idle(read)

@@ -11,7 +11,8 @@ persisted state as after a crash. Keys are drawn per offset (some null). After e
   record is acquired, every lower record of its key is already terminal (acknowledged or
   archived), so the first deliveries of a key come in offset order and a redelivered record
   always comes before any later record of its key;
-- every record is eventually accepted when the members keep accepting (checked at teardown).
+- every record is eventually accepted when the members keep accepting (checked at teardown);
+- a read the partition calls idle (``keyed_idle``, which lets the shell skip it) acquires nothing.
 """
 
 from __future__ import annotations
@@ -86,8 +87,12 @@ class KeyOrderingMachine(RuleBasedStateMachine):
             return
         if self.p.unkeyed_ranges():
             self.p.register_keys(self.keys)
-        self.p.acquire(member, read, max_records, max_records, mode, self.now,
-                       fetch_offset=fo, keys=self.keys)
+        read_key = (fo, self.log[-1][1], max_records, mode)
+        idle = self.p.keyed_idle(read_key)
+        got = self.p.acquire(member, read, max_records, max_records, mode, self.now,
+                             fetch_offset=fo, keys=self.keys, read_key=read_key)
+        # The shell skips an idle read: doing it anyway must indeed acquire nothing.
+        assert not (idle and got), f"keyed_idle said nothing to acquire, got {got}"
 
     # ----------------------------------------------------------------- rules
 
