@@ -50,13 +50,15 @@ class BatchKeys:
 
     __slots__ = ("_buf", "_firsts", "_headers", "_limit", "_memo", "_pending")
 
+    _buf: bytes | bytearray | memoryview
+
     def __init__(self, buf: bytes | bytearray | memoryview,
                  headers: list[tuple[int, BatchHeader]], max_decompressed: int,
                  memo: dict[int, int | None] | None = None) -> None:
-        self._buf = memoryview(buf)
+        self._buf = buf
         self._headers = headers
-        self._firsts = [h.base_offset for _pos, h in headers]
-        self._pending = set(range(len(headers)))
+        self._firsts: list[int] | None = None  # set on first use: construction costs nothing
+        self._pending: set[int] = set()
         self._limit = max_decompressed
         self._memo: dict[int, int | None] = {} if memo is None else memo
 
@@ -64,12 +66,15 @@ class BatchKeys:
         memo = self._memo
         if offset in memo:
             return memo[offset]
+        if self._firsts is None:
+            self._firsts = [h.base_offset for _pos, h in self._headers]
+            self._pending = set(range(len(self._headers)))
         i = bisect_right(self._firsts, offset) - 1
         if i < 0 or i not in self._pending:
             return default
         self._pending.discard(i)
         pos, h = self._headers[i]
-        _decode(self._buf, pos, h, self._limit, memo)
+        _decode(memoryview(self._buf), pos, h, self._limit, memo)
         return memo.get(offset, default)
 
     def between(self, lo: int, hi: int) -> list[int | None]:

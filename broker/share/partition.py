@@ -61,7 +61,6 @@ from broker.share.acquisition import (
     log_spans,
     records_holding_locks,
     select,
-    throttle_cap,
 )
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
 from broker.share.drain import DecayingRate
@@ -80,7 +79,7 @@ from broker.share.inflight import (
     state_batches,
     trim_below,
 )
-from broker.share.key_order import KeyIndex, KeyMap
+from broker.share.key_order import KeyIndex, KeyMap, acquire_keyed
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
 from persister.api import (
@@ -427,202 +426,29 @@ class SharePartition:
         held_at: int | None,
         keys: KeyMap,
     ) -> list[AcquiredRecords]:
-        """share.ordering=key: acquire in offset order, at most one record per key in flight
-        (rules in broker/share/key_order.py). New offsets walked over are cached AVAILABLE (as a
-        record_limit cut leaves them), within the record-lock limit.
-
-        Whole (not exploded) AVAILABLE batches are handled in runs: a run of acquirable records
-        is split off and acquired as one batch, a run of blocked ones is passed over in place,
-        so acknowledging, persisting and scanning stay per batch as without ordering. Exploded
-        batches go record by record.
-        """
-        cache = self._cache
+        """share.ordering=key: :func:`broker.share.key_order.acquire_keyed`, skipped when a
+        walk over the same records found nothing and nothing freed a key since."""
         held = records_holding_locks(
-            cache, self._start, cfg.count_only_inflight_toward_lock_limit
+            self._cache, self._start, cfg.count_only_inflight_toward_lock_limit
         )
         room_new = cfg.max_record_locks - held
-        last = cache.last_offset
-        window_last = self._start - 1 if last is None or last < self._start else last
         sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg)
         if self._fruitless == sig:
-            return []  # nothing changed since a walk over the same records found nothing
-        spans = log_spans(log_batches, self._start, None if room_new > 0 else window_last)
-        deadline = now_ms + cfg.record_lock_duration_ms
-        index = self._keys
-        key_of = keys.get
-        out: list[AcquiredRecords] = []
-        single: list[bool] = []  # out[i] came from one record of an exploded batch (mergeable)
-        taken = 0
-        passed: set[int] = set()  # keys of non-terminal records walked over in this walk
-        cap: int | None = None
-        added = 0
-        stopped = False
-
-        # batch_optimized: MaxRecords is soft, as without ordering: once it is reached the walk
-        # may go on to the end of that log batch (soft_end), still one record per key.
-        soft = acquire_mode is AcquireMode.BATCH_OPTIMIZED
-        soft_end: int | None = None
-
-        def room() -> int:
-            nonlocal soft_end
-            left = (max_records if cap is None else min(cap, max_records)) - taken
-            if left > 0 or not soft or cap is not None:
-                return left
-            if soft_end is None:
-                soft_end = hi
-            return soft_end - pos + 1
-
-        for lo, hi in spans:
-            pos = lo
-            while pos <= hi and not stopped:
-                batch = cache.containing(pos)
-                if batch is None:
-                    nxt = cache.next_after(pos)
-                    stop = hi if nxt is None else min(hi, nxt.first_offset - 1)
-                    if pos > window_last:  # new records widen the window: lock limit
-                        n = min(stop - pos + 1, room_new - added)
-                        if n <= 0:
-                            stopped = True
-                            break
-                        added += n
-                        stop = pos + n - 1
-                    batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
-                    cache.add(batch)
-                end = min(hi, batch.last_offset)
-                if batch.exploded:
-                    for o in range(pos, end + 1):
-                        info = batch.info(o)
-                        k = key_of(o)
-                        if info.state is not RecordState.AVAILABLE or (
-                            held_at is not None and info.available_at_ms > held_at
-                        ):
-                            if k is not None and not info.state.is_terminal:
-                                passed.add(k)
-                            continue
-                        if k is not None:
-                            if k in passed:
-                                continue
-                            if index.blocks(k, o):
-                                passed.add(k)
-                                continue
-                        c = throttle_cap(
-                            info.delivery_count, max_records, cfg.delivery_count_limit
-                        )
-                        if c is not None:
-                            cap = c if cap is None else min(cap, c)
-                        if room() <= 0:
-                            stopped = True
-                            break
-                        info.acquire(member_id, now_ms, deadline)
-                        taken += 1
-                        self._locks.push(deadline, o, o)
-                        prev = out[-1] if out else None
-                        count = info.delivery_count
-                        if (prev is not None and single[-1] and prev.last_offset + 1 == o
-                                and prev.delivery_count == count):
-                            out[-1] = AcquiredRecords(prev.first_offset, o, count)
-                        else:
-                            out.append(AcquiredRecords(o, o, count))
-                            single.append(True)
-                        if k is not None:
-                            index.hold(cache, k, o)
-                            passed.add(k)
-                    pos = end + 1
-                    continue
-                info = batch.whole
-                if info.state is not RecordState.AVAILABLE or (
-                    held_at is not None and info.available_at_ms > held_at
-                ):
-                    if not info.state.is_terminal and (
-                        info.state is not RecordState.ACQUIRED or pos <= self._untracked_last
-                    ):
-                        # Keys of records acquired with ordering are in KeyIndex already.
-                        passed.update(
-                            k for o in range(pos, end + 1) if (k := key_of(o)) is not None
-                        )
-                    pos = end + 1
-                    continue
-                c = throttle_cap(info.delivery_count, max_records, cfg.delivery_count_limit)
-                if c is not None:
-                    cap = c if cap is None else min(cap, c)
-                budget = room()
-                if budget <= 0:
-                    stopped = True
-                    break
-                n, free = self._free_run(pos, min(end, pos + budget - 1), key_of, passed)
-                if n == 0:
-                    pos = self._blocked_run(pos, end, keys, passed)
-                    continue
-                # Split the run [pos, pos + n - 1] off and acquire it as one batch.
-                if pos > batch.first_offset:
-                    batch = cache.split(batch, pos)
-                if pos + n - 1 < batch.last_offset:
-                    cache.split(batch, pos + n)
-                batch.whole.acquire(member_id, now_ms, deadline)
-                self._locks.push(deadline, pos, pos + n - 1)
-                out.append(AcquiredRecords(pos, pos + n - 1, batch.whole.delivery_count))
-                single.append(False)
-                taken += n
-                for k, o in free.items():
-                    index.hold_new(k, o)
-                passed.update(free)
-                index.maybe_sweep(cache)
-                pos += n
-            if stopped:
-                break
+            return []
+        out, stopped, added = acquire_keyed(
+            self._cache, self._locks, self._keys, self._start, self._untracked_last, room_new,
+            member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
+        )
         # Records walked over stay AVAILABLE: the next fetch looks back for them.
         self._find_next = True
         if stopped:
             self._wakeup = True
-        self._locks.maybe_compact(cache)
+        self._locks.maybe_compact(self._cache)
         if out:
             self._fruitless = None
         else:  # as the next walk will see it if nothing changes meanwhile
             self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
         return out
-
-    def _free_run(
-        self, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
-    ) -> tuple[int, dict[int, int]]:
-        """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
-        acquired together now (keys free and distinct), and their key -> offset."""
-        blocked = self._keys.blocks
-        free: dict[int, int] = {}
-        for o in range(lo, hi + 1):
-            k = key_of(o)
-            if k is None:
-                continue
-            if k in passed or k in free or blocked(k, o):
-                return o - lo, free
-            free[k] = o
-        return hi - lo + 1, free
-
-    def _blocked_run(self, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:
-        """The first offset from ``lo`` (at most ``hi + 1``) whose record is not blocked by its
-        key; the keys of the blocked ones are added to ``passed``. The hot loop of a walk over
-        records waiting for their keys: :meth:`KeyIndex.blocks` inlined."""
-        between = getattr(keys, "between", None)
-        ks = between(lo, hi) if between is not None else [keys.get(o) for o in range(lo, hi + 1)]
-        held = self._keys.held
-        containing = self._cache.containing
-        acquired, available = RecordState.ACQUIRED, RecordState.AVAILABLE
-        o = lo
-        for k in ks:
-            if k is None:
-                return o
-            if k not in passed:
-                h = held.get(k)
-                if h is None or h == o:
-                    return o
-                b = containing(h)
-                if b is None or (state := b.info(h).state) is not acquired and (
-                    state is not available
-                ):
-                    del held[k]
-                    return o
-                passed.add(k)
-            o += 1
-        return hi + 1
 
     # ------------------------------------------------------------------ key ordering
 
@@ -638,6 +464,11 @@ class SharePartition:
     def key_ordering(self) -> bool:
         """Whether the group has share.ordering=key now (the shell then passes record keys)."""
         return self._config().key_ordering
+
+    @property
+    def has_unkeyed(self) -> bool:
+        """Whether :meth:`unkeyed_ranges` is not empty (cheap)."""
+        return bool(self._unkeyed)
 
     def unkeyed_ranges(self) -> list[tuple[int, int]]:
         """Offset ranges whose record keys the shell should read from the log and hand to

@@ -246,12 +246,12 @@ class SharePartitionManager:
             return b"", []
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
-        keys = None
-        if sp.key_ordering:
-            # share.ordering=key: acquisition needs the record keys (broker/share/key_order.py).
-            if sp.unkeyed_ranges():
-                sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
-            keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo)
+        # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
+        # so without ordering this costs nothing but the object (the config is read once, in
+        # sp.acquire). Keys of records delivered before a restart are read back first.
+        keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo)
+        if sp.has_unkeyed and sp.key_ordering:
+            sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
                               now, fetch_offset=offset, keys=keys, read_key=read_key)
         self._arm(sp)
