@@ -32,6 +32,10 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
 - with a group redelivery backoff (opt-in, :mod:`broker.share.backoff`), a record released after
   delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
   SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
+- with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
+  tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
+  a record is acquired only when every lower record of its key is done, so a key's records are
+  first delivered in offset order and a released record comes back before later ones of its key.
 
 Config is read through a callable on every operation so live group-config changes apply at once
 (reference section 2: lock duration, delivery count limit and record-lock limit are per call).
