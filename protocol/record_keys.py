@@ -14,12 +14,28 @@ fetch that acquires from the first batches never decodes the rest.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import struct
+from bisect import bisect_left, bisect_right
+
+import crc32c
 
 from protocol.compression import DecompressionError, decompress
-from protocol.record_batch import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordError, iter_batches
+from protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    RECORD_COUNT_OFFSET,
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+)
 
-__all__ = ["BatchKeys", "record_key_hashes"]
+__all__ = ["MAX_LAYOUTS", "BatchKeys", "Layout", "record_key_hashes", "trim_batch"]
+
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
 
 _MISSING: object = object()
 
@@ -48,19 +64,21 @@ class BatchKeys:
     an offset found there is never decoded again.
     """
 
-    __slots__ = ("_buf", "_firsts", "_headers", "_limit", "_memo", "_pending")
+    __slots__ = ("_buf", "_firsts", "_headers", "_layouts", "_limit", "_memo", "_pending")
 
     _buf: bytes | bytearray | memoryview
 
     def __init__(self, buf: bytes | bytearray | memoryview,
                  headers: list[tuple[int, BatchHeader]], max_decompressed: int,
-                 memo: dict[int, int | None] | None = None) -> None:
+                 memo: dict[int, int | None] | None = None,
+                 layouts: dict[int, Layout] | None = None) -> None:
         self._buf = buf
         self._headers = headers
         self._firsts: list[int] | None = None  # set on first use: construction costs nothing
         self._pending: set[int] = set()
         self._limit = max_decompressed
         self._memo: dict[int, int | None] = {} if memo is None else memo
+        self._layouts = layouts
 
     def get(self, offset: int, default: int | None = None) -> int | None:
         memo = self._memo
@@ -74,7 +92,7 @@ class BatchKeys:
             return default
         self._pending.discard(i)
         pos, h = self._headers[i]
-        _decode(memoryview(self._buf), pos, h, self._limit, memo)
+        _decode(memoryview(self._buf), pos, h, self._limit, memo, self._layouts)
         return memo.get(offset, default)
 
     def between(self, lo: int, hi: int) -> list[int | None]:
@@ -93,25 +111,63 @@ class BatchKeys:
 
 
 def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
-            out: dict[int, int | None]) -> None:
+            out: dict[int, int | None], layouts: dict[int, Layout] | None = None) -> None:
     if h.is_control:
         return
+    offsets: list[int] | None = None
+    starts: list[int] | None = None
+    if layouts is not None and not h.compression:
+        offsets, starts = [], []
     try:
         body: bytes | bytearray | memoryview = view[pos + BATCH_HEADER_SIZE: pos + h.total_size]
         if h.compression:
             body = decompress(h.compression, body, limit)
         found: dict[int, int | None] = {}
-        _scan(bytes(body), h.record_count, h.base_offset, found)
+        _scan(bytes(body), h.record_count, h.base_offset, found, offsets, starts)
     except (CorruptRecordError, DecompressionError, IndexError, ValueError):
         return  # unreadable batch: its records count as keyless
     out.update(found)
+    if layouts is not None and offsets is not None and starts is not None:
+        if len(layouts) >= MAX_LAYOUTS:
+            layouts.clear()
+        layouts[h.base_offset] = (offsets, starts)
 
 
-def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None]) -> None:
+#: Record offsets and byte positions (relative to the records, plus their end) of a batch.
+Layout = tuple[list[int], list[int]]
+#: Layouts kept per share-partition (then forgotten all at once; they are rebuilt on demand).
+MAX_LAYOUTS = 64
+
+
+def trim_batch(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader, lo: int, hi: int,
+               layout: Layout) -> bytes | None:
+    """The uncompressed batch at ``pos`` with only its records in ``[lo, hi]``: base offset,
+    last offset delta, timestamps and producer fields unchanged (as a compacted batch), record
+    count, length and CRC-32C rewritten. None if that would not drop anything."""
+    offsets, starts = layout
+    i = bisect_left(offsets, lo)
+    j = bisect_right(offsets, hi)
+    if i >= j or (i == 0 and j == len(offsets)):
+        return None
+    view = memoryview(buf)
+    body = view[pos + BATCH_HEADER_SIZE + starts[i]: pos + BATCH_HEADER_SIZE + starts[j]]
+    header = bytearray(view[pos: pos + BATCH_HEADER_SIZE])
+    _INT32.pack_into(header, BATCH_LENGTH_OFFSET, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body))
+    _INT32.pack_into(header, RECORD_COUNT_OFFSET, j - i)
+    crc = crc32c.crc32c(body, crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    return bytes(header) + bytes(body)
+
+
+def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
+          offsets: list[int] | None = None, starts: list[int] | None = None) -> None:
     """Keys of ``count`` records in ``b``. Varints of one byte (most lengths and deltas) are
-    read inline; longer ones by :func:`_varint`."""
+    read inline; longer ones by :func:`_varint`. With ``offsets``/``starts``, each record's
+    offset and byte position are appended (and the end of the last record to ``starts``)."""
     pos = 0
     for _ in range(count):
+        if starts is not None:
+            starts.append(pos)
         x = b[pos]
         if x < 0x80:
             length, q = (x >> 1) ^ -(x & 1), pos + 1
@@ -145,7 +201,11 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None]) ->
             if q + key_len > end:
                 raise IndexError("key runs past its record")
             out[base_offset + delta] = hash(b[q:q + key_len])
+        if offsets is not None:
+            offsets.append(base_offset + delta)
         pos = end
+    if starts is not None:
+        starts.append(pos)
 
 
 def _varint(b: bytes, q: int) -> tuple[int, int]:

@@ -161,6 +161,9 @@ class SharePartition:
         # offset -> key hash of records whose batches were decoded (the shell fills it through
         # protocol.record_keys.BatchKeys), so blocked records walked again are not re-decoded.
         self.key_memo: dict[int, int | None] = {}
+        # base offset -> record layout of uncompressed log batches decoded for their keys, so
+        # the shell can send only the acquired part of a batch (protocol.record_keys.trim_batch).
+        self.batch_layouts: dict[int, tuple[list[int], list[int]]] = {}
         self._memo_cap = _MIN_MEMO
         # Bumped by every change that may free a key or make a record acquirable; a keyed walk
         # that found nothing remembers (version, read, room, config) and is not repeated as is.
@@ -468,6 +471,11 @@ class SharePartition:
     def key_ordering(self) -> bool:
         """Whether the group has share.ordering=key now (the shell then passes record keys)."""
         return self._config().key_ordering
+
+    @property
+    def ordering_on(self) -> bool:
+        """share.ordering=key was in force at the last acquisition."""
+        return self._ordering_on
 
     @property
     def has_unkeyed(self) -> bool:

@@ -19,8 +19,8 @@ from broker.group_configs import GroupConfigs
 from broker.share.partition import AcquireMode, SharePartition
 from broker.share.record_state import RecordState
 from persister.api import ReadResult
-from protocol.record_batch import iter_batches
-from protocol.record_keys import BatchKeys, record_key_hashes
+from protocol.record_batch import crc_ok, iter_batches
+from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
 from tests.unit.batches import make_batch
 from tests.unit.test_share_partition import ACCEPT, KEY, RELEASE, Config, ack, batch, make
 
@@ -290,3 +290,19 @@ def test_a_fruitless_read_is_not_repeated_until_a_key_may_be_free() -> None:
     assert not p.keyed_idle((offset, 101, 10, 1 << 20))  # more log: read again
     ack(p, "a", one(0, ACCEPT), 1)  # key 0 is free
     assert not p.keyed_idle(read)
+
+
+def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
+    data = make_batch([(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)], base_offset=40)
+    ((pos, h),) = list(iter_batches(data))
+    layouts: dict[int, tuple[list[int], list[int]]] = {}
+    keys = BatchKeys(data, [(pos, h)], 1 << 20, {}, layouts)
+    assert keys.get(43) == hash(b"k3")
+    cut = trim_batch(data, pos, h, 43, 45, layouts[40])
+    assert cut is not None
+    ((pos2, h2),) = list(iter_batches(cut))
+    assert crc_ok(cut, pos2, h2)
+    assert (h2.base_offset, h2.last_offset, h2.record_count) == (40, 49, 3)
+    assert record_key_hashes(cut, 0, 1 << 20) == {o: hash(f"k{o - 40}".encode())
+                                                  for o in (43, 44, 45)}
+    assert trim_batch(data, pos, h, 40, 49, layouts[40]) is None  # nothing to drop
