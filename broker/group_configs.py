@@ -17,7 +17,8 @@ Invariants:
 - The redelivery backoff configs (Shoal extension, ``broker/share/backoff.py``) have fixed
   bounds: ``share.delivery.backoff.ms`` 0..3600000 (0 = off, Kafka's behaviour),
   ``share.delivery.backoff.max.ms`` 1..3600000 and not below ``share.delivery.backoff.ms``
-  (effective values), ``share.delivery.backoff.multiplier`` 1.0..10.0.
+  (effective values), ``share.delivery.backoff.multiplier`` 1.0..10.0; ``share.ordering`` is
+  ``none`` or ``key`` (broker/share/key_order.py).
 - ``share.auto.offset.reset`` is stored normalized: ``latest``, ``earliest`` or
   ``by_duration:<ISO-8601 duration>`` with the duration (millisecond resolution) written as
   Java's ``Duration.toString`` writes it (``PT1H30M``, ``PT48H``, ``PT0.5S``), so every reader
@@ -173,6 +174,9 @@ def _auto_offset_reset_problem(value: Any) -> str | None:
 # backoff stays in the in-flight window, so an hour is the longest it may be held back.
 MAX_DELIVERY_BACKOFF_MS = 3_600_000
 MIN_BACKOFF_MULTIPLIER = 1.0
+# share.ordering values (Shoal extension, broker/share/key_order.py).
+ORDERING_NONE = "none"
+ORDERING_KEY = "key"
 MAX_BACKOFF_MULTIPLIER = 10.0
 
 
@@ -231,6 +235,11 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("share.delivery.backoff.multiplier", "double", 2.0,
               "Shoal extension: the factor the redelivery backoff grows by per delivery.",
               _multiplier_problem, dynamic=True),
+    ConfigDef("share.ordering", "string", ORDERING_NONE,
+              "Shoal extension: none (Kafka's behaviour) or key: within a share-partition at most "
+              "one record per key is acquired at a time and a key's records are delivered in "
+              "offset order; records without a key are unordered. Applies to new acquisitions.",
+              one_of(ORDERING_NONE, ORDERING_KEY), dynamic=True),
 ]
 
 # Consumer groups (KIP-848 consumer protocol), as Kafka 4.x's GroupConfig.
@@ -273,6 +282,7 @@ class ShareGroupConfig:
     delivery_backoff_ms: int = 0
     delivery_backoff_max_ms: int = 60_000
     delivery_backoff_multiplier: float = 2.0
+    ordering: str = "none"  # "none" | "key" (share.ordering, broker/share/key_order.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +348,7 @@ class GroupConfigs:
             delivery_backoff_ms=v(group_id, "share.delivery.backoff.ms"),
             delivery_backoff_max_ms=v(group_id, "share.delivery.backoff.max.ms"),
             delivery_backoff_multiplier=v(group_id, "share.delivery.backoff.multiplier"),
+            ordering=v(group_id, "share.ordering"),
         )
 
     def consumer_timeouts(self, group_id: str) -> tuple[int, int]:

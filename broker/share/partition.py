@@ -32,6 +32,10 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
 - with a group redelivery backoff (opt-in, :mod:`broker.share.backoff`), a record released after
   delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
   SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
+- with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
+  tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
+  a record is acquired only when every lower record of its key is done, so a key's records are
+  first delivered in offset order and a released record comes back before later ones of its key.
 
 Config is read through a callable on every operation so live group-config changes apply at once
 (reference section 2: lock duration, delivery count limit and record-lock limit are per call).
@@ -79,6 +83,7 @@ from broker.share.inflight import (
     state_batches,
     trim_below,
 )
+from broker.share.key_order import KeyIndex, KeyMap, acquire_keyed
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
 from persister.api import (
@@ -88,6 +93,9 @@ from persister.api import (
     SharePartitionKey,
     WriteParams,
 )
+
+# Decoded record keys kept per share-partition before entries below the SPSO are dropped.
+_MIN_MEMO = 16_384
 
 __all__ = [
     "AckOutcome",
@@ -147,6 +155,29 @@ class SharePartition:
         # limit) and the rate at which records complete, updated once per committed change.
         self._archived = 0
         self._drain = DecayingRate()
+        # share.ordering=key (broker/share/key_order.py): key hash -> offset holding the key, and
+        # ranges of loaded AVAILABLE records delivered before whose keys are not known yet.
+        self._keys = KeyIndex(self._cache)
+        # offset -> key hash of records whose batches were decoded (the shell fills it through
+        # protocol.record_keys.BatchKeys), so blocked records walked again are not re-decoded.
+        self.key_memo: dict[int, int | None] = {}
+        # base offset -> record layout of uncompressed log batches decoded for their keys, so
+        # the shell can send only the acquired part of a batch (protocol.record_keys.trim_batch).
+        self.batch_layouts: dict[int, tuple[list[int], list[int]]] = {}
+        self._memo_cap = _MIN_MEMO
+        # Bumped by every change that may free a key or make a record acquirable; a keyed walk
+        # that found nothing remembers (version, read, room, config) and is not repeated as is.
+        self._key_version = 0
+        self._fruitless: tuple[object, ...] | None = None
+        # (version, the shell's read key, config) of the last keyed acquisition that found
+        # nothing: the same read would find nothing again (``keyed_idle``).
+        self._idle: tuple[object, ...] | None = None
+        # Highest offset acquired without key ordering (share.ordering switched live): records
+        # up to it may be in flight without holding their keys in KeyIndex.
+        self._untracked_last = -1
+        # share.ordering=key as of the last acquisition (read per acquisition).
+        self._ordering_on = False
+        self._unkeyed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ loading
 
@@ -193,6 +224,10 @@ class SharePartition:
             info = RecordInfo(RecordState(b.delivery_state), b.delivery_count)
             part._cache.add(InFlightBatch(b.first_offset, b.last_offset, info))
         part._find_next = len(part._cache) > 0
+        part._unkeyed = merge_ranges([
+            (b.first_offset, b.last_offset) for b in part._cache
+            if b.whole.state is RecordState.AVAILABLE and b.whole.delivery_count >= 1
+        ])
         part._start = advance_start(part._cache, part._start)
         trim_below(part._cache, part._start)
         if now_ms is not None:
@@ -243,6 +278,7 @@ class SharePartition:
         if self._backoff:
             now = self._tick(now_ms)
             if self._backoff.pop_due(now):
+                self._key_version += 1
                 self._find_next = True  # backoffs ended: those records are fetchable again
             if self._backoff:
                 if not self._find_next:
@@ -284,6 +320,8 @@ class SharePartition:
         *,
         fetch_offset: int | None = None,
         aborted: Sequence[tuple[int, int]] = (),
+        keys: KeyMap | None = None,
+        read_key: object = None,
     ) -> list[AcquiredRecords]:
         """Acquire records for ``member_id`` from log batches read at the next fetch offset.
 
@@ -293,7 +331,9 @@ class SharePartition:
         ``aborted`` are offset ranges of aborted transactional batches (read_committed): they
         are archived instead of delivered. Returns the ranges to put in the response; the shell
         subtracts their total size from the request's MaxRecords budget. ``batch_size`` <= 0
-        means no BatchSize splitting.
+        means no BatchSize splitting. With ``share.ordering=key`` the shell passes ``keys``
+        (offset -> key hash or None) of the records read, and acquisition goes record by
+        record (broker/share/key_order.py).
 
         Raises:
             ValueError: ``log_batches`` are not ascending, disjoint ranges (a shell bug).
@@ -305,6 +345,7 @@ class SharePartition:
         if self._backoff:
             self._tick(now_ms)
             if self._backoff.pop_due(now_ms):
+                self._key_version += 1
                 self._find_next = True
             if self._backoff:
                 held_at = now_ms
@@ -319,6 +360,42 @@ class SharePartition:
         ):
             self._after_change(found_available=False)
         start = fetch_offset if fetch_offset is not None else log_batches[0][0]
+        self._ordering_on = cfg.key_ordering
+        if cfg.key_ordering:
+            if keys is None:
+                raise ValueError("share.ordering=key needs the record keys of the log batches")
+            ranges = self._acquire_keyed(
+                member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys
+            )
+            self._idle = (
+                (self._key_version, read_key, cfg)
+                if not ranges and read_key is not None and not self._backoff else None
+            )
+        else:
+            ranges = self._acquire_ranges(
+                member_id, log_batches, start, max_records, batch_size, acquire_mode, cfg,
+                now_ms, held_at,
+            )
+        if aborted:
+            kept = archive_aborted(self._cache, ranges, aborted)
+            if kept != ranges:
+                self._after_change(found_available=False)
+            ranges = kept
+        return ranges
+
+    def _acquire_ranges(
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        start: int,
+        max_records: int,
+        batch_size: int,
+        acquire_mode: AcquireMode,
+        cfg: SharePartitionConfig,
+        now_ms: int,
+        held_at: int | None,
+    ) -> list[AcquiredRecords]:
+        """Kafka's acquisition: whole runs of offsets under the request budget (acquisition.py)."""
         budget, clamp = acquire_budget(
             self._cache,
             self._start,
@@ -341,12 +418,90 @@ class SharePartition:
         if left_available:
             self._find_next = self._wakeup = True
         self._locks.maybe_compact(self._cache)
-        if aborted:
-            kept = archive_aborted(self._cache, ranges, aborted)
-            if kept != ranges:
-                self._after_change(found_available=False)
-            ranges = kept
+        if ranges:
+            self._untracked_last = max(self._untracked_last, ranges[-1].last_offset)
         return ranges
+
+    def _acquire_keyed(
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        max_records: int,
+        acquire_mode: AcquireMode,
+        cfg: SharePartitionConfig,
+        now_ms: int,
+        held_at: int | None,
+        keys: KeyMap,
+    ) -> list[AcquiredRecords]:
+        """share.ordering=key: :func:`broker.share.key_order.acquire_keyed`, skipped when a
+        walk over the same records found nothing and nothing freed a key since."""
+        held = records_holding_locks(
+            self._cache, self._start, cfg.count_only_inflight_toward_lock_limit
+        )
+        room_new = cfg.max_record_locks - held
+        sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg)
+        if self._fruitless == sig:
+            return []
+        out, stopped, added = acquire_keyed(
+            self._cache, self._locks, self._keys, self._start, self._untracked_last, room_new,
+            member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
+        )
+        # Records walked over stay AVAILABLE: the next fetch looks back for them.
+        self._find_next = True
+        if stopped:
+            self._wakeup = True
+        self._locks.maybe_compact(self._cache)
+        if out:
+            self._fruitless = None
+        else:  # as the next walk will see it if nothing changes meanwhile
+            self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
+        return out
+
+    # ------------------------------------------------------------------ key ordering
+
+    def keyed_idle(self, read_key: object) -> bool:
+        """Whether a keyed acquisition from the read described by ``read_key`` (the shell's
+        fetch offset, log end, budget) would find nothing: one did, and nothing that frees a key
+        or makes a record acquirable happened since. The shell then skips reading the log."""
+        idle = self._idle
+        return (idle is not None and idle[0] == self._key_version and idle[1] == read_key
+                and idle[2] == self._config())
+
+    @property
+    def key_ordering(self) -> bool:
+        """Whether the group has share.ordering=key now (the shell then passes record keys)."""
+        return self._config().key_ordering
+
+    @property
+    def ordering_on(self) -> bool:
+        """share.ordering=key was in force at the last acquisition."""
+        return self._ordering_on
+
+    @property
+    def has_unkeyed(self) -> bool:
+        """Whether :meth:`unkeyed_ranges` is not empty (cheap)."""
+        return bool(self._unkeyed)
+
+    def unkeyed_ranges(self) -> list[tuple[int, int]]:
+        """Offset ranges whose record keys the shell should read from the log and hand to
+        :meth:`register_keys` before the next keyed acquisition (restart rule of
+        broker/share/key_order.py); empty once done."""
+        return list(self._unkeyed)
+
+    def register_keys(self, keys: KeyMap) -> None:
+        """Loaded records delivered before hold their keys (the lowest such offset per key)."""
+        for lo, hi in self._unkeyed:
+            for offset in range(lo, hi + 1):
+                k = keys.get(offset)
+                if k is None or self._keys.holder(self._cache, k) is not None:
+                    continue
+                batch = self._cache.containing(offset)
+                if batch is None:
+                    continue
+                info = batch.info(offset)
+                if not info.state.is_terminal and info.delivery_count >= 1:
+                    self._keys.hold(self._cache, k, offset)
+        self._unkeyed = []
 
     # ------------------------------------------------------------------ acknowledge
 
@@ -591,6 +746,7 @@ class SharePartition:
         if self._backoff:
             self._tick(now_ms)
             if self._backoff.pop_due(now_ms):
+                self._key_version += 1
                 self._find_next = self._wakeup = True
         due: list[tuple[int, int]] = []
         while (top := self._locks.peek()) is not None and top[0] <= now_ms:
@@ -699,7 +855,13 @@ class SharePartition:
         archive_available_below(self._cache, self._start)
         self._start = advance_start(self._cache, self._start)
         trim_below(self._cache, self._start)
-        if found_available:
+        if len(self.key_memo) > self._memo_cap:
+            start = self._start
+            self.key_memo = {o: k for o, k in self.key_memo.items() if o >= start}
+            self._memo_cap = max(_MIN_MEMO, 2 * len(self.key_memo))
+        self._key_version += 1
+        if found_available or self._ordering_on:
+            # With key ordering a record done frees its key: later records of it may be waiting.
             self._find_next = True
         self._wakeup = True
 

@@ -50,6 +50,10 @@ from persister.api import (
 )
 from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
+from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
+
+# Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
+_KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -114,6 +118,7 @@ class SharePartitionManager:
             delivery_backoff_ms=c.delivery_backoff_ms,
             delivery_backoff_max_ms=c.delivery_backoff_max_ms,
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
+            key_ordering=c.ordering == "key",
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -224,6 +229,9 @@ class SharePartitionManager:
             offset = sp.next_fetch_offset(now)
         if offset >= lg.log_end_offset:
             return b"", []
+        read_key = (offset, lg.log_end_offset, max_records, max_bytes)
+        if sp.keyed_idle(read_key):
+            return b"", []  # share.ordering=key: every record there still waits for its key
         try:
             limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1))
             data = lg.read(offset, limit, lg.log_end_offset).data
@@ -238,12 +246,20 @@ class SharePartitionManager:
             return b"", []
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
+        # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
+        # so without ordering this costs nothing but the object (the config is read once, in
+        # sp.acquire). Keys of records delivered before a restart are read back first.
+        keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo, sp.batch_layouts)
+        if sp.has_unkeyed and sp.key_ordering:
+            sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              now, fetch_offset=offset)
+                              now, fetch_offset=offset, keys=keys, read_key=read_key)
         self._arm(sp)
         if not acquired:
             return b"", []
         first, last = acquired[0].first_offset, acquired[-1].last_offset
+        if sp.ordering_on:
+            return self._keyed_response(data, headers, acquired, sp), acquired
         start = end = None
         for pos, h in headers:
             if h.last_offset >= first and start is None:
@@ -251,6 +267,55 @@ class SharePartitionManager:
             if h.base_offset <= last:
                 end = pos + h.total_size
         return bytes(data[start:end]), acquired
+
+    @staticmethod
+    def _keyed_response(data: Any, headers: list[Any], acquired: list[AcquiredRecords],
+                        sp: SharePartition) -> bytes:
+        """The log batches holding the acquired records. With key ordering a big log batch is
+        often acquired only in part: an uncompressed one is cut down to its acquired span (a
+        valid batch, as compaction leaves them), so consumers do not decode the rest."""
+        parts: list[bytes] = []
+        layouts = sp.batch_layouts
+        k = 0
+        for pos, h in headers:
+            while k < len(acquired) and acquired[k].last_offset < h.base_offset:
+                k += 1
+            if k == len(acquired):
+                break
+            if acquired[k].first_offset > h.last_offset:
+                continue
+            lo = max(acquired[k].first_offset, h.base_offset)
+            j = k
+            while j + 1 < len(acquired) and acquired[j + 1].first_offset <= h.last_offset:
+                j += 1
+            hi = min(acquired[j].last_offset, h.last_offset)
+            layout = layouts.get(h.base_offset)
+            cut = trim_batch(data, pos, h, lo, hi, layout) if layout is not None else None
+            parts.append(cut if cut is not None else bytes(data[pos:pos + h.total_size]))
+        return b"".join(parts)
+
+    @staticmethod
+    def _keys_of(lg: Any, ranges: list[tuple[int, int]]) -> dict[int, int | None]:
+        """Record keys (hashes) of the offsets in ``ranges``, read from the log (the loaded
+        records delivered before a restart, broker/share/key_order.py)."""
+        out: dict[int, int | None] = {}
+        for lo, hi in ranges:
+            pos = max(lo, lg.log_start_offset)
+            while pos <= hi and pos < lg.log_end_offset:
+                try:
+                    data = lg.read(pos, 1 << 20, lg.log_end_offset).data
+                except (OffsetOutOfRangeError, OSError):
+                    break
+                if not data:
+                    break
+                last = pos - 1
+                for _pos, h in iter_batches(data):
+                    last = max(last, h.last_offset)
+                out.update(record_key_hashes(data, pos, _KEYS_DECOMPRESSED_MAX))
+                if last < pos:
+                    break
+                pos = last + 1
+        return out
 
     @staticmethod
     def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int) -> int:

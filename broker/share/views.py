@@ -33,6 +33,9 @@ class SharePartitionConfig:
     delivery_backoff_ms: int = 0
     delivery_backoff_max_ms: int = 60_000
     delivery_backoff_multiplier: float = 2.0
+    # Shoal extension (opt-in, share.ordering=key, broker/share/key_order.py): at most one
+    # record per key acquired at a time, a key's records in offset order.
+    key_ordering: bool = False
 
 
 #: Called on every operation; return the group's current config.

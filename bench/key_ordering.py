@@ -1,0 +1,187 @@
+"""Benchmark: share-consume rate with per-key ordering (share.ordering=key) next to none.
+
+One partition, ``--records`` records of 100 bytes with ``--keys`` distinct keys (round-robin, so
+every key has records all along the partition), consumed by ``--consumers`` confluent_kafka
+ShareConsumers (explicit mode, every record ACCEPTed, acknowledgements sent with the next poll),
+each polling in its own thread of one process. Two share groups on the same topic, one per
+ordering, run one after the other against the same broker. The rate counts from the first record
+received to the last first delivery of the run; the run also checks, for ``key``, that no record
+of a key reached a consumer while another record of that key was still un-acknowledged by its
+consumer (``violations``, must be 0), and that every record was delivered.
+
+Target (issue 16): key >= 50% of none.
+
+    .venv/bin/python bench/key_ordering.py                     # fresh Shoal broker, 1,000,000 records (~25 s)
+    .venv/bin/python bench/key_ordering.py --records 100000 --bootstrap localhost:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def produce(bootstrap: str, topic: str, n: int, keys: int, batch: int = 10_000) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
+                  "batch.num.messages": batch})
+    value = b"x" * 100
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, key=f"key-{i % keys}".encode(), partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(60) == 0
+
+
+def set_group(bootstrap: str, group: str, ordering: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest",
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.ordering", ordering, incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(30)
+
+
+def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
+            timeout: float, commit_async: bool = False) -> dict[str, Any]:
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    lock = threading.Lock()
+    seen: set[int] = set()
+    held: dict[bytes, int] = {}  # key -> consumer holding an un-acknowledged record of it
+    times = {"first": 0.0, "last": 0.0}
+    violations = [0]
+    stop = threading.Event()
+
+    def worker(idx: int) -> None:
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        mine: list[bytes] = []
+        try:
+            while not stop.is_set():
+                with lock:
+                    for k in mine:  # acknowledged: the acks go out with this poll
+                        if held.get(k) == idx:
+                            del held[k]
+                    mine = []
+                msgs = c.poll(0.5)
+                with lock:
+                    now = time.monotonic()
+                    for m in msgs:
+                        if m.error() is not None:
+                            continue
+                        k = m.key()
+                        if k in held:
+                            violations[0] += 1
+                        held[k] = idx
+                        mine.append(k)
+                        if m.offset() not in seen:
+                            if not seen:
+                                times["first"] = now
+                            seen.add(m.offset())
+                            times["last"] = now
+                    if len(seen) >= n:
+                        stop.set()
+                for m in msgs:
+                    if m.error() is None:
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                if msgs and commit_async:
+                    c.commit_async()
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(consumers)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    stop.wait(timeout)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    span = max(times["last"] - times["first"], 1e-9)
+    return {"records": len(seen), "rate": len(seen) / span, "seconds": span,
+            "incl_join_seconds": times["last"] - started, "violations": violations[0]}
+
+
+def run(bootstrap: str, records: int, keys: int, consumers: int,
+        producer_batch: int = 10_000) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bench-keyorder-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    time.sleep(0.5)
+    produce(bootstrap, topic, records, keys, producer_batch)
+    out: dict[str, Any] = {"records": records, "keys": keys, "consumers": consumers,
+                           "producer_batch": producer_batch}
+    for ordering in ("none", "key"):
+        group = f"{topic}-{ordering}"
+        set_group(bootstrap, group, ordering)
+        out[ordering] = consume(bootstrap, group, topic, records, consumers, timeout=300)
+    out["key_over_none"] = out["key"]["rate"] / max(out["none"]["rate"], 1e-9)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=1_000)
+    ap.add_argument("--consumers", type=int, default=8)
+    ap.add_argument("--producer-batch", type=int, default=10_000,
+                    help="the producer's batch.num.messages (librdkafka's default 10000): log "
+                         "batch size, which batch-optimized acquisition hands out whole")
+    ap.add_argument("--bootstrap", help="use this broker instead of starting Shoal")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    broker = None
+    if args.bootstrap is None:
+        from bench.procs import ShoalBroker
+
+        tmp = Path(tempfile.mkdtemp(prefix="shoal-bench-keyorder-"))
+        broker = ShoalBroker(tmp / "data", tmp / "broker.log")
+        broker.start()
+        bootstrap = broker.bootstrap
+    else:
+        bootstrap = args.bootstrap
+    try:
+        res = run(bootstrap, args.records, args.keys, args.consumers, args.producer_batch)
+    finally:
+        if broker is not None:
+            broker.stop()
+    none, key = res["none"], res["key"]
+    print(f"key ordering: {args.records:,} x 100 B, {args.keys:,} keys, producer batches of up "
+          f"to {args.producer_batch:,}, 1 partition, "
+          f"{args.consumers} confluent ShareConsumers, explicit ACCEPT: "
+          f"none {none['rate']:,.0f} rec/s ({none['records']:,} in {none['seconds']:.1f} s) | "
+          f"key {key['rate']:,.0f} rec/s ({key['records']:,} in {key['seconds']:.1f} s, "
+          f"{key['violations']} key violations) | key/none {res['key_over_none']:.0%} "
+          f"(target >= 50%)")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

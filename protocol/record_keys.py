@@ -1,0 +1,224 @@
+"""Record keys inside v2 record batches, for share.ordering=key (broker/share/key_order.py).
+
+Each record of a batch is ``length, attributes, timestampDelta, offsetDelta, keyLength, key, ...``
+(varints zig-zag encoded); a compressed batch is decompressed first (bounded). Keys are returned
+as ``hash(key bytes)``: equal keys give equal hashes within one broker process, and the share
+state keeps no key across restarts (it is rebuilt from the log), so the per-process hash seed
+does not matter. A collision only makes two keys wait for each other.
+
+Pure: bytes in, ``{offset: key hash or None}`` out (None = null key). Control batches and bytes
+that do not parse give no entry for their offsets: such records are treated as keyless.
+:class:`BatchKeys` decodes lazily, one batch when one of its offsets is first asked for, so a
+fetch that acquires from the first batches never decodes the rest.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+
+import crc32c
+
+from protocol.compression import DecompressionError, decompress
+from protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    RECORD_COUNT_OFFSET,
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+)
+
+__all__ = ["MAX_LAYOUTS", "BatchKeys", "Layout", "record_key_hashes", "trim_batch"]
+
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+_MISSING: object = object()
+
+
+def record_key_hashes(buf: bytes | bytearray | memoryview, min_offset: int,
+                      max_decompressed: int) -> dict[int, int | None]:
+    """``offset -> hash(key)`` (None for a null key) of every record at or after ``min_offset``
+    in the concatenated batches ``buf``."""
+    out: dict[int, int | None] = {}
+    try:
+        batches = list(iter_batches(buf))
+    except (CorruptRecordError, ValueError):
+        return out
+    view = memoryview(buf)
+    for pos, h in batches:
+        if h.last_offset >= min_offset:
+            _decode(view, pos, h, max_decompressed, out)
+    return {o: k for o, k in out.items() if o >= min_offset}
+
+
+class BatchKeys:
+    """A read-only ``offset -> key hash`` mapping over batches already split by the caller
+    (``(position, header)`` pairs in offset order), decoded a batch at a time on first use.
+
+    ``memo`` may be a dict kept across reads (the share-partition's): decoded keys go there, and
+    an offset found there is never decoded again.
+    """
+
+    __slots__ = ("_buf", "_firsts", "_headers", "_layouts", "_limit", "_memo", "_pending")
+
+    _buf: bytes | bytearray | memoryview
+
+    def __init__(self, buf: bytes | bytearray | memoryview,
+                 headers: list[tuple[int, BatchHeader]], max_decompressed: int,
+                 memo: dict[int, int | None] | None = None,
+                 layouts: dict[int, Layout] | None = None) -> None:
+        self._buf = buf
+        self._headers = headers
+        self._firsts: list[int] | None = None  # set on first use: construction costs nothing
+        self._pending: set[int] = set()
+        self._limit = max_decompressed
+        self._memo: dict[int, int | None] = {} if memo is None else memo
+        self._layouts = layouts
+
+    def get(self, offset: int, default: int | None = None) -> int | None:
+        memo = self._memo
+        if offset in memo:
+            return memo[offset]
+        if self._firsts is None:
+            self._firsts = [h.base_offset for _pos, h in self._headers]
+            self._pending = set(range(len(self._headers)))
+        i = bisect_right(self._firsts, offset) - 1
+        if i < 0 or i not in self._pending:
+            return default
+        self._pending.discard(i)
+        pos, h = self._headers[i]
+        _decode(memoryview(self._buf), pos, h, self._limit, memo, self._layouts)
+        return memo.get(offset, default)
+
+    def between(self, lo: int, hi: int) -> list[int | None]:
+        """The keys of ``lo..hi`` in order (batches decoded as needed)."""
+        memo = self._memo
+        if lo not in memo or hi not in memo:
+            self.get(lo)
+            self.get(hi)
+        out = [memo.get(o, _MISSING) for o in range(lo, hi + 1)]
+        if _MISSING in out:  # a batch in between not decoded yet
+            return [self.get(o) for o in range(lo, hi + 1)]
+        return out  # type: ignore[return-value]
+
+    def __getitem__(self, offset: int) -> int | None:
+        return self.get(offset)
+
+
+def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
+            out: dict[int, int | None], layouts: dict[int, Layout] | None = None) -> None:
+    if h.is_control:
+        return
+    offsets: list[int] | None = None
+    starts: list[int] | None = None
+    if layouts is not None and not h.compression:
+        offsets, starts = [], []
+    try:
+        body: bytes | bytearray | memoryview = view[pos + BATCH_HEADER_SIZE: pos + h.total_size]
+        if h.compression:
+            body = decompress(h.compression, body, limit)
+        found: dict[int, int | None] = {}
+        _scan(bytes(body), h.record_count, h.base_offset, found, offsets, starts)
+    except (CorruptRecordError, DecompressionError, IndexError, ValueError):
+        return  # unreadable batch: its records count as keyless
+    out.update(found)
+    if layouts is not None and offsets is not None and starts is not None:
+        if len(layouts) >= MAX_LAYOUTS:
+            layouts.clear()
+        layouts[h.base_offset] = (offsets, starts)
+
+
+#: Record offsets and byte positions (relative to the records, plus their end) of a batch.
+Layout = tuple[list[int], list[int]]
+#: Layouts kept per share-partition (then forgotten all at once; they are rebuilt on demand).
+MAX_LAYOUTS = 64
+
+
+def trim_batch(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader, lo: int, hi: int,
+               layout: Layout) -> bytes | None:
+    """The uncompressed batch at ``pos`` with only its records in ``[lo, hi]``: base offset,
+    last offset delta, timestamps and producer fields unchanged (as a compacted batch), record
+    count, length and CRC-32C rewritten. None if that would not drop anything."""
+    offsets, starts = layout
+    i = bisect_left(offsets, lo)
+    j = bisect_right(offsets, hi)
+    if i >= j or (i == 0 and j == len(offsets)):
+        return None
+    view = memoryview(buf)
+    body = view[pos + BATCH_HEADER_SIZE + starts[i]: pos + BATCH_HEADER_SIZE + starts[j]]
+    header = bytearray(view[pos: pos + BATCH_HEADER_SIZE])
+    _INT32.pack_into(header, BATCH_LENGTH_OFFSET, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body))
+    _INT32.pack_into(header, RECORD_COUNT_OFFSET, j - i)
+    crc = crc32c.crc32c(body, crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(header, CRC_OFFSET, crc)
+    return bytes(header) + bytes(body)
+
+
+def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
+          offsets: list[int] | None = None, starts: list[int] | None = None) -> None:
+    """Keys of ``count`` records in ``b``. Varints of one byte (most lengths and deltas) are
+    read inline; longer ones by :func:`_varint`. With ``offsets``/``starts``, each record's
+    offset and byte position are appended (and the end of the last record to ``starts``)."""
+    pos = 0
+    for _ in range(count):
+        if starts is not None:
+            starts.append(pos)
+        x = b[pos]
+        if x < 0x80:
+            length, q = (x >> 1) ^ -(x & 1), pos + 1
+        elif b[pos + 1] < 0x80:
+            x = (x & 0x7F) | (b[pos + 1] << 7)
+            length, q = (x >> 1) ^ -(x & 1), pos + 2
+        else:
+            length, q = _varint(b, pos)
+        end = q + length
+        q += 1  # attributes
+        # timestamp delta: skipped (a varint ends at its first byte below 0x80)
+        while b[q] >= 0x80:
+            q += 1
+        q += 1
+        x = b[q]
+        if x < 0x80:
+            delta, q = (x >> 1) ^ -(x & 1), q + 1
+        elif b[q + 1] < 0x80:
+            x = (x & 0x7F) | (b[q + 1] << 7)
+            delta, q = (x >> 1) ^ -(x & 1), q + 2
+        else:
+            delta, q = _varint(b, q)
+        x = b[q]
+        if x < 0x80:
+            key_len, q = (x >> 1) ^ -(x & 1), q + 1
+        else:
+            key_len, q = _varint(b, q)
+        if key_len < 0:
+            out[base_offset + delta] = None
+        else:
+            if q + key_len > end:
+                raise IndexError("key runs past its record")
+            out[base_offset + delta] = hash(b[q:q + key_len])
+        if offsets is not None:
+            offsets.append(base_offset + delta)
+        pos = end
+    if starts is not None:
+        starts.append(pos)
+
+
+def _varint(b: bytes, q: int) -> tuple[int, int]:
+    """Zig-zag varint at ``q``: (value, position after it).
+
+    Raises:
+        ValueError: longer than 10 bytes; IndexError: cut off.
+    """
+    value = shift = 0
+    for k in range(10):
+        x = b[q + k]
+        value |= (x & 0x7F) << shift
+        if x < 0x80:
+            return (value >> 1) ^ -(value & 1), q + k + 1
+        shift += 7
+    raise ValueError(f"varint at byte {q} is longer than 10 bytes")
