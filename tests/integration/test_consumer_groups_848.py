@@ -65,11 +65,11 @@ def test_three_members_split_six_partitions_and_a_leaver_hands_over(fast_broker:
     try:
         for c in cs:
             c.subscribe([topic])
-        sets = wait_assigned(cs, 6)
+        sets = wait_assigned(cs, 6, balanced=True)
         assert all(len(s) == 2 for s in sets), sets
         cs[2].close()
         cs = cs[:2]
-        sets = wait_assigned(cs, 6)
+        sets = wait_assigned(cs, 6, balanced=True)
         assert sorted(map(len, sets)) == [3, 3], sets
     finally:
         for c in cs:
@@ -133,7 +133,7 @@ def test_a_second_member_gets_its_half_within_the_settling_interval(tmp_path: Pa
         cs.append(consumer(b.bootstrap, group))
         started = time.monotonic()
         cs[1].subscribe([topic])
-        sets = wait_assigned(cs, 4, timeout=30)
+        sets = wait_assigned(cs, 4, timeout=30, balanced=True)
         took = time.monotonic() - started
         assert sorted(map(len, sets)) == [2, 2], sets
         if settling_ms:
@@ -301,7 +301,7 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     try:
         other.subscribe([topic])
         static.subscribe([topic])
-        sets = wait_assigned([other, static], 4)
+        sets = wait_assigned([other, static], 4, balanced=True)
         epoch = _describe(b, group).group_epoch
         static.close()  # a static member leaves with epoch -2: it keeps its partitions
         g = _describe(b, group)
@@ -309,7 +309,7 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
         again = consumer(b, group, **{"group.instance.id": "instance-1"})
         static = again
         again.subscribe([topic])
-        assert wait_assigned([other, again], 4) == sets
+        assert wait_assigned([other, again], 4, balanced=True) == sets
         g = _describe(b, group)
         assert g.group_epoch == epoch, "the restart caused a rebalance"
         assert {m.instance_id for m in g.members} == {None, "instance-1"}
