@@ -178,6 +178,8 @@ MIN_BACKOFF_MULTIPLIER = 1.0
 ORDERING_NONE = "none"
 ORDERING_KEY = "key"
 MAX_BACKOFF_MULTIPLIER = 10.0
+# Groups whose effective share configs GroupConfigs.get keeps computed (cleared when full).
+_MAX_CACHED_GROUPS = 10_000
 
 
 def _multiplier_problem(value: Any) -> str | None:
@@ -311,6 +313,10 @@ class GroupConfigs:
         self._path = data_dir / FILE_NAME
         self._broker = broker_config
         self._overrides: dict[str, dict[str, Any]] = {}
+        # get()'s answers, read on every share fetch and acknowledgement: dropped whenever a
+        # group's overrides or any broker config change, so live changes still apply at once.
+        self._effective: dict[str, ShareGroupConfig] = {}
+        broker_config.on_change(lambda _name: self._effective.clear())
         if self._path.exists():
             doc = json.loads(self._path.read_text(encoding="utf-8"))
             for group_id, configs in doc.get("groups", {}).items():
@@ -329,7 +335,16 @@ class GroupConfigs:
     # ------------------------------------------------------------------ reads
 
     def get(self, group_id: str) -> ShareGroupConfig:
-        """The group's effective share configs (computed now; live changes apply)."""
+        """The group's effective share configs (live changes apply: the cached answer is dropped
+        by every change of the group's overrides or of a broker config)."""
+        found = self._effective.get(group_id)
+        if found is None:
+            if len(self._effective) >= _MAX_CACHED_GROUPS:
+                self._effective.clear()
+            found = self._effective[group_id] = self._compute(group_id)
+        return found
+
+    def _compute(self, group_id: str) -> ShareGroupConfig:
         v = self.value
         reset = v(group_id, "share.auto.offset.reset")
         _, reset_ms = parse_auto_offset_reset(reset)
@@ -414,6 +429,7 @@ class GroupConfigs:
             self._overrides[group_id] = new
         else:
             self._overrides.pop(group_id, None)
+        self._effective.pop(group_id, None)
         self._save()
 
     # ------------------------------------------------------------------ helpers

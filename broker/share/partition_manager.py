@@ -54,6 +54,8 @@ from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
 
 # Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
 _KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
+# Groups whose SharePartitionConfig group_config keeps (cleared when full).
+_MAX_CONFIGS = 10_000
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -101,6 +103,8 @@ class SharePartitionManager:
         # Background (timer/release) writes in flight per share-partition: a failure must find
         # the partition to hand the ranges back (on_write_failed), so it stays loaded.
         self._writing: dict[SharePartitionKey, int] = {}
+        # group id -> (the group's ShareGroupConfig, the SharePartitionConfig made from it).
+        self._configs: dict[str, tuple[Any, SharePartitionConfig]] = {}
 
     # -- config ------------------------------------------------------------------------------
 
@@ -109,6 +113,17 @@ class SharePartitionManager:
         if gc is None:
             return SharePartitionConfig()
         c = gc.get(group_id)
+        known = self._configs.get(group_id)
+        if known is not None and known[0] is c:
+            return known[1]  # GroupConfigs.get answers the same object until a change
+        made = self._partition_config(c)
+        if len(self._configs) >= _MAX_CONFIGS:
+            self._configs.clear()
+        self._configs[group_id] = (c, made)
+        return made
+
+    @staticmethod
+    def _partition_config(c: Any) -> SharePartitionConfig:
         return SharePartitionConfig(
             record_lock_duration_ms=c.record_lock_duration_ms,
             delivery_count_limit=c.delivery_count_limit,

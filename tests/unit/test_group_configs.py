@@ -177,6 +177,22 @@ def test_overrides_apply_live_and_delete_falls_back(tmp_path: Path) -> None:
     assert gc.overrides("g") == {"share.record.locks.count.inflight.only": True}
 
 
+def test_effective_configs_are_kept_until_a_group_or_broker_config_changes(tmp_path: Path) -> None:
+    """get() is read on every share fetch, so its answer is kept; a group alter and a live
+    broker config change each make the next get() see the new value."""
+    broker = BrokerConfig({})
+    gc = GroupConfigs(tmp_path, broker)
+    first = gc.get("g")
+    assert gc.get("g") is first and first.record_lock_duration_ms == 30_000
+    gc.alter("g", {"share.record.lock.duration.ms": "20000"})
+    assert gc.get("g").record_lock_duration_ms == 20_000
+    assert gc.get("other").record_lock_duration_ms == 30_000
+    before = gc.get("other").assignment_interval_ms
+    broker.set("group.share.assignment.interval.ms", str(before + 500))  # a dynamic one
+    assert gc.get("other").assignment_interval_ms == before + 500
+    assert gc.get("g").record_lock_duration_ms == 20_000
+
+
 def test_describe_sources(tmp_path: Path) -> None:
     gc = configs(tmp_path, **{"group.share.delivery.count.limit": "4"})
     gc.alter("g", {"share.isolation.level": "read_committed"})
