@@ -22,19 +22,10 @@ import crc32c
 
 from protocol.log_validator import ValidationPolicy, validate_produced
 from protocol.record_batch import validate_batches
+from protocol.varint import encode_varint
 
 RECORD = 1024
 NOW = 1_700_000_000_000
-
-
-def _varint(v: int) -> bytes:
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def batch(n: int, codec: int) -> bytes:
@@ -43,9 +34,9 @@ def batch(n: int, codec: int) -> bytes:
     for i in range(n):
         value = os.urandom(RECORD // 2) + bytes(RECORD // 2)
         # Timestamp deltas as a lingering producer writes them: up to ~100 ms apart.
-        rec = b"\x00" + _varint(i // 8) + _varint(i) + _varint(-1) + _varint(len(value)) + value
-        rec += _varint(0)
-        body += _varint(len(rec)) + rec
+        rec = b"\x00" + encode_varint(i // 8) + encode_varint(i) + encode_varint(-1) + encode_varint(len(value)) + value
+        rec += encode_varint(0)
+        body += encode_varint(len(rec)) + rec
     payload = bytes(body)
     if codec:
         payload = bytes({1: cramjam.gzip, 2: cramjam.snappy, 3: cramjam.lz4,

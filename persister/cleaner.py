@@ -55,6 +55,7 @@ from protocol.record_batch import (
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
 )
+from protocol.varint import encode_varint, read_varint
 
 # KIP-534: attribute bit 6 says the base timestamp is the batch's delete horizon.
 DELETE_HORIZON_MASK = 0x40
@@ -332,9 +333,9 @@ def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, 
             parts.append(bytes(body[start:rec_end]))
             continue
         ts_delta, _ = _varint(body, ts_at)
-        rest = bytes(body[ts_at - 1 : ts_at]) + _encode_varint(ts_delta + shift) + \
+        rest = bytes(body[ts_at - 1 : ts_at]) + encode_varint(ts_delta + shift) + \
             bytes(body[ts_end:rec_end])
-        parts.append(_encode_varint(len(rest)) + rest)
+        parts.append(encode_varint(len(rest)) + rest)
     records_bytes = b"".join(parts)
     codec = attributes & COMPRESSION_MASK
     if codec:
@@ -531,31 +532,10 @@ def _record_end(body: bytes | memoryview, start: int) -> int:
 
 
 def _varint(b: bytes | memoryview, q: int) -> tuple[int, int]:
-    x = b[q]
-    if x < 0x80:
-        return (x >> 1) ^ -(x & 1), q + 1
-    value = x & 0x7F
-    shift = 7
-    q += 1
-    while True:
-        x = b[q]
-        value |= (x & 0x7F) << shift
-        q += 1
-        if x < 0x80:
-            return (value >> 1) ^ -(value & 1), q
-        shift += 7
-        if shift > 70:
-            raise LogError(f"varint at byte {q} is too long")
-
-
-def _encode_varint(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    try:
+        return read_varint(b, q)
+    except ValueError as exc:
+        raise LogError(str(exc)) from None
 
 
 def _compress(codec: int, data: bytes) -> bytes:

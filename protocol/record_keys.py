@@ -31,6 +31,7 @@ from protocol.record_batch import (
     CorruptRecordError,
     iter_batches,
 )
+from protocol.varint import read_varint
 
 __all__ = ["MAX_LAYOUTS", "BatchKeys", "Layout", "record_key_hashes", "trim_batch"]
 
@@ -175,7 +176,7 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
             x = (x & 0x7F) | (b[pos + 1] << 7)
             length, q = (x >> 1) ^ -(x & 1), pos + 2
         else:
-            length, q = _varint(b, pos)
+            length, q = read_varint(b, pos)
         end = q + length
         q += 1  # attributes
         # timestamp delta: skipped (a varint ends at its first byte below 0x80)
@@ -189,12 +190,12 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
             x = (x & 0x7F) | (b[q + 1] << 7)
             delta, q = (x >> 1) ^ -(x & 1), q + 2
         else:
-            delta, q = _varint(b, q)
+            delta, q = read_varint(b, q)
         x = b[q]
         if x < 0x80:
             key_len, q = (x >> 1) ^ -(x & 1), q + 1
         else:
-            key_len, q = _varint(b, q)
+            key_len, q = read_varint(b, q)
         if key_len < 0:
             out[base_offset + delta] = None
         else:
@@ -206,19 +207,3 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
         pos = end
     if starts is not None:
         starts.append(pos)
-
-
-def _varint(b: bytes, q: int) -> tuple[int, int]:
-    """Zig-zag varint at ``q``: (value, position after it).
-
-    Raises:
-        ValueError: longer than 10 bytes; IndexError: cut off.
-    """
-    value = shift = 0
-    for k in range(10):
-        x = b[q + k]
-        value |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (value >> 1) ^ -(value & 1), q + k + 1
-        shift += 7
-    raise ValueError(f"varint at byte {q} is longer than 10 bytes")

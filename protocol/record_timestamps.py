@@ -18,6 +18,7 @@ from protocol.record_batch import (
     CorruptRecordError,
     iter_batches,
 )
+from protocol.varint import read_varint
 
 __all__ = ["first_record_at_or_after"]
 
@@ -50,28 +51,12 @@ def _scan(b: bytes, count: int, base_offset: int, base_ts: int, target_ms: int,
           min_offset: int) -> tuple[int, int] | None:
     pos = 0
     for _ in range(count):
-        length, q = _varint(b, pos)
+        length, q = read_varint(b, pos)
         end = q + length
-        ts_delta, q = _varint(b, q + 1)  # after the attributes byte
-        offset_delta, _ = _varint(b, q)
+        ts_delta, q = read_varint(b, q + 1)  # after the attributes byte
+        offset_delta, _ = read_varint(b, q)
         offset, ts = base_offset + offset_delta, base_ts + ts_delta
         if offset >= min_offset and ts >= target_ms:
             return offset, ts
         pos = end
     return None
-
-
-def _varint(b: bytes, q: int) -> tuple[int, int]:
-    """Zig-zag varint at ``q``: (value, position after it).
-
-    Raises:
-        ValueError: longer than 10 bytes; IndexError: cut off.
-    """
-    value = shift = 0
-    for k in range(10):
-        x = b[q + k]
-        value |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (value >> 1) ^ -(value & 1), q + k + 1
-        shift += 7
-    raise ValueError(f"varint at byte {q} is longer than 10 bytes")
