@@ -497,8 +497,7 @@ def serves_consumer_protocol(bootstrap: str) -> bool:
 
 def test_a_consumer_protocol_group_through_the_same_tools(gb: GroupsBroker, cli: Cli,
                                                           unique: str) -> None:
-    if not serves_consumer_protocol(gb.bootstrap):
-        pytest.skip("this broker does not serve the KIP-848 consumer protocol")
+    assert serves_consumer_protocol(gb.bootstrap), "ConsumerGroupHeartbeat is not advertised"
     topic, group = unique, f"{unique}-g"
     create_topic(gb.bootstrap, topic, 1)
     produce(gb.bootstrap, topic, 10)
