@@ -116,6 +116,10 @@ class DeadLetterWriter:
         cfg = b.group_configs.get(key.group_id) if b.group_configs is not None else None
         dlq_name = cfg.dlq_topic if cfg is not None else ""
         target, problem = self._target(dlq_name)
+        if target is not None and target.name == source_topic:
+            # Writing a topic's rejects back into it would deliver them to the group again.
+            target, problem = None, (f"the DLQ topic is the consumed topic {source_topic} "
+                                     "itself; name another topic")
         if target is None:
             self._skip(sp, runs, source_topic, source_partition, dlq_name, problem)
             return []
