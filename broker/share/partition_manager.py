@@ -453,9 +453,11 @@ class SharePartitionManager:
                             "topic": topic, "partition": p})
         if m.delivery_limit_archives > seen_archives:
             limit = self.group_config(group).delivery_count_limit
+            dlq = self.group_config(group).dead_letter
             log.warning("%d record(s) of group %s %s-%d reached the delivery count limit (%d) "
-                        "and were archived; they will not be delivered again",
+                        "and were %s; they will not be delivered again",
                         m.delivery_limit_archives - seen_archives, group, topic, p, limit,
+                        "sent to the group's dead-letter topic" if dlq else "archived",
                         extra={"event": "records_archived_at_delivery_limit", "group": group,
                                "topic": topic, "partition": p})
 
