@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.config import topic_config_value
 from broker.share.dead_letter import (
     DeadLetterRun,
     dlq_partition,
@@ -191,8 +192,6 @@ class DeadLetterWriter:
                 ) -> tuple[bytes, int, dict[int, tuple[bytes | None, bytes | None]] | None]:
         """The dead-letter batch for as many records of ``runs`` as fit the DLQ topic's
         max.message.bytes (at least one; a lone record too large loses its payload)."""
-        from broker.config import topic_config_value
-
         limit = int(topic_config_value("max.message.bytes", target.configs,
                                        self._broker.config))
         now = self._broker.clock.now_ms()
