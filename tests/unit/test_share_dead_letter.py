@@ -400,3 +400,22 @@ def test_dead_letter_group_configs_default_off_and_check_the_broker_prefix(tmp_p
     open_prefix.alter("g", {"errors.deadletterqueue.topic.name": "orders.dlq"})
     with pytest.raises(ConfigError, match="__"):
         open_prefix.alter("g", {"errors.deadletterqueue.topic.name": "__share_group_state"})
+
+
+def test_dead_letters_with_backoff_and_renew() -> None:
+    from tests.unit.test_share_partition import RENEW
+
+    p, _ = make(start=0, dead_letter=True, delivery_count_limit=2, delivery_backoff_ms=1_000)
+    assert fetch(p, "m", [(0, 1)], 0) == [(0, 1, 1)]
+    ack_with_write(p, "m", [(0, 1, (RELEASE,))], 10)  # both wait for their backoff
+    assert fetch(p, "m", [(0, 1)], 500) == []
+    p.on_timer(1_010)  # the backoff ends (the shell's timer)
+    assert fetch(p, "m", [(0, 1)], 1_010) == [(0, 1, 2)]
+    out = p.acknowledge("m", [(0, 1, (RENEW,))], 1_020)  # RENEW: still ours, nothing to write
+    assert out.error == ErrorCode.none and out.token is None and state_of(p, 0) is AQ
+    # At the limit a RELEASE dead-letters (no backoff), and a REJECT does too.
+    write = ack_with_write(p, "m", [(0, 0, (RELEASE,)), (1, 1, (REJECT,))], 1_030)
+    assert [b.delivery_state for b in write.state_batches] == [int(AG), int(AG)]
+    assert p.take_dead_letters() == [DeadLetterRun(0, 0, 2, REASON_DELIVERY_LIMIT),
+                                     DeadLetterRun(1, 1, 2, REASON_REJECTED)]
+    assert p.next_deadline() is None  # nothing in backoff, no lock
