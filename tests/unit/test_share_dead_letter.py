@@ -415,7 +415,7 @@ def test_dead_letters_with_backoff_and_renew() -> None:
     assert out.error == ErrorCode.none and out.token is None and state_of(p, 0) is AQ
     # At the limit a RELEASE dead-letters (no backoff), and a REJECT does too.
     write = ack_with_write(p, "m", [(0, 0, (RELEASE,)), (1, 1, (REJECT,))], 1_030)
-    assert [b.delivery_state for b in write.state_batches] == [int(AG), int(AG)]
+    assert write.state_batches == (PersisterStateBatch(0, 1, int(AG), 2),)
     assert p.take_dead_letters() == [DeadLetterRun(0, 0, 2, REASON_DELIVERY_LIMIT),
                                      DeadLetterRun(1, 1, 2, REASON_REJECTED)]
     assert p.next_deadline() is None  # nothing in backoff, no lock
