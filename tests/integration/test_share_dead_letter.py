@@ -152,7 +152,11 @@ def test_a_record_at_the_delivery_limit_is_dead_lettered_with_its_key_and_value(
         c.close()
 
 
-def test_a_missing_dlq_topic_archives_the_record_and_says_so(mb, unique) -> None:
+@pytest.mark.parametrize("case", ["missing", "not-enabled"])
+def test_a_missing_or_disallowed_dlq_topic_archives_the_record_and_says_so(mb, unique, case
+                                                                           ) -> None:
+    if case == "not-enabled":  # exists, but without errors.deadletterqueue.group.enable=true
+        create_topic(mb.bootstrap, f"dlq.{unique}-missing", 1)
     setup(mb.bootstrap, unique, dlq=f"dlq.{unique}-missing")
     produce_keyed(mb.bootstrap, unique, 2)
     c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
@@ -170,12 +174,46 @@ def test_a_missing_dlq_topic_archives_the_record_and_says_so(mb, unique) -> None
         log = mb.log_path.read_text(errors="replace")
         line = next(x for x in log.splitlines() if "without a dead-letter record" in x
                     and unique in x)
-        assert f"dlq.{unique}-missing" in line and "does not exist" in line
+        assert f"dlq.{unique}-missing" in line
+        assert ("does not exist" if case == "missing" else "does not allow") in line
         assert "errors.deadletterqueue.group.enable=true" in line  # what to do
         assert drain(c, 1.0) == []
         assert mb.alive()
     finally:
         c.close()
+
+
+def alter_broker(bootstrap: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin import ResourceType
+
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    for fut in a.incremental_alter_configs(
+            [ConfigResource(ResourceType.BROKER, "1", incremental_configs=entries)]).values():
+        fut.result(timeout=10)
+
+
+def test_auto_creation_makes_a_dlq_enabled_topic_when_the_broker_allows_it(mb, unique) -> None:
+    dlq = setup(mb.bootstrap, unique, dlq=f"dlq.{unique}-auto")
+    alter_broker(mb.bootstrap, {"errors.deadletterqueue.auto.create.topics.enable": "true"})
+    try:
+        produce_keyed(mb.bootstrap, unique, 1)
+        c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+        try:
+            consume(c, lambda _v, _n: AcknowledgeType.REJECT, 1)
+        finally:
+            c.close()
+        (m,) = read_dlq(mb.bootstrap, dlq, 0, 1)
+        assert headers(m)["__dlq.errors.offset"] == "0"
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+        a = AdminClient({"bootstrap.servers": mb.bootstrap})
+        (fut,) = a.describe_configs([ConfigResource(ResourceType.TOPIC, dlq)]).values()
+        assert fut.result(timeout=10)["errors.deadletterqueue.group.enable"].value == "true"
+    finally:
+        alter_broker(mb.bootstrap, {"errors.deadletterqueue.auto.create.topics.enable": "false"})
 
 
 def test_the_dlq_topic_name_must_carry_the_broker_prefix(mb, unique) -> None:
