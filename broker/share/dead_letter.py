@@ -35,7 +35,7 @@ or over the limit is reported as exhausted, any other as rejected.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -61,6 +61,7 @@ __all__ = [
     "HEADER_TOPIC",
     "REASON_DELIVERY_LIMIT",
     "REASON_REJECTED",
+    "DeadLetterBook",
     "DeadLetterRun",
     "dlq_partition",
     "dlq_topic_name_problem",
@@ -100,6 +101,78 @@ class DeadLetterRun:
     @property
     def size(self) -> int:
         return self.last_offset - self.first_offset + 1
+
+
+#: (first, last, delivery count) of the ARCHIVING records in an offset range, in order.
+ArchivingRuns = Callable[[int, int], Iterable[tuple[int, int, int]]]
+
+
+class DeadLetterBook:
+    """A share-partition's dead letters to hand out: ARCHIVING ranges not handed out yet (with
+    their reason, or None when loaded: inferred from the delivery count), and how many records
+    were handed out and not yet completed or given back.
+
+    Every record added is handed out by :meth:`take` once; :meth:`retry` makes it take-able
+    again. The ranges are only hints: ``take`` hands out the records of a range that are still
+    ARCHIVING (an admin reset may have dropped them meanwhile).
+    """
+
+    __slots__ = ("_out", "_todo")
+
+    def __init__(self) -> None:
+        self._todo: list[tuple[int, int, str | None]] = []
+        self._out = 0
+
+    def __bool__(self) -> bool:
+        """Whether records wait to be handed out."""
+        return bool(self._todo)
+
+    @property
+    def busy(self) -> bool:
+        """Records wait, or were handed out and are not done."""
+        return bool(self._todo) or self._out > 0
+
+    def add(self, lo: int, hi: int, reason: str | None) -> None:
+        todo = self._todo
+        if todo and todo[-1][1] + 1 == lo and todo[-1][2] == reason:
+            todo[-1] = (todo[-1][0], hi, reason)
+        else:
+            todo.append((lo, hi, reason))
+
+    def take(self, archiving: ArchivingRuns, limit: int, max_records: int) -> list[DeadLetterRun]:
+        """Up to ``max_records`` records to dead-letter, as runs; ``limit`` is the delivery
+        count limit (the reason of loaded records)."""
+        out: list[DeadLetterRun] = []
+        left = max_records
+        todo = self._todo
+        while todo and left > 0:
+            lo, hi, reason = todo[0]
+            cut = min(hi, lo + left - 1)
+            if cut < hi:
+                todo[0] = (cut + 1, hi, reason)
+            else:
+                todo.pop(0)
+            for r_lo, r_hi, count in archiving(lo, cut):
+                why = reason or (REASON_DELIVERY_LIMIT if count >= limit else REASON_REJECTED)
+                prev = out[-1] if out else None
+                if (prev is not None and prev.last_offset + 1 == r_lo
+                        and prev.delivery_count == count and prev.reason == why):
+                    out[-1] = DeadLetterRun(prev.first_offset, r_hi, count, why)
+                else:
+                    out.append(DeadLetterRun(r_lo, r_hi, count, why))
+            left -= cut - lo + 1
+        self._out += sum(r.size for r in out)
+        return out
+
+    def done(self, runs: Sequence[DeadLetterRun]) -> None:
+        """``runs`` (handed out, possibly split since) are finished."""
+        self._out = max(0, self._out - sum(r.size for r in runs))
+
+    def retry(self, runs: Sequence[DeadLetterRun]) -> None:
+        """``runs`` could not be written: hand them out again."""
+        self.done(runs)
+        again = [(r.first_offset, r.last_offset, r.reason) for r in runs]
+        self._todo = sorted(again + self._todo, key=lambda t: (t[0], t[1]))
 
 
 def dlq_partition(source_partition: int, dlq_partitions: int) -> int:

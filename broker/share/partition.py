@@ -50,7 +50,7 @@ Config is read through a callable on every operation so live group-config change
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -74,7 +74,12 @@ from broker.share.acquisition import (
     select,
 )
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
-from broker.share.dead_letter import REASON_DELIVERY_LIMIT, REASON_REJECTED, DeadLetterRun
+from broker.share.dead_letter import (
+    REASON_DELIVERY_LIMIT,
+    REASON_REJECTED,
+    DeadLetterBook,
+    DeadLetterRun,
+)
 from broker.share.drain import DecayingRate
 from broker.share.inflight import (
     InFlightBatch,
@@ -190,11 +195,9 @@ class SharePartition:
         # share.ordering=key as of the last acquisition (read per acquisition).
         self._ordering_on = False
         self._unkeyed: list[tuple[int, int]] = []
-        # KIP-1191 dead letters (broker/share/dead_letter.py): ARCHIVING ranges not yet handed
-        # to the shell, as (first, last, reason or None when loaded: inferred from the count),
-        # and the ranges handed out whose append has not finished.
-        self._dlq_todo: list[tuple[int, int, str | None]] = []
-        self._dlq_out: list[tuple[int, int]] = []
+        # KIP-1191 dead letters (broker/share/dead_letter.py): ARCHIVING records to hand to
+        # the shell, and how many it holds.
+        self._dlq = DeadLetterBook()
         self._dead_lettered = 0
         self._dlq_skipped = 0
 
@@ -245,7 +248,7 @@ class SharePartition:
             if info.state is _ARCHIVING:
                 # A dead-letter record that was not known durable before the restart: send
                 # it again (at least once; KIP-1191 allows the duplicate).
-                part._dlq_todo.append((b.first_offset, b.last_offset, None))
+                part._dlq.add(b.first_offset, b.last_offset, None)
         part._find_next = len(part._cache) > 0
         part._unkeyed = merge_ranges([
             (b.first_offset, b.last_offset) for b in part._cache
@@ -652,8 +655,8 @@ class SharePartition:
                 found_available = True
                 released.append((lo, hi, info))
             elif pending.target is _ARCHIVING:
-                self._add_dead_letters(
-                    lo, hi, REASON_DELIVERY_LIMIT if pending.at_limit else REASON_REJECTED)
+                self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT if pending.at_limit
+                              else REASON_REJECTED)
             else:
                 completed += hi - lo + 1
                 if pending.target is RecordState.ARCHIVED:
@@ -857,7 +860,7 @@ class SharePartition:
             self._limit_archives += hi - lo + 1
             if cfg.dead_letter:
                 info.settle(_ARCHIVING)
-                self._add_dead_letters(lo, hi, REASON_DELIVERY_LIMIT)
+                self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT)
                 return
             info.settle(RecordState.ARCHIVED)
         elif hi < self._start:
@@ -867,61 +870,28 @@ class SharePartition:
 
     # ------------------------------------------------------------------ dead letters (KIP-1191)
 
-    def _add_dead_letters(self, lo: int, hi: int, reason: str) -> None:
-        todo = self._dlq_todo
-        if todo and todo[-1][1] + 1 == lo and todo[-1][2] == reason:
-            todo[-1] = (todo[-1][0], hi, reason)
-        else:
-            todo.append((lo, hi, reason))
-
     @property
     def has_dead_letters(self) -> bool:
         """Whether ARCHIVING records wait to be handed out (``take_dead_letters``)."""
-        return bool(self._dlq_todo)
-
-    @property
-    def dead_letters_in_progress(self) -> bool:
-        """Whether dead letters were handed out and not completed or retried yet."""
-        return bool(self._dlq_out)
+        return bool(self._dlq)
 
     def take_dead_letters(self, max_records: int = DEAD_LETTERS_PER_TAKE) -> list[DeadLetterRun]:
         """Hand out up to ``max_records`` ARCHIVING records to dead-letter.
 
         Each is handed out once; the shell answers with :meth:`complete_dead_letters` (the
         dead-letter records are durable, or were given up on) or :meth:`retry_dead_letters`
-        (the append failed: they are handed out again by a later call).
+        (the append failed: they are handed out again by a later call), for the runs or for
+        pieces of them.
         """
-        limit = self._config().delivery_count_limit
-        out: list[DeadLetterRun] = []
-        left = max_records
-        todo = self._dlq_todo
-        while todo and left > 0:
-            lo, hi, reason = todo[0]
-            cut = min(hi, lo + left - 1)
-            if cut < hi:
-                todo[0] = (cut + 1, hi, reason)
-            else:
-                todo.pop(0)
-            for r_lo, r_hi, info in self._cache.runs(lo, cut):
-                if info.state is not _ARCHIVING:
-                    continue  # a reset or a deleted topic dropped it meanwhile
-                why = reason or (REASON_DELIVERY_LIMIT if info.delivery_count >= limit
-                                 else REASON_REJECTED)
-                prev = out[-1] if out else None
-                if (prev is not None and prev.last_offset + 1 == r_lo
-                        and prev.delivery_count == info.delivery_count and prev.reason == why):
-                    out[-1] = DeadLetterRun(prev.first_offset, r_hi, prev.delivery_count, why)
-                else:
-                    out.append(DeadLetterRun(r_lo, r_hi, info.delivery_count, why))
-            left -= cut - lo + 1
-        self._dlq_out.extend((r.first_offset, r.last_offset) for r in out)
-        return out
+        def archiving(lo: int, hi: int) -> Iterable[tuple[int, int, int]]:
+            return ((a, b, info.delivery_count) for a, b, info in self._cache.runs(lo, hi)
+                    if info.state is _ARCHIVING)
+
+        return self._dlq.take(archiving, self._config().delivery_count_limit, max_records)
 
     def retry_dead_letters(self, runs: Sequence[DeadLetterRun]) -> None:
         """The dead-letter records of ``runs`` could not be appended: hand them out again."""
-        self._forget_out(runs)
-        again = [(r.first_offset, r.last_offset, r.reason) for r in runs]
-        self._dlq_todo = sorted(again + self._dlq_todo)
+        self._dlq.retry(runs)
 
     def complete_dead_letters(
         self, runs: Sequence[DeadLetterRun], now_ms: int, *, written: bool = True
@@ -933,7 +903,7 @@ class SharePartition:
         timer write) tells the share coordinator. If it is lost, the records are still
         ARCHIVING there and a restart dead-letters them again (at least once).
         """
-        self._forget_out(runs)
+        self._dlq.done(runs)
         changed: list[tuple[int, int]] = []
         done = 0
         for run in runs:
@@ -953,15 +923,6 @@ class SharePartition:
         self._drain.record(done, now_ms)
         self._after_change(found_available=False)
         return self._committed_write(merge_ranges(changed))
-
-    def _forget_out(self, runs: Sequence[DeadLetterRun]) -> None:
-        if not runs:
-            return
-        gone = {(r.first_offset, r.last_offset) for r in runs}
-        if len(gone) == len(self._dlq_out) and gone == set(self._dlq_out):
-            self._dlq_out = []
-        else:
-            self._dlq_out = [r for r in self._dlq_out if r not in gone]
 
     # ------------------------------------------------------------------ log start offset
 
@@ -1042,7 +1003,7 @@ class SharePartition:
         no acknowledgement write in flight, no failed write to resend, and the persister knows
         the start offset. Such a partition can be unloaded and rebuilt from the persister."""
         return (not self._pending and not self._dirty and self._start <= self._written_start
-                and not self._dlq_todo and not self._dlq_out and self.next_deadline() is None)
+                and not self._dlq.busy and self.next_deadline() is None)
 
     @property
     def pending_tokens(self) -> frozenset[int]:

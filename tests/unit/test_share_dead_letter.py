@@ -419,3 +419,17 @@ def test_dead_letters_with_backoff_and_renew() -> None:
     assert p.take_dead_letters() == [DeadLetterRun(0, 0, 2, REASON_DELIVERY_LIMIT),
                                      DeadLetterRun(1, 1, 2, REASON_REJECTED)]
     assert p.next_deadline() is None  # nothing in backoff, no lock
+
+
+def test_runs_completed_in_pieces_leave_the_partition_settled() -> None:
+    # The shell may write only part of what it took (the DLQ topic's max.message.bytes).
+    p, _ = make(start=0, dead_letter=True)
+    fetch(p, "m", LOG, 0)
+    ack_with_write(p, "m", [(0, 9, (REJECT,))], 1)
+    head, tail = split_runs(p.take_dead_letters(), 3)
+    p.complete_dead_letters(head, 2)
+    assert not p.is_settled() and p.start_offset == 3
+    p.retry_dead_letters(tail)
+    assert p.take_dead_letters() == tail
+    p.complete_dead_letters(tail, 3)
+    assert p.is_settled() and p.start_offset == 10
