@@ -277,3 +277,27 @@ def test_sigkill_while_archiving_dead_letters_again_after_the_restart(crash_brok
         assert drain(c, 1.0) == []  # archived: never delivered again
     finally:
         c.close()
+
+
+def test_dead_letters_respect_the_dlq_topics_max_message_bytes(mb, unique) -> None:
+    create_topic(mb.bootstrap, unique, 1)
+    dlq = f"dlq.{unique}"
+    create_topic(mb.bootstrap, dlq, 1, {**GROUP_ENABLE, "max.message.bytes": "1500"})
+    set_group_configs(mb.bootstrap, unique, {
+        "share.auto.offset.reset": "earliest", "errors.deadletterqueue.topic.name": dlq,
+        "errors.deadletterqueue.copy.record.enable": "true"})
+    p = Producer({"bootstrap.servers": mb.bootstrap, "acks": "all"})
+    values = [b"small-0", b"x" * 2000, b"small-2", b"small-3", b"small-4"]
+    for v in values:
+        p.produce(unique, v)
+    assert p.flush(30) == 0
+    c = share_consumer(mb.bootstrap, unique, unique, explicit=True)
+    try:
+        consume(c, lambda _v, _n: AcknowledgeType.REJECT, 5)
+    finally:
+        c.close()
+    got = read_dlq(mb.bootstrap, dlq, 0, 5)
+    by_offset = {int(headers(m)["__dlq.errors.offset"]): m.value() for m in got}
+    assert len(got) == 5 and sorted(by_offset) == [0, 1, 2, 3, 4]
+    # Small records are copied; the one too large for the DLQ topic goes with headers only.
+    assert by_offset == {0: b"small-0", 1: None, 2: b"small-2", 3: b"small-3", 4: b"small-4"}
