@@ -433,3 +433,28 @@ def test_runs_completed_in_pieces_leave_the_partition_settled() -> None:
     assert p.take_dead_letters() == tail
     p.complete_dead_letters(tail, 3)
     assert p.is_settled() and p.start_offset == 10
+
+
+def test_archiving_is_written_in_kafkas_share_update_format() -> None:
+    """The only thing ARCHIVING adds to __share_group_state is the DeliveryState byte 3 (Kafka
+    4.4's value for it) in an ordinary ShareUpdate StateBatch; the bytes are otherwise what
+    every Kafka reader of the schema parses, and a later ARCHIVED (4) update wins the merge."""
+    from coordinator.share.batch_combiner import combine_state_batches
+    from coordinator.share.records import ShareUpdateKey, ShareUpdateValue, StateBatch
+    from coordinator.share.serde import decode_value, encode_value
+
+    value = ShareUpdateValue(snapshot_epoch=1, leader_epoch=0, start_offset=10,
+                             delivery_complete_count=0,
+                             state_batches=(StateBatch(10, 12, int(AG), 2),))
+    data = encode_value(value)
+    assert data is not None
+    # ... | FirstOffset 10 | LastOffset 12 | DeliveryState 3 | DeliveryCount 2 | no tags ...
+    batch_bytes = bytes.fromhex("000000000000000a" "000000000000000c" "03" "0002" "00")
+    assert batch_bytes in data
+    assert decode_value(ShareUpdateKey("g", KEY.topic_id, 0), data) == value
+    merged = combine_state_batches((StateBatch(10, 12, int(AG), 2), StateBatch(10, 12, int(AR), 2)),
+                                   10)
+    assert merged == (StateBatch(10, 12, int(AR), 2),)
+    merged = combine_state_batches((StateBatch(10, 12, int(AR), 2), StateBatch(10, 12, int(AG), 2)),
+                                   10)
+    assert merged == (StateBatch(10, 12, int(AR), 2),)  # whatever order the writes land in
