@@ -229,6 +229,14 @@ class BrokerMetrics:
             ("shoal_share_partition_drain_eta_seconds", "gauge",
              "Lag divided by the drain rate: 0 without lag, +Inf when records wait and none "
              "completes."),
+            ("shoal_share_dead_lettered_records_total", "counter",
+             "KIP-1191: records archived after their dead-letter record was written to the "
+             "group's DLQ topic (errors.deadletterqueue.topic.name)."),
+            ("shoal_share_dead_letter_skipped_records_total", "counter",
+             "KIP-1191: records the group gave up on that were archived without a dead-letter "
+             "record because the DLQ topic was missing or does not allow it (see the log)."),
+            ("shoal_share_partition_archiving_records", "gauge",
+             "KIP-1191: records waiting for their dead-letter record to be durable (ARCHIVING)."),
             ("shoal_share_partition_loaded", "gauge",
              "1 when the share-partition is loaded on this broker, 0 when its figures come "
              "from the persisted share state (nobody fetched it since the broker started)."),
@@ -266,6 +274,10 @@ class BrokerMetrics:
                                                         key.partition, oldest))
             fams["shoal_share_partition_loaded"].add(labels, 1)
             fams["shoal_share_archived_records_total"].add(labels, m.archived_records)
+            fams["shoal_share_dead_lettered_records_total"].add(labels, m.dead_lettered_records)
+            fams["shoal_share_dead_letter_skipped_records_total"].add(
+                labels, m.dead_letter_skipped_records)
+            fams["shoal_share_partition_archiving_records"].add(labels, m.archiving_records)
             fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
                                                                                  record_age)
             fams["shoal_share_partition_drain_rate"].add(labels, rate)
@@ -316,6 +328,9 @@ class BrokerMetrics:
                          "shoal_share_acquisition_lock_timeouts_total",
                          "shoal_share_delivery_limit_archived_records_total",
                          "shoal_share_archived_records_total",
+                         "shoal_share_dead_lettered_records_total",
+                         "shoal_share_dead_letter_skipped_records_total",
+                         "shoal_share_partition_archiving_records",
                          "shoal_share_partition_oldest_unacked_age_seconds",
                          "shoal_share_partition_drain_rate"):
                 fams[name].add(labels, 0)

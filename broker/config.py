@@ -348,6 +348,14 @@ _BROKER_DEFS: list[ConfigDef] = [
               "acquired records or unwritten state, are unloaded from memory; the next "
               "ShareFetch loads them again from the share coordinator, progress intact.",
               at_least(1)),
+    ConfigDef("errors.deadletterqueue.auto.create.topics.enable", "bool", False,
+              "KIP-1191: create a share group's dead-letter topic (with "
+              "errors.deadletterqueue.group.enable=true) when a record is first dead-lettered "
+              "to it and it does not exist; false: such records are archived without a "
+              "dead-letter record, and that is logged.", dynamic=True),
+    ConfigDef("errors.deadletterqueue.topic.name.prefix", "string", "dlq.",
+              "KIP-1191: the prefix every share group's errors.deadletterqueue.topic.name must "
+              "start with (empty: any name not starting with '__').", dynamic=True),
     ConfigDef("group.share.assignors", "list", "simple",
               "Share-group assignor; only 'simple' exists.", one_of("simple")),
     # Authorization (issue 13; broker/security/). Kafka's names and defaults.
@@ -633,6 +641,10 @@ _TOPIC_DEFS: list[ConfigDef] = [
     ConfigDef("min.insync.replicas", "int", 1, "Single broker: always 1.", between(1, 1)),
     ConfigDef("compression.type", "string", "producer", "Only 'producer' is supported.",
               one_of("producer")),
+    ConfigDef("errors.deadletterqueue.group.enable", "bool", False,
+              "KIP-1191: whether share groups may use this topic as their dead-letter topic "
+              "(errors.deadletterqueue.topic.name); the broker then writes to it on their "
+              "behalf."),
 ]
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _TOPIC_DEFS}

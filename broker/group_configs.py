@@ -19,6 +19,9 @@ Invariants:
   ``share.delivery.backoff.max.ms`` 1..3600000 and not below ``share.delivery.backoff.ms``
   (effective values), ``share.delivery.backoff.multiplier`` 1.0..10.0; ``share.ordering`` is
   ``none`` or ``key`` (broker/share/key_order.py).
+- ``errors.deadletterqueue.topic.name`` (KIP-1191, broker/share/dead_letter.py) is empty or a
+  legal topic name that starts with the broker's ``errors.deadletterqueue.topic.name.prefix``
+  (as of when it is set) and not with ``__``; INVALID_CONFIG says which rule it broke.
 - ``share.auto.offset.reset`` is stored normalized: ``latest``, ``earliest`` or
   ``by_duration:<ISO-8601 duration>`` with the duration (millisecond resolution) written as
   Java's ``Duration.toString`` writes it (``PT1H30M``, ``PT48H``, ``PT0.5S``), so every reader
@@ -53,7 +56,8 @@ from broker.config import (
     one_of,
     parse_value,
 )
-from broker.topics import atomic_write
+from broker.share.dead_letter import dlq_topic_name_problem
+from broker.topics import atomic_write, topic_name_problem
 
 log = logging.getLogger("shoal.group_configs")
 
@@ -237,6 +241,15 @@ _DEFS: list[ConfigDef] = [
     ConfigDef("share.delivery.backoff.multiplier", "double", 2.0,
               "Shoal extension: the factor the redelivery backoff grows by per delivery.",
               _multiplier_problem, dynamic=True),
+    ConfigDef("errors.deadletterqueue.topic.name", "string", "",
+              "KIP-1191: the topic records this share group gives up on (REJECTed, or at the "
+              "delivery count limit) are copied to before they are archived; empty = none. It "
+              "must start with the broker's errors.deadletterqueue.topic.name.prefix and have "
+              "the topic config errors.deadletterqueue.group.enable=true.",
+              dynamic=True),
+    ConfigDef("errors.deadletterqueue.copy.record.enable", "bool", False,
+              "KIP-1191: copy the original key and value into the dead-letter record (otherwise "
+              "only the context headers).", dynamic=True),
     ConfigDef("share.ordering", "string", ORDERING_NONE,
               "Shoal extension: none (Kafka's behaviour) or key: within a share-partition at most "
               "one record per key is acquired at a time and a key's records are delivered in "
@@ -285,6 +298,8 @@ class ShareGroupConfig:
     delivery_backoff_max_ms: int = 60_000
     delivery_backoff_multiplier: float = 2.0
     ordering: str = "none"  # "none" | "key" (share.ordering, broker/share/key_order.py)
+    dlq_topic: str = ""  # errors.deadletterqueue.topic.name ("" = no dead-letter topic)
+    dlq_copy_record: bool = False  # errors.deadletterqueue.copy.record.enable
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +379,8 @@ class GroupConfigs:
             delivery_backoff_max_ms=v(group_id, "share.delivery.backoff.max.ms"),
             delivery_backoff_multiplier=v(group_id, "share.delivery.backoff.multiplier"),
             ordering=v(group_id, "share.ordering"),
+            dlq_topic=v(group_id, "errors.deadletterqueue.topic.name"),
+            dlq_copy_record=v(group_id, "errors.deadletterqueue.copy.record.enable"),
         )
 
     def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
@@ -423,6 +440,7 @@ class GroupConfigs:
                 new[name] = self._parse(d, raw)
         self._check_heartbeat(new)
         self._check_backoff(new)
+        self._check_dead_letter(new)
         if validate_only:
             return
         if new:
@@ -468,6 +486,15 @@ class GroupConfigs:
         if backoff > most:
             raise ConfigError(f"share.delivery.backoff.ms ({backoff}) must not be greater than "
                               f"share.delivery.backoff.max.ms ({most}); raise the maximum too")
+
+    def _check_dead_letter(self, overrides: Mapping[str, Any]) -> None:
+        name = overrides.get("errors.deadletterqueue.topic.name", "")
+        if not name:
+            return
+        problem = topic_name_problem(name) or dlq_topic_name_problem(
+            name, self._broker.get("errors.deadletterqueue.topic.name.prefix"))
+        if problem:
+            raise ConfigError(f"errors.deadletterqueue.topic.name={name}: {problem}")
 
     def _save(self) -> None:
         doc = {"version": 1, "groups": {

@@ -11,7 +11,8 @@ Invariants:
   one is fenced with FENCED_STATE_EPOCH.
 - ``leader_epoch`` is the partition leader's epoch; a write/read with an older one than the last
   seen is fenced with FENCED_LEADER_EPOCH.
-- Only delivery states 0 (Available), 2 (Acknowledged) and 4 (Archived) are ever persisted.
+- Only delivery states 0 (Available), 2 (Acknowledged), 3 (Archiving: a dead-letter copy not yet
+  durable, KIP-1191 as Kafka 4.4 writes it) and 4 (Archived) are ever persisted.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from kio.schema.errors import ErrorCode
 # Delivery states as persisted (ShareSnapshotValue / ShareUpdateValue schema doc).
 AVAILABLE = 0
 ACKNOWLEDGED = 2
+ARCHIVING = 3
 ARCHIVED = 4
-PERSISTED_STATES = frozenset({AVAILABLE, ACKNOWLEDGED, ARCHIVED})
+PERSISTED_STATES = frozenset({AVAILABLE, ACKNOWLEDGED, ARCHIVING, ARCHIVED})
 
 # Start offset meaning "never consumed: resolve by share.auto.offset.reset".
 UNINITIALIZED_START_OFFSET = -1

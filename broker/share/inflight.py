@@ -501,15 +501,19 @@ def archive_available_below(cache: InFlightCache, start: int) -> None:
             info.settle(RecordState.ARCHIVED)
 
 
+_KEPT_BELOW_START = frozenset({RecordState.ACQUIRED, RecordState.ARCHIVING})
+
+
 def trim_below(cache: InFlightCache, start: int) -> None:
-    """Drop batches wholly below ``start`` unless they still hold ACQUIRED records."""
+    """Drop batches wholly below ``start`` unless they still hold ACQUIRED records or ARCHIVING
+    ones (their dead-letter record is not durable yet; the log start offset jumped past them)."""
     first = cache.first()
     if first is None or first.first_offset >= start:
         return
     for batch in cache.overlapping(first.first_offset, start - 1):
         if batch.last_offset >= start:
             break
-        if any(info.state is RecordState.ACQUIRED for info in batch.all_infos()):
+        if any(info.state in _KEPT_BELOW_START for info in batch.all_infos()):
             continue
         cache.remove(batch)
 

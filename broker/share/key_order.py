@@ -8,8 +8,9 @@ Within one share-partition:
   flight, or AVAILABLE again after RELEASE, lock expiry or its member leaving, in redelivery
   backoff or not) *holds* its key: only that record can be acquired for the key, so it is
   delivered again before any later record of the key;
-- a record that becomes terminal (ACCEPT, REJECT, delivery-limit or any other archive) frees its
-  key; the next record of the key in offset order is then acquirable;
+- a record that becomes terminal (ACCEPT, REJECT, delivery-limit or any other archive) or goes
+  to ARCHIVING (dead-lettered, broker/share/dead_letter.py) frees its key; the next record of
+  the key in offset order is then acquirable;
 - records with a null key (or in batches whose keys cannot be read) are not ordered.
 
 The rule the acquisition applies is: *an AVAILABLE record is acquirable only if no record of its
@@ -201,7 +202,7 @@ def acquire_keyed(
                     if info.state is not RecordState.AVAILABLE or (
                         held_at is not None and info.available_at_ms > held_at
                     ):
-                        if k is not None and not info.state.is_terminal:
+                        if k is not None and not info.state.is_done:
                             passed.add(k)
                         continue
                     if k is not None:
@@ -238,7 +239,7 @@ def acquire_keyed(
             if info.state is not RecordState.AVAILABLE or (
                 held_at is not None and info.available_at_ms > held_at
             ):
-                if not info.state.is_terminal and (
+                if not info.state.is_done and (
                     info.state is not RecordState.ACQUIRED or pos <= untracked_last
                 ):
                     # Keys of records acquired with ordering are in KeyIndex already.

@@ -32,6 +32,13 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
 - with a group redelivery backoff (opt-in, :mod:`broker.share.backoff`), a record released after
   delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
   SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
+- with a dead-letter topic (opt-in, KIP-1191, :mod:`broker.share.dead_letter`; property-tested in
+  tests/unit/test_share_dead_letter.py): a REJECTed or delivery-limit record goes ACQUIRED ->
+  ARCHIVING (persisted) and becomes ARCHIVED only through ``complete_dead_letters``, which the
+  shell calls once the dead-letter record is durable (or was given up on: DLQ topic missing or
+  not allowed); ARCHIVING records loaded from the share state are handed out again. Every
+  ARCHIVING record is handed out by ``take_dead_letters`` exactly once per load (again only
+  after ``retry_dead_letters``), and the SPSO stops at it until it is ARCHIVED.
 - with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
   tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
   a record is acquired only when every lower record of its key is done, so a key's records are
@@ -43,7 +50,7 @@ Config is read through a callable on every operation so live group-config change
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -67,6 +74,12 @@ from broker.share.acquisition import (
     select,
 )
 from broker.share.backoff import BackoffIndex, first_fetchable_at, redelivery_delay_ms
+from broker.share.dead_letter import (
+    REASON_DELIVERY_LIMIT,
+    REASON_REJECTED,
+    DeadLetterBook,
+    DeadLetterRun,
+)
 from broker.share.drain import DecayingRate
 from broker.share.inflight import (
     InFlightBatch,
@@ -96,6 +109,10 @@ from persister.api import (
 
 # Decoded record keys kept per share-partition before entries below the SPSO are dropped.
 _MIN_MEMO = 16_384
+_ARCHIVING = RecordState.ARCHIVING
+_ARCHIVED = RecordState.ARCHIVED
+# Dead-letter records handed to the shell per take_dead_letters call (one DLQ append).
+DEAD_LETTERS_PER_TAKE = 500
 
 __all__ = [
     "AckOutcome",
@@ -178,6 +195,11 @@ class SharePartition:
         # share.ordering=key as of the last acquisition (read per acquisition).
         self._ordering_on = False
         self._unkeyed: list[tuple[int, int]] = []
+        # KIP-1191 dead letters (broker/share/dead_letter.py): ARCHIVING records to hand to
+        # the shell, and how many it holds.
+        self._dlq = DeadLetterBook()
+        self._dead_lettered = 0
+        self._dlq_skipped = 0
 
     # ------------------------------------------------------------------ loading
 
@@ -223,6 +245,10 @@ class SharePartition:
             prev_last = b.last_offset
             info = RecordInfo(RecordState(b.delivery_state), b.delivery_count)
             part._cache.add(InFlightBatch(b.first_offset, b.last_offset, info))
+            if info.state is _ARCHIVING:
+                # A dead-letter record that was not known durable before the restart: send
+                # it again (at least once; KIP-1191 allows the duplicate).
+                part._dlq.add(b.first_offset, b.last_offset, None)
         part._find_next = len(part._cache) > 0
         part._unkeyed = merge_ranges([
             (b.first_offset, b.last_offset) for b in part._cache
@@ -554,9 +580,11 @@ class SharePartition:
                     target is RecordState.AVAILABLE
                     and info.delivery_count >= cfg.delivery_count_limit
                 )
-                info.pending = PendingAck(
-                    token, RecordState.ARCHIVED if at_limit else target, at_limit
-                )
+                if at_limit:
+                    target = _ARCHIVING if cfg.dead_letter else _ARCHIVED
+                elif cfg.dead_letter and ack_type is AckType.REJECT:
+                    target = _ARCHIVING  # KIP-1191: archived once its DLQ record is durable
+                info.pending = PendingAck(token, target, at_limit)
                 changed.append((u_lo, u_hi))
         for r_lo, r_hi in merge_ranges(renewed):
             self._locks.push(renewed_deadline, r_lo, r_hi)
@@ -626,6 +654,9 @@ class SharePartition:
             if pending.target is RecordState.AVAILABLE:
                 found_available = True
                 released.append((lo, hi, info))
+            elif pending.target is _ARCHIVING:
+                self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT if pending.at_limit
+                              else REASON_REJECTED)
             else:
                 completed += hi - lo + 1
                 if pending.target is RecordState.ARCHIVED:
@@ -819,7 +850,7 @@ class SharePartition:
         if held:
             self._hold(held, cfg, now_ms)
         archived = self._limit_archives - limit_archives
-        if archived:
+        if archived and not cfg.dead_letter:  # with a DLQ they are ARCHIVING: counted when done
             self._archived += archived
             self._drain.record(archived, now_ms)
         return merge_ranges(released)
@@ -827,11 +858,71 @@ class SharePartition:
     def _release_unit(self, lo: int, hi: int, info: RecordInfo, cfg: SharePartitionConfig) -> None:
         if info.delivery_count >= cfg.delivery_count_limit:
             self._limit_archives += hi - lo + 1
+            if cfg.dead_letter:
+                info.settle(_ARCHIVING)
+                self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT)
+                return
             info.settle(RecordState.ARCHIVED)
         elif hi < self._start:
             info.settle(RecordState.ARCHIVED)
         else:
             info.settle(RecordState.AVAILABLE)
+
+    # ------------------------------------------------------------------ dead letters (KIP-1191)
+
+    @property
+    def has_dead_letters(self) -> bool:
+        """Whether ARCHIVING records wait to be handed out (``take_dead_letters``)."""
+        return bool(self._dlq)
+
+    def take_dead_letters(self, max_records: int = DEAD_LETTERS_PER_TAKE) -> list[DeadLetterRun]:
+        """Hand out up to ``max_records`` ARCHIVING records to dead-letter.
+
+        Each is handed out once; the shell answers with :meth:`complete_dead_letters` (the
+        dead-letter records are durable, or were given up on) or :meth:`retry_dead_letters`
+        (the append failed: they are handed out again by a later call), for the runs or for
+        pieces of them.
+        """
+        def archiving(lo: int, hi: int) -> Iterable[tuple[int, int, int]]:
+            return ((a, b, info.delivery_count) for a, b, info in self._cache.runs(lo, hi)
+                    if info.state is _ARCHIVING)
+
+        return self._dlq.take(archiving, self._config().delivery_count_limit, max_records)
+
+    def retry_dead_letters(self, runs: Sequence[DeadLetterRun]) -> None:
+        """The dead-letter records of ``runs`` could not be appended: hand them out again."""
+        self._dlq.retry(runs)
+
+    def complete_dead_letters(
+        self, runs: Sequence[DeadLetterRun], now_ms: int, *, written: bool = True
+    ) -> WriteParams | None:
+        """ARCHIVING -> ARCHIVED for ``runs``: their dead-letter records are durable
+        (``written``), or were given up on (no usable DLQ topic: archived as without one).
+
+        The in-memory change stands; the returned write (to persist, fire and forget like a
+        timer write) tells the share coordinator. If it is lost, the records are still
+        ARCHIVING there and a restart dead-letters them again (at least once).
+        """
+        self._dlq.done(runs)
+        changed: list[tuple[int, int]] = []
+        done = 0
+        for run in runs:
+            for lo, hi, info in self._cache.units(run.first_offset, run.last_offset):
+                if info.state is not _ARCHIVING:
+                    continue
+                info.settle(_ARCHIVED)
+                changed.append((lo, hi))
+                done += hi - lo + 1
+        if not done:
+            return None
+        self._archived += done
+        if written:
+            self._dead_lettered += done
+        else:
+            self._dlq_skipped += done
+        self._drain.record(done, now_ms)
+        self._after_change(found_available=False)
+        return self._committed_write(merge_ranges(changed))
 
     # ------------------------------------------------------------------ log start offset
 
@@ -912,7 +1003,7 @@ class SharePartition:
         no acknowledgement write in flight, no failed write to resend, and the persister knows
         the start offset. Such a partition can be unloaded and rebuilt from the persister."""
         return (not self._pending and not self._dirty and self._start <= self._written_start
-                and self.next_deadline() is None)
+                and not self._dlq.busy and self.next_deadline() is None)
 
     @property
     def pending_tokens(self) -> frozenset[int]:
@@ -940,12 +1031,14 @@ class SharePartition:
         return self._drain.rate(now_ms)
 
     def metrics(self) -> ShareMetrics:
-        in_flight = acquired = 0
+        in_flight = acquired = archiving = 0
         last = self._cache.last_offset
         for lo, hi, info in self._cache.runs(self._start, -1 if last is None else last):
             in_flight += hi - lo + 1
             if info.state is RecordState.ACQUIRED:
                 acquired += hi - lo + 1
+            elif info.state is _ARCHIVING:
+                archiving += hi - lo + 1
         return ShareMetrics(
             start_offset=self._start,
             end_offset=self.end_offset,
@@ -958,6 +1051,9 @@ class SharePartition:
             delivery_limit_archives=self._limit_archives,
             acks=dict(self._acks),
             archived_records=self._archived,
+            dead_lettered_records=self._dead_lettered,
+            dead_letter_skipped_records=self._dlq_skipped,
+            archiving_records=archiving,
         )
 
     def offset_view(self, offset: int) -> OffsetView | None:

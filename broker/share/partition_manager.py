@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
+from broker.share.dead_letter_writer import DeadLetterWriter
 from broker.share.partition import SharePartition
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
@@ -105,6 +106,8 @@ class SharePartitionManager:
         self._writing: dict[SharePartitionKey, int] = {}
         # group id -> (the group's ShareGroupConfig, the SharePartitionConfig made from it).
         self._configs: dict[str, tuple[Any, SharePartitionConfig]] = {}
+        # KIP-1191: writes the dead-letter records of ARCHIVING records (dead_letter_writer.py).
+        self._dlq = DeadLetterWriter(broker, self)
 
     # -- config ------------------------------------------------------------------------------
 
@@ -134,6 +137,7 @@ class SharePartitionManager:
             delivery_backoff_max_ms=c.delivery_backoff_max_ms,
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
             key_ordering=c.ordering == "key",
+            dead_letter=bool(c.dlq_topic),
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -209,6 +213,8 @@ class SharePartitionManager:
         self._used_ms[key] = self._broker.clock.now_ms()
         if unresolved:
             self._unwritten_start.add(key)
+        if sp.has_dead_letters:
+            self._dlq.kick(sp)  # ARCHIVING at the last stop: dead-letter them (again)
         log.info("share-partition initialised: group %s %s-%d at start offset %d",
                  key.group_id, topic, partition, sp.start_offset,
                  extra={"event": "share_partition_initialised", "group": key.group_id,
@@ -393,6 +399,8 @@ class SharePartitionManager:
 
     def _after(self, sp: SharePartition) -> None:
         self._arm(sp)
+        if sp.has_dead_letters:
+            self._dlq.kick(sp)
         if sp.take_wakeup():
             topic, p = self._names[sp.key]
             self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p))
@@ -445,9 +453,11 @@ class SharePartitionManager:
                             "topic": topic, "partition": p})
         if m.delivery_limit_archives > seen_archives:
             limit = self.group_config(group).delivery_count_limit
+            dlq = self.group_config(group).dead_letter
             log.warning("%d record(s) of group %s %s-%d reached the delivery count limit (%d) "
-                        "and were archived; they will not be delivered again",
+                        "and were %s; they will not be delivered again",
                         m.delivery_limit_archives - seen_archives, group, topic, p, limit,
+                        "sent to the group's dead-letter topic" if dlq else "archived",
                         extra={"event": "records_archived_at_delivery_limit", "group": group,
                                "topic": topic, "partition": p})
 
@@ -484,7 +494,19 @@ class SharePartitionManager:
                         "in-memory state stands and the next write carries it",
                         write.key.group_id, write.key.partition, result.error.name)
 
+    def source_name(self, key: SharePartitionKey) -> tuple[str, int] | None:
+        """(topic name, partition) of a loaded share-partition."""
+        return self._names.get(key)
+
+    def after_dead_letters(self, sp: SharePartition, write: WriteParams | None) -> None:
+        """Persist the ARCHIVED write of finished dead letters and wake parked fetches."""
+        if write is not None:
+            self._write_later(write)
+        if self._parts.get(sp.key) is sp:
+            self._after(sp)
+
     async def stop(self) -> None:
+        await self._dlq.stop()
         for _deadline, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()

@@ -8,7 +8,8 @@ state machine is small and strict, and every change goes through :func:`check_tr
         |                     |------RELEASE / lock expiry
         |                     |      / member released ---> AVAILABLE, or ARCHIVED at the
         |                     |                             delivery-count limit
-        |                     `------(KIP-1191 DLQ)-------> ARCHIVING --> ARCHIVED
+        |                     `--REJECT / delivery limit, with a dead-letter topic (KIP-1191)
+        |                                                 --> ARCHIVING --DLQ record durable--> ARCHIVED
         `--log start moved / compacted away / aborted txn--> ARCHIVED
 
 Rules:
@@ -20,8 +21,13 @@ Rules:
    ACQUIRED record without a state change, so it is not a transition.
 4. AVAILABLE -> ARCHIVED is legal: records below a moved log start offset, records missing from a
    compacted log and records of aborted transactions are archived without being delivered.
-5. ARCHIVING (3) is reserved for the dead-letter flow of KIP-1191 and is never persisted; only
-   AVAILABLE (0), ACKNOWLEDGED (2) and ARCHIVED (4) are written to the share coordinator.
+5. ARCHIVING (3) is the dead-letter flow of KIP-1191 (broker/share/dead_letter.py): a record
+   rejected or exhausted in a group with ``errors.deadletterqueue.topic.name`` waits there until
+   its dead-letter record is durable on the DLQ topic. It is persisted (as Kafka 4.4 does, state
+   id 3 of the ShareSnapshot/ShareUpdate schema), so a restart finishes the copy; it is not
+   terminal (the SPSO stops at it) but it is *done* for delivery: it is never delivered again and
+   no longer holds its key (``is_done``). AVAILABLE (0), ACKNOWLEDGED (2), ARCHIVING (3) and
+   ARCHIVED (4) are written to the share coordinator; ACQUIRED never is.
 
 The ids are the wire/persisted ids of the ShareSnapshot/ShareUpdate schema.
 """
@@ -46,7 +52,7 @@ class RecordState(IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
-    ARCHIVING = 3  # reserved for KIP-1191 dead-letter copies; not produced yet
+    ARCHIVING = 3  # KIP-1191: waiting for its dead-letter record to be durable
     ARCHIVED = 4
 
     @property
@@ -56,12 +62,19 @@ class RecordState(IntEnum):
 
     @property
     def is_persisted(self) -> bool:
-        """True for the states the share coordinator stores (0, 2, 4)."""
+        """True for the states the share coordinator stores (0, 2, 3, 4)."""
         return self in _PERSISTED
+
+    @property
+    def is_done(self) -> bool:
+        """Never delivered again: terminal, or ARCHIVING (its key is free, rule 5)."""
+        return self in _DONE
 
 
 _TERMINAL = frozenset({RecordState.ACKNOWLEDGED, RecordState.ARCHIVED})
-_PERSISTED = frozenset({RecordState.AVAILABLE, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED})
+_PERSISTED = frozenset({RecordState.AVAILABLE, RecordState.ACKNOWLEDGED, RecordState.ARCHIVING,
+                        RecordState.ARCHIVED})
+_DONE = frozenset({RecordState.ACKNOWLEDGED, RecordState.ARCHIVING, RecordState.ARCHIVED})
 
 #: Every legal (from -> to) move. Anything else is a bug in the caller.
 LEGAL_TRANSITIONS: dict[RecordState, frozenset[RecordState]] = {

@@ -36,6 +36,9 @@ class SharePartitionConfig:
     # Shoal extension (opt-in, share.ordering=key, broker/share/key_order.py): at most one
     # record per key acquired at a time, a key's records in offset order.
     key_ordering: bool = False
+    # KIP-1191 (errors.deadletterqueue.topic.name set, broker/share/dead_letter.py): REJECTed
+    # and delivery-limit records go through ARCHIVING until their dead-letter record is durable.
+    dead_letter: bool = False
 
 
 #: Called on every operation; return the group's current config.
@@ -75,3 +78,9 @@ class ShareMetrics:
     acks: dict[AckType, int] = field(default_factory=dict)
     # Records archived here by REJECT/GAP acknowledgements or at the delivery limit (counter).
     archived_records: int = 0
+    # KIP-1191: records archived once their dead-letter record was durable on the DLQ topic, and
+    # records archived without one (the DLQ topic was missing or not allowed) (counters).
+    dead_lettered_records: int = 0
+    dead_letter_skipped_records: int = 0
+    # Records in ARCHIVING now (gauge): waiting for their dead-letter record.
+    archiving_records: int = 0

@@ -46,9 +46,10 @@ class KeyOrderingMachine(RuleBasedStateMachine):
         locks=st.integers(3, 40),
         opt_in=st.booleans(),
         backoff=st.sampled_from([0, 0, 300, 1_500]),
+        dead_letter=st.booleans(),
     )
     def setup(self, sizes: list[int], key_pool: list[int | None], limit: int, locks: int,
-              opt_in: bool, backoff: int) -> None:
+              opt_in: bool, backoff: int, dead_letter: bool) -> None:
         self.log: list[tuple[int, int]] = []
         pos = 0
         for size in sizes:
@@ -58,7 +59,7 @@ class KeyOrderingMachine(RuleBasedStateMachine):
         self.p, self.cfg = make(
             start=0, key_ordering=True, delivery_count_limit=limit, max_record_locks=locks,
             record_lock_duration_ms=LOCK_MS, count_only_inflight_toward_lock_limit=opt_in,
-            delivery_backoff_ms=backoff,
+            delivery_backoff_ms=backoff, dead_letter=dead_letter,
         )
         self.now = 0
         self.tokens: list[int] = []
@@ -129,6 +130,15 @@ class KeyOrderingMachine(RuleBasedStateMachine):
         while (d := self.p.next_deadline()) is not None and d <= self.now:
             self.persist(self.p.on_timer(self.now))
 
+    @rule(written=st.booleans(), retry=st.booleans())
+    def dead_letters(self, written: bool, retry: bool) -> None:
+        """KIP-1191: the shell writes (or gives up on, or fails) the dead letters handed out."""
+        runs = self.p.take_dead_letters(max_records=4)
+        if retry:
+            self.p.retry_dead_letters(runs)
+        else:
+            self.persist(self.p.complete_dead_letters(runs, self.now, written=written))
+
     @rule(member=st.sampled_from(MEMBERS))
     def leave(self, member: str) -> None:
         self.persist(self.p.release_member(member, self.now))
@@ -165,12 +175,13 @@ class KeyOrderingMachine(RuleBasedStateMachine):
                                        or before.delivery_count != v.delivery_count)
             if not newly or k is None:
                 continue
-            # Every lower record of the key is terminal (or below the SPSO, hence done).
+            # Every lower record of the key is done: terminal, or ARCHIVING (dead-lettered,
+            # never delivered again), or below the SPSO.
             for lower in range(start, o):
                 if self.keys.get(lower) != k:
                     continue
                 lv = snap.get(lower)
-                assert lv is not None and lv.state.is_terminal, (
+                assert lv is not None and lv.state.is_done, (
                     f"key {k}: {o} acquired while {lower} is {lv}")
             order = self.first_order.setdefault(k, [])
             if o not in order:
@@ -189,6 +200,8 @@ class KeyOrderingMachine(RuleBasedStateMachine):
             self.now += LOCK_MS * 2
             while (d := self.p.next_deadline()) is not None and d <= self.now:
                 self.persist(self.p.on_timer(self.now))
+            runs = self.p.take_dead_letters()
+            self.persist(self.p.complete_dead_letters(runs, self.now))
             self.fetch("m1", 12, AcquireMode.RECORD_LIMIT)
             self.ordering()
             held = sorted(o for o, v in self.p.snapshot().items()

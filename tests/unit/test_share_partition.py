@@ -147,7 +147,9 @@ def test_transition_table_matches_the_reference() -> None:
     assert LEGAL_TRANSITIONS[AV] == {AQ, AR}
     assert LEGAL_TRANSITIONS[AQ] == {AV, AK, AR, RecordState.ARCHIVING}
     assert LEGAL_TRANSITIONS[AK] == LEGAL_TRANSITIONS[AR] == frozenset()
-    assert [s for s in RecordState if s.is_persisted] == [AV, AK, AR]
+    # ARCHIVING (3) is persisted as Kafka 4.4 does (KIP-1191 dead letters); ACQUIRED never is.
+    assert [s for s in RecordState if s.is_persisted] == [AV, AK, RecordState.ARCHIVING, AR]
+    assert LEGAL_TRANSITIONS[RecordState.ARCHIVING] == {AR}
     assert check_transition(AV, AQ) is AQ
     for old, new in [(AK, AV), (AR, AQ), (AV, AK), (AQ, AQ), (AV, AV)]:
         with pytest.raises(IllegalTransitionError):
