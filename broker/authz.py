@@ -69,6 +69,10 @@ DeleteTopics (20)          CLUSTER DELETE (quiet), or TOPIC          TAF; an unk
 DeleteRecords (21)         TOPIC DELETE                              TAF per partition, first
 InitProducerId (22)        CLUSTER IDEMPOTENT_WRITE (quiet), or      CAF
                            WRITE on some topic (by resource type)
+TxnOffsetCommit (28)       TRANSACTIONAL_ID WRITE; GROUP READ;       TRANSACTIONAL_ID_AUTHORIZA-
+                           TOPIC READ                                TION_FAILED / GAF per
+                                                                     partition; TAF per partition,
+                                                                     not committed
 DescribeAcls (29)          CLUSTER DESCRIBE                          CAF (SECURITY_DISABLED when
                                                                      authorization is off)
 CreateAcls (30),           CLUSTER ALTER                             CAF per creation / filter
