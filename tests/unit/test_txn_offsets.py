@@ -370,3 +370,36 @@ def test_replay_without_runtime_matches(commit: bool) -> None:
     res = shard.fetch_offsets(G, [(TOPIC, [0])], require_stable=True)
     assert res.partitions[0].offset == (42 if commit else -1)
     assert shard.end_offset == 2
+
+
+# ------------------------------------------------------------------ the service (contract)
+
+
+async def test_service_txn_commit_and_complete_transaction(tmp_path: Path) -> None:
+    """``ShareGroupService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
+    coordinator calls them, over four real partitions, surviving a restart."""
+    from .test_group_runtime_service import CountingPersister, service
+
+    persister = CountingPersister()
+    p0 = parts((0, 40))
+    async with service(tmp_path, persister) as (svc, _logs):
+        partition = svc.partition_for(G)
+        res = await svc.txn_commit_offsets("tx", G, 77, 2, "", -1, None, p0)
+        assert res.partitions == ((TOPIC, 0, NONE),)
+        stable = svc.fetch_offsets(G, [(TOPIC, [0])], require_stable=True)
+        assert stable.partitions[0].error_code == UNSTABLE
+        # Another partition of __consumer_offsets has nothing pending: NONE, nothing changes.
+        other = (partition + 1) % svc.num_partitions
+        assert await svc.complete_transaction(other, 77, 2, 0, True) == NONE
+        assert await svc.complete_transaction(svc.num_partitions, 77, 2, 0, True) == \
+            ErrorCode.not_coordinator
+        assert await svc.complete_transaction(partition, 77, 1, 0, True) == \
+            ErrorCode.invalid_producer_epoch
+        await svc.txn_commit_offsets("tx", G, 78, 0, "", -1, None, parts((1, 50)))
+    async with service(tmp_path, persister) as (svc, _logs):  # pending survives a restart
+        assert svc.fetch_offsets(G, [(TOPIC, [0, 1])], require_stable=True).partitions[0] \
+            .error_code == UNSTABLE
+        assert await svc.complete_transaction(partition, 77, 2, 0, True) == NONE
+        assert await svc.complete_transaction(partition, 78, 0, 0, False) == NONE
+        got = svc.fetch_offsets(G, [(TOPIC, [0, 1])], require_stable=True)
+        assert [(p.offset, p.error_code) for p in got.partitions] == [(40, NONE), (-1, NONE)]
