@@ -5,6 +5,10 @@ Per id, from the committed state (``broker/txn_service.py``): producer id and ep
 timeout, start time (-1 if none) and partitions; TRANSACTIONAL_ID_NOT_FOUND for an unknown id,
 INVALID_REQUEST for an empty one, COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 
+An id that never started a transaction has start time -1, as Kafka sends it. Error entries carry
+start time 0 instead of Kafka's -1 default (clients ignore the fields of an error entry; kio, which
+the project's own tools decode with, refuses negative timestamps).
+
 Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for that id); partitions of topics the principal may not
 DESCRIBE are left out.
@@ -40,7 +44,7 @@ def _state(m: Any, ctx: RequestContext, txn_id: str) -> Any:
     if isinstance(out, ErrorCode):
         return m.TransactionState(error_code=out, transactional_id=txn_id, transaction_state="",
                                   transaction_timeout=datetime.timedelta(0),
-                                  transaction_start_time=_time(-1), producer_id=-1,
+                                  transaction_start_time=_time(0), producer_id=-1,
                                   producer_epoch=-1, topics=())
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(out.partitions):
