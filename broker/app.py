@@ -51,6 +51,7 @@ from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
@@ -86,6 +87,8 @@ class Broker:
         self.logs: LogManager
         self.producers: ProducerStateManager
         self.transactions: TransactionService
+        # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
+        self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
         self._next_pid = 0
         self._pid_limit = 0
@@ -136,6 +139,7 @@ class Broker:
         for topic in self.topics.all():
             self.logs.open_topic(topic)
         self.producers = ProducerStateManager(self.logs, self.config, self.clock)
+        self.txn_log = TransactionalLog(self)
         self._load_producer_ids()
         # Durable share state: the share coordinator over __share_group_state, reached by the
         # share-partition leaders through the persister (a test may inject another persister).
