@@ -396,3 +396,27 @@ def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: P
         assert last_stable_offset(broker.bootstrap, topic) == 4
     finally:
         broker.stop()
+
+
+async def test_aiokafka_transactional_producer_commits_and_aborts(
+        txn_broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    topic = "e2e-aiokafka"
+    create_topic(txn_broker.bootstrap, topic, 1)
+    p = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="e2e-aio")
+    await p.start()
+    try:
+        async with p.transaction():
+            await p.send_and_wait(topic, b"aio-committed", partition=0)
+        with pytest.raises(RuntimeError):
+            async with p.transaction():
+                await p.send_and_wait(topic, b"aio-aborted", partition=0)
+                raise RuntimeError("abort this one")
+    finally:
+        await p.stop()
+    with RawClient(txn_broker.bootstrap) as c:
+        assert wait_state(c, "e2e-aio", "CompleteAbort").transaction_state == "CompleteAbort"
+    # COMMIT marker at 1, ABORT marker at 3: both transactions reached the log and ended there.
+    uncommitted = consume_all(txn_broker.bootstrap, topic, 1, "read_uncommitted", 2)
+    assert [(o, v) for _, o, v in uncommitted] == [(0, b"aio-committed"), (2, b"aio-aborted")]
