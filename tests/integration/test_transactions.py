@@ -61,8 +61,7 @@ def describe(c: RawClient, txn: str) -> Any:
 
 
 def state_of(c: RawClient, txn: str) -> str | None:
-    """The id's state from ListTransactions (DescribeTransactions of an id that never started a
-    transaction carries start time -1, which kio cannot decode)."""
+    """The id's state from ListTransactions."""
     listed = c.call(66, 0, request(66, 0, state_filters=(), producer_id_filters=()))
     states = [t.transaction_state for t in listed.transaction_states if t.transactional_id == txn]
     return states[0] if states else None
