@@ -151,6 +151,7 @@ class Broker:
         self.add_topic_listener(self.share_groups.topics_changed)
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
+        self.cleaner.stable_limit = self.txn_log.cleaner_limit
         if self.config.get("log.cleaner.enable"):
             self.cleaner.start()
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))
