@@ -82,6 +82,10 @@ EndTxn (26)                TRANSACTIONAL_ID WRITE                    TIAF
 WriteTxnMarkers (27)       CLUSTER ALTER (quiet, with an ACL         CAF per partition, nothing
                            authorizer only) or CLUSTER               written
                            CLUSTER_ACTION
+TxnOffsetCommit (28)       TRANSACTIONAL_ID WRITE; GROUP READ;       TRANSACTIONAL_ID_AUTHORIZA-
+                           TOPIC READ                                TION_FAILED / GAF per
+                                                                     partition; TAF per partition,
+                                                                     not committed
 DescribeAcls (29)          CLUSTER DESCRIBE                          CAF (SECURITY_DISABLED when
                                                                      authorization is off)
 CreateAcls (30),           CLUSTER ALTER                             CAF per creation / filter
