@@ -314,6 +314,8 @@ def test_a_killed_producers_transaction_aborts_at_its_timeout_and_the_lso_advanc
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
     assert last_stable_offset(txn_broker.bootstrap, topic) == 0  # held by the open transaction
     with RawClient(txn_broker.bootstrap) as c:
         assert describe(c, "e2e-zombie").transaction_state == "Ongoing"
@@ -419,3 +421,37 @@ async def test_aiokafka_transactional_producer_commits_and_aborts(
     # COMMIT marker at 1, ABORT marker at 3: both transactions reached the log and ended there.
     uncommitted = consume_all(txn_broker.bootstrap, topic, 1, "read_uncommitted", 2)
     assert [(o, v) for _, o, v in uncommitted] == [(0, b"aio-committed"), (2, b"aio-aborted")]
+
+
+def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
+        txn_broker: BrokerProcess) -> None:
+    """Consume-transform-produce: AddOffsetsToTxn + TxnOffsetCommit inside the transaction; the
+    group's committed offset moves only when the transaction commits (the coordinator's marker on
+    ``__consumer_offsets``)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    src, group = "e2e-offsets-src", "e2e-offsets-group"
+    create_topic(txn_broker.bootstrap, src, 1)
+    c = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "group.protocol": "classic",
+                  "session.timeout.ms": 6000})
+    try:
+        c.assign([TopicPartition(src, 0, 0)])
+        p = txn_producer(txn_broker.bootstrap, "e2e-offsets")
+
+        def committed() -> int:
+            return int(c.committed([TopicPartition(src, 0)], timeout=T)[0].offset)
+
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], c.consumer_group_metadata(), T)
+        p.abort_transaction(T)
+        assert committed() < 0  # nothing committed
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 7)], c.consumer_group_metadata(), T)
+        p.commit_transaction(T)
+        deadline = time.monotonic() + 10
+        while committed() != 7:
+            assert time.monotonic() < deadline, "the transactional offset never became committed"
+            time.sleep(0.1)
+    finally:
+        c.close()
