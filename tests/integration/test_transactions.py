@@ -455,3 +455,44 @@ def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
             time.sleep(0.1)
     finally:
         c.close()
+
+
+def test_idle_transactional_ids_expire_and_super_users_may_write_markers(tmp_path: Path) -> None:
+    """``transactional.id.expiration.ms`` removes an idle id; WriteTxnMarkers from a principal
+    with CLUSTER_ACTION (``super.users``) is served per partition, as ``kafka-transactions.sh
+    abort`` uses it: an ABORT marker ends a hanging transaction and the LSO moves past it."""
+    broker = BrokerProcess(tmp_path / "data", {
+        "transactional.id.expiration.ms": "300",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
+        "super.users": "User:ANONYMOUS"})
+    broker.start()
+    try:
+        topic = "e2e-hanging"
+        create_topic(broker.bootstrap, topic, 1)
+        with RawClient(broker.bootstrap) as c:
+            assert init_pid(c, "e2e-idle").error_code == E.none
+            deadline = time.monotonic() + 10
+            while state_of(c, "e2e-idle") is not None:
+                assert time.monotonic() < deadline, "the idle id was never removed"
+                time.sleep(0.05)
+        p = txn_producer(broker.bootstrap, "e2e-hanging")
+        p.begin_transaction()
+        p.produce(topic, b"hanging", partition=0)
+        p.flush(T)
+        assert last_stable_offset(broker.bootstrap, topic) == 0
+        with RawClient(broker.bootstrap) as c:
+            got = describe(c, "e2e-hanging")
+            m = c.request_module(27, 1)
+            resp = c.call(27, 1, request(27, 1, markers=(m.WritableTxnMarker(
+                producer_id=got.producer_id, producer_epoch=got.producer_epoch,
+                transaction_result=False, coordinator_epoch=0,
+                topics=(m.WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),
+                        m.WritableTxnMarkerTopic(name="no-such-topic",
+                                                 partition_indexes=(0,)))),)))
+            assert [(t.name, p.error_code) for mk in resp.markers for t in mk.topics
+                    for p in t.partitions] == [(topic, E.none),
+                                               ("no-such-topic", E.unknown_topic_or_partition)]
+        assert last_stable_offset(broker.bootstrap, topic) == 2
+        assert consume_all(broker.bootstrap, topic, 1, "read_committed") == []
+    finally:
+        broker.stop()
