@@ -461,10 +461,15 @@ def test_idle_transactional_ids_expire_and_super_users_may_write_markers(tmp_pat
     """``transactional.id.expiration.ms`` removes an idle id; WriteTxnMarkers from a principal
     with CLUSTER_ACTION (``super.users``) is served per partition, as ``kafka-transactions.sh
     abort`` uses it: an ABORT marker ends a hanging transaction and the LSO moves past it."""
+    import urllib.request
+
+    from tests.conftest import free_port
+
+    metrics_port = free_port()
     broker = BrokerProcess(tmp_path / "data", {
         "transactional.id.expiration.ms": "300",
         "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
-        "super.users": "User:ANONYMOUS"})
+        "super.users": "User:ANONYMOUS", "metrics.listen": f"127.0.0.1:{metrics_port}"})
     broker.start()
     try:
         topic = "e2e-hanging"
@@ -480,6 +485,10 @@ def test_idle_transactional_ids_expire_and_super_users_may_write_markers(tmp_pat
         p.produce(topic, b"hanging", partition=0)
         p.flush(T)
         assert last_stable_offset(broker.bootstrap, topic) == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+            page = r.read().decode()
+        assert 'shoal_transactions{state="Ongoing"} 1' in page
+        assert "shoal_transaction_markers_pending 0" in page
         with RawClient(broker.bootstrap) as c:
             got = describe(c, "e2e-hanging")
             m = c.request_module(27, 1)
