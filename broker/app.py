@@ -156,6 +156,7 @@ class Broker:
         self.transactions = await open_transactions(self)
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
+        self.cleaner.stable_limit = self.txn_log.cleaner_limit
         if self.config.get("log.cleaner.enable"):
             self.cleaner.start()
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))

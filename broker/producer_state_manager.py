@@ -71,6 +71,10 @@ class ProducerStateManager:
             s = self._states[key] = self._load(topic, partition, lg)
         return s
 
+    def loaded(self, topic: str, partition: int) -> bool:
+        """Whether the partition's state is in memory (``states`` would not read the log)."""
+        return (topic, partition) in self._states
+
     def _load(self, topic: str, partition: int, lg: PartitionLog) -> ProducerStates:
         now = self._clock.now_ms()
         directory = lg.directory

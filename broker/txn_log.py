@@ -24,6 +24,7 @@ Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbort
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,6 +51,33 @@ class TransactionalLog:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # built outside the broker (tests): no cleaner thread to serve
+        self._loading: set[tuple[str, int]] = set()
+
+    def cleaner_limit(self, topic: str, partition: int) -> int | None:
+        """The log cleaner's bound for a partition (called from the cleaner thread): the first
+        offset of its oldest ongoing transaction, None when there is none. While the
+        partition's producer state is not loaded yet the answer is 0 (clean nothing) and a load
+        is scheduled on the event loop, which owns that state."""
+        if self._broker.producers.loaded(topic, partition):
+            lg = self._broker.logs.get(topic, partition)
+            return None if lg is None else lg.first_unstable_offset
+        key = (topic, partition)
+        if self._loop is not None and key not in self._loading:
+            self._loading.add(key)
+            self._loop.call_soon_threadsafe(self._load, key)
+        return 0
+
+    def _load(self, key: tuple[str, int]) -> None:
+        self._loading.discard(key)
+        try:
+            self._broker.producers.states(*key)
+        except OSError as exc:
+            log.warning("%s-%d: loading the producer state for the log cleaner failed: %s",
+                        *key, exc)
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
         """First offset of the oldest ongoing transaction in the partition, else the log end

@@ -17,9 +17,10 @@ a crash, loading finds the transaction still prepared and the markers are writte
 written twice is harmless: the second finds no ongoing transaction there, as in Kafka).
 
 Timers: each Ongoing transaction aborts at start + transaction.timeout.ms (the shard's deadline
-timer, so ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` only bounds nothing
-here); idle ids are removed every ``transaction.remove.expired.transaction.cleanup.interval.ms``
-after ``transactional.id.expiration.ms``.
+timer; Kafka instead looks for timed-out transactions every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``, which is accepted and unused);
+ids idle for ``transactional.id.expiration.ms`` are removed by a sweep every
+``transaction.remove.expired.transaction.cleanup.interval.ms``.
 
 Runtime failures become Kafka's codes as ``TransactionStateManager.appendTransactionToLog`` maps
 them: a storage error is NOT_COORDINATOR (the client finds the coordinator again and retries).
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -78,13 +78,6 @@ class DataMarkerWriter(Protocol):
 OffsetMarkerWriter = Callable[[int, int, int, int, bool], Awaitable[ErrorCode]]
 
 
-@dataclass(frozen=True, slots=True)
-class ListedTransaction:
-    transactional_id: str
-    producer_id: int
-    state: TxnState
-
-
 def _runtime_error(failure: CoordinatorFailure) -> ErrorCode:
     if failure.error in (ErrorCode.kafka_storage_error,):
         return ErrorCode.not_coordinator
@@ -128,7 +121,8 @@ class TransactionService:
         self._warned_no_offsets = False
 
     def _new_shard(self, partition: int) -> TxnShard:
-        return TxnShard(partition, on_prepared=self._on_prepared)
+        return TxnShard(partition, on_prepared=self._on_prepared,
+                        max_record_bytes=int(self._get("message.max.bytes")))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,7 +186,7 @@ class TransactionService:
             return ErrorCode.transactional_id_not_found
         return meta
 
-    def list(self, states: Iterable[TxnState], producer_ids: Iterable[int],
+    def list_transactions(self, states: Iterable[TxnState], producer_ids: Iterable[int],
              min_duration_ms: int = -1) -> list[TxnMetadata] | ErrorCode:
         """ListTransactions (Kafka ``listTransactionStates``): committed states matching every
         filter given (empty filters match all; ``min_duration_ms`` >= 0 keeps transactions
@@ -248,6 +242,11 @@ class TransactionService:
         parts = frozenset(partitions)
         out = await self._write(transactional_id, lambda shard, now: shard.add_partitions(
             transactional_id, producer_id, producer_epoch, parts, now))
+        if out is ErrorCode.unknown_server_error:
+            log.warning("transactional id %s: adding %d partition(s) would make its %s record "
+                        "larger than message.max.bytes; refused (end the transaction sooner or "
+                        "raise message.max.bytes)", transactional_id, len(parts),
+                        TRANSACTION_STATE_TOPIC)
         return out  # type: ignore[no-any-return]
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -311,6 +311,14 @@ CASES: list[Case] = [
                                                              partition_indexes=(0,)),)),)),
      lambda e, r: CAF not in [p.error_code for m in r.markers for t in m.topics
                               for p in t.partitions] or pytest.fail(r)),
+    ("describe_transactions", 65, 0, lambda e: dict(transactional_ids=("tx",)),
+     lambda e, r: _codes(r, "transaction_states") == [
+         ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
+    ("list_transactions", 66, 1, lambda e: dict(state_filters=(), producer_id_filters=(),
+                                                duration_filter=-1),
+     lambda e, r: (r.error_code, "tx-hidden" in {t.transactional_id
+                                                 for t in r.transaction_states}) == (0, False)
+     or pytest.fail(r)),
     ("txn_offset_commit", 28, 3, lambda e: dict(
         transactional_id="tx", group_id=GROUP, producer_id=1, producer_epoch=0,
         generation_id=-1, member_id="", group_instance_id=None, topics=(
@@ -320,14 +328,6 @@ CASES: list[Case] = [
                     committed_metadata=""),)),)),
      lambda e, r: _codes(r, "topics", "partitions") == [
          ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
-    ("describe_transactions", 65, 0, lambda e: dict(transactional_ids=("tx",)),
-     lambda e, r: _codes(r, "transaction_states") == [
-         ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
-    ("list_transactions", 66, 1, lambda e: dict(state_filters=(), producer_id_filters=(),
-                                                duration_filter=-1),
-     lambda e, r: (r.error_code, "tx-hidden" in {t.transactional_id
-                                                 for t in r.transaction_states}) == (0, False)
-     or pytest.fail(r)),
     ("describe_acls", 29, 3, lambda e: dict(
         resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
         principal_filter=None, host_filter=None, operation=1, permission_type=1),
@@ -446,7 +446,14 @@ def test_transaction_checks_behind_an_allowed_transactional_id(env: Env) -> None
     txn = "tx-allowed"
     env.grant(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE)
     env.create_topic("txn-writable")
-    env.grant(ResourceType.TOPIC, "txn-writable", AclOperation.WRITE)
+    writable = env.grant(ResourceType.TOPIC, "txn-writable", AclOperation.WRITE)
+    try:
+        _transaction_checks(env, txn)
+    finally:
+        env.revoke(writable)  # WRITE implies DESCRIBE: later regex tests must not see the topic
+
+
+def _transaction_checks(env: Env, txn: str) -> None:
     init = env.raw(22, 4, transactional_id=txn, transaction_timeout=timedelta(seconds=60))
     assert init.error_code == ErrorCode.none, init
     m = request_module(24, 3)

@@ -8,6 +8,7 @@ leaves: the page cache, nothing that close() does, so no snapshot at the log end
 from __future__ import annotations
 
 import asyncio
+import sys
 import shutil
 import tempfile
 import uuid
@@ -407,3 +408,93 @@ def test_replay_of_any_txn_sequence_matches_the_live_state(ops: list[tuple[str, 
             other = Node.open(Path(tmp) / "data", clock)
         assert _state(other) == live
         other.close()
+
+
+# -- the log cleaner -----------------------------------------------------------------------------
+
+COMPACT = Topic("txc", uuid.UUID(int=8), 1, {"cleanup.policy": "compact",
+                                             "delete.retention.ms": "1000"})
+
+
+def _batches(lg: Any) -> list[tuple[int, int, bool, int, list[tuple[bytes | None, bytes | None]]]]:
+    """(base offset, producer id, control, attributes, [(key, value)]) of every batch."""
+    from tests.unit.test_log_cleaner import decode
+
+    out = []
+    offset = lg.log_start_offset
+    while offset < lg.log_end_offset:
+        r = lg.read(offset, 1 << 20)
+        if not r.data:
+            break
+        for pos, h in iter_batches(r.data):
+            raw = r.data[pos:pos + h.total_size]
+            recs = [(k, v) for _, k, v, _ in decode(raw)]
+            out.append((h.base_offset, h.producer_id, h.is_control, h.attributes, recs))
+        offset = r.next_offset
+    return out
+
+
+def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    from persister.cleaner import clean, cleanable
+
+    monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
+    node = Node.open(tmp_path / "data", clock)
+    lg = node.log
+
+    def put(pid: int, seq: int, recs: list[tuple[bytes, bytes]], txn: bool) -> int:
+        data = make_batch(recs, timestamp_ms=clock.now_ms(),
+                          attributes=TRANSACTIONAL_MASK if txn else 0, producer_id=pid,
+                          producer_epoch=0, base_sequence=seq)
+        out = append_partition(node.broker, COMPACT.name, COMPACT.configs, 0, data,
+                               transactional_id="tx" if txn else None)
+        assert out.error == ErrorCode.none, out
+        return out.base_offset
+
+    put(3, 0, [(b"k3", b"old")], txn=False)  # 0
+    put(1, 0, [(b"k1", b"aborted"), (b"k3", b"aborted")], txn=True)  # 1-2
+    put(2, 0, [(b"k2", b"committed")], txn=True)  # 3
+    assert node.marker(1, 0, commit=False) == ErrorCode.none  # 4
+    assert node.marker(2, 0, commit=True) == ErrorCode.none  # 5
+    for i in range(8):  # fill and roll segments
+        put(5, i, [(b"f%d" % i, b"x" * 150)], txn=False)
+    open_at = put(4, 0, [(b"k4", b"open")], txn=True)  # ongoing, must not be cleaned
+    for i in range(8, 20):
+        put(5, i, [(b"f%d" % i, b"x" * 150)], txn=False)
+    lg.flush()
+    assert lg.segment_count > 3 and lg.first_unstable_offset == open_at
+    assert node.aborted() == [AbortedTxn(1, 1, 4)]
+
+    now = clock.now_ms()
+    assert cleanable(lg, now, 0) is None  # state not loaded yet: nothing
+    c = cleanable(lg, now, lg.first_unstable_offset)
+    assert c is not None and c.first_uncleanable <= open_at  # nothing at or past the open txn
+    clean(c, now, 1 << 20)
+    batches = _batches(lg)
+    by_offset = {b[0]: b for b in batches}
+    assert 1 not in by_offset  # the aborted data is gone ...
+    assert by_offset[0][4] == [(b"k3", b"old")]  # ... and did not hide the older k3
+    assert by_offset[3][4] == [(b"k2", b"committed")]
+    # The ABORT marker stays (with a delete horizon: no data of its transaction is left) and so
+    # does its index entry; the COMMIT marker of a transaction with data stays as it was.
+    assert by_offset[4][2] and by_offset[4][3] & 0x40
+    assert by_offset[5][2] and not by_offset[5][3] & 0x40
+    assert node.aborted() == [AbortedTxn(1, 1, 4)]
+    # On disk: the cleaned segment's index took the entry (LSO 3 then: producer 2 was open).
+    assert txn_index.read_file(txn_index.txn_index_path(lg.directory, 0)) == [(1, 1, 4, 3)]
+    assert open_at in by_offset  # the ongoing transaction's batch is untouched
+
+    # After delete.retention.ms the next pass drops the marker and its index entry.
+    clock.advance(1001)
+    now = clock.now_ms()
+    c = cleanable(lg, now, lg.first_unstable_offset)
+    assert c is not None
+    clean(c, now, 1 << 20)
+    by_offset = {b[0]: b for b in _batches(lg)}
+    assert 4 not in by_offset and 5 in by_offset
+    assert node.aborted() == []
+    # The state survives a restart (the index files were swapped with the segments).
+    node.close()
+    again = Node.open(tmp_path / "data", clock)
+    assert again.aborted() == [] and again.lso() == open_at
+    again.close()

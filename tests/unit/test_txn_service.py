@@ -149,17 +149,17 @@ async def test_list_filters_by_state_producer_and_duration(tmp_path: Path) -> No
         a = await svc.init_producer_id("la", 60_000, None)
         b = await svc.init_producer_id("lb", 60_000, None)
         await svc.add_partitions("la", a.producer_id, 0, [("x", 0)])
-        listed = svc.list([], [])
+        listed = svc.list_transactions([], [])
         assert not isinstance(listed, E)
         assert [(m.transactional_id, m.state) for m in listed] == [
             ("la", TxnState.ONGOING), ("lb", TxnState.EMPTY)]
-        only = svc.list([TxnState.ONGOING], [])
+        only = svc.list_transactions([TxnState.ONGOING], [])
         assert not isinstance(only, E) and [m.transactional_id for m in only] == ["la"]
-        by_pid = svc.list([], [b.producer_id])
+        by_pid = svc.list_transactions([], [b.producer_id])
         assert not isinstance(by_pid, E) and [m.transactional_id for m in by_pid] == ["lb"]
         # Kafka's duration filter: a transaction started within the duration is left out; an id
         # that never started one (start -1) is not (``listTransactionStates``).
-        long_running = svc.list([], [], 60_000)
+        long_running = svc.list_transactions([], [], 60_000)
         assert not isinstance(long_running, E)
         assert [m.transactional_id for m in long_running] == ["lb"]
-        assert svc.list([TxnState.ONGOING], [], 60_000) == []
+        assert svc.list_transactions([TxnState.ONGOING], [], 60_000) == []
