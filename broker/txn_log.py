@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from persister.log import LogClosedError
 from protocol.record_batch import control_batch
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class TransactionalLog:
         data = control_batch(producer_id, producer_epoch, coordinator_epoch, commit, now)
         try:
             offset = lg.append(data, now).base_offset
+        except LogClosedError:
+            return ErrorCode.unknown_topic_or_partition  # deleted meanwhile
         except OSError as exc:  # LogDirOfflineError: the directory is offline now
             log.warning("%s-%d: appending the transaction marker of producer %d failed: %s",
                         topic, partition, producer_id, exc)
