@@ -14,7 +14,12 @@ Snapshots below the log start offset (retention, DeleteRecords) are deleted, exc
 snapshot, which still carries the producers whose batches retention removed.
 
 Invariant: a loaded partition's state reflects every batch below its log end offset; the produce
-handler keeps it so by observing each batch right after appending it, on the event loop.
+handler keeps it so by observing each batch right after appending it, and ``broker/txn_log.py``
+each end-transaction marker, on the event loop. Replay does the same for both: a control batch
+ends its producer's transaction, and an ABORT marker re-enters the segment's aborted-transaction
+index (the entries from the replay start on are dropped first). After a crash the replay starts
+at the newest snapshot at or below where crash recovery began re-reading the log, so every
+segment recovery re-read gets its transaction index rebuilt.
 Snapshot write failures are logged and otherwise ignored (a later replay is just longer).
 """
 
@@ -35,7 +40,6 @@ from persister.producer_snapshot import (
 )
 from persister.segment_log import PartitionLog
 from protocol.record_batch import (
-    BATCH_HEADER_SIZE,
     CONTROL_COMMIT,
     BatchHeader,
     control_type,
@@ -125,7 +129,7 @@ class ProducerStateManager:
         an ABORT re-enters the aborted-transaction index."""
         data = lg.read(h.base_offset, 1).data
         kind = control_type(data)
-        if kind is None or len(data) < BATCH_HEADER_SIZE + 6:
+        if kind is None:
             return  # not a marker Shoal knows (Kafka skips unknown control batches too)
         coordinator_epoch = marker_coordinator_epoch(data)
         done = states.observe_marker(h.producer_id, h.producer_epoch, coordinator_epoch,
