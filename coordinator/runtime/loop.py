@@ -521,7 +521,8 @@ class CoordinatorRuntime(Generic[S]):
         """Take events off the inbox (up to the batch limit) and run their ops in order.
         Returns the events with their responses, and the offset after their records."""
         ran: list[tuple[_Event, list[Any]]] = []
-        while ctx.inbox and offset - ctx.log.log_end_offset < self._max_batch_records:
+        limit = offset + self._max_batch_records
+        while ctx.inbox and offset < limit:
             event = ctx.inbox.popleft()
             if event.admitted:
                 ctx.slots.release()
