@@ -267,3 +267,30 @@ def test_authorization(acl_broker: BrokerProcess) -> None:
         pid, epoch = begin(c, "tx-ok", "g-ok")
         assert txn_commit(c, "g-ok", txn_id="tx-ok", topics=both, pid=pid, epoch=epoch) == [
             ("t-ok", 0, NONE), ("t-denied", 0, ErrorCode.topic_authorization_failed)]
+
+
+def test_aiokafka_sends_offsets_to_its_transaction(txn_broker: BrokerProcess) -> None:
+    """aiokafka 0.14 (TxnOffsetCommit v0): offsets sent in a committed transaction become the
+    group's; in an aborted one they do not."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer, TopicPartition
+
+    group = "txoc-aio"
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="tx-aio")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(TOPIC, b"x", partition=1)
+                await p.send_offsets_to_transaction({TopicPartition(TOPIC, 0): 17}, group)
+            await p.begin_transaction()
+            await p.send_offsets_to_transaction({TopicPartition(TOPIC, 0): 99}, group)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    with RawClient(txn_broker.bootstrap) as c:
+        assert wait_stable(c, group) == [(0, 17, NONE)]
