@@ -147,7 +147,6 @@ class _Batches:
 
     plain: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     done: list[bytes] = field(default_factory=list)
-    records: int = 0
 
     def close_plain(self, now: int) -> None:
         if self.plain:
