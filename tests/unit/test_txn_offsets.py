@@ -140,6 +140,34 @@ async def test_offsets_stay_unstable_until_the_marker_is_durable(tmp_path: Path)
         assert ctx.fetch(0, stable=True) == {0: (10, NONE)}
 
 
+async def test_one_drain_appends_plain_transactional_and_control_batches_in_order(
+        tmp_path: Path) -> None:
+    """Writes queued together go out in one append: consecutive plain records share a batch,
+    a transactional write and a marker get batches of their own, offsets stay dense."""
+    async with runtime(tmp_path / "log") as ctx:
+        await ctx.txn(3, (2, 1))  # something pending for the marker below
+        start = ctx.log.log_end_offset
+        appends = ctx.log.appends
+        results = await asyncio.gather(
+            ctx.plain((0, 5)), ctx.plain((1, 6)), ctx.txn(4, (0, 7), (1, 8)), ctx.plain((2, 9)),
+            ctx.end(3, commit=False), ctx.plain((0, 10)))
+        assert ctx.log.appends == appends + 1
+        assert results[4] == NONE
+        data = ctx.log.read(start, 1 << 20).data
+        layout = [(b.producer_id, b.transactional, b.control, [r[0] for r in b.records])
+                  for b in decode_log_batches(data)]
+        s = start
+        assert layout == [(-1, False, False, [s, s + 1]), (4, True, False, [s + 2, s + 3]),
+                          (-1, False, False, [s + 4]), (3, True, True, [s + 5]),
+                          (-1, False, False, [s + 6])]
+        # Producer 4's offsets pend; producer 3's (partition 2) were aborted.
+        expected = ({0: (-1, UNSTABLE), 1: (-1, UNSTABLE), 2: (9, NONE)},
+                    {0: (10, NONE), 1: (6, NONE), 2: (9, NONE)})
+        assert (ctx.fetch(0, 1, 2, stable=True), ctx.fetch(0, 1, 2)) == expected
+    async with runtime(tmp_path / "log") as again:
+        assert (again.fetch(0, 1, 2, stable=True), again.fetch(0, 1, 2)) == expected
+
+
 async def test_abort_drops_the_pending_offsets(tmp_path: Path) -> None:
     async with runtime(tmp_path / "log") as ctx:
         await ctx.plain((0, 5))
