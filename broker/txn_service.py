@@ -57,6 +57,9 @@ TXN_SEGMENT_BYTES = 1024 * 1024
 MARKER_RETRY_MIN_MS = 50
 MARKER_RETRY_MAX_MS = 5_000
 _EXPIRE_TIMER = "expire-transactional-ids"
+# The __transaction_state key holds the id as an int16-length string (flexible requests can carry
+# longer ones): a longer id is refused up front rather than failing its write.
+MAX_TRANSACTIONAL_ID_BYTES = 0x7FFF
 
 # Marker write answers meaning "try again later" (contract in /work/briefs/txn_api.md, and Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -219,7 +222,7 @@ class TransactionService:
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                expected: tuple[int, int] | None) -> ProducerIdAndEpoch:
         """InitProducerId with a transactional id (the handler has authorized it)."""
-        if not transactional_id:
+        if not transactional_id or len(transactional_id.encode()) > MAX_TRANSACTIONAL_ID_BYTES:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
         if not 0 < timeout_ms <= int(self._get("transaction.max.timeout.ms")):
             return ProducerIdAndEpoch(ErrorCode.invalid_transaction_timeout)

@@ -141,6 +141,7 @@ async def test_timeouts_above_the_maximum_and_empty_ids_are_refused(tmp_path: Pa
         assert (await svc.init_producer_id("t5", 1001, None)).error is E.invalid_transaction_timeout
         assert (await svc.init_producer_id("t5", 0, None)).error is E.invalid_transaction_timeout
         assert (await svc.init_producer_id("", 100, None)).error is E.invalid_request
+        assert (await svc.init_producer_id("x" * 32768, 100, None)).error is E.invalid_request
         assert (await svc.init_producer_id("t5", 1000, None)).error is E.none
 
 
