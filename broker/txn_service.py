@@ -119,6 +119,8 @@ class TransactionService:
             self._new_shard, TxnRecordSerde(), clock_ms=clock_ms, fsync=fsync,
             name="txn-coordinator")
         self._markers: dict[str, asyncio.Task[None]] = {}
+        # Per transaction whose markers are being written: done once they all are.
+        self._written: dict[str, asyncio.Future[None]] = {}
         self._closed = False
         self.load_ms: float | None = None
         self._warned_no_offsets = False
@@ -261,13 +263,22 @@ class TransactionService:
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> ProducerIdAndEpoch:
-        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable (markers follow)."""
+        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable and, Shoal's
+        addition, the markers are written too or ``transaction.end.wait.ms`` has passed (0:
+        answer at once, as Kafka). The markers are local appends, usually done within that wait,
+        so the producer's next transaction does not meet CONCURRENT_TRANSACTIONS and back off."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
         out = await self._write(transactional_id, lambda shard, now: shard.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now))
         if isinstance(out, ErrorCode):
             return ProducerIdAndEpoch(out)
+        wait_ms = int(self._get("transaction.end.wait.ms"))
+        written = self._written.get(transactional_id)
+        if out.error is ErrorCode.none and wait_ms > 0 and written is not None:
+            # Once the markers are written the Complete record is queued on the partition
+            # before this answer goes out, so the next request of the producer sees it.
+            await asyncio.wait([written], timeout=wait_ms / 1000)
         return out  # type: ignore[no-any-return]
 
     async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
@@ -295,13 +306,23 @@ class TransactionService:
         running = self._markers.get(txn_id)
         if running is not None and not running.done():
             return  # the same transaction: the running task completes it
-        task = asyncio.get_running_loop().create_task(
-            self._complete(partition, meta), name=f"txn-markers-{txn_id}")
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[None] = loop.create_future()
+        task = loop.create_task(self._complete(partition, meta, written),
+                                name=f"txn-markers-{txn_id}")
         self._markers[txn_id] = task
-        task.add_done_callback(lambda t, k=txn_id: self._markers.pop(k, None)
-                               if self._markers.get(k) is t else None)
+        self._written[txn_id] = written
+        task.add_done_callback(lambda t, k=txn_id: self._forget(k, t))
 
-    async def _complete(self, partition: int, meta: TxnMetadata) -> None:
+    def _forget(self, txn_id: str, task: asyncio.Task[None]) -> None:
+        if self._markers.get(txn_id) is task:
+            del self._markers[txn_id]
+            written = self._written.pop(txn_id, None)
+            if written is not None and not written.done():
+                written.cancel()
+
+    async def _complete(self, partition: int, meta: TxnMetadata,
+                        written: asyncio.Future[None]) -> None:
         commit = meta.state is TxnState.PREPARE_COMMIT
         pending = set(meta.partitions)
         delay = MARKER_RETRY_MIN_MS
@@ -311,6 +332,8 @@ class TransactionService:
                 done = await asyncio.gather(*(self._marker(tp, meta, commit) for tp in sorted(pending)))
                 pending = {tp for tp, ok in zip(sorted(pending), done, strict=True) if not ok}
             if not pending:
+                if not written.done():
+                    written.set_result(None)
                 out = await self.runtime.write(partition, lambda shard, now: shard.complete(
                     meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, now))
                 if not isinstance(out, CoordinatorFailure):
