@@ -32,6 +32,8 @@ checks, so a refused name reveals nothing):
 API (key)                  Checks                                    Refusal
 =========================  ========================================  ===========================
 Produce (0)                TOPIC WRITE                               TAF per partition, first
+                           with a transactional id: TRANSACTIONAL_   TRANSACTIONAL_ID_AUTHORIZA-
+                           ID WRITE, before the topics               TION_FAILED every partition
 Fetch (1)                  TOPIC READ (a consumer fetch)             TAF per partition, first
 ListOffsets (2)            TOPIC DESCRIBE                            TAF per partition, first
 Metadata (3)               all topics: TOPIC DESCRIBE (quiet)        topic left out

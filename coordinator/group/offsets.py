@@ -217,8 +217,10 @@ class CommittedOffsets:
         (a scan of the partition's offsets; named partitions are looked up one by one). With
         ``require_stable`` a partition with a pending transactional offset answers
         UNSTABLE_OFFSET_COMMIT (Kafka's OffsetFetch v7+)."""
-        if require_stable and self.pending.has_group(group_id):
-            return self._unstable(self.fetch_offsets(group_id, topics), group_id)
+        if require_stable:
+            unstable = self.pending.unstable_keys(group_id)
+            if unstable:
+                return self._unstable(self.fetch_offsets(group_id, topics), unstable)
         out: list[FetchedOffset] = []
         if topics is None:
             items = {k: v for k, v in self.store.committed_items().items()
@@ -238,8 +240,10 @@ class CommittedOffsets:
                         out.append(FetchedOffset(topic, p, -1, -1, ""))
         return OffsetFetchResponse(ErrorCode.none, tuple(out))
 
-    def _unstable(self, res: OffsetFetchResponse, group_id: str) -> OffsetFetchResponse:
-        pending = {(k.topic, k.partition) for k in self.pending.keys(group_id)}
+    @staticmethod
+    def _unstable(res: OffsetFetchResponse,
+                  keys: set[cr.OffsetCommitKey]) -> OffsetFetchResponse:
+        pending = {(k.topic, k.partition) for k in keys}
         return OffsetFetchResponse(res.error_code, tuple(
             FetchedOffset(p.topic, p.partition, -1, -1, "", ErrorCode.unstable_offset_commit)
             if (p.topic, p.partition) in pending else p for p in res.partitions))

@@ -101,6 +101,20 @@ class PendingOffsets:
             out.update(k for k in self.txns[pid].offsets if k.group_id == group_id)
         return out
 
+    def unstable_keys(self, group_id: str) -> set[cr.OffsetCommitKey]:
+        """Partitions of the group that OffsetFetch with RequireStable must call unstable: those
+        pending now, and those pending as of the committed offset (a marker replayed but not yet
+        durable has not made its offsets committed yet)."""
+        out = self.keys(group_id)
+        seen: set[int] = set()
+        for e in self.undo.oldest_first():  # the first entry of a producer: its committed value
+            if e.producer_id in seen:
+                continue
+            seen.add(e.producer_id)
+            if e.before is not None:
+                out.update(k for k in e.before.offsets if k.group_id == group_id)
+        return out
+
     def groups(self) -> set[str]:
         return set(self.by_group)
 

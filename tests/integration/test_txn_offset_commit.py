@@ -1,11 +1,14 @@
-"""TxnOffsetCommit (28) over the wire against a real broker: the member and generation checks of
-v3+ for classic and KIP-848 groups, the v0 form aiokafka sends, unknown topics, offsets pending
-(OffsetFetch with RequireStable answers UNSTABLE_OFFSET_COMMIT, without it the old offset) and
-surviving a SIGKILL of the broker, and authorization with ACLs (WRITE on the transactional id,
-READ on the group, READ per topic)."""
+"""TxnOffsetCommit (28) over the wire against a real broker, inside real transactions
+(InitProducerId, AddOffsetsToTxn, EndTxn): the member and generation checks of v3+ for classic
+and KIP-848 groups, the v0 form aiokafka sends, unknown topics, a group whose offsets partition
+was not added to the transaction, offsets pending (OffsetFetch with RequireStable answers
+UNSTABLE_OFFSET_COMMIT, without it the old offset) until EndTxn commits or aborts them, pending
+offsets surviving a SIGKILL of the broker, and authorization with ACLs (WRITE on the
+transactional id, READ on the group, READ per topic)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,6 +27,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
+from coordinator.group.placement import partition_for_group
 from protocol.messages import make
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
@@ -36,6 +40,7 @@ pytestmark = pytest.mark.timeout(90)
 TOPIC = "txoc"
 NONE = ErrorCode.none
 FAST = {"group.initial.rebalance.delay.ms": "0"}
+OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions (default)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +72,38 @@ def txn_commit(c: RawClient, group: str, *, version: int = 3, member: str = "",
     return [(t.name, p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
 
 
+def begin(c: RawClient, txn_id: str, *groups: str) -> tuple[int, int]:
+    """InitProducerId for ``txn_id``, then AddOffsetsToTxn for each group: (pid, epoch)."""
+    init = c.call(22, 4, request(22, 4, transactional_id=txn_id,
+                                 transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                                 producer_epoch=-1))
+    assert init.error_code == NONE, init
+    for g in groups:
+        added = c.call(25, 3, request(25, 3, transactional_id=txn_id, producer_id=init.producer_id,
+                                      producer_epoch=init.producer_epoch, group_id=g))
+        assert added.error_code == NONE, added
+    return init.producer_id, init.producer_epoch
+
+
+def end(c: RawClient, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
+    resp = c.call(26, 3, request(26, 3, transactional_id=txn_id, producer_id=pid,
+                                 producer_epoch=epoch, committed=commit))
+    assert resp.error_code == NONE, resp
+
+
+def wait_stable(c: RawClient, group: str, timeout: float = 10.0
+                ) -> list[tuple[int, int, ErrorCode]]:
+    """OffsetFetch with RequireStable until no partition is unstable (the markers are written
+    after EndTxn answers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fetch(c, group, stable=True)
+        if all(e != ErrorCode.unstable_offset_commit for _, _, e in got) or \
+                time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
 def fetch(c: RawClient, group: str, stable: bool, partitions: tuple[int, ...] = (0,)
           ) -> list[tuple[int, int, ErrorCode]]:
     m = request_module(9, 7)
@@ -96,32 +133,45 @@ def test_classic_group_member_checks_and_pending_offsets(txn_broker: BrokerProce
         assert joined.error_code == NONE, joined
         member, gen = joined.member_id, joined.generation_id
         assert sync(c, group, member, gen, ((member, b"A"),)).error_code == NONE
-        assert txn_commit(c, group, member="stranger", generation=gen) == [
+        pid, epoch = begin(c, "tx-classic", group, "txoc-nobody")
+        kw: dict[str, Any] = dict(pid=pid, epoch=epoch, txn_id="tx-classic")
+        assert txn_commit(c, group, member="stranger", generation=gen, **kw) == [
             (TOPIC, 0, ErrorCode.unknown_member_id)]
-        assert txn_commit(c, group, member=member, generation=gen + 5) == [
+        assert txn_commit(c, group, member=member, generation=gen + 5, **kw) == [
             (TOPIC, 0, ErrorCode.illegal_generation)]
-        assert txn_commit(c, "txoc-nobody", generation=2) == [
+        assert txn_commit(c, "txoc-nobody", generation=2, **kw) == [
             (TOPIC, 0, ErrorCode.illegal_generation)]
         assert txn_commit(c, group, topics=((TOPIC, 0, 9), (TOPIC, 7, 9), ("txoc-none", 0, 9)),
-                          member=member, generation=gen) == [
+                          member=member, generation=gen, **kw) == [
             (TOPIC, 0, NONE), (TOPIC, 7, ErrorCode.unknown_topic_or_partition),
             ("txoc-none", 0, ErrorCode.unknown_topic_or_partition)]
         # Pending until the transaction ends: read_committed consumers are told to retry.
         assert fetch(c, group, stable=True) == [(0, -1, ErrorCode.unstable_offset_commit)]
         assert fetch(c, group, stable=False) == [(0, 3, NONE)]
-        # An older epoch of the same producer is fenced.
-        assert txn_commit(c, group, member=member, generation=gen, epoch=0) == [
-            (TOPIC, 0, NONE)]
-        assert txn_commit(c, group, pid=1001, epoch=5, member=member, generation=gen) == [
-            (TOPIC, 0, NONE)]
-        assert txn_commit(c, group, pid=1001, epoch=4, member=member, generation=gen) == [
-            (TOPIC, 0, ErrorCode.invalid_producer_epoch)]
         # DeleteGroups refuses a group with pending transactional offsets.
         assert c.call(13, 5, request(13, 5, group_id=group, members=(
             request_module(13, 5).MemberIdentity(member_id=member, group_instance_id=None,
                                                  reason=None),))).error_code == NONE
         deleted = c.call(42, 2, request(42, 2, groups_names=(group,)))
         assert deleted.results[0].error_code == ErrorCode.non_empty_group
+        # A group whose offsets partition is not in the transaction is refused.
+        added = {partition_for_group(g, OFFSETS_PARTITIONS) for g in (group, "txoc-nobody")}
+        other = next(f"txoc-not-added-{i}" for i in range(1000)
+                     if partition_for_group(f"txoc-not-added-{i}", OFFSETS_PARTITIONS) not in added)
+        assert txn_commit(c, other, **kw)[0][2] == ErrorCode.transaction_abortable
+        # EndTxn commits them: the offset becomes the group's committed offset.
+        end(c, "tx-classic", pid, epoch, commit=True)
+        assert wait_stable(c, group) == [(0, 9, NONE)]
+        # A re-initialized producer fences the old epoch; an aborted transaction drops them.
+        pid2, epoch2 = begin(c, "tx-classic", group)
+        assert txn_commit(c, group, **kw)[0][2] in (ErrorCode.producer_fenced,
+                                                   ErrorCode.invalid_producer_epoch)
+        assert txn_commit(c, group, pid=pid2, epoch=epoch2, txn_id="tx-classic",
+                          topics=((TOPIC, 0, 50),)) == [(TOPIC, 0, NONE)]
+        end(c, "tx-classic", pid2, epoch2, commit=False)
+        assert wait_stable(c, group) == [(0, 9, NONE)]
+        deleted = c.call(42, 2, request(42, 2, groups_names=(group,)))
+        assert deleted.results[0].error_code == NONE
 
 
 def test_v0_without_member_fields_and_pending_offsets_survive_a_kill(tmp_path: Path) -> None:
@@ -133,8 +183,9 @@ def test_v0_without_member_fields_and_pending_offsets_survive_a_kill(tmp_path: P
         create_topic(b.bootstrap, TOPIC, partitions=1)
         with RawClient(b.bootstrap) as c:
             plain_commit(c, "txoc-v0", 2)
-            assert txn_commit(c, "txoc-v0", version=0, topics=((TOPIC, 0, 11),)) == [
-                (TOPIC, 0, NONE)]
+            pid, epoch = begin(c, "tx-v0", "txoc-v0")
+            assert txn_commit(c, "txoc-v0", version=0, topics=((TOPIC, 0, 11),), pid=pid,
+                              epoch=epoch, txn_id="tx-v0") == [(TOPIC, 0, NONE)]
             assert fetch(c, "txoc-v0", stable=True) == [(0, -1, ErrorCode.unstable_offset_commit)]
         b.kill()
         b.start()
@@ -143,6 +194,9 @@ def test_v0_without_member_fields_and_pending_offsets_survive_a_kill(tmp_path: P
             assert fetch(c, "txoc-v0", stable=False) == [(0, 2, NONE)]
             listed = c.call(16, 4, request(16, 4, states_filter=()))
             assert "txoc-v0" in {g.group_id for g in listed.groups}
+            # The restarted transaction coordinator finishes the transaction.
+            end(c, "tx-v0", pid, epoch, commit=True)
+            assert wait_stable(c, "txoc-v0") == [(0, 11, NONE)]
     finally:
         b.stop()
 
@@ -155,12 +209,14 @@ def test_consumer_group_member_epoch_checks(txn_broker: BrokerProcess) -> None:
                                    subscribed_topic_names=(TOPIC,), topic_partitions=()))
         assert hb.error_code == NONE, hb
         member, epoch = hb.member_id, hb.member_epoch
-        assert txn_commit(c, group, version=4, member=member, generation=epoch + 3) == [
+        pid, pepoch = begin(c, "tx-848", group)
+        kw: dict[str, Any] = dict(pid=pid, epoch=pepoch, txn_id="tx-848")
+        assert txn_commit(c, group, version=4, member=member, generation=epoch + 3, **kw) == [
             (TOPIC, 0, ErrorCode.illegal_generation)]
-        assert txn_commit(c, group, version=4, member="nobody", generation=epoch) == [
+        assert txn_commit(c, group, version=4, member="nobody", generation=epoch, **kw) == [
             (TOPIC, 0, ErrorCode.unknown_member_id)]
-        assert txn_commit(c, group, version=4) == [(TOPIC, 0, ErrorCode.unknown_member_id)]
-        assert txn_commit(c, group, version=5, member=member, generation=epoch) == [
+        assert txn_commit(c, group, version=4, **kw) == [(TOPIC, 0, ErrorCode.unknown_member_id)]
+        assert txn_commit(c, group, version=5, member=member, generation=epoch, **kw) == [
             (TOPIC, 0, NONE)]
         assert fetch(c, group, stable=True) == [(0, -1, ErrorCode.unstable_offset_commit)]
 
@@ -184,6 +240,8 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
                     operation_timeout=10)["t-ok"].result(timeout=10)
     acls = [AclBinding(ResourceType.TRANSACTIONAL_ID, "tx-ok", LITERAL, ANON, "*",
                        AclOperation.WRITE, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.TRANSACTIONAL_ID, "tx-ok", LITERAL, ANON, "*",
+                       AclOperation.DESCRIBE, AclPermissionType.ALLOW),
             AclBinding(ResourceType.GROUP, "g-ok", LITERAL, ANON, "*", AclOperation.READ,
                        AclPermissionType.ALLOW),
             AclBinding(ResourceType.TOPIC, "t-ok", LITERAL, ANON, "*", AclOperation.READ,
@@ -206,5 +264,6 @@ def test_authorization(acl_broker: BrokerProcess) -> None:
         gaf = ErrorCode.group_authorization_failed
         assert txn_commit(c, "g-no", txn_id="tx-ok", topics=both) == [
             ("t-ok", 0, gaf), ("t-denied", 0, gaf)]
-        assert txn_commit(c, "g-ok", txn_id="tx-ok", topics=both) == [
+        pid, epoch = begin(c, "tx-ok", "g-ok")
+        assert txn_commit(c, "g-ok", txn_id="tx-ok", topics=both, pid=pid, epoch=epoch) == [
             ("t-ok", 0, NONE), ("t-denied", 0, ErrorCode.topic_authorization_failed)]

@@ -2,14 +2,15 @@
 transactional and control batches, Fetch and ListOffsets with both isolation levels.
 
 The transaction coordinator (InitProducerId with a transactional id, EndTxn, markers over the
-wire) is t-coord's; here producer ids come from idempotent InitProducerId, and the markers of the
-restart test are written into the data directory by ``TransactionalLog`` while the broker is down,
-then read by the real broker.
+wire) is t-coord's: without it producer ids come from idempotent InitProducerId (with it, from the
+Kafka flow), and the markers of the restart test are written into the data directory by
+``TransactionalLog`` while the broker is down, then read by the real broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,6 +70,40 @@ def _fetch(c: RawClient, topic: str, offset: int, isolation: int) -> Any:
     return c.call(1, FETCH_V, body).responses[0].partitions[0]
 
 
+def _transactional_producer(c: RawClient, txn_id: str, topic: str) -> tuple[int, int]:
+    """A producer id whose transactional batches ``topic``-0 takes. With a transaction
+    coordinator (AddPartitionsToTxn advertised) the Kafka flow: InitProducerId with the
+    transactional id, then AddPartitionsToTxn; without one an idempotent producer id (the log
+    side accepts it unasked)."""
+    versions = c.call(18, 3, request(18, 3, client_software_name="t",
+                                     client_software_version="1"))
+    if 24 not in {k.api_key for k in versions.api_keys}:
+        return init_producer_id(c)
+    deadline = time.monotonic() + 20
+    while True:
+        r = c.call(22, 4, request(22, 4, transactional_id=txn_id,
+                                  transaction_timeout=timedelta(seconds=60), producer_id=-1,
+                                  producer_epoch=-1))
+        if r.error_code == ErrorCode.none or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # coordinator loading
+    assert r.error_code == ErrorCode.none, r
+    pid, epoch = int(r.producer_id), int(r.producer_epoch)
+    m = c.request_module(24, 3)
+    while True:
+        a = c.call(24, 3, request(24, 3, v3_and_below_transactional_id=txn_id,
+                                  v3_and_below_producer_id=pid,
+                                  v3_and_below_producer_epoch=epoch,
+                                  v3_and_below_topics=(m.AddPartitionsToTxnTopic(
+                                      name=topic, partitions=(0,)),)))
+        code = a.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        if code == ErrorCode.none or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # CONCURRENT_TRANSACTIONS and the like
+    assert code == ErrorCode.none, a
+    return pid, epoch
+
+
 def _bases(records: bytes | None) -> list[tuple[int, bool]]:
     return [(h.base_offset, h.is_control) for _, h in iter_batches(records or b"")]
 
@@ -85,10 +120,11 @@ def test_produce_refuses_client_control_batches_and_fetch_stops_at_the_lso(broke
     topic = f"txw-{unique}"
     create_topic(broker.bootstrap, topic)
     with RawClient(broker.bootstrap) as c:
-        pid, epoch = init_producer_id(c)
+        pid, epoch = _transactional_producer(c, f"tx-{unique}", topic)
         other, other_epoch = init_producer_id(c)
         # A marker from a client: INVALID_RECORD, nothing appended.
-        r = _produce(c, topic, control_batch(pid, epoch, 0, True, SystemClock().now_ms()), "tx")
+        txn_id = f"tx-{unique}"
+        r = _produce(c, topic, control_batch(pid, epoch, 0, True, SystemClock().now_ms()), txn_id)
         assert r.error_code == ErrorCode.invalid_record, r
         # A transactional batch needs the request's transactional id.
         r = _produce(c, topic, _batch(pid, epoch, 0, 2, txn=True))
@@ -96,12 +132,12 @@ def test_produce_refuses_client_control_batches_and_fetch_stops_at_the_lso(broke
         assert _latest(c, topic, 0) == 0
         t0 = SystemClock().now_ms() - 60_000
         assert _produce(c, topic, _batch(other, other_epoch, 0, 2, False, t0)).base_offset == 0
-        r = _produce(c, topic, _batch(pid, epoch, 0, 3, True, t0 + 1000), "tx")  # txn at 2-4
+        r = _produce(c, topic, _batch(pid, epoch, 0, 3, True, t0 + 1000), txn_id)  # txn: 2-4
         assert (r.error_code, r.base_offset) == (ErrorCode.none, 2), r
         r = _produce(c, topic, _batch(other, other_epoch, 2, 1, False, t0 + 2000))
         assert r.base_offset == 5
         # A retried transactional batch is a duplicate (idempotence rules still apply).
-        r = _produce(c, topic, _batch(pid, epoch, 0, 3, True, t0 + 1000), "tx")
+        r = _produce(c, topic, _batch(pid, epoch, 0, 3, True, t0 + 1000), txn_id)
         assert (r.error_code, r.base_offset) == (ErrorCode.none, 2), r
         # A plain batch of the producer inside its transaction: INVALID_TXN_STATE.
         r = _produce(c, topic, _batch(pid, epoch, 3, 1, txn=False))

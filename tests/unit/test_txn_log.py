@@ -434,12 +434,9 @@ def _batches(lg: Any) -> list[tuple[int, int, bool, int, list[tuple[bytes | None
     return out
 
 
-def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
-        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    from persister.cleaner import clean, cleanable
-
-    monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
-    node = Node.open(tmp_path / "data", clock)
+def _compact_scenario(node: Node, clock: FakeClock) -> int:
+    """An aborted and a committed transaction, then fillers over several segments with an open
+    transaction among them (returned: its offset). Flushed, so the sealed part is cleanable."""
     lg = node.log
 
     def put(pid: int, seq: int, recs: list[tuple[bytes, bytes]], txn: bool) -> int:
@@ -464,6 +461,17 @@ def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
     lg.flush()
     assert lg.segment_count > 3 and lg.first_unstable_offset == open_at
     assert node.aborted() == [AbortedTxn(1, 1, 4)]
+    return open_at
+
+
+def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    from persister.cleaner import clean, cleanable
+
+    monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
+    node = Node.open(tmp_path / "data", clock)
+    lg = node.log
+    open_at = _compact_scenario(node, clock)
 
     now = clock.now_ms()
     assert cleanable(lg, now, 0) is None  # state not loaded yet: nothing
@@ -498,3 +506,81 @@ def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
     again = Node.open(tmp_path / "data", clock)
     assert again.aborted() == [] and again.lso() == open_at
     again.close()
+
+
+@pytest.mark.parametrize("stage", ["cleaned", "committed", "installed"])
+def test_a_crash_during_a_cleaned_swap_keeps_the_txn_index(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    from persister.cleaner import clean, cleanable
+
+    monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
+    node = Node.open(tmp_path / "data", clock)
+    open_at = _compact_scenario(node, clock)
+
+    class Crash(Exception):
+        pass
+
+    def fault(s: str) -> None:
+        if s == stage:
+            raise Crash(s)
+
+    node.log.swap_fault = fault
+    c = cleanable(node.log, clock.now_ms(), node.log.first_unstable_offset)
+    assert c is not None
+    with pytest.raises(Crash):
+        clean(c, clock.now_ms(), 1 << 20)
+    crashed = Node.open(node.crash_copy(tmp_path / "crashed"), clock)
+    part = partition_dir(tmp_path / "crashed", COMPACT.name, 0)
+    assert not [n.name for n in part.iterdir() if n.name.endswith((".cleaned", ".swap",
+                                                                   ".deleted"))]
+    # Swapped in or not, the aborted transaction is still indexed (its marker is kept) ...
+    assert crashed.aborted() == [AbortedTxn(1, 1, 4)] and crashed.lso() == open_at
+    assert txn_index.read_file(txn_index.txn_index_path(part, 0)) == [(1, 1, 4, 3)]
+    # ... and a later pass finishes the job.
+    clock.advance(1001)
+    c = cleanable(crashed.log, clock.now_ms(), crashed.log.first_unstable_offset)
+    assert c is not None
+    clean(c, clock.now_ms(), 1 << 20)
+    clock.advance(1001)
+    c = cleanable(crashed.log, clock.now_ms(), crashed.log.first_unstable_offset)
+    assert c is not None
+    clean(c, clock.now_ms(), 1 << 20)
+    assert crashed.aborted() == []
+    node.close()
+    crashed.close()
+
+
+def test_an_aborted_txn_begun_below_the_log_start_keeps_its_entry_through_a_replay(
+        tmp_path: Path, clock: FakeClock) -> None:
+    node = Node.open(tmp_path / "data", clock)
+    assert node.produce(1, 0, 0) == (ErrorCode.none, 0)
+    seq = 0
+    while node.log.segment_count < 4:
+        assert node.produce(9, 0, seq, txn=False)[0] == ErrorCode.none
+        seq += 2
+    assert node.marker(1, 0, commit=False) == ErrorCode.none
+    marker = node.log.log_end_offset - 1
+    node.log.delete_records_before(node.log._segments[1].base_offset)  # noqa: SLF001
+    assert node.aborted(node.log.log_start_offset) == [AbortedTxn(1, 0, marker)]
+    copy = node.crash_copy(tmp_path / "crashed")
+    part = partition_dir(copy, TOPIC.name, 0)
+    for snap in part.glob("*.snapshot"):
+        snap.unlink()  # no state knows where the transaction began
+    (part / "recovery-point.checkpoint").unlink(missing_ok=True)
+    crashed = Node.open(copy, clock)
+    assert crashed.aborted(crashed.log.log_start_offset) == [AbortedTxn(1, 0, marker)]
+    node.close()
+    crashed.close()
+
+
+def test_the_lso_never_falls_below_the_log_start(tmp_path: Path, clock: FakeClock) -> None:
+    node = Node.open(tmp_path / "data", clock)
+    assert node.produce(1, 0, 0) == (ErrorCode.none, 0)  # open transaction from 0
+    seq = 0
+    while node.log.segment_count < 3:
+        assert node.produce(9, 0, seq, txn=False)[0] == ErrorCode.none
+        seq += 2
+    assert node.lso() == 0
+    start = node.log.delete_records_before(node.log._segments[1].base_offset)  # noqa: SLF001
+    assert start > 0 and node.lso() == start
+    node.close()

@@ -122,6 +122,24 @@ async def test_offsets_pend_until_the_commit_marker(tmp_path: Path) -> None:
         assert again.fetch(0, 1, stable=True) == {0: (10, NONE), 1: (11, NONE)}
 
 
+async def test_offsets_stay_unstable_until_the_marker_is_durable(tmp_path: Path) -> None:
+    """Between the marker's replay and its fsync the committed view still has the old offset,
+    so a RequireStable fetch must still say unstable (not answer the old offset as stable)."""
+    async with runtime(tmp_path / "log") as ctx:
+        await ctx.plain((0, 5))
+        await ctx.txn(1, (0, 10))
+        ctx.log.hold_flushes()
+        ending = asyncio.get_running_loop().create_task(ctx.end(1, commit=True))
+        assert ctx.log.flush_started is not None
+        await asyncio.wait_for(ctx.log.flush_started.wait(), 5)
+        assert not ctx.shard.classic.pending.txns  # replayed, not yet durable
+        assert ctx.fetch(0, stable=True) == {0: (-1, UNSTABLE)}
+        assert ctx.fetch(0) == {0: (5, NONE)}
+        ctx.log.release_flushes()
+        assert await ending == NONE
+        assert ctx.fetch(0, stable=True) == {0: (10, NONE)}
+
+
 async def test_abort_drops_the_pending_offsets(tmp_path: Path) -> None:
     async with runtime(tmp_path / "log") as ctx:
         await ctx.plain((0, 5))
