@@ -121,6 +121,7 @@ class TransactionService:
         self._markers: dict[str, asyncio.Task[None]] = {}
         # Per transaction whose markers are being written: done once they all are.
         self._written: dict[str, asyncio.Future[None]] = {}
+        self._marking: dict[str, TxnMetadata] = {}  # the transaction each task completes
         self._closed = False
         self.load_ms: float | None = None
         self._warned_no_offsets = False
@@ -304,25 +305,33 @@ class TransactionService:
             return
         txn_id = meta.transactional_id
         running = self._markers.get(txn_id)
-        if running is not None and not running.done():
+        if running is not None and running.done():
+            running = None
+        if running is not None and self._marking.get(txn_id) == meta:
             return  # the same transaction: the running task completes it
         loop = asyncio.get_running_loop()
         written: asyncio.Future[None] = loop.create_future()
-        task = loop.create_task(self._complete(partition, meta, written),
+        # The previous transaction's task may still be waiting for its Complete record to
+        # commit (the next Prepare can commit in the same fsync): this one runs after it.
+        task = loop.create_task(self._complete(partition, meta, written, after=running),
                                 name=f"txn-markers-{txn_id}")
         self._markers[txn_id] = task
+        self._marking[txn_id] = meta
         self._written[txn_id] = written
         task.add_done_callback(lambda t, k=txn_id: self._forget(k, t))
 
     def _forget(self, txn_id: str, task: asyncio.Task[None]) -> None:
         if self._markers.get(txn_id) is task:
             del self._markers[txn_id]
+            self._marking.pop(txn_id, None)
             written = self._written.pop(txn_id, None)
             if written is not None and not written.done():
                 written.cancel()
 
-    async def _complete(self, partition: int, meta: TxnMetadata,
-                        written: asyncio.Future[None]) -> None:
+    async def _complete(self, partition: int, meta: TxnMetadata, written: asyncio.Future[None],
+                        after: asyncio.Task[None] | None = None) -> None:
+        if after is not None:
+            await asyncio.wait([after])
         commit = meta.state is TxnState.PREPARE_COMMIT
         pending = set(meta.partitions)
         delay = MARKER_RETRY_MIN_MS

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode as E
 from broker.config import BrokerConfig
 from broker.txn_service import CONSUMER_OFFSETS_TOPIC, TransactionService
 from coordinator.group.placement import partition_for_group
-from coordinator.txn.metadata import TxnState
+from coordinator.txn.metadata import TxnMetadata, TxnState
 from persister.segment_log import LogConfig, PartitionLog
 
 PARTITIONS = 3
@@ -178,3 +178,26 @@ async def test_endtxn_waits_for_the_markers_so_the_next_transaction_is_not_refus
         assert len(markers.written) == 2
         assert await svc.add_partitions("t6", out.producer_id, 0, [("a", 0)]) is E.none
         assert state(svc, "t6") is TxnState.ONGOING
+
+
+async def test_a_prepare_reported_while_the_previous_task_completes_still_gets_its_markers(
+        tmp_path: Path) -> None:
+    """The next transaction's Prepare can commit before the previous marker task has finished
+    (it still awaits its Complete record): its markers are written after that task, not lost."""
+    markers = FakeMarkers()
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 0}) as svc:
+        out = await svc.init_producer_id("t7", 60_000, None)
+        pid = out.producer_id
+        shard = svc.runtime.shard(svc.partition_for("t7"))
+        assert shard is not None
+        first = TxnMetadata("t7", pid, 0, 60_000, TxnState.PREPARE_COMMIT,
+                            frozenset({("a", 0)}), 1, 1)
+        second = TxnMetadata("t7", pid, 0, 60_000, TxnState.PREPARE_ABORT,
+                             frozenset({("b", 0)}), 2, 2)
+        markers.gate = asyncio.Event()
+        svc._on_prepared(shard.partition, first)
+        svc._on_prepared(shard.partition, second)
+        svc._on_prepared(shard.partition, second)  # reported twice: written once
+        markers.gate.set()
+        await until(lambda: svc.markers_pending() == 0)
+        assert markers.written == [("a", 0, pid, 0, True), ("b", 0, pid, 0, False)]
