@@ -416,6 +416,9 @@ def ensure_txn_topic(broker: Broker) -> Topic:
     topic = broker.topics.get(TRANSACTION_STATE_TOPIC)
     if topic is None:
         return broker.create_topic(TRANSACTION_STATE_TOPIC, partitions, wanted)
+    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
+    if missing:
+        broker.set_topic_configs(TRANSACTION_STATE_TOPIC, {**topic.configs, **missing})
     if topic.partitions != partitions:
         log.warning("%s has %d partitions; transaction.state.log.num.partitions=%d is ignored "
                     "(placement depends on the existing count)", TRANSACTION_STATE_TOPIC,
