@@ -401,7 +401,8 @@ def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: P
 
 async def test_aiokafka_transactional_producer_commits_and_aborts(
         txn_broker: BrokerProcess) -> None:
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
 
     topic = "e2e-aiokafka"
     create_topic(txn_broker.bootstrap, topic, 1)
@@ -410,6 +411,8 @@ async def test_aiokafka_transactional_producer_commits_and_aborts(
     try:
         async with p.transaction():
             await p.send_and_wait(topic, b"aio-committed", partition=0)
+            # AddOffsetsToTxn v0 + TxnOffsetCommit v0: committed with the transaction.
+            await p.send_offsets_to_transaction({AioTopicPartition(topic, 0): 1}, "e2e-aio-group")
         with pytest.raises(RuntimeError):
             async with p.transaction():
                 await p.send_and_wait(topic, b"aio-aborted", partition=0)
@@ -421,6 +424,13 @@ async def test_aiokafka_transactional_producer_commits_and_aborts(
     # COMMIT marker at 1, ABORT marker at 3: both transactions reached the log and ended there.
     uncommitted = consume_all(txn_broker.bootstrap, topic, 1, "read_uncommitted", 2)
     assert [(o, v) for _, o, v in uncommitted] == [(0, b"aio-committed"), (2, b"aio-aborted")]
+    c = AIOKafkaConsumer(bootstrap_servers=txn_broker.bootstrap, group_id="e2e-aio-group",
+                         enable_auto_commit=False)
+    await c.start()
+    try:
+        assert await c.committed(AioTopicPartition(topic, 0)) == 1
+    finally:
+        await c.stop()
 
 
 def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
