@@ -2,8 +2,10 @@
 
 Filters, as Kafka's ``listTransactionStates``: state names (unknown names are echoed in
 ``unknown_state_filters`` and match nothing), producer ids, v1+ a duration (transactions running
-longer than it), v2+ a transactional id pattern (a Java-style regular expression matched against
-the whole id; an invalid one gets INVALID_REQUEST). Empty filters match everything; ids in the
+longer than it), v2+ a transactional id pattern (a regular expression matched against the whole id;
+an invalid one gets INVALID_REQUEST). The pattern comes from a client and is matched against every
+id, so it is compiled by RE2 with the bounds of the consumer-group topic regexes
+(``coordinator/group/topic_regex.py``): matching stays linear whatever the pattern. Empty filters match everything; ids in the
 transient Dead state are never listed. COORDINATOR_LOAD_IN_PROGRESS while a partition loads.
 
 Authorization (``broker/authz.py``), as Kafka: ids the principal may not DESCRIBE are left out
@@ -12,7 +14,6 @@ Authorization (``broker/authz.py``), as Kafka: ids the principal may not DESCRIB
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from coordinator.group.topic_regex import InvalidTopicRegex, compile_topic_regex
 from coordinator.txn.metadata import TxnState
 from protocol.codec import response_module
 from protocol.messages import make
@@ -36,8 +38,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     regex = None
     if pattern:
         try:
-            regex = re.compile(pattern)
-        except (re.error, RecursionError):
+            regex = compile_topic_regex(pattern)
+        except InvalidTopicRegex:
             return make(m.ListTransactionsResponse, throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.invalid_request, unknown_state_filters=unknown,
                         transaction_states=())
@@ -50,7 +52,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         return make(m.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=listed,
                     unknown_state_filters=unknown, transaction_states=())
     if regex is not None:
-        listed = [t for t in listed if regex.fullmatch(t.transactional_id)]
+        listed = [t for t in listed if regex.matches(t.transactional_id)]
     hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                         [t.transactional_id for t in listed], audit=False)
     return make(m.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,

@@ -185,6 +185,19 @@ def test_describe_and_list_transactions(txn_broker: BrokerProcess) -> None:
                                            duration_filter=-1,
                                            transactional_id_pattern="raw-desc.*"))
         assert [t.transactional_id for t in by_pattern.transaction_states] == ["raw-describe"]
+
+        def list_by(pattern: str) -> Any:
+            return c.call(66, 2, request(66, 2, state_filters=(), producer_id_filters=(),
+                                         duration_filter=-1, transactional_id_pattern=pattern))
+
+        # A lookahead is no RE2 syntax: refused, the broker keeps serving.
+        assert list_by("raw(?=-describe)").error_code == E.invalid_request
+        # A pattern that backtracks exponentially in Python's re is matched in linear time.
+        long_id = "a" * 40 + "!"
+        init_pid(c, long_id, 45_000)
+        started = time.monotonic()
+        assert list_by("(a+)+$").transaction_states == ()
+        assert time.monotonic() - started < 2
         end_txn(c, "raw-describe", p.producer_id, 0, False)
 
 
