@@ -211,33 +211,16 @@ def decode_log_batches(data: bytes | bytearray | memoryview, *,
 def decode_batches(
     data: bytes | bytearray | memoryview, *, check_crc: bool = True
 ) -> Iterator[tuple[int, bytes, bytes | None]]:
-    """Yield ``(offset, key, value)`` for every record of the whole batches in ``data``.
+    """Yield ``(offset, key, value)`` for every record of the whole non-control batches in
+    ``data``.
 
     Raises:
         CorruptRecordError: a batch is truncated, fails its CRC, is compressed, or a record does
             not parse (nothing of that batch is yielded after the bad record).
     """
-    buf = bytes(data)
-    end = len(buf)
-    pos = 0
-    unpack = HEADER_STRUCT.unpack_from
-    while pos < end:
-        if end - pos < BATCH_HEADER_SIZE:
-            raise CorruptRecordError(f"truncated batch header at position {pos}")
-        h = unpack(buf, pos)
-        size = h[1] + LOG_OVERHEAD
-        if h[3] != MAGIC_V2 or h[1] < MIN_BATCH_LENGTH or pos + size > end:
-            raise CorruptRecordError(f"malformed batch at position {pos}")
-        if check_crc and crc32c.crc32c(buf[pos + ATTRIBUTES_OFFSET : pos + size]) != h[4]:
-            raise CorruptRecordError(f"CRC mismatch in batch at position {pos}")
-        attributes = h[5]
-        if attributes & CONTROL_MASK:
-            pos += size
-            continue
-        if attributes & COMPRESSION_MASK:
-            raise CorruptRecordError("compressed coordinator batches are not supported")
-        yield from _records(buf, pos + BATCH_HEADER_SIZE, pos + size, h[0], h[12])
-        pos += size
+    for batch in decode_log_batches(data, check_crc=check_crc):
+        if not batch.control:
+            yield from batch.records
 
 
 def _records(
