@@ -367,10 +367,21 @@ class Broker:
         self.check_partition_budget(partitions)
         return self.create_topic(name, partitions)
 
-    def ensure_internal_topic(self, name: str, partitions: int) -> Topic:
+    def ensure_internal_topic(self, name: str, partitions_config: str,
+                              configs: dict[str, Any]) -> Topic:
+        """A coordinator's internal topic, created with the count of ``partitions_config`` and
+        ``configs`` if missing. An existing topic keeps its partition count (placement depends on
+        it; a differing setting is logged) and gets whichever of ``configs`` it lacks."""
+        partitions = self.config.get(partitions_config)
         topic = self.topics.get(name)
         if topic is None:
-            topic = self.create_topic(name, partitions)
+            return self.create_topic(name, partitions, configs)
+        missing = {k: v for k, v in configs.items() if k not in topic.configs}
+        if missing:
+            self.set_topic_configs(name, {**topic.configs, **missing})
+        if topic.partitions != partitions:
+            log.warning("%s has %d partitions; %s=%d is ignored (placement depends on the "
+                        "existing count)", name, topic.partitions, partitions_config, partitions)
         return topic
 
     def delete_topic(self, name: str) -> Topic:

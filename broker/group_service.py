@@ -872,22 +872,10 @@ def _topic_configs() -> dict[str, Any]:
 
 
 def ensure_offsets_topic(broker: Broker) -> Topic:
-    """``__consumer_offsets``, created with ``offsets.topic.num.partitions`` partitions and the
-    group coordinator's configs if missing (an existing topic keeps its count; missing configs
-    are filled in)."""
-    wanted = _topic_configs()
-    partitions = broker.config.get("offsets.topic.num.partitions")
-    topic = broker.topics.get(CONSUMER_OFFSETS_TOPIC)
-    if topic is None:
-        return broker.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, wanted)
-    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
-    if missing:
-        broker.set_topic_configs(CONSUMER_OFFSETS_TOPIC, {**topic.configs, **missing})
-    if topic.partitions != partitions:
-        log.warning("%s has %d partitions; offsets.topic.num.partitions=%d is ignored (placement "
-                    "depends on the existing count)", CONSUMER_OFFSETS_TOPIC, topic.partitions,
-                    partitions)
-    return topic
+    """``__consumer_offsets`` with ``offsets.topic.num.partitions`` partitions and the group
+    coordinator's configs."""
+    return broker.ensure_internal_topic(CONSUMER_OFFSETS_TOPIC, "offsets.topic.num.partitions",
+                                        _topic_configs())
 
 
 async def open_share_groups(broker: Broker) -> ShareGroupService:

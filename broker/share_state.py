@@ -42,19 +42,8 @@ def _topic_configs(broker: Broker) -> dict[str, Any]:
 
 def ensure_state_topic(broker: Broker) -> Topic:
     """``__share_group_state``, created with the share coordinator's configs if missing."""
-    wanted = _topic_configs(broker)
-    partitions = broker.config.get("share.coordinator.state.topic.num.partitions")
-    topic = broker.topics.get(SHARE_STATE_TOPIC)
-    if topic is None:
-        return broker.create_topic(SHARE_STATE_TOPIC, partitions, wanted)
-    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
-    if missing:
-        broker.set_topic_configs(SHARE_STATE_TOPIC, {**topic.configs, **missing})
-    if topic.partitions != partitions:
-        log.warning("%s has %d partitions; share.coordinator.state.topic.num.partitions=%d is "
-                    "ignored (placement depends on the existing count)", SHARE_STATE_TOPIC,
-                    topic.partitions, partitions)
-    return topic
+    return broker.ensure_internal_topic(
+        SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions", _topic_configs(broker))
 
 
 async def open_share_coordinator(broker: Broker) -> ShareCoordinatorService:

@@ -409,21 +409,10 @@ class TransactionService:
 
 
 def ensure_txn_topic(broker: Broker) -> Topic:
-    """``__transaction_state`` with ``transaction.state.log.num.partitions`` partitions (an
-    existing topic keeps its count: placement depends on it)."""
-    wanted = {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": TXN_SEGMENT_BYTES}
-    partitions = broker.config.get("transaction.state.log.num.partitions")
-    topic = broker.topics.get(TRANSACTION_STATE_TOPIC)
-    if topic is None:
-        return broker.create_topic(TRANSACTION_STATE_TOPIC, partitions, wanted)
-    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
-    if missing:
-        broker.set_topic_configs(TRANSACTION_STATE_TOPIC, {**topic.configs, **missing})
-    if topic.partitions != partitions:
-        log.warning("%s has %d partitions; transaction.state.log.num.partitions=%d is ignored "
-                    "(placement depends on the existing count)", TRANSACTION_STATE_TOPIC,
-                    topic.partitions, partitions)
-    return topic
+    """``__transaction_state`` with ``transaction.state.log.num.partitions`` partitions."""
+    configs = {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": TXN_SEGMENT_BYTES}
+    return broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC,
+                                        "transaction.state.log.num.partitions", configs)
 
 
 async def open_transactions(broker: Broker) -> TransactionService:
