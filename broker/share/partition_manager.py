@@ -36,6 +36,7 @@ from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
 from broker.share.partition import SharePartition
+from broker.share.txn_filter import CONTROL, TRANSACTIONAL, TxnBatch
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.share")
 
 LEADER_EPOCH = 0
+_TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
 
 
@@ -134,6 +136,7 @@ class SharePartitionManager:
             delivery_backoff_max_ms=c.delivery_backoff_max_ms,
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
             key_ordering=c.ordering == "key",
+            read_committed=c.isolation_level == "read_committed",
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -242,14 +245,19 @@ class SharePartitionManager:
         if offset < lg.log_start_offset:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             offset = sp.next_fetch_offset(now)
-        if offset >= lg.log_end_offset:
+        # share.isolation.level=read_committed: nothing from the last stable offset on (an open
+        # transaction holds the share-partition at its first offset; broker/share/txn_filter.py).
+        txn_log = getattr(self._broker, "txn_log", None) if sp.read_committed else None
+        end = lg.log_end_offset if txn_log is None else min(
+            lg.log_end_offset, txn_log.last_stable_offset(topic, partition))
+        if offset >= end:
             return b"", []
-        read_key = (offset, lg.log_end_offset, max_records, max_bytes)
+        read_key = (offset, end, max_records, max_bytes)
         if sp.keyed_idle(read_key):
             return b"", []  # share.ordering=key: every record there still waits for its key
         try:
             limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1))
-            data = lg.read(offset, limit, lg.log_end_offset).data
+            data = lg.read(offset, limit, end).data
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
@@ -261,6 +269,14 @@ class SharePartitionManager:
             return b"", []
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
+        # Transaction markers are never delivered, and with read_committed neither are aborted
+        # records: only batches with the transactional or control bit are looked at further.
+        txn_batches = [TxnBatch(h.base_offset, h.last_offset, h.producer_id, h.attributes)
+                       for _pos, h in headers if h.attributes & _TXN_OR_CONTROL]
+        aborted: Sequence[Any] = ()
+        if txn_log is not None and any(not b.is_control for b in txn_batches):
+            aborted = txn_log.aborted_transactions(topic, partition, log_batches[0][0],
+                                                   log_batches[-1][1] + 1)
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
@@ -268,7 +284,12 @@ class SharePartitionManager:
         if sp.has_unkeyed and sp.key_ordering:
             sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              now, fetch_offset=offset, keys=keys, read_key=read_key)
+                              now, fetch_offset=offset, txn_batches=txn_batches, stable_end=end,
+                              aborted=aborted, keys=keys, read_key=read_key)
+        if txn_batches:
+            write = sp.take_archive_write()
+            if write is not None:
+                self._write_later(write)
         self._arm(sp)
         if not acquired:
             return b"", []

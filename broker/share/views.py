@@ -36,6 +36,9 @@ class SharePartitionConfig:
     # Shoal extension (opt-in, share.ordering=key, broker/share/key_order.py): at most one
     # record per key acquired at a time, a key's records in offset order.
     key_ordering: bool = False
+    # share.isolation.level=read_committed: acquire only below the last stable offset and never
+    # deliver records of aborted transactions (broker/share/txn_filter.py).
+    read_committed: bool = False
 
 
 #: Called on every operation; return the group's current config.
