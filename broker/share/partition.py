@@ -383,6 +383,7 @@ class SharePartition:
                 skip = _clip(skip, self._start, stable_end if cfg.read_committed else None)
             if skip and archive_skipped_available(self._cache, skip):
                 self._after_change(found_available=False)
+                self._skipped = True
         self._ordering_on = cfg.key_ordering
         if cfg.key_ordering:
             if keys is None:
