@@ -248,8 +248,12 @@ class SharePartitionManager:
         # share.isolation.level=read_committed: nothing from the last stable offset on (an open
         # transaction holds the share-partition at its first offset; broker/share/txn_filter.py).
         txn_log = getattr(self._broker, "txn_log", None) if sp.read_committed else None
-        end = lg.log_end_offset if txn_log is None else min(
-            lg.log_end_offset, txn_log.last_stable_offset(topic, partition))
+        end = lg.log_end_offset
+        if txn_log is not None:
+            try:
+                end = min(end, txn_log.last_stable_offset(topic, partition))
+            except OSError:
+                return b"", []  # the log directory is offline: acquire nothing (as below)
         if offset >= end:
             return b"", []
         read_key = (offset, end, max_records, max_bytes)
@@ -275,8 +279,11 @@ class SharePartitionManager:
                        for _pos, h in headers if h.attributes & _TXN_OR_CONTROL]
         aborted: Sequence[Any] = ()
         if txn_log is not None and any(not b.is_control for b in txn_batches):
-            aborted = txn_log.aborted_transactions(topic, partition, log_batches[0][0],
-                                                   log_batches[-1][1] + 1)
+            try:
+                aborted = txn_log.aborted_transactions(topic, partition, log_batches[0][0],
+                                                       log_batches[-1][1] + 1)
+            except OSError:
+                return b"", []
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
