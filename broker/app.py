@@ -51,6 +51,7 @@ from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.txn_log import TransactionalLog
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
 from persister.log_dir import LogDir, describe
@@ -84,6 +85,8 @@ class Broker:
         self.topics: TopicRegistry
         self.logs: LogManager
         self.producers: ProducerStateManager
+        # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
+        self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
         self._next_pid = 0
         self._pid_limit = 0
@@ -134,6 +137,7 @@ class Broker:
         for topic in self.topics.all():
             self.logs.open_topic(topic)
         self.producers = ProducerStateManager(self.logs, self.config, self.clock)
+        self.txn_log = TransactionalLog(self)
         self._load_producer_ids()
         # Durable share state: the share coordinator over __share_group_state, reached by the
         # share-partition leaders through the persister (a test may inject another persister).
@@ -147,6 +151,7 @@ class Broker:
         self.add_topic_listener(self.share_groups.topics_changed)
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
+        self.cleaner.stable_limit = self.txn_log.cleaner_limit
         if self.config.get("log.cleaner.enable"):
             self.cleaner.start()
         self._spawn(self._every("log.flush.scheduler.interval.ms", self.logs.flush_due))

@@ -32,6 +32,8 @@ checks, so a refused name reveals nothing):
 API (key)                  Checks                                    Refusal
 =========================  ========================================  ===========================
 Produce (0)                TOPIC WRITE                               TAF per partition, first
+                           with a transactional id: TRANSACTIONAL_   TRANSACTIONAL_ID_AUTHORIZA-
+                           ID WRITE, before the topics               TION_FAILED every partition
 Fetch (1)                  TOPIC READ (a consumer fetch)             TAF per partition, first
 ListOffsets (2)            TOPIC DESCRIBE                            TAF per partition, first
 Metadata (3)               all topics: TOPIC DESCRIBE (quiet)        topic left out
@@ -123,9 +125,9 @@ Deliberate differences from Kafka:
   AuthorizedOperations bitfield computed without ACLs leaves out CLUSTER_ACTION.
 * Fetch: Shoal has no followers, so every Fetch is a consumer fetch needing TOPIC READ;
   a ReplicaId grants nothing (Kafka would ask CLUSTER_ACTION of a follower).
-* Produce with a transactional id and InitProducerId with one are refused before any
-  TRANSACTIONAL_ID check (transactions are not supported); Produce with acks=0 still gets no
-  answer when refused (Kafka closes the connection).
+* InitProducerId with a transactional id is refused before any TRANSACTIONAL_ID check
+  (until the transaction coordinator lands); Produce with acks=0 still gets no answer when
+  refused (Kafka closes the connection).
 * DescribeUserScramCredentials answers a refusal per user rather than top level (a top-level
   error crashes confluent-kafka 2.16.1; see its handler).
 * DescribeGroups and ShareGroupDescribe answer in request order; Kafka lists the refused groups

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
@@ -51,6 +52,10 @@ class LogCleaner:
         self._uncleanable: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
         # Totals over every pass (read by metrics; plain ints, written by the cleaner thread).
         self.stats = stats if stats is not None else CleanerStats()
+        # The first offset a pass must not reach per partition (its last stable offset while a
+        # transaction is ongoing there; broker/txn_log.py), None for no limit. Called from the
+        # cleaner thread.
+        self.stable_limit: Callable[[str, int], int | None] | None = None
 
     def start(self) -> None:
         if self._thread is None:
@@ -91,7 +96,8 @@ class LogCleaner:
             if not cfg.compact_policy or lg.closed or lg in self._uncleanable:
                 continue
             try:
-                c = cleanable(lg, now)
+                limit = self.stable_limit(*tp) if self.stable_limit is not None else None
+                c = cleanable(lg, now, limit)
             except (OSError, LogError) as exc:
                 log.warning("cannot inspect %s-%d for cleaning: %s", *tp, exc)
                 continue

@@ -14,7 +14,12 @@ Snapshots below the log start offset (retention, DeleteRecords) are deleted, exc
 snapshot, which still carries the producers whose batches retention removed.
 
 Invariant: a loaded partition's state reflects every batch below its log end offset; the produce
-handler keeps it so by observing each batch right after appending it, on the event loop.
+handler keeps it so by observing each batch right after appending it, and ``broker/txn_log.py``
+each end-transaction marker, on the event loop. Replay does the same for both: a control batch
+ends its producer's transaction, and an ABORT marker re-enters the segment's aborted-transaction
+index (the entries from the replay start on are dropped first). After a crash the replay starts
+at the newest snapshot at or below where crash recovery began re-reading the log, so every
+segment recovery re-read gets its transaction index rebuilt.
 Snapshot write failures are logged and otherwise ignored (a later replay is just longer).
 """
 
@@ -34,6 +39,12 @@ from persister.producer_snapshot import (
     write_snapshot,
 )
 from persister.segment_log import PartitionLog
+from protocol.record_batch import (
+    CONTROL_COMMIT,
+    BatchHeader,
+    control_type,
+    marker_coordinator_epoch,
+)
 
 log = logging.getLogger("shoal.producer")
 
@@ -64,19 +75,28 @@ class ProducerStateManager:
             s = self._states[key] = self._load(topic, partition, lg)
         return s
 
+    def loaded(self, topic: str, partition: int) -> bool:
+        """Whether the partition's state is in memory (``states`` would not read the log)."""
+        return (topic, partition) in self._states
+
     def _load(self, topic: str, partition: int, lg: PartitionLog) -> ProducerStates:
         now = self._clock.now_ms()
         directory = lg.directory
         leo, lso = lg.log_end_offset, lg.log_start_offset
         # Snapshots past the log end describe batches that crash recovery truncated away.
         delete_snapshots(directory, [o for o in list_snapshots(directory) if o > leo])
-        found = read_latest(directory, leo)
+        # After a crash, replay at least what recovery re-read, so the aborted-transaction
+        # index of those segments is rebuilt from the log (Kafka's LogLoader does the same).
+        at_most = leo if lg.recovered_from is None else min(leo, lg.recovered_from)
+        found = read_latest(directory, at_most)
         if found is None:
             start, states = lso, ProducerStates()
         else:
             start, states = found[0], ProducerStates.from_snapshot(found[1])
         replayed = 0
         pos = max(start, lso)
+        if pos < leo:
+            lg.truncate_aborted_txns(pos)
         while pos < leo:
             headers = lg.batch_headers(pos, leo, _REPLAY_CHUNK)
             if not headers:
@@ -84,10 +104,15 @@ class ProducerStateManager:
             for h in headers:
                 if h.base_offset >= start:
                     # The append time is not in the log: replayed producers count from now.
-                    states.observe(h.producer_id, h.producer_epoch, h.base_sequence,
-                                   h.record_count, h.base_offset, h.last_offset, now)
+                    if h.is_control:
+                        self._replay_marker(lg, states, h, now)
+                    else:
+                        states.observe(h.producer_id, h.producer_epoch, h.base_sequence,
+                                       h.record_count, h.base_offset, h.last_offset, now,
+                                       h.is_transactional)
                     replayed += 1
             pos = headers[-1].last_offset + 1
+        lg.first_unstable_offset = states.first_unstable_offset()
         states.expire(now, self._config.get("producer.id.expiration.ms"))
         if found is not None or replayed or len(states):
             log.info("%s-%d: producer state loaded (%d producer ids) from %s and %d batch(es) "
@@ -96,6 +121,23 @@ class ProducerStateManager:
         self._prune(directory, lso)
         lg.roll_listener = lambda base, t=topic, p=partition: self._on_roll(t, p, base)
         return states
+
+    @staticmethod
+    def _replay_marker(lg: PartitionLog, states: ProducerStates, h: BatchHeader,
+                       now: int) -> None:
+        """Replay a control batch: an end-transaction marker ends its producer's transaction;
+        an ABORT re-enters the aborted-transaction index."""
+        data = lg.read(h.base_offset, 1).data
+        kind = control_type(data)
+        if kind is None:
+            return  # not a marker Shoal knows (Kafka skips unknown control batches too)
+        coordinator_epoch = marker_coordinator_epoch(data)
+        done = states.observe_marker(h.producer_id, h.producer_epoch, coordinator_epoch,
+                                     h.base_offset, kind == CONTROL_COMMIT, now)
+        if done is not None and done.aborted:
+            stable = states.first_unstable_offset()
+            lg.add_aborted_txn((done.producer_id, done.first_offset, done.last_offset,
+                                done.last_offset + 1 if stable is None else stable))
 
     def _on_roll(self, topic: str, partition: int, base_offset: int) -> None:
         """Called by the partition log (under its lock) right after it rolled a new segment."""

@@ -30,6 +30,7 @@ a group that retention removed meanwhile is discarded at the swap.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import struct
@@ -43,7 +44,8 @@ from persister import fileops
 from persister.log import LogError
 from persister.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
 from persister.segment_log import PartitionLog
-from persister.segment_swap import cleaned_paths
+from persister.segment_swap import cleaned_paths, cleaned_txn_path
+from persister.txn_index import write_file as write_txn_index
 from protocol.compression import decompress
 from protocol.record_batch import (
     BATCH_HEADER_SIZE,
@@ -54,6 +56,8 @@ from protocol.record_batch import (
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
+    TRANSACTIONAL_MASK,
+    control_type,
 )
 from protocol.varint import encode_varint, read_varint
 
@@ -111,14 +115,18 @@ class PassResult:
     stats: CleanerStats = field(default_factory=CleanerStats)
 
 
-def cleanable(log: PartitionLog, now_ms: int) -> Cleanable | None:
+def cleanable(log: PartitionLog, now_ms: int, first_unstable: int | None = None) -> Cleanable | None:
     """What a pass over ``log`` would clean, or None (closed log, nothing sealed and flushed).
+    ``first_unstable``: the partition's last stable offset when a transaction is ongoing there
+    (nothing at or past it is cleaned: its transaction may still abort).
 
     Raises:
         OSError: a segment could not be read.
     """
     cfg = log.config
     segs = log.cleanable_segments(with_timestamps=cfg.min_compaction_lag_ms > 0)
+    if first_unstable is not None:
+        segs = [x for x in (segs or []) if x[1] <= first_unstable]
     if not segs:
         return None
     first_dirty = max(log.cleaner_offset, segs[0][0].base_offset)
@@ -153,7 +161,8 @@ def clean(c: Cleanable, now_ms: int, max_entries: int,
     log = c.log
     cfg = log.config
     offset_map: dict[bytes, int] = {}
-    end = _build_map(c, offset_map, max(1, max_entries), stats, should_stop)
+    txns = _Transactions(log.aborted_txns(0, c.first_uncleanable))
+    end = _build_map(c, offset_map, max(1, max_entries), stats, should_stop, txns)
     if end is None:
         return PassResult(None, None, stats)
     rewrite = [(seg, seg_end) for seg, seg_end, _ in c.segments if seg.base_offset < end]
@@ -162,7 +171,7 @@ def clean(c: Cleanable, now_ms: int, max_entries: int,
         if should_stop():
             return PassResult(None, horizon, stats)
         result = _clean_group(log, group, offset_map, now_ms, cfg.delete_retention_ms,
-                              cfg.index_interval_bytes, stats, should_stop)
+                              cfg.index_interval_bytes, stats, should_stop, txns)
         if result is None:
             return PassResult(None, horizon, stats)
         if result != NO_HORIZON and (horizon is None or result < horizon):
@@ -180,8 +189,29 @@ def key_digest(key: bytes) -> bytes:
     return key if len(key) < 16 else hashlib.md5(key, usedforsecurity=False).digest()
 
 
+class _Transactions:
+    """What a pass knows of transactions (KIP-98): the aborted ones (from the transaction
+    index), and per producer whether the transaction being read kept any data."""
+
+    def __init__(self, aborted: list[tuple[int, int, int, int]]) -> None:
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last, _ in aborted:
+            self.aborted.setdefault(pid, []).append((first, last))
+        self.retained: dict[int, bool] = {}
+
+    def is_aborted(self, pid: int, offset: int) -> bool:
+        """Whether the transactional batch of ``pid`` at ``offset`` belongs to an aborted
+        transaction."""
+        spans = self.aborted.get(pid)
+        if not spans:
+            return False
+        k = bisect.bisect_right(spans, (offset, 1 << 63)) - 1
+        return k >= 0 and spans[k][0] <= offset <= spans[k][1]
+
+
 def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
-               stats: CleanerStats, should_stop: Callable[[], bool]) -> int | None:
+               stats: CleanerStats, should_stop: Callable[[], bool],
+               txns: _Transactions | None = None) -> int | None:
     """Fill ``offset_map`` from the dirty part; return the offset after the last batch mapped
     (the pass's end), or None if a segment vanished (retention) meanwhile or ``should_stop``."""
     end = c.first_dirty
@@ -196,7 +226,9 @@ def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
                 last = f[0] + f[6]
                 if last < c.first_dirty:
                     continue
-                if f[5] & CONTROL_MASK:
+                if f[5] & CONTROL_MASK or (f[5] & TRANSACTIONAL_MASK and txns is not None
+                                           and txns.is_aborted(f[9], f[0])):
+                    # Markers hold no keys; aborted records must not hide older ones (Kafka).
                     end = last + 1
                     continue
                 if offset_map and len(offset_map) + f[12] > max_entries:
@@ -243,13 +275,18 @@ def _groups(segs: list[tuple[Segment, int]], max_bytes: int) -> Iterator[list[Se
 
 def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes, int],
                  now_ms: int, delete_retention_ms: int, index_interval: int,
-                 stats: CleanerStats, should_stop: Callable[[], bool]) -> int | None:
+                 stats: CleanerStats, should_stop: Callable[[], bool],
+                 txns: _Transactions | None = None) -> int | None:
     """Write the cleaned copy of ``group`` and swap it in. Returns the earliest delete horizon
-    of the tombstones kept (``NO_HORIZON`` if none), or None if the group left the log or
-    ``should_stop`` (checked every batch: a broker stopping does not wait for a whole group)."""
+    of the tombstones and markers kept (``NO_HORIZON`` if none), or None if the group left the
+    log or ``should_stop`` (checked every batch: a broker stopping does not wait for a whole
+    group)."""
     base = group[0].base_offset
     log_path, index_path, time_path = cleaned_paths(log.directory, base)
     out = _Writer(log_path, base, index_interval)
+    txns = txns if txns is not None else _Transactions([])
+    old_entries = [e for seg in group for e in log.segment_aborted_txns(seg.base_offset)]
+    kept_markers: set[int] = set()
     horizon = NO_HORIZON
     try:
         for seg in group:
@@ -263,7 +300,17 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
                         out.abort()
                         return None
                     stats.bytes_read += len(batch)
-                    kept, h = _clean_batch(f, batch, offset_map, now_ms, delete_retention_ms)
+                    if f[5] & CONTROL_MASK:
+                        kept, h = _clean_marker(f, batch, txns, now_ms, delete_retention_ms)
+                        if kept is not None:
+                            kept_markers.add(f[0])
+                    elif f[5] & TRANSACTIONAL_MASK and txns.is_aborted(f[9], f[0]):
+                        kept, h = None, NO_HORIZON  # data of an aborted transaction
+                    else:
+                        kept, h = _clean_batch(f, batch, offset_map, now_ms,
+                                               delete_retention_ms)
+                        if kept is not None and f[5] & TRANSACTIONAL_MASK:
+                            txns.retained[f[9]] = True
                     if h < horizon:
                         horizon = h
                     if kept is not None:
@@ -271,6 +318,14 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
             finally:
                 os.close(fd)
         size, max_ts = out.finish(index_path, time_path)
+        aborted = None
+        if old_entries:
+            # The cleaned segment indexes the aborted transactions whose marker it keeps.
+            aborted = [e for e in old_entries if e[2] in kept_markers]
+            txn_path = cleaned_txn_path(log.directory, base)
+            out.paths.append(txn_path)
+            write_txn_index(txn_path, aborted)
+            _fsync_file(txn_path)
     except OSError as exc:
         out.abort()
         if log.closed:
@@ -281,10 +336,30 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
         out.abort()
         raise
     stats.bytes_written += size
-    if not log.swap_cleaned(group, size, max_ts):
+    if not log.swap_cleaned(group, size, max_ts, aborted):
         return None
     stats.swaps += 1
     return horizon
+
+
+def _clean_marker(f: tuple[int, ...], batch: memoryview, txns: _Transactions, now_ms: int,
+                  delete_retention_ms: int) -> tuple[bytes | memoryview | None, int]:
+    """A control batch as it goes into the cleaned segment. An end-transaction marker whose
+    transaction kept no data in the log (aborted, or committed and compacted away) is removable:
+    the first pass that finds it so gives it a delete horizon (now + ``delete.retention.ms``,
+    KIP-534, so consumers that read the data before it went still see the marker), and the
+    first pass after the horizon drops it (Kafka's LogCleaner)."""
+    had_data = txns.retained.pop(f[9], False)
+    if had_data or control_type(batch) is None:
+        return batch, NO_HORIZON
+    if f[5] & DELETE_HORIZON_MASK:
+        if now_ms >= f[7]:
+            return None, NO_HORIZON
+        return batch, f[7]
+    records = list(_records(f, batch))
+    kept = [(start, ts_at, ts_end) for _, _, _, start, ts_at, ts_end, _ in records]
+    horizon = now_ms + delete_retention_ms
+    return _rebuilt(f, records, kept, horizon), horizon
 
 
 def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, int],
@@ -321,6 +396,16 @@ def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, 
     reported = new_horizon if tombstones and new_horizon is not None else NO_HORIZON
     if len(kept) == len(records) and new_horizon == horizon:
         return batch, reported
+    return _rebuilt(f, records, kept, new_horizon), reported
+
+
+def _rebuilt(f: tuple[int, ...], records: list[tuple[int, bytes | None, bool, int, int, int,
+                                                     bytes | memoryview]],
+             kept: list[tuple[int, int, int]], new_horizon: int | None) -> bytes:
+    """The batch of header ``f`` with only the ``kept`` records (start, timestamp delta
+    position, position after it) and, with ``new_horizon``, that delete horizon."""
+    attributes = f[5]
+    base = f[0]
     body = records[0][6]
     # With a delete horizon the base timestamp is the horizon: re-encode each record's timestamp
     # delta so its timestamp stays the same (KIP-534).
@@ -344,7 +429,7 @@ def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, 
     after_crc = _AFTER_CRC.pack(new_attributes, f[6], new_base_ts, f[8], f[9], f[10], f[11],
                                 len(kept)) + records_bytes
     head = _BEFORE_CRC.pack(base, len(after_crc) + 9, f[2], MAGIC_V2, crc32c.crc32c(after_crc))
-    return head + after_crc, reported
+    return head + after_crc
 
 
 class _Writer:
@@ -417,6 +502,14 @@ class _Writer:
 
 
 # -- reading segment files -----------------------------------------------------------------------
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fileops.OPS.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _open(seg: Segment) -> int | None:

@@ -47,6 +47,7 @@ from persister.segment import (
     LOG_SUFFIX,
     LONG_MAX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     Segment,
     base_of,
     pwrite_all,
@@ -77,6 +78,10 @@ class LoadedLog:
     cleaner_offset: int  # CLEANER_CHECKPOINT, or 0
     # The directory changed (segment created, files truncated) and needs an fsync.
     dir_dirty: bool
+    # Without a clean shutdown: the offset from which batches were re-read and checked (the
+    # producer-state replay starts at or below it, rebuilding the aborted-transaction index
+    # there); None after a clean shutdown.
+    recovered_from: int | None = None
 
 
 def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
@@ -103,7 +108,7 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
     bases = sorted(base_of(n) for n in names if n.endswith(LOG_SUFFIX) and base_of(n) >= 0)
     base_set = set(bases)
     for name in names:
-        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
             stem = name.rsplit(".", 1)[0]
             if not (len(stem) == 20 and stem.isdigit() and int(stem) in base_set):
                 os.unlink(directory / name)
@@ -127,6 +132,7 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
             segments.pop(0).unlink()
     loaded: OrderedDict[int, Segment] = OrderedDict()
     dir_dirty = False
+    recovered_from: int | None = None
     if not segments:
         leo = 0 if lso is None else lso
         segments.append(Segment.create(directory, leo, now_ms))
@@ -139,8 +145,9 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
         # nothing else); without a recovery point, anywhere if the cleaner ever ran.
         cleaned = (directory / CLEANER_CHECKPOINT).exists()
         dense_from = rp if rp is not None else (LONG_MAX if cleaned else 0)
-        leo = _recover_tail(directory, segments, loaded, segments[0].base_offset if rp is None
-                            else rp, dense_from, index_interval_bytes)
+        recovered_from = segments[0].base_offset if rp is None else rp
+        leo = _recover_tail(directory, segments, loaded, recovered_from, dense_from,
+                            index_interval_bytes)
         # The scan marks every segment it visited dirty, and it always visits one.
         dir_dirty = True
         rp = min(rp if rp is not None else 0, leo)
@@ -169,6 +176,7 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
         recovery_point=max(segments[0].base_offset, rp or 0),
         cleaner_offset=cleaner_offset,
         dir_dirty=dir_dirty,
+        recovered_from=recovered_from,
     )
 
 

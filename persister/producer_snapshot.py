@@ -13,8 +13,9 @@ File format (big-endian), version 1::
     count   int32           producer entries
     entry:  producer_id int64, producer_epoch int16, last_append_ms int64,
             txn_first_offset int64    first offset of the producer's ongoing transaction, -1 if
-                                      none (always -1 today; reserved for transactions, issue 15)
-            coordinator_epoch int32   of the transaction coordinator, -1 (reserved likewise)
+                                      none (KIP-98; the replay after the snapshot ends or starts
+                                      transactions from there)
+            coordinator_epoch int32   of the last end-transaction marker written for it, -1
             batches int8 (0..5), then per batch, oldest first:
                 first_seq int32, last_seq int32, base_offset int64, last_offset int64
 
@@ -69,8 +70,8 @@ class ProducerSnapshotEntry:
     producer_epoch: int
     last_append_ms: int
     batches: tuple[tuple[int, int, int, int], ...] = field(default=())
-    txn_first_offset: int = -1  # reserved: issue 15 (transactions)
-    coordinator_epoch: int = -1  # reserved: issue 15 (transactions)
+    txn_first_offset: int = -1  # first offset of its ongoing transaction, -1: none
+    coordinator_epoch: int = -1  # of its last end-transaction marker
 
 
 def encode(entries: list[ProducerSnapshotEntry]) -> bytes:

@@ -66,6 +66,7 @@ LONG_MAX = (1 << 63) - 1
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # persister/txn_index.py
 
 _INDEX_ENTRY = INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = TIME_ENTRY = struct.Struct(">qi")
@@ -171,9 +172,14 @@ class Segment:
         self.rel, self.pos, self.ts = array("i"), array("i"), array("q")
         self.loaded = False
 
+    def all_paths(self) -> tuple[str, ...]:
+        """``paths()`` plus the aborted-transaction index (``persister/txn_index.py``), which
+        exists only for segments that got an ABORT marker."""
+        return (*self.paths(), self.log_path[: -len(LOG_SUFFIX)] + TXN_INDEX_SUFFIX)
+
     def unlink(self) -> None:
         """Remove the segment's files; already gone is fine."""
-        for path in self.paths():
+        for path in self.all_paths():
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -181,7 +187,7 @@ class Segment:
 
     def fsync(self) -> None:
         """fsync the data and index files by name (safe while the owner closes the segment)."""
-        for path in self.paths():
+        for path in self.all_paths():
             _fsync_path(path)
 
     def load(self) -> None:

@@ -51,6 +51,8 @@ from pathlib import Path
 from persister import fileops, log_loader, segment_swap
 from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
 from persister.log_dir import LogDir, LogDirOfflineError
+from persister.txn_index import Entry as AbortedEntry
+from persister.txn_index import TxnIndex, txn_index_path
 from persister.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     CLEANER_CHECKPOINT,
@@ -153,6 +155,15 @@ class PartitionLog:
         self._since_snapshot_ms: int | None = None
         # The log cleaner's first dirty offset (CLEANER_CHECKPOINT).
         self._cleaner_offset = loaded.cleaner_offset
+        # Where crash recovery started re-reading batches (None: clean shutdown).
+        self.recovered_from = loaded.recovered_from
+        # Aborted transactions per segment (persister/txn_index.py). Entries whose marker crash
+        # recovery cut away go now; the producer-state replay rewrites the rest it re-reads.
+        self._txn = TxnIndex.load(directory, self._bases)
+        self._txn.truncate_from(self._leo)
+        # The first offset the log cleaner must not touch besides its own limits: the last
+        # stable offset, kept current by the broker (broker/txn_log.py). None: no limit.
+        self.first_unstable_offset: int | None = None
         # Test seam: called with a stage name during a cleaned-segment swap ("cleaned",
         # "committed", "installed"); raising there stands for a crash at that point.
         self.swap_fault: Callable[[str], None] | None = None
@@ -706,6 +717,7 @@ class PartitionLog:
             for seg in victims:
                 seg.close()
                 self._loaded.pop(seg.base_offset, None)
+            self._txn.drop_segments(seg.base_offset for seg in victims)
         return victims
 
     def _finish_deletion(self, victims: list[Segment], force_checkpoint: bool = False) -> None:
@@ -762,10 +774,13 @@ class PartitionLog:
                 out.append((seg, end, ts))
             return out
 
-    def swap_cleaned(self, group: list[Segment], size: int, max_timestamp: int) -> bool:
+    def swap_cleaned(self, group: list[Segment], size: int, max_timestamp: int,
+                     aborted: list[AbortedEntry] | None = None) -> bool:
         """Replace the adjacent segments ``group`` with the cleaned segment written to the
         ``.cleaned`` files of ``group[0]``'s base (``size`` bytes, largest timestamp
-        ``max_timestamp``), crash-safely (``persister/segment_swap.py``). Returns False (cleaned
+        ``max_timestamp``, aborted-transaction entries ``aborted``, written to its
+        ``.txnindex.cleaned`` when not None), crash-safely (``persister/segment_swap.py``).
+        Returns False (cleaned
         files discarded) when the group is no longer in the log: retention or DeleteRecords
         removed part of it, or the log was closed.
 
@@ -809,6 +824,7 @@ class PartitionLog:
                 new.max_known = True
                 self._segments[k : k + len(group)] = [new]
                 self._bases[k : k + len(group)] = [bases[0]]
+                self._txn.replace(bases, aborted or [])
                 self._size_bytes += size - sum(seg.size for seg in group)
             fault("installed")
             try:
@@ -830,6 +846,53 @@ class PartitionLog:
             if self._segments[k + j] is not seg:
                 return -1
         return k
+
+    # -- aborted transactions (persister/txn_index.py) -------------------------------------
+
+    def add_aborted_txn(self, entry: AbortedEntry) -> None:
+        """Index an aborted transaction in the segment holding its ABORT marker
+        (``entry[2]``), which must be in the log.
+
+        Raises:
+            LogClosedError: the log is closed.
+            LogDirOfflineError: the index write failed (the directory is now offline) or the
+                directory was already offline.
+        """
+        with self._lock:
+            self._check_open()
+            if not self._log_start_offset <= entry[2] < self._leo:
+                raise OffsetOutOfRangeError(f"marker offset {entry[2]} is not in the log")
+            base = self._bases[bisect.bisect_right(self._bases, entry[2]) - 1]
+            try:
+                self._txn.add(base, entry)
+            except OSError as exc:
+                raise self.log_dir.fail(f"writing {txn_index_path(self.directory, base)}",
+                                        exc) from exc
+
+    def aborted_txns(self, start: int, end: int) -> list[AbortedEntry]:
+        """The aborted transactions whose offsets intersect ``[start, end)``, oldest first
+        (from the index, no log read)."""
+        with self._lock:
+            return self._txn.collect(start, end)
+
+    def segment_aborted_txns(self, base: int) -> list[AbortedEntry]:
+        """The index entries of the segment at ``base`` (the log cleaner's copy)."""
+        with self._lock:
+            return self._txn.entries(base)
+
+    def truncate_aborted_txns(self, offset: int) -> int:
+        """Drop the entries whose marker is at or past ``offset`` (before the producer-state
+        replay re-adds them); returns how many.
+
+        Raises:
+            LogDirOfflineError: an index file could not be rewritten.
+        """
+        with self._lock:
+            try:
+                return self._txn.truncate_from(offset)
+            except OSError as exc:
+                raise self.log_dir.fail(f"truncating the transaction index of {self._tp()}",
+                                        exc) from exc
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ The log cleaner (``persister/cleaner.py``) rewrites a group of adjacent sealed s
 ``b0 < b1 < ... < bn`` into one new segment named ``b0``. The files go through these names::
 
     1. 000..b0.log.cleaned  000..b0.index.cleaned  000..b0.timeindex.cleaned   written, fsynced
+       (and 000..b0.txnindex.cleaned when a replaced segment has aborted transactions)
     2. 000..b0.swap         "0\\n<b0>,<b1>,...,<bn>\\n" (tmp, fsync, rename, fsync the directory)
     3. for each of b0's files with a .cleaned version: the old one renamed to *.deleted, the
        .cleaned one to the final name; then the files of b1..bn renamed to *.deleted
@@ -30,7 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from persister import fileops
-from persister.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, pwrite_all
+from persister.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    pwrite_all,
+)
 
 _log = logging.getLogger("shoal.log")
 
@@ -38,6 +45,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 _SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# Every file a segment may have: the aborted-transaction index exists only for segments with an
+# ABORT marker, and its cleaned version only when a replaced segment had one.
+_ALL_SUFFIXES = (*_SUFFIXES, TXN_INDEX_SUFFIX)
 
 
 def stem(directory: Path, base: int) -> str:
@@ -49,6 +59,11 @@ def cleaned_paths(directory: Path, base: int) -> tuple[str, str, str]:
     s = stem(directory, base)
     return (s + LOG_SUFFIX + CLEANED_SUFFIX, s + INDEX_SUFFIX + CLEANED_SUFFIX,
             s + TIME_INDEX_SUFFIX + CLEANED_SUFFIX)
+
+
+def cleaned_txn_path(directory: Path, base: int) -> str:
+    """The ``.cleaned`` aborted-transaction index path of a new segment at ``base``."""
+    return stem(directory, base) + TXN_INDEX_SUFFIX + CLEANED_SUFFIX
 
 
 def marker_path(directory: Path, base: int) -> str:
@@ -79,14 +94,15 @@ def install(directory: Path, bases: Sequence[int]) -> None:
     files to ``bases[0]``'s names (idempotent). Renames only, no fsync and no unlink, so the
     caller's lock is held briefly; ``finish`` deletes the old files. A crash redoes it (the
     marker stands)."""
-    for cleaned, suffix in zip(cleaned_paths(directory, bases[0]), _SUFFIXES, strict=True):
+    cleaned_files = (*cleaned_paths(directory, bases[0]), cleaned_txn_path(directory, bases[0]))
+    for cleaned, suffix in zip(cleaned_files, _ALL_SUFFIXES, strict=True):
         final = stem(directory, bases[0]) + suffix
         if not os.path.exists(cleaned):
             continue  # installed before a crash: ``final`` is the new file already
         _move_aside(final)
         os.replace(cleaned, final)
     for base in bases[1:]:
-        for suffix in _SUFFIXES:
+        for suffix in _ALL_SUFFIXES:
             _move_aside(stem(directory, base) + suffix)
 
 
@@ -101,7 +117,7 @@ def finish(directory: Path, bases: Sequence[int]) -> None:
     """Step 4: make step 3 durable, delete the old files, then drop the marker."""
     fsync_dir(directory)
     for base in bases:
-        for suffix in _SUFFIXES:
+        for suffix in _ALL_SUFFIXES:
             try:
                 os.unlink(stem(directory, base) + suffix + DELETED_SUFFIX)
             except FileNotFoundError:
@@ -115,7 +131,7 @@ def finish(directory: Path, bases: Sequence[int]) -> None:
 
 def discard(directory: Path, base: int) -> None:
     """Remove the ``.cleaned`` files of a swap that will not commit."""
-    for path in cleaned_paths(directory, base):
+    for path in (*cleaned_paths(directory, base), cleaned_txn_path(directory, base)):
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -18,6 +18,11 @@ Invariants:
   are outside it, which is why the broker may assign offsets without recomputing it.
 - Offsets in a batch are ``base_offset .. base_offset + last_offset_delta``.
 
+Transaction markers (KIP-98) are control batches: attributes transactional + control, no sequence,
+one record whose key is (version int16 = 0, type int16: 0 ABORT, 1 COMMIT) and whose value is
+(version int16 = 0, coordinator epoch int32). ``control_batch`` builds one and
+``control_type`` reads the type back.
+
 Pure functions over ``bytes``/``bytearray``/``memoryview``: no I/O, no per-record work.
 """
 
@@ -28,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
+
+from protocol.varint import encode_varint, read_varint
 
 # Byte offsets of the header fields.
 BASE_OFFSET_OFFSET = 0
@@ -214,3 +221,67 @@ def with_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) ->
 def with_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Set the partition leader epoch of the batch at ``pos`` in place (outside the CRC)."""
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+# -- transaction markers (control batches) ----------------------------------------------------
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+_AFTER_CRC = struct.Struct(">hiqqqhii")
+_BEFORE_CRC = struct.Struct(">qiibI")
+
+
+def control_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                  timestamp_ms: int) -> bytes:
+    """An end-transaction marker as Kafka writes it: one control record, base offset 0 (the log
+    assigns the real one), no sequence."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    body = (b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(len(key)) + key
+            + encode_varint(len(value)) + value + encode_varint(0))
+    record = encode_varint(len(body)) + body
+    after = _AFTER_CRC.pack(TRANSACTIONAL_MASK | CONTROL_MASK, 0, timestamp_ms, timestamp_ms,
+                            producer_id, producer_epoch, -1, 1) + record
+    return _BEFORE_CRC.pack(0, len(after) + 9, 0, MAGIC_V2, crc32c.crc32c(after)) + after
+
+
+def marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The coordinator epoch in the value of the end-transaction marker at ``pos`` (-1 if it
+    does not parse)."""
+    try:
+        q = pos + BATCH_HEADER_SIZE
+        _, q = read_varint(batch, q)
+        q += 1
+        _, q = read_varint(batch, q)
+        _, q = read_varint(batch, q)
+        klen, q = read_varint(batch, q)
+        q += max(klen, 0)
+        vlen, q = read_varint(batch, q)
+        if vlen < _CONTROL_VALUE.size or q + vlen > len(batch):
+            return -1
+        return int(_CONTROL_VALUE.unpack_from(batch, q)[1])
+    except (IndexError, ValueError, struct.error):
+        return -1
+
+
+def control_type(batch: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
+    """The marker type (``CONTROL_ABORT``/``CONTROL_COMMIT``) of the uncompressed control batch at
+    ``pos``, or None when its first record has no readable control key (an unknown control
+    batch, which readers skip as Kafka does)."""
+    try:
+        q = pos + BATCH_HEADER_SIZE
+        _, q = read_varint(batch, q)  # record length
+        q += 1  # record attributes
+        _, q = read_varint(batch, q)  # timestamp delta
+        _, q = read_varint(batch, q)  # offset delta
+        klen, q = read_varint(batch, q)
+        if klen < _CONTROL_KEY.size or q + klen > len(batch):
+            return None
+        version, kind = _CONTROL_KEY.unpack_from(batch, q)
+    except (IndexError, ValueError, struct.error):
+        return None
+    if version < 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    return int(kind)

@@ -5,8 +5,15 @@ under MaxBytes (capped by ``fetch.max.bytes``) and each partition under its Part
 except that the first batch of the first non-empty partition is always returned whole so a
 consumer can make progress. A fetch waiting for data is woken by any append to one of its
 partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which every client
-treats as "send full requests". No transactions exist, so the last stable offset is the high
-watermark and there are never aborted transactions.
+treats as "send full requests".
+
+Isolation (KIP-98, ``broker/txn_log.py``): read_uncommitted (0) reads up to the high watermark
+(the log end offset: Shoal has no followers). read_committed (1) reads only below the last stable
+offset (the first offset of the oldest ongoing transaction), answers it as LastStableOffset, and
+lists the aborted transactions that intersect the returned batches (from the segments'
+transaction indexes) so the consumer drops their records; markers themselves go to the consumer,
+which skips control batches. The high watermark stays the log end offset in both. A marker
+wakes waiting read_committed fetches (it moves the LSO).
 
 Authorization (``broker/authz.py``): READ on each topic, asked once per topic and request (not
 on every long-poll pass); a partition of a topic the principal may not read is answered
@@ -39,6 +46,7 @@ from protocol.messages import make
 
 API_KEY = 1
 VERSIONS = (4, 17)
+READ_COMMITTED = 1
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -85,6 +93,8 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
     budget = min(req.max_bytes, broker.config.get("fetch.max.bytes"))
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    txn_log = broker.txn_log
     total = 0
     errors = False
     keys: list[tuple[str, int]] = []
@@ -117,9 +127,20 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
             data = b""
             err = ErrorCode.none
             limit = min(fp.partition_max_bytes, budget)
+            bound = lso = hwm
+            aborted: tuple[Any, ...] = ()
             if limit > 0 or total == 0:
                 try:
-                    data = lg.read(fp.fetch_offset, max(limit, 1), hwm).data
+                    if committed:
+                        bound = lso = txn_log.last_stable_offset(topic.name, p)
+                    read = lg.read(fp.fetch_offset, max(limit, 1), bound)
+                    data = read.data
+                    if data and committed:
+                        aborted = tuple(
+                            make(m.AbortedTransaction, producer_id=a.producer_id,
+                                 first_offset=a.first_offset)
+                            for a in txn_log.aborted_transactions(
+                                topic.name, p, read.first_offset, read.next_offset))
                 except OffsetOutOfRangeError:
                     err = ErrorCode.offset_out_of_range
                     errors = True
@@ -128,11 +149,18 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
                     errors = True
                 if data and len(data) > limit and total > 0:
                     data = b""  # over budget: only the very first batch may exceed the limit
+                    aborted = ()
+            elif committed:
+                try:
+                    lso = txn_log.last_stable_offset(topic.name, p)
+                except OSError:
+                    err = ErrorCode.kafka_storage_error
+                    errors = True
             if data:
                 sent.append((topic.name, len(data)))
             total += len(data)
             budget -= len(data)
-            parts.append(_pdata(m, p, err, hwm, lg.log_start_offset, data))
+            parts.append(_pdata(m, p, err, hwm, lg.log_start_offset, data, lso, aborted))
         topics.append(make(m.FetchableTopicResponse, topic=getattr(ft, "topic", None),
                            topic_id=getattr(ft, "topic_id", None), partitions=tuple(parts)))
     resp = make(m.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
@@ -140,7 +168,8 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
     return resp, total, errors, keys, sent
 
 
-def _pdata(m: Any, p: int, err: ErrorCode, hwm: int, log_start: int, data: bytes) -> Any:
+def _pdata(m: Any, p: int, err: ErrorCode, hwm: int, log_start: int, data: bytes,
+           lso: int | None = None, aborted: tuple[Any, ...] = ()) -> Any:
     return make(m.PartitionData, partition_index=p, error_code=err, high_watermark=hwm,
-                last_stable_offset=hwm, log_start_offset=log_start, aborted_transactions=(),
-                preferred_read_replica=-1, records=data)
+                last_stable_offset=hwm if lso is None else lso, log_start_offset=log_start,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=data)

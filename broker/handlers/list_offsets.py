@@ -1,12 +1,14 @@
 """ListOffsets (2) v1-10: earliest, latest, max-timestamp and by-timestamp lookups.
 
-Special timestamps: -1 latest (the high watermark; the last stable offset under read_committed,
-which is the same here as there are no transactions), -2 earliest (log start offset), -3 the
+Special timestamps: -1 latest (the high watermark, i.e. the log end offset; under read_committed
+(v2+) the last stable offset, ``broker/txn_log.py``), -2 earliest (log start offset), -3 the
 offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
 (v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
 if there is none: the log finds the first batch late enough and its records are read for the
 first such record, as Kafka answers (``protocol/record_timestamps.py``; should they not parse, the
-batch's base offset answers).
+batch's base offset answers). As Kafka does, a timestamp lookup (and -3) whose answer is at or
+past the last fetchable offset (the LSO under read_committed, else the high watermark) answers
+-1: a read_committed consumer cannot be sent into an ongoing transaction.
 
 Authorization (``broker/authz.py``): DESCRIBE on each topic, asked once per topic; every
 partition of a topic the principal may not describe is TOPIC_AUTHORIZATION_FAILED (checked
@@ -31,25 +33,30 @@ API_KEY = 2
 VERSIONS = (1, 10)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
 
 
-def lookup(lg: Any, ts: int) -> tuple[int, int]:
-    """(offset, timestamp) for a ListOffsets timestamp on one log."""
+def lookup(lg: Any, ts: int, last_fetchable: int | None = None) -> tuple[int, int]:
+    """(offset, timestamp) for a ListOffsets timestamp on one log; ``last_fetchable`` (default
+    the log end offset) bounds what may be answered (Kafka's Partition.fetchOffsetForTimestamp).
+    """
+    bound = lg.log_end_offset if last_fetchable is None else last_fetchable
     if ts == LATEST:
-        return lg.log_end_offset, -1
+        return bound, -1
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return lg.log_start_offset, -1
     if ts == LATEST_TIERED:
         return -1, -1
     if ts == MAX_TIMESTAMP:
         found = lg.max_timestamp_offset()
-        return found if found is not None else (-1, -1)
+        return found if found is not None and found[0] < bound else (-1, -1)
     found = lg.offset_for_timestamp(ts)
     if found is None:
         return -1, -1
     batch = lg.read(found[0], 1)  # the batch holding the answer (at least one batch is read)
     exact = first_record_at_or_after(batch.data, ts, found[0], DECOMPRESSED_FLOOR)
-    return exact if exact is not None else found
+    answer = exact if exact is not None else found
+    return answer if answer[0] < bound else (-1, -1)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -57,6 +64,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     topics = []
     denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     for t in req.topics:
         refused = t.name in denied
         topic = broker.topics.get(t.name) if not refused else None
@@ -71,7 +79,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 continue
             error = ErrorCode.none
             try:
-                offset, ts = lookup(lg, p.timestamp)
+                bound = broker.txn_log.last_stable_offset(t.name, p.partition_index) \
+                    if committed else None
+                offset, ts = lookup(lg, p.timestamp, bound)
             except OSError:  # LogDirOfflineError: the log directory failed (persister/log_dir.py)
                 error, offset, ts = ErrorCode.kafka_storage_error, -1, -1
             parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,

@@ -18,8 +18,19 @@ requests are appended in the order they arrived (a later one waits for an offloa
 
 Authorization (``broker/authz.py``): WRITE on each topic, asked once per topic; a partition of a
 topic the principal may not write is answered TOPIC_AUTHORIZATION_FAILED before anything else is
-checked (so an unknown topic is not told apart from a forbidden one), as Kafka does. Transactional
-batches are refused below anyway, so TRANSACTIONAL_ID WRITE is never asked.
+checked (so an unknown topic is not told apart from a forbidden one), as Kafka does. A request with
+a transactional id needs WRITE on it first: refused, every partition is answered
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+
+Transactions (KIP-98, ``broker/txn_log.py``): a transactional batch follows the idempotence rules
+(duplicates, sequences, INVALID_PRODUCER_EPOCH for an older epoch) and needs the request's
+transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else
+INVALID_RECORD). When it would begin the producer's transaction in the partition, the transaction
+coordinator (``broker.transactions``, when there is one) is asked whether the partition is in
+that transaction (``verify_partition``); its error answers the partition otherwise. A plain batch
+of a producer whose transaction is ongoing there is INVALID_TXN_STATE. Control batches (markers)
+are refused from clients (INVALID_RECORD, ``protocol/log_validator.py``): only the coordinator
+writes them. Non-transactional batches pay one attribute test for all this.
 
 Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
 drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
@@ -126,9 +137,10 @@ def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int)
 
 def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,
                      records: bytes | None, api_version: int = VERSIONS[1],
-                     checked: Validated | Rejected | None = None) -> PartitionOutcome:
+                     checked: Validated | Rejected | None = None,
+                     transactional_id: str | None = None) -> PartitionOutcome:
     """Validate (unless ``checked`` already holds the validation) and append one partition's
-    records."""
+    records (``transactional_id``: the request's, for transactional batches)."""
     lg = broker.logs.get(topic_name, p)
     if lg is None:
         return PartitionOutcome(ErrorCode.unknown_topic_or_partition)
@@ -146,20 +158,38 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
                                 message=f"{topic_name}-{p}: {checked.message}",
                                 record_errors=checked.record_errors)
     h = checked.header
-    if h.is_transactional:
-        return PartitionOutcome(ErrorCode.invalid_record, log_start_offset=lso,
-                                message="transactional batches are not supported by Shoal yet")
+    txn = h.is_transactional
+    if txn:
+        refused = _transactional_refusal(topic_name, p, h.producer_id, transactional_id)
+        if refused is not None:
+            return PartitionOutcome(refused[0], log_start_offset=lso, message=refused[1])
     # Idempotence is checked after validation, as Kafka does (a refused batch is no duplicate).
     try:
         states = broker.producer_states(topic_name, p)  # may read the log tail on first use
     except OSError as exc:  # LogDirOfflineError
         return PartitionOutcome(ErrorCode.kafka_storage_error,
                                 message=f"{topic_name}-{p} not appended: {exc}")
-    check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, now)
+    check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, now,
+                         txn)
     if check.error != ErrorCode.none:
-        return PartitionOutcome(check.error, log_start_offset=lso)
+        return PartitionOutcome(check.error, log_start_offset=lso,
+                                message=_sequence_message(check.error, topic_name, p, h))
     if check.duplicate_of is not None:
         return PartitionOutcome(ErrorCode.none, check.duplicate_of[0], lso)
+    if txn and states.ongoing_first_offset(h.producer_id) < 0:
+        # The batch would begin the producer's transaction here: the coordinator must have it in
+        # the transaction (KIP-890 verification; later batches of it need no question).
+        coordinator = getattr(broker, "transactions", None)
+        if coordinator is not None:
+            assert transactional_id is not None
+            error = coordinator.verify_partition(transactional_id, h.producer_id,
+                                                 h.producer_epoch, topic_name, p)
+            if error != ErrorCode.none:
+                return PartitionOutcome(error, log_start_offset=lso, message=(
+                    f"{topic_name}-{p} is not in the ongoing transaction of transactional id "
+                    f"{transactional_id!r} (producer {h.producer_id}, epoch {h.producer_epoch}):"
+                    f" {error.name.upper()}; the producer must add it (AddPartitionsToTxn) "
+                    "first"))
     try:
         result = lg.append(checked.data, now)
     except OSError as exc:  # LogDirOfflineError: the directory is offline, the broker stopping
@@ -167,13 +197,36 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
                                 message=f"{topic_name}-{p} not appended: {exc}")
     last = result.base_offset + h.last_offset_delta
     states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count,
-                   result.base_offset, last, now)
+                   result.base_offset, last, now, txn)
+    if txn:
+        lg.first_unstable_offset = states.first_unstable_offset()
     broker.logs.appended(topic_name, p)
     metrics = broker.metrics
     metrics.produce_bytes.inc(topic_name, len(checked.data))
     metrics.produce_records.inc(topic_name, h.record_count)
     return PartitionOutcome(ErrorCode.none, result.base_offset, lg.log_start_offset,
                             log_append_time_ms=checked.log_append_time_ms)
+
+
+def _transactional_refusal(topic: str, p: int, producer_id: int,
+                           transactional_id: str | None) -> tuple[ErrorCode, str] | None:
+    """Why a transactional batch cannot be taken whatever the producer state, or None."""
+    if transactional_id is None:
+        # Kafka refuses the request: transactional records need a transactional id to authorize.
+        return (ErrorCode.transactional_id_authorization_failed,
+                f"{topic}-{p}: a transactional batch needs the request's transactional id")
+    if producer_id < 0:
+        return (ErrorCode.invalid_record,
+                f"{topic}-{p}: a transactional batch needs a producer id (InitProducerId)")
+    return None
+
+
+def _sequence_message(error: ErrorCode, topic: str, p: int, h: Any) -> str | None:
+    """What to tell a producer whose batch the producer state refused (None: the code says it)."""
+    if error == ErrorCode.invalid_txn_state:
+        return (f"{topic}-{p}: producer {h.producer_id} sent a non-transactional batch while its "
+                "transaction here is ongoing; commit or abort it first")
+    return None
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -271,6 +324,14 @@ def _produce(ctx: RequestContext, req: Any,
     denied = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
                         (topic.name if topic is not None else td.name
                          for td, topic in resolved if topic is not None or not by_id))
+    txn_id = getattr(req, "transactional_id", None)
+    txn_refused = None
+    if txn_id is not None:
+        # Kafka: WRITE on the transactional id, else every partition is refused with
+        # TRANSACTIONAL_ID_AUTHORIZATION_FAILED before the topics are looked at.
+        resource = Resource(ResourceType.TRANSACTIONAL_ID, txn_id)
+        if not ctx.authorized(Operation.WRITE, resource):
+            txn_refused = refusal(ctx.principal, Operation.WRITE, resource)
     for ti, (td, topic) in enumerate(resolved):
         parts = []
         name = topic.name if topic is not None else getattr(td, "name", None)
@@ -278,6 +339,10 @@ def _produce(ctx: RequestContext, req: Any,
         if name is not None and name in denied:
             refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name))
         for pi, pd in enumerate(td.partition_data):
+            if txn_refused is not None:
+                parts.append(_partition(m, pd.index, PartitionOutcome(
+                    ErrorCode.transactional_id_authorization_failed, message=txn_refused)))
+                continue
             if refused is not None:
                 parts.append(_partition(m, pd.index, PartitionOutcome(
                     ErrorCode.topic_authorization_failed, message=refused)))
@@ -295,7 +360,7 @@ def _produce(ctx: RequestContext, req: Any,
                     message=f"cannot produce to internal topic {topic.name}")))
                 continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
-                                   ctx.api_version, checks.get((ti, pi)))
+                                   ctx.api_version, checks.get((ti, pi)), txn_id)
             if out.error == ErrorCode.none:
                 appended.append((topic.name, pd.index))
             parts.append(_partition(m, pd.index, out))

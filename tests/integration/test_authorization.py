@@ -178,6 +178,17 @@ CASES: list[Case] = [
                 request_module(0, 9).PartitionProduceData(
                     index=0, records=make_batch([(None, b"x")])),)),)),
      lambda e, r: _codes(r, "responses", "partition_responses") == [TAF] or pytest.fail(r)),
+    # A transactional id needs TRANSACTIONAL_ID WRITE first; refused, every partition says so
+    # (before the topic check, as Kafka refuses the whole request).
+    ("produce_transactional", 0, 9, lambda e: dict(
+        transactional_id="tx-none", acks=-1, timeout=timedelta(seconds=T), topic_data=(
+            request_module(0, 9).TopicProduceData(name=TOPIC, partition_data=(
+                request_module(0, 9).PartitionProduceData(
+                    index=0, records=make_batch([(None, b"x")], attributes=0x10,
+                                                producer_id=1, producer_epoch=0,
+                                                base_sequence=0)),)),)),
+     lambda e, r: _codes(r, "responses", "partition_responses") == [
+         ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
     ("fetch", 1, 12, lambda e: dict(
         replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20,
         isolation_level=0, session_id=0, session_epoch=-1, topics=(
