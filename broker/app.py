@@ -52,6 +52,7 @@ from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from broker.txn_log import TransactionalLog
+from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
 from persister.log_dir import LogDir, describe
@@ -85,6 +86,7 @@ class Broker:
         self.topics: TopicRegistry
         self.logs: LogManager
         self.producers: ProducerStateManager
+        self.transactions: TransactionService
         # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
         self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
@@ -149,6 +151,9 @@ class Broker:
         # Share groups over __consumer_offsets: created if missing, every partition loaded.
         self.share_groups = await open_share_groups(self)
         self.add_topic_listener(self.share_groups.topics_changed)
+        # Transactions over __transaction_state (after share groups: markers for
+        # __consumer_offsets go through them); prepared transactions resume their markers.
+        self.transactions = await open_transactions(self)
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
         self.cleaner.stable_limit = self.txn_log.cleaner_limit
@@ -176,6 +181,7 @@ class Broker:
                 pass
         self._tasks.clear()
         if self.started:
+            await self.transactions.close()
             await self.share_groups.stop()
             await self.shares.stop()
             await self.share_coordinator.close()

@@ -281,8 +281,23 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300_000,
               "How often share-partitions not snapshotted since the previous run are "
               "re-snapshotted, so an idle share-partition does not stop pruning.", at_least(1)),
-    ConfigDef("transactional.id.expiration.ms", "int", 604_800_000, "Unused: no transactions.",
-              at_least(1)),
+    # Transactions (KIP-98; Kafka's names and defaults; broker/txn_service.py).
+    ConfigDef("transactional.id.expiration.ms", "int", 604_800_000,
+              "A transactional id with no transaction for this long (in Empty, CompleteCommit "
+              "or CompleteAbort) is removed from __transaction_state.", at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", "int", 900_000,
+              "Largest transaction.timeout.ms a producer may ask for; InitProducerId with a "
+              "larger one gets INVALID_TRANSACTION_TIMEOUT.", at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50,
+              "Partitions of __transaction_state; never change after deployment.",
+              between(1, 1000)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000,
+              "Accepted for Kafka compatibility. Shoal aborts each transaction exactly at its "
+              "deadline (start + transaction.timeout.ms, a timer per transaction) instead of "
+              "looking for timed-out ones at this interval.", at_least(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000,
+              "How often transactional ids idle past transactional.id.expiration.ms are "
+              "looked for.", at_least(1)),
     # Share groups (KIP-932; reference section 2). Each group.share.X without "min."/"max." is
     # the default of the per-group config share.X (broker/group_configs.py), which must lie in
     # [group.share.min.X, group.share.max.X]; share_bounds_problem() checks the broker values.
@@ -555,10 +570,8 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "socket.receive.buffer.bytes": "Shoal uses the OS default socket buffers",
     # Replication of internal topics: a single broker keeps one replica of everything.
     "offsets.topic.replication.factor": "a single broker keeps one replica",
-    "transaction.state.log.replication.factor": "a single broker keeps one replica (and Shoal "
-                                                "has no transactions)",
-    "transaction.state.log.min.isr": "a single broker keeps one replica (and Shoal has no "
-                                     "transactions)",
+    "transaction.state.log.replication.factor": "a single broker keeps one replica",
+    "transaction.state.log.min.isr": "a single broker keeps one replica",
     "share.coordinator.state.topic.replication.factor": "a single broker keeps one replica",
     "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
     # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.

@@ -21,7 +21,7 @@ from typing import Any
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 
-INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state")
+INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state", "__transaction_state")
 
 
 def topic_name_problem(name: str | None) -> str | None:

@@ -132,6 +132,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
         topic_id = meta.topics[0].topic_id
         _heartbeat(c, HIDDEN_GROUP, "hidden-topic")
+        hidden_txn = c.call(22, 4, request(22, 4, transactional_id="tx-hidden",
+                                           transaction_timeout=timedelta(seconds=60)))
+        assert hidden_txn.error_code == ErrorCode.none, hidden_txn
     b.stop()
     del b.overrides["super.users"]
     b.start()
@@ -156,6 +159,11 @@ def _codes(resp: Any, *path: str) -> list[int]:
     for name in path:
         out = [x for o in out for x in getattr(o, name)]
     return [int(x.error_code) for x in out]
+
+
+def _partition_codes(resp: Any) -> list[int]:
+    return [int(p.partition_error_code) for t in resp.results_by_topic_v3_and_below
+            for p in t.results_by_partition]
 
 
 Case = tuple[str, int, int, Callable[[Env], dict[str, Any]], Callable[[Env, Any], None]]
@@ -281,6 +289,47 @@ CASES: list[Case] = [
         transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
         producer_epoch=-1),
      lambda e, r: r.error_code == CAF or pytest.fail(r)),
+    ("init_producer_id_txn", 22, 5, lambda e: dict(
+        transactional_id="tx", transaction_timeout=timedelta(seconds=60), producer_id=-1,
+        producer_epoch=-1),
+     lambda e, r: r.error_code == ErrorCode.transactional_id_authorization_failed
+     or pytest.fail(r)),
+    ("add_partitions_to_txn", 24, 3, lambda e: dict(
+        v3_and_below_transactional_id="tx", v3_and_below_producer_id=1,
+        v3_and_below_producer_epoch=0, v3_and_below_topics=(
+            request_module(24, 3).AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),)),
+     lambda e, r: _partition_codes(r) == [ErrorCode.transactional_id_authorization_failed]
+     or pytest.fail(r)),
+    ("add_partitions_to_txn_v4", 24, 5, lambda e: dict(transactions=(
+        request_module(24, 5).AddPartitionsToTxnTransaction(
+            transactional_id="tx", producer_id=1, producer_epoch=0, verify_only=True,
+            topics=(request_module(24, 5).AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),)),
+    )),
+     lambda e, r: r.error_code == CAF or pytest.fail(r)),
+    ("add_offsets_to_txn", 25, 4, lambda e: dict(transactional_id="tx", producer_id=1,
+                                                  producer_epoch=0, group_id=GROUP),
+     lambda e, r: r.error_code == ErrorCode.transactional_id_authorization_failed
+     or pytest.fail(r)),
+    ("end_txn", 26, 4, lambda e: dict(transactional_id="tx", producer_id=1, producer_epoch=0,
+                                      committed=True),
+     lambda e, r: r.error_code == ErrorCode.transactional_id_authorization_failed
+     or pytest.fail(r)),
+    # CLUSTER ALTER is granted, which lets WriteTxnMarkers through as in Kafka (the admin
+    # client's abortTransaction, kafka-transactions.sh abort): it is not refused.
+    ("write_txn_markers", 27, 1, lambda e: dict(markers=(request_module(27, 1).WritableTxnMarker(
+        producer_id=1, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=(request_module(27, 1).WritableTxnMarkerTopic(name=TOPIC,
+                                                             partition_indexes=(0,)),)),)),
+     lambda e, r: CAF not in [p.error_code for m in r.markers for t in m.topics
+                              for p in t.partitions] or pytest.fail(r)),
+    ("describe_transactions", 65, 0, lambda e: dict(transactional_ids=("tx",)),
+     lambda e, r: _codes(r, "transaction_states") == [
+         ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
+    ("list_transactions", 66, 1, lambda e: dict(state_filters=(), producer_id_filters=(),
+                                                duration_filter=-1),
+     lambda e, r: (r.error_code, "tx-hidden" in {t.transactional_id
+                                                 for t in r.transaction_states}) == (0, False)
+     or pytest.fail(r)),
     ("describe_acls", 29, 3, lambda e: dict(
         resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
         principal_filter=None, host_filter=None, operation=1, permission_type=1),
@@ -390,6 +439,33 @@ def test_the_table_covers_every_handler() -> None:
     served = {int(h.API_KEY) for h in ALL_HANDLERS}
     covered = {c[1] for c in CASES}
     assert served - covered <= NO_AUTHORIZATION, sorted(served - covered - NO_AUTHORIZATION)
+
+
+def test_transaction_checks_behind_an_allowed_transactional_id(env: Env) -> None:
+    """With WRITE on the transactional id: TAF for a topic without WRITE (the other partitions
+    OPERATION_NOT_ATTEMPTED, nothing added), GAF for AddOffsetsToTxn without READ on the group,
+    and ListTransactions shows the id (WRITE implies DESCRIBE) but not the hidden one."""
+    txn = "tx-allowed"
+    env.grant(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE)
+    env.create_topic("txn-writable")
+    env.grant(ResourceType.TOPIC, "txn-writable", AclOperation.WRITE)
+    init = env.raw(22, 4, transactional_id=txn, transaction_timeout=timedelta(seconds=60))
+    assert init.error_code == ErrorCode.none, init
+    m = request_module(24, 3)
+    added = env.raw(24, 3, v3_and_below_transactional_id=txn,
+                    v3_and_below_producer_id=init.producer_id, v3_and_below_producer_epoch=0,
+                    v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),
+                                         m.AddPartitionsToTxnTopic(name="txn-writable",
+                                                                   partitions=(0,))))
+    assert {(t.name, p.partition_error_code) for t in added.results_by_topic_v3_and_below
+            for p in t.results_by_partition} == {
+        (TOPIC, TAF), ("txn-writable", ErrorCode.operation_not_attempted)}
+    offsets = env.raw(25, 3, transactional_id=txn, producer_id=init.producer_id,
+                      producer_epoch=0, group_id=GROUP)
+    assert offsets.error_code == GAF
+    listed = env.raw(66, 0, state_filters=(), producer_id_filters=())
+    assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+        (txn, "Empty")]
 
 
 def test_topic_checks_behind_an_allowed_group(env: Env) -> None:

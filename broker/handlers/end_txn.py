@@ -1,0 +1,45 @@
+"""EndTxn (26) v0-4: commit or abort a producer's transaction (KIP-98).
+
+Answered once PrepareCommit/PrepareAbort is durable in ``__transaction_state``; the markers
+follow (``broker/txn_service.py``). A retry after completion answers NONE; a commit of an aborted
+transaction (or the reverse) and an EndTxn without a transaction get INVALID_TXN_STATE; one while
+the markers are written CONCURRENT_TRANSACTIONS; a fenced epoch PRODUCER_FENCED
+(INVALID_PRODUCER_EPOCH before v2); an unknown id or another producer id
+INVALID_PRODUCER_ID_MAPPING.
+
+v5 (KIP-890 part 2, transaction version 2: an epoch bump at every EndTxn) is not served, and the
+``transaction.version`` feature is not advertised, so clients use the v0-4 protocol.
+
+Authorization (``broker/authz.py``), as Kafka: WRITE on the transactional id, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType
+from broker.context import RequestContext
+from broker.handlers._common import NO_THROTTLE
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 26
+VERSIONS = (0, 4)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    if not ctx.authorized(Operation.WRITE,
+                          Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):
+        return make(m.EndTxnResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.transactional_id_authorization_failed)
+    out = await ctx.broker.transactions.end_txn(req.transactional_id, req.producer_id,
+                                                req.producer_epoch, req.committed)
+    error = out.error
+    if error is ErrorCode.producer_fenced and ctx.api_version < 2:
+        error = ErrorCode.invalid_producer_epoch
+    return make(m.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=error,
+                producer_id=out.producer_id, producer_epoch=out.producer_epoch)

@@ -1,0 +1,71 @@
+"""WriteTxnMarkers (27) v1-2: inter-broker, the coordinator's COMMIT/ABORT markers (KIP-98).
+
+Shoal's coordinator writes its markers in process (``broker/txn_service.py``), so this RPC only
+comes from outside: a client, or a tool. It is refused to clients: with CLUSTER_ACTION (or, when
+an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served honestly, per
+partition: ``broker.txn_log.write_marker`` for data partitions,
+``broker.share_groups.complete_transaction`` for ``__consumer_offsets`` partitions, each answering
+its own code (NONE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, ...). A partition whose
+writer is not available answers UNKNOWN_SERVER_ERROR.
+
+Authorization (``broker/authz.py``): without it every partition gets CLUSTER_AUTHORIZATION_FAILED
+and nothing is written. Deliberate difference: Kafka without an authorizer lets anyone send it;
+Shoal keeps CLUSTER_ACTION (``super.users``) as for the share-state RPCs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import CLUSTER, Operation
+from broker.context import RequestContext
+from broker.txn_service import CONSUMER_OFFSETS_TOPIC
+from protocol.codec import response_module
+
+API_KEY = 27
+VERSIONS = (1, 2)
+
+
+def _allowed(ctx: RequestContext) -> bool:
+    if ctx.broker.authorizer.enforcing and ctx.authorized(Operation.ALTER, CLUSTER, audit=False):
+        return True
+    return ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER)
+
+
+async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -> ErrorCode:
+    broker = ctx.broker
+    known = broker.topics.get(topic)
+    if known is None or not 0 <= partition < known.partitions:
+        return ErrorCode.unknown_topic_or_partition
+    if topic == CONSUMER_OFFSETS_TOPIC:
+        complete = getattr(broker.share_groups, "complete_transaction", None)
+        if complete is None:
+            return ErrorCode.unknown_server_error
+        return await complete(partition, marker.producer_id, marker.producer_epoch,  # type: ignore[no-any-return]
+                              marker.coordinator_epoch, marker.transaction_result)
+    txn_log = getattr(broker, "txn_log", None)
+    if txn_log is None:
+        return ErrorCode.unknown_server_error
+    return await txn_log.write_marker(topic, partition, marker.producer_id,  # type: ignore[no-any-return]
+                                      marker.producer_epoch, marker.coordinator_epoch,
+                                      marker.transaction_result)
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    allowed = _allowed(ctx)
+    results = []
+    for marker in req.markers:
+        topics = []
+        for t in marker.topics:
+            parts = []
+            for p in t.partition_indexes:
+                error = (await _write(ctx, marker, t.name, int(p)) if allowed
+                         else ErrorCode.cluster_authorization_failed)
+                parts.append(m.WritableTxnMarkerPartitionResult(partition_index=p, error_code=error))
+            topics.append(m.WritableTxnMarkerTopicResult(name=t.name, partitions=tuple(parts)))
+        results.append(m.WritableTxnMarkerResult(producer_id=marker.producer_id,
+                                                 topics=tuple(topics)))
+    return m.WriteTxnMarkersResponse(markers=tuple(results))

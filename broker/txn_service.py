@@ -1,0 +1,418 @@
+"""``TransactionService``: the transaction coordinator over ``__transaction_state`` (KIP-98).
+
+Concept (Kafka ``TransactionCoordinator``, ``TransactionStateManager``,
+``TransactionMarkerChannelManager``; STYLE.md 1.6): one ``TxnShard`` (``coordinator/txn/shard.py``)
+per ``__transaction_state`` partition, driven by a ``CoordinatorRuntime`` that runs each
+partition's ops one at a time, appends their records and answers once they are durable. A
+transactional id lives on partition ``abs(hashCode(id)) % transaction.state.log.num.partitions``
+(the topic's actual count), as Kafka places it.
+
+Markers: when a PrepareCommit/PrepareAbort record is durable (EndTxn, a fenced re-init, a
+timeout) the shard reports it and an owned task writes one marker per partition of the
+transaction: data partitions through ``broker.txn_log.write_marker``, ``__consumer_offsets``
+partitions (AddOffsetsToTxn) through ``broker.share_groups.complete_transaction``; retriable
+failures are retried with a backoff (up to ``MARKER_RETRY_MAX_MS``); then CompleteCommit/
+CompleteAbort is written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (clients retry). After
+a crash, loading finds the transaction still prepared and the markers are written again (a marker
+written twice is harmless: the second finds no ongoing transaction there, as in Kafka).
+
+Timers: each Ongoing transaction aborts at start + transaction.timeout.ms (the shard's deadline
+timer, so ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` only bounds nothing
+here); idle ids are removed every ``transaction.remove.expired.transaction.cleanup.interval.ms``
+after ``transactional.id.expiration.ms``.
+
+Runtime failures become Kafka's codes as ``TransactionStateManager.appendTransactionToLog`` maps
+them: a storage error is NOT_COORDINATOR (the client finds the coordinator again and retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group.placement import partition_for_group
+from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
+from coordinator.runtime.result import CoordinatorResult
+from coordinator.txn.metadata import PREPARED, TopicPartition, TxnMetadata, TxnState
+from coordinator.txn.records import TxnRecordSerde
+from coordinator.txn.shard import ProducerIdAndEpoch, TxnShard
+from persister.log import PartitionLogLike
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+    from broker.topics import Topic
+
+log = logging.getLogger("shoal.transactions")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# segment.bytes of __transaction_state when we create it (Kafka: transaction.state.log.segment.
+# bytes, 100 MiB); pruning deletes whole segments, so this bounds the redundant bytes kept.
+TXN_SEGMENT_BYTES = 1024 * 1024
+MARKER_RETRY_MIN_MS = 50
+MARKER_RETRY_MAX_MS = 5_000
+_EXPIRE_TIMER = "expire-transactional-ids"
+
+# Marker write answers meaning "try again later" (contract in /work/briefs/txn_api.md, and Kafka's
+# TransactionMarkerRequestCompletionHandler).
+RETRIABLE_MARKER_ERRORS = frozenset({
+    ErrorCode.kafka_storage_error, ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas,
+    ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out,
+})
+
+
+class DataMarkerWriter(Protocol):
+    """``broker.txn_log``'s marker writer (t-log)."""
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int, commit: bool) -> Awaitable[ErrorCode]: ...
+
+
+OffsetMarkerWriter = Callable[[int, int, int, int, bool], Awaitable[ErrorCode]]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTransaction:
+    transactional_id: str
+    producer_id: int
+    state: TxnState
+
+
+def _runtime_error(failure: CoordinatorFailure) -> ErrorCode:
+    if failure.error in (ErrorCode.kafka_storage_error,):
+        return ErrorCode.not_coordinator
+    return failure.error
+
+
+class TransactionService:
+    """Transactions of every id, on ``num_partitions`` runtime partitions (see module doc)."""
+
+    def __init__(
+        self,
+        *,
+        clock_ms: Callable[[], int],
+        config_get: Callable[[str], Any],
+        next_producer_id: Callable[[], int],
+        num_partitions: int,
+        data_markers: Callable[[], DataMarkerWriter | None],
+        offset_markers: Callable[[], OffsetMarkerWriter | None],
+        fsync: bool = True,
+    ) -> None:
+        """``data_markers``/``offset_markers`` are looked up at each use (the log side and the
+        group coordinator may come later in the broker's start).
+
+        Raises:
+            ValueError: ``num_partitions`` is not positive.
+        """
+        if num_partitions <= 0:
+            raise ValueError("num_partitions must be positive")
+        self._clock_ms = clock_ms
+        self._get = config_get
+        self._next_pid = next_producer_id
+        self.num_partitions = num_partitions
+        self._data_markers = data_markers
+        self._offset_markers = offset_markers
+        self.runtime: CoordinatorRuntime[TxnShard] = CoordinatorRuntime(
+            self._new_shard, TxnRecordSerde(), clock_ms=clock_ms, fsync=fsync,
+            name="txn-coordinator")
+        self._markers: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
+        self.load_ms: float | None = None
+        self._warned_no_offsets = False
+
+    def _new_shard(self, partition: int) -> TxnShard:
+        return TxnShard(partition, on_prepared=self._on_prepared)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def load(self, log_for: Callable[[int], PartitionLogLike]) -> float:
+        """Load every partition in parallel and arm the id-expiration sweep; returns the ms."""
+        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in range(self.num_partitions)})
+        interval = int(self._get("transaction.remove.expired.transaction.cleanup.interval.ms"))
+        first = self._clock_ms() + interval
+        for p in range(self.num_partitions):
+            self.runtime.schedule(p, _EXPIRE_TIMER, first, self._expire_op, repeat_ms=interval)
+        return self.load_ms
+
+    async def close(self) -> None:
+        """Stop writing markers (a restart resumes them) and stop the runtime."""
+        self._closed = True
+        tasks = list(self._markers.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._markers.clear()
+        await self.runtime.close()
+
+    # ------------------------------------------------------------------ placement and reads
+
+    def partition_for(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition of ``transactional_id`` (Kafka's rule)."""
+        return partition_for_group(transactional_id, self.num_partitions)
+
+    def _served(self, transactional_id: str) -> TxnShard | ErrorCode:
+        p = self.partition_for(transactional_id)
+        status = self.runtime.status(p)
+        shard = self.runtime.shard(p)
+        if status is PartitionStatus.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        if status is not PartitionStatus.ACTIVE or shard is None:
+            return ErrorCode.not_coordinator
+        return shard
+
+    def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         topic: str, partition: int) -> ErrorCode:
+        """Whether (topic, partition) is in the producer's ongoing transaction (the contract
+        with Produce): NONE, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+        CONCURRENT_TRANSACTIONS (markers pending), TRANSACTION_ABORTABLE (not added),
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        shard = self._served(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        return shard.verify(transactional_id, producer_id, producer_epoch, (topic, partition))
+
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        """The committed state of the id, or TRANSACTIONAL_ID_NOT_FOUND / a coordinator error."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        shard = self._served(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        meta = shard.committed(transactional_id)
+        if meta is None or meta.state is TxnState.DEAD:
+            return ErrorCode.transactional_id_not_found
+        return meta
+
+    def list(self, states: Iterable[TxnState], producer_ids: Iterable[int],
+             min_duration_ms: int = -1) -> list[TxnMetadata] | ErrorCode:
+        """ListTransactions (Kafka ``listTransactionStates``): committed states matching every
+        filter given (empty filters match all; ``min_duration_ms`` >= 0 keeps transactions
+        running longer than it). COORDINATOR_LOAD_IN_PROGRESS while a partition loads."""
+        wanted_states = frozenset(states)
+        wanted_pids = frozenset(producer_ids)
+        now = self._clock_ms()
+        out: list[TxnMetadata] = []
+        for p in self.runtime.partitions():
+            status = self.runtime.status(p)
+            if status is PartitionStatus.LOADING:
+                return ErrorCode.coordinator_load_in_progress
+            shard = self.runtime.shard(p)
+            if status is not PartitionStatus.ACTIVE or shard is None:
+                continue
+            for meta in shard.committed_all():
+                if meta.state is TxnState.DEAD:
+                    continue
+                if wanted_pids and meta.producer_id not in wanted_pids:
+                    continue
+                if wanted_states and meta.state not in wanted_states:
+                    continue
+                if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
+                    continue
+                out.append(meta)
+        return sorted(out, key=lambda m: m.transactional_id)
+
+    # ------------------------------------------------------------------ write RPCs
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None) -> ProducerIdAndEpoch:
+        """InitProducerId with a transactional id (the handler has authorized it)."""
+        if not transactional_id:
+            return ProducerIdAndEpoch(ErrorCode.invalid_request)
+        if not 0 < timeout_ms <= int(self._get("transaction.max.timeout.ms")):
+            return ProducerIdAndEpoch(ErrorCode.invalid_transaction_timeout)
+        new_pid = self._next_pid
+        out = await self._write(transactional_id, lambda shard, now: shard.init_producer_id(
+            transactional_id, timeout_ms, expected, now, new_pid))
+        if isinstance(out, ErrorCode):
+            return ProducerIdAndEpoch(out)
+        if out.error is ErrorCode.none:
+            log.info("transactional id %s: producer id %d epoch %d (on %s-%d)", transactional_id,
+                     out.producer_id, out.producer_epoch, TRANSACTION_STATE_TOPIC,
+                     self.partition_for(transactional_id))
+        return out  # type: ignore[no-any-return]
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[TopicPartition]) -> ErrorCode:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's ``__consumer_offsets`` partition)."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        parts = frozenset(partitions)
+        out = await self._write(transactional_id, lambda shard, now: shard.add_partitions(
+            transactional_id, producer_id, producer_epoch, parts, now))
+        return out  # type: ignore[no-any-return]
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str, offsets_partitions: int) -> ErrorCode:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        p = partition_for_group(group_id, offsets_partitions)
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                         ((CONSUMER_OFFSETS_TOPIC, p),))
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> ProducerIdAndEpoch:
+        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable (markers follow)."""
+        if not transactional_id:
+            return ProducerIdAndEpoch(ErrorCode.invalid_request)
+        out = await self._write(transactional_id, lambda shard, now: shard.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, now))
+        if isinstance(out, ErrorCode):
+            return ProducerIdAndEpoch(out)
+        return out  # type: ignore[no-any-return]
+
+    async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
+        out = await self.runtime.write(self.partition_for(transactional_id), op)
+        if isinstance(out, CoordinatorFailure):
+            log.debug("transactional id %s: %s", transactional_id, out.message)
+            return _runtime_error(out)
+        return out
+
+    def _expire_op(self, shard: TxnShard, now_ms: int) -> CoordinatorResult[Any, Any]:
+        result = shard.expire_transactional_ids(
+            now_ms, int(self._get("transactional.id.expiration.ms")))
+        if result.records:
+            log.info("%s-%d: removing %d transactional id(s) idle for transactional.id."
+                     "expiration.ms", TRANSACTION_STATE_TOPIC, shard.partition, len(result.records))
+        return result
+
+    # ------------------------------------------------------------------ markers
+
+    def _on_prepared(self, partition: int, meta: TxnMetadata) -> None:
+        """A Prepare record is durable (or was found on load): write its markers."""
+        if self._closed:
+            return
+        txn_id = meta.transactional_id
+        running = self._markers.get(txn_id)
+        if running is not None and not running.done():
+            return  # the same transaction: the running task completes it
+        task = asyncio.get_running_loop().create_task(
+            self._complete(partition, meta), name=f"txn-markers-{txn_id}")
+        self._markers[txn_id] = task
+        task.add_done_callback(lambda t, k=txn_id: self._markers.pop(k, None)
+                               if self._markers.get(k) is t else None)
+
+    async def _complete(self, partition: int, meta: TxnMetadata) -> None:
+        commit = meta.state is TxnState.PREPARE_COMMIT
+        pending = set(meta.partitions)
+        delay = MARKER_RETRY_MIN_MS
+        attempts = 0
+        while True:
+            if pending:
+                done = await asyncio.gather(*(self._marker(tp, meta, commit) for tp in sorted(pending)))
+                pending = {tp for tp, ok in zip(sorted(pending), done, strict=True) if not ok}
+            if not pending:
+                out = await self.runtime.write(partition, lambda shard, now: shard.complete(
+                    meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, now))
+                if not isinstance(out, CoordinatorFailure):
+                    if out is ErrorCode.none:
+                        log.debug("transaction of %s (producer %d epoch %d) %s",
+                                  meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                                  "committed" if commit else "aborted")
+                    return
+                if out.error is ErrorCode.not_coordinator:
+                    return  # unloaded or failed: the next load resumes the markers
+            attempts += 1
+            if attempts in (10, 100) or attempts % 1000 == 0:
+                log.warning("transaction of %s (producer %d epoch %d): markers still not written "
+                            "after %d attempts to %s; retrying", meta.transactional_id,
+                            meta.producer_id, meta.producer_epoch, attempts,
+                            ", ".join(f"{t}-{p}" for t, p in sorted(pending)) or TRANSACTION_STATE_TOPIC)
+            await asyncio.sleep(delay / 1000)
+            delay = min(delay * 2, MARKER_RETRY_MAX_MS)
+
+    async def _marker(self, tp: TopicPartition, meta: TxnMetadata, commit: bool) -> bool:
+        """Write one marker; True when it is done (written, or nothing left to write)."""
+        topic, partition = tp
+        try:
+            if topic == CONSUMER_OFFSETS_TOPIC:
+                complete = self._offset_markers()
+                if complete is None:
+                    if not self._warned_no_offsets:
+                        self._warned_no_offsets = True
+                        log.warning("no transactional offset support: the %s marker of %s is "
+                                    "skipped", CONSUMER_OFFSETS_TOPIC, meta.transactional_id)
+                    return True
+                error = await complete(partition, meta.producer_id, meta.producer_epoch, 0, commit)
+            else:
+                writer = self._data_markers()
+                if writer is None:
+                    log.error("no transactional log: the marker of %s on %s-%d is not written",
+                              meta.transactional_id, topic, partition)
+                    return True
+                error = await writer.write_marker(topic, partition, meta.producer_id,
+                                                  meta.producer_epoch, 0, commit)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("writing the %s marker of %s on %s-%d failed; will retry",
+                          "commit" if commit else "abort", meta.transactional_id, topic, partition)
+            return False
+        if error is ErrorCode.none or error is ErrorCode.unknown_topic_or_partition:
+            return True
+        if error in RETRIABLE_MARKER_ERRORS:
+            return False
+        log.error("the %s marker of %s (producer %d epoch %d) on %s-%d was refused with %s; "
+                  "giving up on that partition", "commit" if commit else "abort",
+                  meta.transactional_id, meta.producer_id, meta.producer_epoch, topic, partition,
+                  error.name)
+        return True
+
+    def markers_pending(self) -> int:
+        """Transactions whose markers are being written (tests, metrics)."""
+        return len(self._markers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Opening: __transaction_state, the runtime and the service
+
+
+def ensure_txn_topic(broker: Broker) -> Topic:
+    """``__transaction_state`` with ``transaction.state.log.num.partitions`` partitions (an
+    existing topic keeps its count: placement depends on it)."""
+    wanted = {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": TXN_SEGMENT_BYTES}
+    partitions = broker.config.get("transaction.state.log.num.partitions")
+    topic = broker.topics.get(TRANSACTION_STATE_TOPIC)
+    if topic is None:
+        return broker.create_topic(TRANSACTION_STATE_TOPIC, partitions, wanted)
+    if topic.partitions != partitions:
+        log.warning("%s has %d partitions; transaction.state.log.num.partitions=%d is ignored "
+                    "(placement depends on the existing count)", TRANSACTION_STATE_TOPIC,
+                    topic.partitions, partitions)
+    return topic
+
+
+async def open_transactions(broker: Broker) -> TransactionService:
+    """Create or open ``__transaction_state``, load every partition and return the service
+    (after ``broker.share_groups``; markers resume once loaded)."""
+    topic = ensure_txn_topic(broker)
+
+    def offsets_writer() -> OffsetMarkerWriter | None:
+        return getattr(getattr(broker, "share_groups", None), "complete_transaction", None)
+
+    service = TransactionService(
+        clock_ms=broker.clock.now_ms, config_get=broker.config.get,
+        next_producer_id=broker.next_producer_id, num_partitions=topic.partitions,
+        data_markers=lambda: getattr(broker, "txn_log", None), offset_markers=offsets_writer)
+
+    def log_for(partition: int) -> PartitionLogLike:
+        lg = broker.logs.get(TRANSACTION_STATE_TOPIC, partition)
+        assert lg is not None, "LogManager opens every partition of a registered topic"
+        return lg
+
+    load_ms = await service.load(log_for)
+    runtime = service.runtime
+    shards = [s for p in runtime.partitions() if (s := runtime.shard(p)) is not None]
+    ids = sum(len(s.txns) for s in shards)
+    prepared = sum(1 for s in shards for m in s.txns.values() if m.state in PREPARED)
+    log.info("transaction coordinator loaded %d partition(s) of %s (%d transactional ids, %d "
+             "completing) in %.0f ms", topic.partitions, TRANSACTION_STATE_TOPIC, ids, prepared,
+             load_ms)
+    return service

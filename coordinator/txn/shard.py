@@ -1,0 +1,288 @@
+"""``TxnShard``: the transactions of one ``__transaction_state`` partition (sans-IO).
+
+Concept (Kafka ``TransactionCoordinator`` + ``TransactionStateManager``; STYLE.md 1.3): write ops
+(InitProducerId, AddPartitionsToTxn/AddOffsetsToTxn, EndTxn, completing after the markers, the
+timeout abort, id expiration) read the current state and return ``CoordinatorResult(records,
+response)``; ``replay`` is the only mutator. Every op runs on the partition's serial executor and
+sees the records of the ops before it (committed or not), so Kafka's ``pendingState`` is not
+needed: an op after an EndTxn already sees PrepareCommit and answers CONCURRENT_TRANSACTIONS.
+
+Markers: once a PrepareCommit/PrepareAbort record is *committed* (durable) the shard tells its
+``on_prepared`` listener (the service writes the markers, then runs ``complete``). On load the
+listener hears of every transaction found in a Prepare state, so a crash between PrepareCommit
+and CompleteCommit resumes the markers. Nothing is told while loading (``commit`` runs in the
+loader thread then).
+
+Timeouts: an Ongoing transaction times out at start + transaction.timeout.ms; ``next_deadline``
+/ ``on_timer`` (``TimedShard``) fence it as Kafka's ``abortTimedOutTransactions``: PrepareAbort
+with the epoch bumped, so the timed-out producer's next request is fenced. Deadlines are soft
+state, rebuilt from replay (a reload keeps each transaction's deadline).
+
+Reads (DescribeTransactions, ListTransactions, ``verify``) use the committed view.
+
+What Kafka keeps and the v0 value record cannot (``lastProducerEpoch``, ``previousProducerId``)
+is not kept: as on a Kafka coordinator after a reload, a retried InitProducerId whose first answer
+was lost is fenced rather than answered again.
+
+Invariants: ``txns`` equals the fold of the replayed records (a shard rebuilt from the log equals
+the live one); an op never mutates; every written state follows ``VALID_PREVIOUS``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.runtime.result import CoordinatorResult
+from coordinator.runtime.timer import Timer
+from coordinator.runtime.undo import UndoLog
+from coordinator.txn.metadata import (
+    EXPIRABLE,
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PREPARED,
+    TopicPartition,
+    TxnMetadata,
+    TxnState,
+)
+from coordinator.txn.records import TxnRecord, new_tombstone, new_txn_record
+
+S = TxnState
+E = ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """InitProducerId's answer, and EndTxn's (v5 carries it)."""
+
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    offset: int
+    ident: Hashable
+    before: TxnMetadata | None
+    before_offset: int | None
+
+
+Result = CoordinatorResult[TxnRecord, object]
+
+
+class TxnShard:
+    """State of every transactional id of one partition (see module doc)."""
+
+    def __init__(self, partition: int = 0, *,
+                 on_prepared: Callable[[int, TxnMetadata], None] | None = None) -> None:
+        self.partition = partition
+        self.txns: dict[str, TxnMetadata] = {}
+        self._offsets: dict[str, int] = {}  # offset of each live id's latest record
+        self._undo: UndoLog[_Undo] = UndoLog()
+        self._timer: Timer[str] = Timer()
+        self._prepared: deque[tuple[int, TxnMetadata]] = deque()  # replayed, not yet committed
+        self._on_prepared = on_prepared
+        self.loading = True
+        self.end_offset = 0
+
+    # ------------------------------------------------------------------ Shard
+
+    def replay(self, offset: int, key: str, value: TxnMetadata | None) -> None:
+        self._undo.append(_Undo(offset, key, self.txns.get(key), self._offsets.get(key)))
+        self._set(key, value, offset if value is not None else None)
+        if value is not None and value.state in PREPARED and not self.loading:
+            self._prepared.append((offset, value))
+        self.end_offset = offset + 1
+
+    def commit(self, offset: int) -> None:
+        self._undo.commit(offset)
+        while self._prepared and self._prepared[0][0] < offset:
+            _, meta = self._prepared.popleft()
+            if self._on_prepared is not None:
+                self._on_prepared(self.partition, meta)
+
+    def revert(self, offset: int) -> None:
+        self._undo.revert(offset, lambda u: self._set(str(u.ident), u.before, u.before_offset))
+        while self._prepared and self._prepared[-1][0] >= offset:
+            self._prepared.pop()
+        self.end_offset = min(self.end_offset, offset)
+
+    def on_loaded(self, now_ms: int) -> None:
+        del now_ms
+        self.loading = False
+        if self._on_prepared is not None:
+            for meta in list(self.txns.values()):
+                if meta.state in PREPARED:
+                    self._on_prepared(self.partition, meta)
+
+    def on_unloaded(self) -> None:
+        self._prepared.clear()
+        self._on_prepared = None
+
+    def last_redundant_offset(self) -> int | None:
+        """Only each id's latest record is needed (tombstones of expired ids need nothing)."""
+        return min(self._offsets.values()) if self._offsets else self.end_offset
+
+    def next_deadline(self) -> int | None:
+        return self._timer.next_deadline()
+
+    def on_timer(self, now_ms: int) -> Result:
+        """Abort every Ongoing transaction past its deadline, fencing its producer (epoch + 1)."""
+        records = []
+        for txn_id in self._timer.keys():
+            deadline = self._timer.deadline(txn_id)
+            if deadline is None or deadline > now_ms:
+                break
+            meta = self.txns.get(txn_id)
+            if meta is not None and meta.state is S.ONGOING:
+                records.append(new_txn_record(_fenced_abort(meta, now_ms)))
+        return CoordinatorResult(records=tuple(records))
+
+    def _set(self, key: str, value: TxnMetadata | None, offset: int | None) -> None:
+        if value is None:
+            self.txns.pop(key, None)
+            self._offsets.pop(key, None)
+        else:
+            self.txns[key] = value
+            if offset is not None:
+                self._offsets[key] = offset
+        deadline = None if value is None else value.deadline_ms()
+        if deadline is None:
+            self._timer.cancel(key)
+        else:
+            self._timer.schedule(key, deadline)
+
+    # ------------------------------------------------------------------ reads (committed view)
+
+    def committed(self, transactional_id: str) -> TxnMetadata | None:
+        return self._undo.committed(transactional_id, self.txns.get(transactional_id))  # type: ignore[no-any-return]
+
+    def committed_all(self) -> Iterable[TxnMetadata]:
+        if not len(self._undo):
+            return list(self.txns.values())
+        return list(self._undo.committed_view(self.txns).values())
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               partition: TopicPartition) -> ErrorCode:
+        """Whether ``partition`` is in the producer's ongoing transaction (Kafka
+        ``handleVerifyPartitionsInTransaction``, per partition)."""
+        meta = self.committed(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return E.invalid_producer_id_mapping
+        if meta.producer_epoch != producer_epoch:
+            return E.producer_fenced
+        if meta.state in PREPARED:
+            return E.concurrent_transactions
+        if meta.state is S.ONGOING and partition in meta.partitions:
+            return E.none
+        return E.transaction_abortable
+
+    # ------------------------------------------------------------------ write ops
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                         expected: tuple[int, int] | None, now_ms: int,
+                         new_producer_id: Callable[[], int]) -> Result:
+        """InitProducerId with a transactional id (Kafka ``handleInitProducerId``); the caller
+        has checked the id is not empty and the timeout is allowed."""
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            fresh = TxnMetadata(transactional_id, new_producer_id(), 0, timeout_ms, S.EMPTY,
+                                last_update_ms=now_ms)
+            return _answer(fresh, ProducerIdAndEpoch(E.none, fresh.producer_id, 0))
+        if expected is not None and expected[0] != meta.producer_id:
+            return CoordinatorResult(response=ProducerIdAndEpoch(E.producer_fenced))
+        if meta.state in PREPARED:
+            return CoordinatorResult(response=ProducerIdAndEpoch(E.concurrent_transactions))
+        if meta.state is S.ONGOING:
+            # Abort the zombie's transaction (bumping the epoch fences it) and let the client
+            # retry once the abort completes; its retry bumps the epoch again (Kafka).
+            return _answer(_fenced_abort(meta, now_ms), ProducerIdAndEpoch(E.concurrent_transactions))
+        if meta.epoch_exhausted and (expected is None or expected[1] == meta.producer_epoch):
+            new = meta.moved_to(S.EMPTY, producer_id=new_producer_id(), producer_epoch=0,
+                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
+                                last_update_ms=now_ms)
+        elif expected is not None and expected[1] != meta.producer_epoch:
+            return CoordinatorResult(response=ProducerIdAndEpoch(E.producer_fenced))
+        else:
+            new = meta.moved_to(S.EMPTY, producer_epoch=meta.producer_epoch + 1,
+                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
+                                last_update_ms=now_ms)
+        return _answer(new, ProducerIdAndEpoch(E.none, new.producer_id, new.producer_epoch))
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: frozenset[TopicPartition], now_ms: int) -> Result:
+        """AddPartitionsToTxn / AddOffsetsToTxn (Kafka ``handleAddPartitionsToTransaction``)."""
+        meta = self.txns.get(transactional_id)
+        error = _check_producer(meta, producer_id, producer_epoch)
+        if error is not None or meta is None:
+            return CoordinatorResult(response=error)
+        if meta.state in PREPARED:
+            return CoordinatorResult(response=E.concurrent_transactions)
+        if meta.state is S.ONGOING and partitions <= meta.partitions:
+            return CoordinatorResult(response=E.none)
+        start = now_ms if meta.state is not S.ONGOING else meta.start_ms
+        new = meta.moved_to(S.ONGOING, partitions=meta.partitions | partitions, start_ms=start,
+                            last_update_ms=now_ms)
+        return _answer(new, E.none)
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                commit: bool, now_ms: int) -> Result:
+        """EndTxn v0-4 (Kafka ``endTransaction`` from a client, transaction version 0/1)."""
+        meta = self.txns.get(transactional_id)
+        error = _check_producer(meta, producer_id, producer_epoch)
+        if error is not None or meta is None:
+            return CoordinatorResult(response=ProducerIdAndEpoch(error or E.invalid_producer_id_mapping))
+        state = meta.state
+        done = ProducerIdAndEpoch(E.none, meta.producer_id, meta.producer_epoch)
+        if state is S.ONGOING:
+            new = meta.moved_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
+                                last_update_ms=now_ms)
+            return _answer(new, done)
+        if (state is S.COMPLETE_COMMIT and commit) or (state is S.COMPLETE_ABORT and not commit):
+            return CoordinatorResult(response=done)  # a retry of an EndTxn that completed
+        if (state is S.PREPARE_COMMIT and commit) or (state is S.PREPARE_ABORT and not commit):
+            return CoordinatorResult(response=ProducerIdAndEpoch(E.concurrent_transactions))
+        return CoordinatorResult(response=ProducerIdAndEpoch(E.invalid_txn_state))
+
+    def complete(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                 prepared: TxnState, now_ms: int) -> Result:
+        """After every marker is written: PrepareCommit -> CompleteCommit (or Abort). A no-op
+        (answered INVALID_TXN_STATE) if the transaction moved on meanwhile."""
+        meta = self.txns.get(transactional_id)
+        if (meta is None or meta.state is not prepared or meta.producer_id != producer_id
+                or meta.producer_epoch != producer_epoch):
+            return CoordinatorResult(response=E.invalid_txn_state)
+        target = S.COMPLETE_COMMIT if prepared is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        return _answer(meta.moved_to(target, partitions=frozenset(), last_update_ms=now_ms), E.none)
+
+    def expire_transactional_ids(self, now_ms: int, expiration_ms: int) -> Result:
+        """Tombstones for ids idle in Empty/Complete* for ``expiration_ms`` (Kafka
+        ``removeExpiredTransactionalIds``)."""
+        records = tuple(new_tombstone(m.transactional_id) for m in self.txns.values()
+                        if m.state in EXPIRABLE and m.last_update_ms <= now_ms - expiration_ms)
+        return CoordinatorResult(records=records, response=len(records))
+
+
+def _answer(meta: TxnMetadata, response: object) -> Result:
+    return CoordinatorResult(records=(new_txn_record(meta),), response=response)
+
+
+def _check_producer(meta: TxnMetadata | None, producer_id: int,
+                    producer_epoch: int) -> ErrorCode | None:
+    if meta is None or meta.producer_id != producer_id:
+        return E.invalid_producer_id_mapping
+    if meta.producer_epoch != producer_epoch:
+        return E.producer_fenced
+    return None
+
+
+def _fenced_abort(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """PrepareAbort with the epoch bumped (Kafka ``prepareFenceProducerEpoch`` then the abort)."""
+    epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+    meta.moved_to(S.PREPARE_EPOCH_FENCE)  # checks the move as Kafka's two-step transition
+    return meta.moved_to(S.PREPARE_ABORT, producer_epoch=epoch, last_update_ms=now_ms)
