@@ -67,6 +67,10 @@ def txn_produce_worker(p: dict[str, Any], out: Any) -> None:
                     except BufferError:
                         prod.poll(0.005)
             txn += 1
+            # Every record is written before the end: abort_transaction would purge what is
+            # still queued in the client, and the aborted data would never reach the log.
+            if prod.flush(60):
+                raise RuntimeError("records still unacknowledged after flush")
             if txn % p["abort_every"] == 0:
                 prod.abort_transaction(60)
             else:

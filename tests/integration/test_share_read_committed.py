@@ -43,6 +43,8 @@ def in_txn(p: Producer, topic: str, values: list[bytes], commit: bool) -> None:
     p.begin_transaction()
     for v in values:
         p.produce(topic, v, partition=0)
+    # Written before the end (abort_transaction would otherwise purge what is still queued).
+    assert p.flush(20) == 0
     if commit:
         p.commit_transaction(20)
     else:
@@ -152,7 +154,7 @@ def test_read_uncommitted_share_group_gets_every_data_record(tb: BrokerProcess) 
         everything = mix.before + mix.aborted + mix.open + mix.after
         got = collect(c, len(everything), timeout=25)
         # Aborted and still-open data included, each once; never a marker.
-        assert sorted(got) == sorted(everything)
+        assert sorted(got) == sorted(everything), b" ".join(sorted(got))
         mix.finish()
         assert collect(c, 0, timeout=3, settle=1.5) == []
     finally:
