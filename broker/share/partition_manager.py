@@ -303,6 +303,8 @@ class SharePartitionManager:
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         if sp.ordering_on:
             return self._keyed_response(data, headers, acquired, sp), acquired
+        if txn_batches:
+            return self._covering_batches(data, headers, acquired), acquired
         start = end = None
         for pos, h in headers:
             if h.last_offset >= first and start is None:
@@ -310,6 +312,31 @@ class SharePartitionManager:
             if h.base_offset <= last:
                 end = pos + h.total_size
         return bytes(data[start:end]), acquired
+
+    @staticmethod
+    def _covering_batches(data: Any, headers: list[Any],
+                          acquired: list[AcquiredRecords]) -> bytes:
+        """The log batches holding an acquired offset, leaving out those between them that hold
+        none (transaction markers, aborted batches: broker/share/txn_filter.py), so consumers
+        neither receive nor decode records they would drop."""
+        parts: list[Any] = []
+        run_start = run_end = -1
+        k = 0
+        for pos, h in headers:
+            while k < len(acquired) and acquired[k].last_offset < h.base_offset:
+                k += 1
+            if k == len(acquired):
+                break
+            if acquired[k].first_offset > h.last_offset:
+                continue
+            if pos != run_end:
+                if run_end > run_start:
+                    parts.append(data[run_start:run_end])
+                run_start = pos
+            run_end = pos + h.total_size
+        if run_end > run_start:
+            parts.append(data[run_start:run_end])
+        return b"".join(parts)
 
     @staticmethod
     def _keyed_response(data: Any, headers: list[Any], acquired: list[AcquiredRecords],

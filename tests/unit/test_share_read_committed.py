@@ -365,3 +365,25 @@ def test_read_committed_never_delivers_aborted_unstable_or_markers(
     if not release:
         assert all(n == 1 for n in times.values()), times
     assert p.start_offset == log.end
+
+
+def test_response_leaves_out_batches_holding_no_acquired_offset() -> None:
+    """The shell sends only the log batches holding acquired offsets once a read had markers or
+    aborted batches, so consumers never decode records they would drop."""
+    from broker.share.acquisition import AcquiredRecords
+    from broker.share.partition_manager import SharePartitionManager
+    from protocol.record_batch import iter_batches
+    from tests.unit.batches import make_batch
+
+    b0 = make_batch([(None, b"x")] * 3, base_offset=0)
+    b1 = make_batch([(None, b"y")] * 2, base_offset=3, attributes=TRANSACTIONAL, producer_id=5)
+    b2 = make_batch([(None, b"m")], base_offset=5, attributes=TRANSACTIONAL | CONTROL,
+                    producer_id=5)
+    b3 = make_batch([(None, b"z")] * 2, base_offset=6)
+    data = b0 + b1 + b2 + b3
+    headers = list(iter_batches(data))
+    got = SharePartitionManager._covering_batches(
+        data, headers, [AcquiredRecords(0, 2, 1), AcquiredRecords(6, 7, 1)])
+    assert got == b0 + b3
+    got = SharePartitionManager._covering_batches(data, headers, [AcquiredRecords(3, 4, 1)])
+    assert got == b1
