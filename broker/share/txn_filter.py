@@ -1,10 +1,17 @@
 """Which log batches a share-partition never delivers: transaction markers, and under
 ``share.isolation.level=read_committed`` the data of aborted transactions (pure functions).
 
-Kafka's SharePartition acquires control batches like any other offsets and leaves them to the
-client, which skips the marker and acknowledges its offset as GAP; with read_committed it also
-acquires aborted transactional batches and then archives them and cuts them out of the acquired
-ranges (reference section 3, "read_committed"; KafkaShareGroups test items 12, 23 and 53).
+What Kafka does (reference section 3, "read_committed"; test items 12, 23 and 53): its
+SharePartition acquires control batches like any other offsets and leaves them to the client.
+The Java ShareConsumer skips the marker and acknowledges its offset as GAP (it had to learn to
+send that GAP even when a response held nothing but a marker, apache/kafka#19295). With
+read_committed the read stops at the LSO, aborted transactional batches are acquired and then
+archived and cut out of the acquired ranges (KAFKA-16729). librdkafka 2.16's ShareConsumer
+passes no aborted list to its batch reader, drops a control message found in an acquired range
+and leaves that offset typed GAP, which it sends with its next acknowledgement; it drops every
+message outside the acquired ranges. So with Kafka's behaviour a marker offset sits ACQUIRED
+until the client's next acknowledgement (or its lock times out, if a client never sends it),
+counts toward the record-lock limit and holds the SPSO back meanwhile.
 
 Shoal archives both kinds on the broker instead, *before* acquisition, in either isolation level:
 
@@ -13,8 +20,11 @@ Shoal archives both kinds on the broker instead, *before* acquisition, in either
   client that forgets the GAP (or one that only ever sees markers in a response) cannot leave it
   stuck until its lock expires;
 - clients ignore offsets outside the AcquiredRecords list (librdkafka 2.16 drops every message,
-  control or not, outside an acquired range; Kafka's ShareCompletedFetch skips them), so a marker
-  batch that still rides along inside the response bytes is never shown to the application.
+  control or not, outside an acquired range; Kafka's ShareCompletedFetch skips them), and the
+  shell leaves batches holding no acquired offset out of the response anyway
+  (``SharePartitionManager._covering_batches``), so no application ever sees a marker; a client
+  that acknowledges such an offset as GAP gets INVALID_RECORD_STATE for it, as for any offset it
+  does not hold.
 
 The decision is per log batch, from its header: a control batch (attributes bit 5) is skipped; a
 transactional data batch (bit 4) of producer P at base offset B is aborted when the log's
