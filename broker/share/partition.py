@@ -32,6 +32,10 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
 - with a group redelivery backoff (opt-in, :mod:`broker.share.backoff`), a record released after
   delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
   SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
+- transaction markers are never acquired; with ``share.isolation.level=read_committed`` no
+  acquisition includes an offset at or past the last stable offset or a record of an aborted
+  transaction (:mod:`broker.share.txn_filter`; property-tested in
+  tests/unit/test_share_read_committed.py);
 - with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
   tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
   a record is acquired only when every lower record of its key is done, so a key's records are
@@ -85,8 +89,8 @@ from broker.share.inflight import (
     trim_below,
 )
 from broker.share.key_order import KeyIndex, KeyMap, acquire_keyed
-from broker.share.txn_filter import AbortedRange, TxnBatch, skip_ranges
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
+from broker.share.txn_filter import AbortedRange, TxnBatch, skip_ranges
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
 from persister.api import (
     PERSISTED_STATES,
