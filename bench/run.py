@@ -33,6 +33,8 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
   processes, ``group.protocol=classic`` then ``consumer`` (reported as not supported by a broker
   without ConsumerGroupHeartbeat): records/s and subscribe to first record
   (``bench/consumer_groups.py``; ``make bench-groups``)
+- ``x``  issue 15: transactional produce (transactions of 1,000 records, 4 partitions) vs an
+  idempotent producer, N/5 records each (``bench/transactions.py``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f, g and k against an already
 running Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report
@@ -57,7 +59,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import authz_overhead, consumer_groups, report, scenarios, share_read_committed, tls
+from bench import (
+    authz_overhead,
+    consumer_groups,
+    report,
+    scenarios,
+    share_read_committed,
+    tls,
+    transactions,
+)
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -73,10 +83,10 @@ from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
 report.ROWS += (authz_overhead.REPORT_ROWS + consumer_groups.REPORT_ROWS
-                + share_read_committed.REPORT_ROWS)
+                + share_read_committed.REPORT_ROWS + transactions.REPORT_ROWS)
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "r", "h", "t", "z"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "r"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "r", "x", "h", "t", "z"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "r", "x"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -217,6 +227,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         return consumer_groups.brief(fig)
     if key == "r":
         return share_read_committed.brief(fig)
+    if key == "x":
+        return transactions.brief(fig)
     if key == "g":
         return (f"{fig.get('rate') or 0:,.0f} rec/s after the first micro-batch, "
                 f"{fig.get('rate_overall') or 0:,.0f} rec/s overall ({fig.get('records')} records "
@@ -293,6 +305,13 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
              f"read_committed vs read_uncommitted")
         res["r"] = _attempt(lambda: share_read_committed.scenario_r(settings, system), "r")
         _log(f"  r: {_brief('r', res['r'])}")
+    if "x" in selected:
+        # Issue 15: transactional produce vs idempotent (bench/transactions.py).
+        n = max(transactions.TXN_RECORDS * 2, settings.records() // transactions.SHARE)
+        _log(f"[{system.name}] (x) transactional produce, ~{n:,} records in transactions of "
+             f"{transactions.TXN_RECORDS:,}, vs idempotent")
+        res["x"] = _attempt(lambda: transactions.scenario_x(settings, system), "x")
+        _log(f"  x: {_brief('x', res['x'])}")
     return res
 
 

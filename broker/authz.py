@@ -69,8 +69,25 @@ DeleteTopics (20)          CLUSTER DELETE (quiet), or TOPIC          TAF; an unk
                            DESCRIBE and TOPIC DELETE                 unless describable; by id,
                                                                      the name only if describable
 DeleteRecords (21)         TOPIC DELETE                              TAF per partition, first
-InitProducerId (22)        CLUSTER IDEMPOTENT_WRITE (quiet), or      CAF
-                           WRITE on some topic (by resource type)
+InitProducerId (22)        with a transactional id: TRANSACTIONAL_   TRANSACTIONAL_ID_AUTHORIZA-
+                           ID WRITE                                  TION_FAILED (TIAF)
+                           without: CLUSTER IDEMPOTENT_WRITE         CAF
+                           (quiet), or WRITE on some topic (by
+                           resource type)
+AddPartitionsToTxn (24)    v0-3: TRANSACTIONAL_ID WRITE; TOPIC       TIAF on every partition;
+                           WRITE (internal topics never)             TAF per partition, the
+                                                                     others OPERATION_NOT_
+                                                                     ATTEMPTED, nothing added
+                           v4+: CLUSTER CLUSTER_ACTION               CAF top level
+AddOffsetsToTxn (25)       TRANSACTIONAL_ID WRITE; GROUP READ        TIAF; GAF
+EndTxn (26)                TRANSACTIONAL_ID WRITE                    TIAF
+WriteTxnMarkers (27)       CLUSTER ALTER (quiet, with an ACL         CAF per partition, nothing
+                           authorizer only) or CLUSTER               written
+                           CLUSTER_ACTION
+TxnOffsetCommit (28)       TRANSACTIONAL_ID WRITE; GROUP READ;       TRANSACTIONAL_ID_AUTHORIZA-
+                           TOPIC READ                                TION_FAILED / GAF per
+                                                                     partition; TAF per partition,
+                                                                     not committed
 DescribeAcls (29)          CLUSTER DESCRIBE                          CAF (SECURITY_DISABLED when
                                                                      authorization is off)
 CreateAcls (30),           CLUSTER ALTER                             CAF per creation / filter
@@ -91,6 +108,9 @@ AlterUserScram-            CLUSTER ALTER                             CAF per use
 Credentials (51)
 DescribeCluster (60)       none; bitfield when asked, if CLUSTER     bitfield 0
                            DESCRIBE (quiet)
+DescribeTransactions (65)  TRANSACTIONAL_ID DESCRIBE; TOPIC          TIAF per id; partitions of
+                           DESCRIBE (quiet) per listed topic         a refused topic left out
+ListTransactions (66)      TRANSACTIONAL_ID DESCRIBE (quiet)         id left out
 ConsumerGroup-             GROUP READ; TOPIC DESCRIBE on every       GAF; TAF (top level) if any
 Heartbeat (68)             subscribed topic name; a regex matches    named topic is refused
                            only topics allowed TOPIC DESCRIBE
@@ -125,9 +145,10 @@ Deliberate differences from Kafka:
   AuthorizedOperations bitfield computed without ACLs leaves out CLUSTER_ACTION.
 * Fetch: Shoal has no followers, so every Fetch is a consumer fetch needing TOPIC READ;
   a ReplicaId grants nothing (Kafka would ask CLUSTER_ACTION of a follower).
-* InitProducerId with a transactional id is refused before any TRANSACTIONAL_ID check
-  (until the transaction coordinator lands); Produce with acks=0 still gets no answer when
-  refused (Kafka closes the connection).
+* Produce with acks=0 still gets no answer when refused (Kafka closes the connection).
+* WriteTxnMarkers without an ACL authorizer: Kafka lets anyone send it; Shoal keeps it to
+  CLUSTER_ACTION (``super.users``), as the share-state RPCs (its coordinator writes markers
+  in process and needs no RPC).
 * DescribeUserScramCredentials answers a refusal per user rather than top level (a top-level
   error crashes confluent-kafka 2.16.1; see its handler).
 * DescribeGroups and ShareGroupDescribe answer in request order; Kafka lists the refused groups

@@ -95,7 +95,11 @@ class ProducerStateManager:
             start, states = found[0], ProducerStates.from_snapshot(found[1])
         replayed = 0
         pos = max(start, lso)
+        # Index entries from the replay start on are rebuilt; the old ones stay as a fallback
+        # for transactions that began below the log start (whose start no state remembers).
+        previous: dict[int, tuple[int, int, int, int]] = {}
         if pos < leo:
+            previous = {e[2]: e for e in lg.aborted_txns(pos, leo) if e[2] >= pos}
             lg.truncate_aborted_txns(pos)
         while pos < leo:
             headers = lg.batch_headers(pos, leo, _REPLAY_CHUNK)
@@ -105,7 +109,7 @@ class ProducerStateManager:
                 if h.base_offset >= start:
                     # The append time is not in the log: replayed producers count from now.
                     if h.is_control:
-                        self._replay_marker(lg, states, h, now)
+                        self._replay_marker(lg, states, h, now, previous)
                     else:
                         states.observe(h.producer_id, h.producer_epoch, h.base_sequence,
                                        h.record_count, h.base_offset, h.last_offset, now,
@@ -123,8 +127,8 @@ class ProducerStateManager:
         return states
 
     @staticmethod
-    def _replay_marker(lg: PartitionLog, states: ProducerStates, h: BatchHeader,
-                       now: int) -> None:
+    def _replay_marker(lg: PartitionLog, states: ProducerStates, h: BatchHeader, now: int,
+                       previous: dict[int, tuple[int, int, int, int]]) -> None:
         """Replay a control batch: an end-transaction marker ends its producer's transaction;
         an ABORT re-enters the aborted-transaction index."""
         data = lg.read(h.base_offset, 1).data
@@ -138,6 +142,8 @@ class ProducerStateManager:
             stable = states.first_unstable_offset()
             lg.add_aborted_txn((done.producer_id, done.first_offset, done.last_offset,
                                 done.last_offset + 1 if stable is None else stable))
+        elif done is None and kind != CONTROL_COMMIT and h.base_offset in previous:
+            lg.add_aborted_txn(previous[h.base_offset])
 
     def _on_roll(self, topic: str, partition: int, base_offset: int) -> None:
         """Called by the partition log (under its lock) right after it rolled a new segment."""

@@ -81,8 +81,8 @@ class TransactionalLog:
                         *key, exc)
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
-        """First offset of the oldest ongoing transaction in the partition, else the log end
-        offset; -1 for a partition that does not exist.
+        """First offset of the oldest ongoing transaction in the partition (at least the log
+        start offset), else the log end offset; -1 for a partition that does not exist.
 
         Raises:
             OSError: the partition's producer state could not be loaded (log directory offline).
@@ -91,7 +91,9 @@ class TransactionalLog:
         if lg is None:
             return -1
         first = self._broker.producers.states(topic, partition).first_unstable_offset()
-        return lg.log_end_offset if first is None else first
+        # Never below the log start (Kafka's UnifiedLog.updateFirstUnstableOffset): retention
+        # or DeleteRecords may have removed the start of an open transaction.
+        return lg.log_end_offset if first is None else max(first, lg.log_start_offset)
 
     def aborted_transactions(self, topic: str, partition: int, start: int,
                              end: int) -> list[AbortedTxn]:

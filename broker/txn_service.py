@@ -128,7 +128,8 @@ class TransactionService:
         self._warned_no_offsets = False
 
     def _new_shard(self, partition: int) -> TxnShard:
-        return TxnShard(partition, on_prepared=self._on_prepared)
+        return TxnShard(partition, on_prepared=self._on_prepared,
+                        max_record_bytes=int(self._get("message.max.bytes")))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,6 +249,11 @@ class TransactionService:
         parts = frozenset(partitions)
         out = await self._write(transactional_id, lambda shard, now: shard.add_partitions(
             transactional_id, producer_id, producer_epoch, parts, now))
+        if out is ErrorCode.unknown_server_error:
+            log.warning("transactional id %s: adding %d partition(s) would make its %s record "
+                        "larger than message.max.bytes; refused (end the transaction sooner or "
+                        "raise message.max.bytes)", transactional_id, len(parts),
+                        TRANSACTION_STATE_TOPIC)
         return out  # type: ignore[no-any-return]
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,

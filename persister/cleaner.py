@@ -19,7 +19,13 @@ than ``min.compaction.lag.ms``. One pass (``clean``):
    after it. Records without a key (written before the topic became compacted) are dropped.
    Batches keep their base offset, last offset delta, producer fields and partition leader epoch,
    so offsets are preserved and gaps appear where records went; a batch left with no record is
-   dropped; control batches are copied;
+   dropped. Transactions (KIP-98, as Kafka's cleaner): nothing at or past the partition's last
+   stable offset is cleaned (``cleanable``'s ``first_unstable``); batches of aborted
+   transactions (the segments' transaction indexes, ``persister/txn_index.py``) are dropped and
+   never enter the key map, so they hide no older record; an end-transaction marker is copied
+   while data of its transaction remains in the log, and once none does it gets a delete
+   horizon (now + ``delete.retention.ms``) and is dropped by the first pass after it. The
+   cleaned segment's ``.txnindex`` keeps the entries whose ABORT marker it keeps;
 3. swaps each group in (``PartitionLog.swap_cleaned``, crash-safe) and checkpoints the new first
    dirty offset.
 

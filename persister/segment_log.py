@@ -5,7 +5,9 @@ A partition is a directory of segments and checkpoint files (layout, loading and
 the log from the state it returns. This module holds what happens after: appends and rolling,
 reads across segments, timestamp lookups, the flush policy and the recovery-point checkpoint,
 retention and DeleteRecords (the log start offset checkpoint), the log cleaner's hooks (its
-checkpoint and the cleaned-segment swap, ``persister/segment_swap.py``) and the clean shutdown.
+checkpoint and the cleaned-segment swap, ``persister/segment_swap.py``), the aborted-transaction
+index (``persister/txn_index.py``: one ``.txnindex`` per segment that holds an ABORT marker, gone
+with its segment) and the clean shutdown.
 One segment (its files, in-memory index, appends, seal and the CRC check of its unflushed tail) is
 ``persister.segment.Segment``.
 

@@ -5,9 +5,9 @@ Per id, from the committed state (``broker/txn_service.py``): producer id and ep
 timeout, start time (-1 if none) and partitions; TRANSACTIONAL_ID_NOT_FOUND for an unknown id,
 INVALID_REQUEST for an empty one, COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 
-An id that never started a transaction has start time -1, as Kafka sends it. Error entries carry
-start time 0 instead of Kafka's -1 default (clients ignore the fields of an error entry; kio, which
-the project's own tools decode with, refuses negative timestamps).
+Deliberate difference: where Kafka sends start time -1 (an id that never started a transaction,
+and error entries) Shoal sends 0. kio, which the project's own clients, tools and wire fuzzer
+decode with, refuses negative timestamps; a Java client shows 0 instead of "none" for such an id.
 
 Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for that id); partitions of topics the principal may not
@@ -56,7 +56,7 @@ def _state(m: Any, ctx: RequestContext, txn_id: str) -> Any:
         error_code=ErrorCode.none, transactional_id=txn_id,
         transaction_state=out.state.kafka_name,
         transaction_timeout=datetime.timedelta(milliseconds=out.timeout_ms),
-        transaction_start_time=_time(out.start_ms), producer_id=out.producer_id,
+        transaction_start_time=_time(max(out.start_ms, 0)), producer_id=out.producer_id,
         producer_epoch=out.producer_epoch, topics=topics)
 
 

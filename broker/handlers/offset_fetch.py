@@ -7,7 +7,9 @@ otherwise UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group.
 
 Offsets come from the committed view of the group's coordinator shard; partitions without a
 committed offset answer offset -1. Topics None (v2+) asks for every committed partition. A share
-group's id gets GROUP_ID_NOT_FOUND.
+group's id gets GROUP_ID_NOT_FOUND. With RequireStable (v7+; read_committed consumers set it) a
+partition with a pending transactional offset (TxnOffsetCommit whose transaction has not ended)
+answers UNSTABLE_OFFSET_COMMIT and the client retries, as Kafka does.
 
 Authorization (``broker/authz.py``), as Kafka: DESCRIBE on the group, else
 GROUP_AUTHORIZATION_FAILED for it; named topics need DESCRIBE (else TOPIC_AUTHORIZATION_FAILED per
@@ -36,19 +38,20 @@ TOPIC_IDS = 10  # v10 names topics by id (KIP-848)
 
 def _fetch(ctx: RequestContext, group_id: str,
            topics: Sequence[tuple[str, Sequence[int]]] | None,
-           member_id: str | None = None, member_epoch: int = -1
+           member_id: str | None = None, member_epoch: int = -1, stable: bool = False
            ) -> tuple[ErrorCode, list[off.FetchedOffset]]:
     if not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, group_id)):
         return ErrorCode.group_authorization_failed, []
     service = ctx.broker.share_groups
     if topics is None:
-        res = service.fetch_offsets(group_id, None, member_id, member_epoch)
+        res = service.fetch_offsets(group_id, None, member_id, member_epoch, stable)
         names = {p.topic for p in res.partitions}
         hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, names, audit=False)
         return res.error_code, [p for p in res.partitions if p.topic not in hidden]
     denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, {t for t, _ in topics})
     res = service.fetch_offsets(
-        group_id, [(t, ps) for t, ps in topics if t not in denied], member_id, member_epoch)
+        group_id, [(t, ps) for t, ps in topics if t not in denied], member_id, member_epoch,
+        stable)
     if res.error_code != ErrorCode.none:
         return res.error_code, []
     found = {(p.topic, p.partition): p for p in res.partitions}
@@ -108,12 +111,13 @@ def _asked(ctx: RequestContext, topics: Any, by_id: bool
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= TOPIC_IDS
+    stable = bool(getattr(req, "require_stable", False))
     if ctx.api_version >= BATCHED:
         groups = []
         for g in req.groups:
             asked, ids, unknown = _asked(ctx, g.topics, by_id)
             error, parts = _fetch(ctx, g.group_id, asked, getattr(g, "member_id", None),
-                                  getattr(g, "member_epoch", -1))
+                                  getattr(g, "member_epoch", -1), stable)
             if error == ErrorCode.none:
                 parts += unknown
             groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
@@ -123,7 +127,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                                error_code=error))
         return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
     asked, _, _ = _asked(ctx, req.topics, False)
-    error, parts = _fetch(ctx, req.group_id, asked)
+    error, parts = _fetch(ctx, req.group_id, asked, stable=stable)
     if ctx.api_version < 2 and error != ErrorCode.none:
         # v1 has no top-level error: the error goes on each asked partition.
         parts = [off.FetchedOffset(t, p, -1, -1, "", error)

@@ -58,6 +58,7 @@ from coordinator.group.offsets import (
     TimerSchedule,
 )
 from coordinator.group.records import Record
+from coordinator.group.txn_offsets import PendingOffsets
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
 UNKNOWN_MEMBER = ""
@@ -307,9 +308,11 @@ class ClassicGroups:
         # The fold of the partition's classic records (GroupMetadata here, OffsetCommit in
         # ``offsets``), shared with the offsets of every group type.
         self.store = DurableStore()
+        # Transactional offsets waiting for their transaction's marker (``txn_offsets.py``).
+        self.pending = PendingOffsets()
         self.offsets = CommittedOffsets(self.store, settings=settings, schedule=schedule,
                                         cancel=cancel, expirable=self._expirable,
-                                        forget=self._forget)
+                                        forget=self._forget, pending=self.pending)
         self._settings = settings
         self._schedule = schedule
         self._cancel = cancel
@@ -318,17 +321,18 @@ class ClassicGroups:
     # -------------------------------------------------------------- reads
 
     def group_ids(self) -> set[str]:
-        """Every classic group id: live groups and ids holding committed offsets."""
-        return set(self.groups) | set(self.store.keys_per_group)
+        """Every classic group id: live groups and ids holding committed or pending offsets."""
+        return set(self.groups) | set(self.store.keys_per_group) | self.pending.groups()
 
     def has(self, group_id: str) -> bool:
-        return group_id in self.groups or group_id in self.store.keys_per_group
+        return group_id in self.groups or group_id in self.store.keys_per_group \
+            or self.pending.has_group(group_id)
 
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, state, protocol type) of every classic group, committed offsets included."""
         out = []
         committed = self.store.committed_items()
-        ids = set(self.groups) | {k.group_id for k in committed}
+        ids = set(self.groups) | {k.group_id for k in committed} | self.pending.groups()
         for gid in sorted(ids):
             g = self.groups.get(gid)
             if g is None:
@@ -354,10 +358,29 @@ class ClassicGroups:
 
     def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
         self.store.replay(offset, key, value)
+        if value is None and isinstance(key, cr.OffsetCommitKey):
+            self.pending.tombstone(offset, key)  # as Kafka: pending ones of it go too
+
+    def replay_transactional(self, offset: int, producer_id: int, producer_epoch: int,
+                             key: cr.OffsetCommitKey, value: cr.OffsetCommitValue) -> None:
+        self.pending.replay(offset, producer_id, producer_epoch, key, value)
+
+    def replay_end_transaction(self, offset: int, producer_id: int, commit: bool) -> None:
+        """The producer's marker: on COMMIT its pending offsets become committed, each unless a
+        commit appended after it already holds the partition (Kafka keeps the most recent)."""
+        txn = self.pending.end(offset, producer_id)
+        if txn is None or not commit:
+            return
+        for key in sorted(txn.offsets, key=lambda k: (k.group_id, k.topic, k.partition)):
+            p = txn.offsets[key]
+            current = self.store.key_offsets.get(key)
+            if current is None or p.record_offset > current:
+                self.store.replay(offset, key, p.value, value_offset=p.record_offset)
 
     def on_loaded(self, now_ms: int) -> None:
         """Rebuild groups from their GroupMetadata values; arm sessions and retention."""
         self.store.journaling = True
+        self.pending.journaling = True
         for key, value in self.store.values.items():
             if not isinstance(key, cr.GroupMetadataKey):
                 continue
@@ -382,6 +405,8 @@ class ClassicGroups:
         self.groups.clear()
         self.store.clear()
         self.store.journaling = False
+        self.pending.clear()
+        self.pending.journaling = False
 
     # -------------------------------------------------------------- JoinGroup
 
@@ -858,6 +883,33 @@ class ClassicGroups:
                                                      for p in parts))
         return self.offsets.write_offsets(group_id, parts, now_ms, fx.records)
 
+    def validate_txn_commit(self, group_id: str, member_id: str, generation: int,
+                            instance_id: str | None) -> ErrorCode | None:
+        """TxnOffsetCommit of a classic or simple group, as Kafka's
+        ``ClassicGroup.validateOffsetCommit`` with ``isTransactional``: generation -1 to an
+        unknown group makes a simple group, a generation to an unknown group is
+        ILLEGAL_GENERATION; a Dead group COORDINATOR_NOT_AVAILABLE; generation -1 to an Empty
+        group is allowed; a member id, instance id or generation must name the member
+        (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) at the group's generation (ILLEGAL_GENERATION);
+        without any of them (v0-v2 requests) the commit is allowed whatever the state. Unlike
+        OffsetCommit, a rebalance in progress does not refuse it."""
+        if not group_id or not cr.fits(group_id):
+            return ErrorCode.invalid_group_id
+        g = self.groups.get(group_id)
+        if g is None:
+            return None if generation < 0 else ErrorCode.illegal_generation
+        if g.state is ClassicState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and g.state is ClassicState.EMPTY:
+            return None
+        if generation >= 0 or member_id != UNKNOWN_MEMBER or instance_id is not None:
+            error = self._validate_member(g, member_id, instance_id)
+            if error is not None:
+                return error
+            if generation != g.generation:
+                return ErrorCode.illegal_generation
+        return None
+
     def delete_offsets(self, group_id: str, parts: Sequence[tuple[str, int]],
                        fx: Effects) -> tuple[ErrorCode, tuple[tuple[str, int, ErrorCode], ...]]:
         """OffsetDelete, as Kafka's ``OffsetMetadataManager.deleteOffsets``: a group with members
@@ -880,6 +932,8 @@ class ClassicGroups:
         g = self.groups.get(group_id)
         if g is not None and (g.members or g.state not in (ClassicState.EMPTY,)):
             return ErrorCode.non_empty_group
+        if self.pending.has_group(group_id):
+            return ErrorCode.non_empty_group  # an ongoing transaction holds offsets of it
         self.offsets.delete_all(group_id, fx.records)
         self.groups.pop(group_id, None)
         return ErrorCode.none

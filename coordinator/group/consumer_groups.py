@@ -192,6 +192,24 @@ class ConsumerGroups:
                     f"epoch {member.member_epoch}; the member must refresh its assignment.")
         return None
 
+    def validate_txn_commit(self, group_id: str, member_id: str,
+                            member_epoch: int) -> ErrorCode | None:
+        """TxnOffsetCommit (Kafka ``validateTransactionalOffsetCommit`` over
+        ``ConsumerGroup.validateOffsetCommit``): epoch < 0 while the group has no members is a
+        simple commit; otherwise the member must exist (UNKNOWN_MEMBER_ID) at the epoch sent
+        (ILLEGAL_GENERATION, Kafka's translation of STALE_MEMBER_EPOCH for transactions). Any
+        API version is fine (the producer sends it, not the consumer)."""
+        g = self.group(group_id)
+        assert g is not None
+        if member_epoch < 0 and not g.members:
+            return None
+        member = g.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member_epoch != member.member_epoch:
+            return ErrorCode.illegal_generation
+        return None
+
     def validate_fetch(self, group_id: str, member_id: str | None,
                        member_epoch: int) -> ErrorCode | None:
         """Kafka's ConsumerGroup.validateOffsetFetch (committed view): without a member id and

@@ -22,6 +22,13 @@ retention go (by commit timestamp, as Kafka does for groups without a subscripti
 group's metadata goes with its last offset. ``expirable(group_id)`` (injected) says whether the
 id's group, if any, is empty; ``forget(group_id)`` drops its soft state once nothing is left.
 
+Transactional offsets (TxnOffsetCommit) wait in ``txn_offsets.PendingOffsets`` until their
+transaction's marker; a COMMIT replays them into the ``DurableStore`` with the offset of their
+own record (``value_offset``), so pruning keeps that record and the marker after it. Reads and
+deletions here take them into account: OffsetFetch with ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for a partition with a pending offset, OffsetDelete and DeleteGroups
+tombstone pending-only partitions too, and retention keeps those partitions and the group.
+
 Invariants:
 - offsets passed to ``DurableStore.replay`` increase; ``revert`` never goes below the committed
   offset, and the undo log holds only records at or above it while ``journaling`` is on (off
@@ -39,6 +46,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import classic_records as cr
 from coordinator.group.records import Record
+from coordinator.group.txn_offsets import PendingOffsets
 from coordinator.runtime.undo import UndoLog
 
 RETENTION_TIMER = "c-retention"
@@ -134,13 +142,16 @@ class DurableStore:
                 del self.keys_per_group[key.group_id]
         self.key_offsets.pop(key, None)
 
-    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None) -> None:
+    def replay(self, offset: int, key: cr.ClassicKey, value: cr.ClassicValue | None,
+               value_offset: int | None = None) -> None:
+        """Apply a record at ``offset``; ``value_offset`` is where the value's own record sits
+        when it differs (a transactional offset committed by a later marker)."""
         if self.journaling:
             self.undo.append(_Undo(offset, key, self.values.get(key), self.key_offsets.get(key)))
         if value is None:
             self._drop(key)
         else:
-            self._set(key, value, offset)
+            self._set(key, value, offset if value_offset is None else value_offset)
 
     def commit(self, offset: int) -> None:
         self.undo.commit(offset)
@@ -183,7 +194,8 @@ class CommittedOffsets:
 
     def __init__(self, store: DurableStore, *, settings: Callable[[str], OffsetsSettings],
                  schedule: TimerSchedule, cancel: TimerCancel,
-                 expirable: Callable[[str], bool], forget: Callable[[str], None]) -> None:
+                 expirable: Callable[[str], bool], forget: Callable[[str], None],
+                 pending: PendingOffsets | None = None) -> None:
         """``expirable(group_id)``: the id has no group, or an empty one whose offsets may
         expire (not a consumer-protocol group with members: the shard arms retention again once
         it is empty). ``forget(group_id)``: drop the group's soft state once its last offset
@@ -194,13 +206,21 @@ class CommittedOffsets:
         self._cancel = cancel
         self._expirable = expirable
         self._forget = forget
+        self.pending = pending if pending is not None else PendingOffsets()
 
     # -------------------------------------------------------------- reads
 
     def fetch_offsets(self, group_id: str,
-                      topics: Sequence[tuple[str, Sequence[int]]] | None) -> OffsetFetchResponse:
+                      topics: Sequence[tuple[str, Sequence[int]]] | None,
+                      require_stable: bool = False) -> OffsetFetchResponse:
         """Committed offsets (committed view); ``topics`` None = every partition of the group
-        (a scan of the partition's offsets; named partitions are looked up one by one)."""
+        (a scan of the partition's offsets; named partitions are looked up one by one). With
+        ``require_stable`` a partition with a pending transactional offset answers
+        UNSTABLE_OFFSET_COMMIT (Kafka's OffsetFetch v7+)."""
+        if require_stable:
+            unstable = self.pending.unstable_keys(group_id)
+            if unstable:
+                return self._unstable(self.fetch_offsets(group_id, topics), unstable)
         out: list[FetchedOffset] = []
         if topics is None:
             items = {k: v for k, v in self.store.committed_items().items()
@@ -219,6 +239,14 @@ class CommittedOffsets:
                     else:
                         out.append(FetchedOffset(topic, p, -1, -1, ""))
         return OffsetFetchResponse(ErrorCode.none, tuple(out))
+
+    @staticmethod
+    def _unstable(res: OffsetFetchResponse,
+                  keys: set[cr.OffsetCommitKey]) -> OffsetFetchResponse:
+        pending = {(k.topic, k.partition) for k in keys}
+        return OffsetFetchResponse(res.error_code, tuple(
+            FetchedOffset(p.topic, p.partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+            if (p.topic, p.partition) in pending else p for p in res.partitions))
 
     def committed_offsets(self) -> dict[str, list[FetchedOffset]]:
         """Every group's committed offsets (committed view), by group id, in one scan of the
@@ -264,7 +292,7 @@ class CommittedOffsets:
                 out.append((topic, p, ErrorCode.group_subscribed_to_topic))
                 continue
             key = cr.OffsetCommitKey(group_id, topic, p)
-            if key in self.store.values:
+            if key in self.store.values or self.pending.has(key):
                 records.append(Record(key, None))  # type: ignore[arg-type]
             out.append((topic, p, ErrorCode.none))
         return tuple(out)
@@ -272,9 +300,10 @@ class CommittedOffsets:
     def delete_all(self, group_id: str, records: list[Record]) -> None:
         """Tombstones for every offset of a deleted group, then its GroupMetadata; its
         retention timer is cancelled."""
-        for key in sorted((k for k in self.store.values
-                           if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id),
-                          key=lambda k: (k.topic, k.partition)):
+        keys = {k for k in self.store.values
+                if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
+        keys |= self.pending.keys(group_id)  # pending-only partitions need a tombstone too
+        for key in sorted(keys, key=lambda k: (k.topic, k.partition)):
             records.append(Record(key, None))  # type: ignore[arg-type]
         gkey = cr.GroupMetadataKey(group_id)
         if gkey in self.store.values:
@@ -302,13 +331,20 @@ class CommittedOffsets:
             if not isinstance(key, cr.OffsetCommitKey) or key.group_id != group_id:
                 continue
             assert isinstance(value, cr.OffsetCommitValue)
-            if value.commit_timestamp + retention <= now_ms:
+            due = value.commit_timestamp + retention
+            if due <= now_ms and self.pending.has(key):
+                # As Kafka, an offset with a pending transactional one waits for its marker
+                # (looked at again one retention period later).
+                due = now_ms + retention
+            if due <= now_ms:
                 records.append(Record(key, None))  # type: ignore[arg-type]
             else:
                 left += 1
-                due = value.commit_timestamp + retention
                 soonest = due if soonest is None else min(soonest, due)
-        if left == 0:
+        if left == 0 and self.pending.has_group(group_id):
+            # Only pending transactional offsets left: keep the group until their marker.
+            self._schedule((RETENTION_TIMER, group_id), now_ms + retention)
+        elif left == 0:
             gkey = cr.GroupMetadataKey(group_id)
             if gkey in self.store.values:
                 records.append(Record(gkey, None))  # type: ignore[arg-type]

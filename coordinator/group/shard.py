@@ -21,6 +21,13 @@ Deferred classic answers (JoinGroup, a follower's SyncGroup) go to ``deliver`` o
 of the op that produced them are committed; a revert or unload delivers ``classic.PENDING``,
 which the caller turns into an error.
 
+Transactional offsets (TxnOffsetCommit, ``txn_offsets.py``): ``txn_commit_offsets`` validates
+like Kafka's ``validateTransactionalOffsetCommit`` and returns OffsetCommit records that the
+runtime appends as a transactional batch of the producer (``CoordinatorRuntime.
+write_transactional``); they replay through ``replay_transactional`` into
+``self.classic.pending`` and wait for the producer's marker, replayed by
+``replay_end_transaction`` (the shard is the runtime's ``TransactionalShard``).
+
 Concept (STYLE.md 1.3-1.5, after Kafka's ``GroupCoordinatorShard``): the shard holds every share
 group whose id maps to its partition. Write ops (heartbeat, topic changes, timers, share-state
 initialisation, delete) validate against the latest replayed state and return
@@ -389,6 +396,47 @@ class GroupCoordinatorShard:
             return
         self._store.replay(offset, key, value)
 
+    def replay_transactional(self, offset: int, producer_id: int, producer_epoch: int,
+                             key: r.RecordKey, value: r.RecordValue | None) -> None:
+        """A record of ``producer_id``'s transaction at log ``offset``: an OffsetCommit waits
+        in the pending offsets until the marker (a tombstone applies at once, as Kafka's
+        replay does; other record types are not transactional and replay as usual).
+
+        Raises:
+            ValueError: ``offset`` is below one already replayed.
+        """
+        if not isinstance(key, cr.OffsetCommitKey) or value is None:
+            self.replay(offset, key, value)
+            return
+        if offset < self._store.end_offset:
+            raise ValueError(f"replay at offset {offset} below the end offset "
+                             f"{self._store.end_offset}")
+        self.classic.replay_transactional(offset, producer_id, producer_epoch, key,
+                                          value)  # type: ignore[arg-type]
+        self._store.end_offset = offset + 1
+
+    def replay_end_transaction(self, offset: int, producer_id: int, producer_epoch: int,
+                               commit: bool) -> None:
+        """The end-transaction marker of ``producer_id`` at log ``offset``: its pending
+        offsets become committed (``commit``) or are dropped.
+
+        Raises:
+            ValueError: ``offset`` is below one already replayed.
+        """
+        if offset < self._store.end_offset:
+            raise ValueError(f"replay at offset {offset} below the end offset "
+                             f"{self._store.end_offset}")
+        self.classic.replay_end_transaction(offset, producer_id, commit)
+        self._store.end_offset = offset + 1
+
+    def end_transaction_error(self, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """A marker older than the producer's pending transaction here is refused
+        (INVALID_PRODUCER_EPOCH, as Kafka's log refuses a marker of an older epoch)."""
+        epoch = self.classic.pending.epoch(producer_id)
+        if epoch is not None and producer_epoch < epoch:
+            return ErrorCode.invalid_producer_epoch
+        return None
+
     def replay_record(self, record: r.Record) -> None:
         """Replay ``record`` at the next offset and commit it at once (no log behind it)."""
         offset = self._store.end_offset
@@ -399,6 +447,7 @@ class GroupCoordinatorShard:
         """Every record below ``offset`` is durable; reports durable member removals."""
         removed = self._store.commit(offset)
         self.classic.store.commit(offset)
+        self.classic.pending.commit(offset)
         gone = self.consumer.store.commit(offset)
         if self._on_consumer_member_removed is not None:
             for gid, mid in gone:
@@ -418,6 +467,7 @@ class GroupCoordinatorShard:
         """
         self._store.revert(offset)
         self.classic.store.revert(offset)
+        self.classic.pending.revert(offset)
         self.consumer.store.revert(offset)
         kept = []
         for threshold, waiter, response in self._deliveries:
@@ -432,10 +482,11 @@ class GroupCoordinatorShard:
         share = self._store.last_redundant_offset()
         classic = self.classic.store.lowest_live_offset()
         consumer = self.consumer.store.last_redundant_offset()
+        pending = self.classic.pending.lowest_offset()
         if share is None:
             return None
         # Without live keys a store answers the committed offset, never below the others.
-        return min(o for o in (share, classic, consumer) if o is not None)
+        return min(o for o in (share, classic, consumer, pending) if o is not None)
 
     def on_loaded(self, now_ms: int) -> None:
         """The log has been replayed and committed: re-arm soft timers and start answering.
@@ -695,6 +746,9 @@ class GroupCoordinatorShard:
         """
         if self._loaded and self.consumer.has(group_id):
             code, message, recs = self.consumer.delete_group(group_id)
+            if code == ErrorCode.none and self.classic.pending.has_group(group_id):
+                code, message = ErrorCode.non_empty_group, (
+                    f"Consumer group {group_id} has offsets of an ongoing transaction.")
             if code != ErrorCode.none:
                 return CoordinatorResult(response=DeleteGroupResponse(code, message))
             fx = cl.Effects()
@@ -830,21 +884,59 @@ class GroupCoordinatorShard:
             lambda e: off.OffsetCommitResponse(e, tuple((p.topic, p.partition, e)
                                                        for p in parts)))
 
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                           member_id: str, generation: int, instance_id: str | None,
+                           parts: tuple[off.OffsetCommitPartition, ...], now_ms: int
+                           ) -> CoordinatorResult[r.Record, off.OffsetCommitResponse]:
+        """TxnOffsetCommit: OffsetCommit records for the runtime to append as a transactional
+        batch of ``producer_id`` (pending until its marker). Refusals, for every partition:
+        COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID, GROUP_ID_NOT_FOUND (a share group's id),
+        INVALID_PRODUCER_EPOCH (an epoch older than the producer's pending transaction here),
+        and the member checks of ``classic.validate_txn_commit`` /
+        ``consumer_groups.validate_txn_commit``. Metadata over offset.metadata.max.bytes gets
+        OFFSET_METADATA_TOO_LARGE for its partition."""
+        def refused(code: ErrorCode) -> CoordinatorResult[r.Record, off.OffsetCommitResponse]:
+            return CoordinatorResult(response=off.OffsetCommitResponse(
+                code, tuple((p.topic, p.partition, code) for p in parts)))
+
+        if not self._loaded:
+            return refused(ErrorCode.coordinator_load_in_progress)
+        if not group_id or not cr.fits(group_id):
+            return refused(ErrorCode.invalid_group_id)
+        if group_id in self._groups:
+            return refused(ErrorCode.group_id_not_found)
+        epoch = self.classic.pending.epoch(producer_id)
+        if epoch is not None and producer_epoch < epoch:
+            return refused(ErrorCode.invalid_producer_epoch)
+        if self.consumer.has(group_id):
+            error = self.consumer.validate_txn_commit(group_id, member_id, generation)
+        else:
+            error = self.classic.validate_txn_commit(group_id, member_id, generation,
+                                                     instance_id)
+        if error is not None:
+            return refused(error)
+        records: list[r.Record] = []
+        res = self.classic.offsets.write_offsets(group_id, parts, now_ms, records)
+        return CoordinatorResult(records=tuple(records), response=res)
+
     def delete_offsets(self, group_id: str, parts: tuple[tuple[str, int], ...]
                        ) -> CoordinatorResult[r.Record, Any]:
         if self._loaded and self.consumer.has(group_id):
             codes, recs = self.consumer.delete_offsets(
-                group_id, parts, lambda key: key in self.classic.store.values)
+                group_id, parts, lambda key: key in self.classic.store.values
+                or self.classic.pending.has(key))
             return CoordinatorResult(records=recs, response=(ErrorCode.none, codes))
         return self._classic_op(
             group_id, lambda fx: self.classic.delete_offsets(group_id, parts, fx),
             lambda e: (e, ()))
 
     def fetch_offsets(self, group_id: str, topics: Any, member_id: str | None = None,
-                      member_epoch: int = -1) -> off.OffsetFetchResponse:
+                      member_epoch: int = -1,
+                      require_stable: bool = False) -> off.OffsetFetchResponse:
         """OffsetFetch (committed view). Unknown groups have no offsets (-1). For a consumer
         group, a member id or epoch >= 0 (v9+) must name a member at that epoch
-        (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH)."""
+        (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH). ``require_stable``: partitions with pending
+        transactional offsets answer UNSTABLE_OFFSET_COMMIT."""
         if not self._loaded:
             return off.OffsetFetchResponse(ErrorCode.coordinator_load_in_progress)
         if self._store.committed_group(group_id) is not None:
@@ -853,7 +945,7 @@ class GroupCoordinatorShard:
             error = self.consumer.validate_fetch(group_id, member_id, member_epoch)
             if error is not None:
                 return off.OffsetFetchResponse(error)
-        return self.classic.offsets.fetch_offsets(group_id, topics)
+        return self.classic.offsets.fetch_offsets(group_id, topics, require_stable)
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -34,7 +34,17 @@ log and an executor task, and runs every operation on that partition one at a ti
 7. Loading: ``load(partition, log)`` replays the log into a fresh shard in a worker thread;
    meanwhile requests get COORDINATOR_LOAD_IN_PROGRESS. A partition the runtime does not hold
    answers NOT_COORDINATOR.
-8. Pruning: after a commit, at most every ``prune_interval_ms`` and only when the log has more
+8. Transactions (Kafka ``scheduleTransactionalWriteOperation``, ``scheduleTransactionCompletion``):
+   ``write_transactional(partition, producer_id, producer_epoch, op)`` runs ``op`` like a write,
+   but its records go out as a batch of their own with the producer's id and epoch and the
+   transactional attribute, and replay through ``shard.replay_transactional``.
+   ``complete_transaction(partition, producer_id, producer_epoch, coordinator_epoch, commit)``
+   asks ``shard.end_transaction_error`` and, unless refused, appends an end-transaction control
+   batch (COMMIT/ABORT marker) replayed through ``shard.replay_end_transaction``. A drain keeps
+   appending everything in one write: the non-transactional records of consecutive events share
+   one batch as before, and transactional ones and markers get their own batches in between.
+   Reverts after a failed append or fsync undo them like any record.
+9. Pruning: after a commit, at most every ``prune_interval_ms`` and only when the log has more
    than one segment, the log start offset moves up to ``shard.last_redundant_offset()`` (never
    past what is fsynced), deleting whole segments below it (Kafka prunes
    ``__share_group_state`` the same way, with DeleteRecords).
@@ -62,7 +72,7 @@ from typing import Any, Generic, TypeVar
 from kio.schema.errors import ErrorCode
 
 from coordinator.runtime.loader import LoadSummary, load_shard
-from coordinator.runtime.records import encode_batch
+from coordinator.runtime.records import encode_batch, encode_end_txn_marker
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.shard import RecordSerde, Shard
 from coordinator.runtime.timer import Timer
@@ -113,12 +123,42 @@ class PartitionStats:
     load: LoadSummary | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Marker:
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
 @dataclass(slots=True)
 class _Event:
     ops: Sequence[Op[Any]]
     future: asyncio.Future[list[Any]] | None  # None: internal (timer) event
     admitted: bool  # holds a slot of the bounded inbox
     shard_timer: bool = False
+    txn: tuple[int, int] | None = None  # (producer id, epoch): a transactional write
+    marker: _Marker | None = None  # an end-transaction marker (ops: none)
+
+
+@dataclass(slots=True)
+class _Batches:
+    """What one drain appends: finished batches, then the open non-transactional one."""
+
+    plain: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    done: list[bytes] = field(default_factory=list)
+    records: int = 0
+
+    def close_plain(self, now: int) -> None:
+        if self.plain:
+            self.done.append(encode_batch(self.plain, now))
+            self.plain = []
+
+    def data(self, now: int) -> bytes:
+        if not self.done:
+            return encode_batch(self.plain, now)
+        self.close_plain(now)
+        return b"".join(self.done)
 
 
 @dataclass(slots=True)
@@ -348,6 +388,37 @@ class CoordinatorRuntime(Generic[S]):
         ctx.wakeup.set()
         return await future
 
+    async def write_transactional(self, partition: int, producer_id: int, producer_epoch: int,
+                                  op: Op[S]) -> Any:
+        """``write`` whose records form a transactional batch of ``producer_id`` at
+        ``producer_epoch`` (module doc, 8); its response once committed, or a failure."""
+        return (await self._submit(partition, _Event((op,), None, True,
+                                                     txn=(producer_id, producer_epoch))))[0]
+
+    async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> Any:
+        """Append the end-transaction marker of ``producer_id`` (module doc, 8). Returns
+        ``ErrorCode.none`` once it is committed, the shard's refusal, or a
+        ``CoordinatorFailure``."""
+        marker = _Marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        return (await self._submit(partition, _Event((), None, True, marker=marker)))[0]
+
+    async def _submit(self, partition: int, event: _Event) -> list[Any]:
+        ctx = self._partitions.get(partition)
+        count = max(1, len(event.ops))
+        failure = self._unavailable(ctx)
+        if failure is not None or ctx is None:
+            return [failure] * count
+        await ctx.slots.acquire()
+        failure = self._unavailable(ctx)
+        if failure is not None:
+            ctx.slots.release()
+            return [failure] * count
+        event.future = asyncio.get_running_loop().create_future()
+        ctx.inbox.append(event)
+        ctx.wakeup.set()
+        return await event.future
+
     async def write_each(self, ops: Mapping[int, Sequence[Op[S]]]) -> dict[int, list[Any]]:
         """``write_many`` on several partitions at once; their results by partition."""
         items = list(ops.items())
@@ -426,9 +497,9 @@ class CoordinatorRuntime(Generic[S]):
             return
         now = self._clock_ms()
         base = ctx.log.log_end_offset
-        encoded: list[tuple[bytes, bytes | None]] = []
-        ran, end = self._run_events(ctx, now, base, encoded)
-        if encoded and not self._append(ctx, encoded, now, base, ran):
+        batches = _Batches()
+        ran, end = self._run_events(ctx, now, base, batches)
+        if end > base and not self._append(ctx, batches, now, base, ran):
             self._arm_timer(ctx)
             return
         for event, responses in ran:
@@ -445,12 +516,12 @@ class CoordinatorRuntime(Generic[S]):
         self._arm_timer(ctx)
 
     def _run_events(
-        self, ctx: _Partition[S], now: int, offset: int, encoded: list[tuple[bytes, bytes | None]]
+        self, ctx: _Partition[S], now: int, offset: int, batches: _Batches
     ) -> tuple[list[tuple[_Event, list[Any]]], int]:
         """Take events off the inbox (up to the batch limit) and run their ops in order.
         Returns the events with their responses, and the offset after their records."""
         ran: list[tuple[_Event, list[Any]]] = []
-        while ctx.inbox and len(encoded) < self._max_batch_records:
+        while ctx.inbox and offset - ctx.log.log_end_offset < self._max_batch_records:
             event = ctx.inbox.popleft()
             if event.admitted:
                 ctx.slots.release()
@@ -459,33 +530,81 @@ class CoordinatorRuntime(Generic[S]):
             if event.future is not None and event.future.done():
                 continue  # the caller gave up before the op ran
             responses: list[Any] = []
-            for op in event.ops:
-                response, offset = self._run_op(ctx, ctx.shard, op, now, offset, encoded)
+            if event.marker is not None:
+                response, offset = self._run_marker(ctx, event.marker, now, offset, batches)
                 responses.append(response)
+            elif event.txn is not None:
+                pairs: list[tuple[bytes, bytes | None]] = []
+                pid, epoch = event.txn
+                replay = getattr(ctx.shard, "replay_transactional", None)
+                for op in event.ops:
+                    if replay is None:
+                        response = CoordinatorFailure(ErrorCode.unknown_server_error,
+                                                      "this coordinator has no transactions")
+                    else:
+                        response, offset = self._run_op(
+                            ctx, ctx.shard, op, now, offset, pairs,
+                            lambda o, k, v, r=replay, p=pid, e=epoch: r(o, p, e, k, v))
+                    responses.append(response)
+                if pairs:
+                    batches.close_plain(now)
+                    batches.done.append(encode_batch(pairs, now, producer_id=pid,
+                                                     producer_epoch=epoch, transactional=True))
+            else:
+                for op in event.ops:
+                    response, offset = self._run_op(ctx, ctx.shard, op, now, offset,
+                                                    batches.plain)
+                    responses.append(response)
             ran.append((event, responses))
         return ran, offset
+
+    def _run_marker(self, ctx: _Partition[S], marker: _Marker, now: int, offset: int,
+                    batches: _Batches) -> tuple[Any, int]:
+        """Check, encode and replay one end-transaction marker; (response, next offset)."""
+        shard: Any = ctx.shard
+        try:
+            refused = shard.end_transaction_error(marker.producer_id, marker.producer_epoch)
+        except Exception:
+            log.exception("%s partition %d: end-transaction check failed", self._name, ctx.number)
+            return CoordinatorFailure(ErrorCode.unknown_server_error, "operation failed"), offset
+        if refused is not None:
+            return refused, offset
+        try:
+            shard.replay_end_transaction(offset, marker.producer_id, marker.producer_epoch,
+                                         marker.commit)
+        except Exception:
+            log.exception("%s partition %d: replaying an end-transaction marker failed",
+                          self._name, ctx.number)
+            shard.revert(offset)
+            return CoordinatorFailure(ErrorCode.unknown_server_error, "replay failed"), offset
+        batches.close_plain(now)
+        batches.done.append(encode_end_txn_marker(
+            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.commit,
+            now))
+        return ErrorCode.none, offset + 1
 
     def _append(
         self,
         ctx: _Partition[S],
-        encoded: list[tuple[bytes, bytes | None]],
+        batches: _Batches,
         now: int,
         base: int,
         ran: list[tuple[_Event, list[Any]]],
     ) -> bool:
-        """Append one batch; on failure revert this drain and fail its events (False)."""
+        """Append the drain's batches (one write); on failure revert this drain and fail its
+        events (False)."""
         try:
-            ctx.log.append(encode_batch(encoded, now), now)
+            ctx.log.append(batches.data(now), now)
         except Exception as exc:
             # The log did not take the batch: undo this drain only (earlier appends stand).
             log.exception("%s partition %d: append failed", self._name, ctx.number)
             ctx.shard.revert(base)
             failed = CoordinatorFailure(ErrorCode.coordinator_not_available, f"append failed: {exc}")
-            for event, _ in ran:
-                _finish(event.future, [failed] * len(event.ops))
+            for event, responses in ran:
+                _finish(event.future, [failed] * len(responses))
             return False
         ctx.stats.appends += 1
-        ctx.stats.records += len(encoded)
+        ctx.stats.records += ctx.log.log_end_offset - base
         return True
 
     def _run_op(
@@ -496,8 +615,10 @@ class CoordinatorRuntime(Generic[S]):
         now: int,
         offset: int,
         encoded: list[tuple[bytes, bytes | None]],
+        replay: Callable[[int, Any, Any], None] | None = None,
     ) -> tuple[Any, int]:
-        """Run one op, encode and replay its records. Returns (response, next offset)."""
+        """Run one op, encode and replay its records (through ``replay``, by default
+        ``shard.replay``). Returns (response, next offset)."""
         try:
             result = op(shard, now)
             pairs = [self._serde.encode(r) for r in result.records]
@@ -506,10 +627,11 @@ class CoordinatorRuntime(Generic[S]):
             return CoordinatorFailure(ErrorCode.unknown_server_error, "operation failed"), offset
         start = offset
         if result.replay_records:
+            apply = shard.replay if replay is None else replay
             try:
                 for record in result.records:
                     key, value = self._serde.key_value(record)
-                    shard.replay(offset, key, value)
+                    apply(offset, key, value)
                     offset += 1
             except Exception:
                 log.exception("%s partition %d: replay failed", self._name, ctx.number)
@@ -598,7 +720,7 @@ class CoordinatorRuntime(Generic[S]):
                 ctx.slots.release()
             if event.shard_timer:
                 ctx.shard_timer_queued = False
-            _finish(event.future, [failure] * len(event.ops))
+            _finish(event.future, [failure] * max(1, len(event.ops)))
 
     # ------------------------------------------------------------------------------------------
     # Pruning

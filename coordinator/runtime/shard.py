@@ -18,6 +18,12 @@ Records travel as ``(key, value)`` pairs of the shard's own types; a ``RecordSer
 record into Kafka-style key/value bytes (int16 record type prefix, so the log is self-describing)
 and back. ``value is None`` is a tombstone.
 
+A shard that takes transactional writes (the group coordinator's TxnOffsetCommit) also
+implements ``TransactionalShard``: the records of a transactional batch replay through
+``replay_transactional`` with the batch's producer id and epoch, and an end-transaction marker
+through ``replay_end_transaction`` (Kafka ``CoordinatorShard.replay`` with a producer id, and
+``replayEndTransactionMarker``). Both are mutators like ``replay``: undone by ``revert``.
+
 A shard with deadlines (session expiry, periodic snapshots) also implements ``TimedShard``: the
 runtime arms a timer for ``next_deadline()`` and runs ``on_timer(now_ms)`` as a write operation.
 """
@@ -68,6 +74,26 @@ class TimedShard(Shard, Protocol):
 
     def on_timer(self, now_ms: int) -> CoordinatorResult[Any, Any]:
         """Handle every deadline due at ``now_ms``; run by the runtime as a write operation."""
+        ...
+
+
+class TransactionalShard(Shard, Protocol):
+    """A shard whose records may belong to a producer's transaction (see module doc)."""
+
+    def replay_transactional(self, offset: int, producer_id: int, producer_epoch: int, key: Any,
+                             value: Any | None) -> None:
+        """Apply a record of ``producer_id``'s ongoing transaction at log ``offset``."""
+        ...
+
+    def replay_end_transaction(self, offset: int, producer_id: int, producer_epoch: int,
+                               commit: bool) -> None:
+        """Apply the end-transaction marker at log ``offset``: the producer's transactional
+        records take effect (``commit``) or are dropped."""
+        ...
+
+    def end_transaction_error(self, producer_id: int, producer_epoch: int) -> Any | None:
+        """Why a marker for ``producer_id`` at ``producer_epoch`` may not be written now (an
+        error code, e.g. a fenced epoch), or None."""
         ...
 
 

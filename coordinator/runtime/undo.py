@@ -81,6 +81,9 @@ class UndoLog(Generic[E]):
                 view[entry.ident] = entry.before
         return view
 
+    def oldest_first(self) -> Iterator[E]:
+        return iter(self._entries)
+
     def newest_first(self) -> Iterator[E]:
         return reversed(self._entries)
 

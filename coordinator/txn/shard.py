@@ -49,7 +49,7 @@ from coordinator.txn.metadata import (
     TxnMetadata,
     TxnState,
 )
-from coordinator.txn.records import TxnRecord, new_tombstone, new_txn_record
+from coordinator.txn.records import TxnRecord, encode_value, new_tombstone, new_txn_record
 
 S = TxnState
 E = ErrorCode
@@ -79,8 +79,13 @@ class TxnShard:
     """State of every transactional id of one partition (see module doc)."""
 
     def __init__(self, partition: int = 0, *,
-                 on_prepared: Callable[[int, TxnMetadata], None] | None = None) -> None:
+                 on_prepared: Callable[[int, TxnMetadata], None] | None = None,
+                 max_record_bytes: int = 1 << 20) -> None:
+        """``max_record_bytes``: the largest ``__transaction_state`` value an op may write
+        (message.max.bytes); AddPartitions past it is refused as Kafka refuses a record that is
+        too large (UNKNOWN_SERVER_ERROR)."""
         self.partition = partition
+        self.max_record_bytes = max_record_bytes
         self.txns: dict[str, TxnMetadata] = {}
         self._offsets: dict[str, int] = {}  # offset of each live id's latest record
         self._undo: UndoLog[_Undo] = UndoLog()
@@ -228,6 +233,8 @@ class TxnShard:
         start = now_ms if meta.state is not S.ONGOING else meta.start_ms
         new = meta.moved_to(S.ONGOING, partitions=meta.partitions | partitions, start_ms=start,
                             last_update_ms=now_ms)
+        if len(encode_value(new)) > self.max_record_bytes:
+            return CoordinatorResult(response=E.unknown_server_error)
         return _answer(new, E.none)
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,

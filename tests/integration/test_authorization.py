@@ -330,6 +330,15 @@ CASES: list[Case] = [
      lambda e, r: (r.error_code, "tx-hidden" in {t.transactional_id
                                                  for t in r.transaction_states}) == (0, False)
      or pytest.fail(r)),
+    ("txn_offset_commit", 28, 3, lambda e: dict(
+        transactional_id="tx", group_id=GROUP, producer_id=1, producer_epoch=0,
+        generation_id=-1, member_id="", group_instance_id=None, topics=(
+            request_module(28, 3).TxnOffsetCommitRequestTopic(name=TOPIC, partitions=(
+                request_module(28, 3).TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                    committed_metadata=""),)),)),
+     lambda e, r: _codes(r, "topics", "partitions") == [
+         ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),
     ("describe_acls", 29, 3, lambda e: dict(
         resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
         principal_filter=None, host_filter=None, operation=1, permission_type=1),

@@ -61,8 +61,7 @@ def describe(c: RawClient, txn: str) -> Any:
 
 
 def state_of(c: RawClient, txn: str) -> str | None:
-    """The id's state from ListTransactions (DescribeTransactions of an id that never started a
-    transaction carries start time -1, which kio cannot decode)."""
+    """The id's state from ListTransactions."""
     listed = c.call(66, 0, request(66, 0, state_filters=(), producer_id_filters=()))
     states = [t.transaction_state for t in listed.transaction_states if t.transactional_id == txn]
     return states[0] if states else None
@@ -198,3 +197,261 @@ def test_an_open_transaction_is_aborted_at_its_timeout(txn_broker: BrokerProcess
         assert (got.transaction_state, got.producer_epoch) == ("CompleteAbort", 1)
         assert end_txn(c, "raw-timeout-abort", p.producer_id, 0, True).error_code == \
             E.producer_fenced
+
+
+# ------------------------------------------------------------------ confluent-kafka end to end
+
+
+def txn_producer(bootstrap: str, txn: str, **conf: Any) -> Any:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn,
+                  "transaction.timeout.ms": 30_000, **conf})
+    p.init_transactions(T)
+    return p
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, isolation: str,
+                expect: int | None = None, timeout: float = 8.0) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a fresh consumer reads from the start."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}-{isolation}",
+                  "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[tuple[int, int, bytes]] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    eof.add(msg.partition())
+                    if len(eof) == partitions and (expect is None or len(got) >= expect):
+                        break
+                continue
+            got.append((msg.partition(), msg.offset(), msg.value()))
+    finally:
+        c.close()
+    return sorted(got)
+
+
+def last_stable_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    with RawClient(bootstrap) as c:
+        m = c.request_module(1, 12)
+        resp = c.call(1, 12, request(1, 12, replica_id=-1, max_wait=timedelta(0), min_bytes=0,
+                                     max_bytes=1 << 16, isolation_level=1, session_id=0,
+                                     session_epoch=-1, topics=(m.FetchTopic(topic=topic, partitions=(
+                                         m.FetchPartition(partition=partition,
+                                                          current_leader_epoch=-1, fetch_offset=0,
+                                                          last_fetched_epoch=-1, log_start_offset=-1,
+                                                          partition_max_bytes=1 << 16),)),),
+                                     forgotten_topics_data=(), rack_id=""))
+        return int(resp.responses[0].partitions[0].last_stable_offset)
+
+
+def test_commit_and_abort_as_read_committed_and_read_uncommitted_see_them(
+        txn_broker: BrokerProcess) -> None:
+    topic = "e2e-commit-abort"
+    create_topic(txn_broker.bootstrap, topic, 2)
+    p = txn_producer(txn_broker.bootstrap, "e2e-1")
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, f"committed-{i}".encode(), partition=i % 2)
+    p.commit_transaction(T)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce(topic, f"aborted-{i}".encode(), partition=i % 2)
+    p.flush(T)  # in the log before the abort (abort_transaction purges what is unsent)
+    p.abort_transaction(T)
+    p.begin_transaction()
+    p.produce(topic, b"committed-last", partition=0)
+    p.commit_transaction(T)
+    committed = consume_all(txn_broker.bootstrap, topic, 2, "read_committed", 7)
+    values = sorted(v for _, _, v in committed)
+    assert values == sorted([f"committed-{i}".encode() for i in range(6)] + [b"committed-last"])
+    uncommitted = consume_all(txn_broker.bootstrap, topic, 2, "read_uncommitted", 11)
+    assert sorted(v for _, _, v in uncommitted) == sorted(
+        values + [f"aborted-{i}".encode() for i in range(4)])
+    # Control records (one marker per transaction and partition) take offsets nobody sees.
+    offsets_p0 = [o for part, o, _ in uncommitted if part == 0]
+    assert offsets_p0 == [0, 1, 2, 4, 5, 7]  # 3 = COMMIT marker, 6 = ABORT marker
+    with RawClient(txn_broker.bootstrap) as c:
+        assert describe(c, "e2e-1").transaction_state == "CompleteCommit"
+
+
+_ZOMBIE = """
+import sys, time
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": sys.argv[2],
+              "transaction.timeout.ms": 2000})
+p.init_transactions(10)
+p.begin_transaction()
+for i in range(3):
+    p.produce(sys.argv[3], f"open-{i}".encode(), partition=0)
+p.flush(10)
+print("produced", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_producers_transaction_aborts_at_its_timeout_and_the_lso_advances(
+        txn_broker: BrokerProcess) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    topic = "e2e-zombie"
+    create_topic(txn_broker.bootstrap, topic, 1)
+    proc = subprocess.Popen([sys.executable, "-c", _ZOMBIE, txn_broker.bootstrap, "e2e-zombie",
+                             topic], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"produced"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert last_stable_offset(txn_broker.bootstrap, topic) == 0  # held by the open transaction
+    with RawClient(txn_broker.bootstrap) as c:
+        assert describe(c, "e2e-zombie").transaction_state == "Ongoing"
+        got = wait_state(c, "e2e-zombie", "CompleteAbort", timeout=10)
+        assert (got.transaction_state, got.producer_epoch) == ("CompleteAbort", 1)
+    assert last_stable_offset(txn_broker.bootstrap, topic) == 4  # 3 records + the ABORT marker
+    assert consume_all(txn_broker.bootstrap, topic, 1, "read_committed") == []
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException
+
+    topic = "e2e-fence"
+    create_topic(txn_broker.bootstrap, topic, 1)
+    first = txn_producer(txn_broker.bootstrap, "e2e-fence")
+    first.begin_transaction()
+    first.produce(topic, b"zombie", partition=0)
+    first.flush(T)
+    second = txn_producer(txn_broker.bootstrap, "e2e-fence")  # aborts the open transaction
+    second.begin_transaction()
+    second.produce(topic, b"winner", partition=0)
+    second.commit_transaction(T)
+    with pytest.raises(KafkaException) as err:
+        first.commit_transaction(T)
+    assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
+    assert [v for _, _, v in consume_all(txn_broker.bootstrap, topic, 1, "read_committed", 1)] \
+        == [b"winner"]
+
+
+def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: Path) -> None:
+    """The crash window between PrepareCommit (durable) and the markers: a transaction is left
+    open, the broker is SIGKILLed, and its ``__transaction_state`` log is given the PrepareCommit
+    record the coordinator would have written (nothing else: no marker). The restarted broker
+    finds it, writes the COMMIT marker and completes the transaction."""
+    from broker.txn_service import TRANSACTION_STATE_TOPIC
+    from coordinator.group.placement import partition_for_group
+    from coordinator.runtime.records import encode_batch
+    from coordinator.txn.metadata import TxnState
+    from coordinator.txn.records import TxnRecordSerde, new_txn_record
+    from persister.segment_log import LogConfig, PartitionLog
+
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    topic, txn = "e2e-restart", "e2e-restart"
+    try:
+        create_topic(broker.bootstrap, topic, 1)
+        p = txn_producer(broker.bootstrap, txn)
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, f"kept-{i}".encode(), partition=0)
+        p.flush(T)
+        broker.kill()
+        p = None
+        part = partition_for_group(txn, 50)
+        lg = PartitionLog.open(tmp_path / "data" / f"{TRANSACTION_STATE_TOPIC}-{part}",
+                               LogConfig(), int(time.time() * 1000))
+        try:
+            serde = TxnRecordSerde()
+            from coordinator.runtime.records import decode_batches
+
+            last = None
+            for _, key, value in decode_batches(lg.read(lg.log_start_offset, 1 << 20).data):
+                decoded = serde.decode(key, value)
+                if decoded is not None and decoded[0] == txn:
+                    last = decoded[1]
+            assert last is not None and last.state is TxnState.ONGOING
+            prepared = last.moved_to(TxnState.PREPARE_COMMIT)
+            now = int(time.time() * 1000)
+            lg.append(encode_batch([serde.encode(new_txn_record(prepared))], now), now)
+            lg.flush()
+        finally:
+            lg.close()
+        broker.start()
+        with RawClient(broker.bootstrap) as c:
+            got = wait_state(c, txn, "CompleteCommit", timeout=10)
+            assert got.transaction_state == "CompleteCommit"
+        assert [v for _, _, v in consume_all(broker.bootstrap, topic, 1, "read_committed", 3)] \
+            == [b"kept-0", b"kept-1", b"kept-2"]
+        assert last_stable_offset(broker.bootstrap, topic) == 4
+    finally:
+        broker.stop()
+
+
+async def test_aiokafka_transactional_producer_commits_and_aborts(
+        txn_broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    topic = "e2e-aiokafka"
+    create_topic(txn_broker.bootstrap, topic, 1)
+    p = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="e2e-aio")
+    await p.start()
+    try:
+        async with p.transaction():
+            await p.send_and_wait(topic, b"aio-committed", partition=0)
+        with pytest.raises(RuntimeError):
+            async with p.transaction():
+                await p.send_and_wait(topic, b"aio-aborted", partition=0)
+                raise RuntimeError("abort this one")
+    finally:
+        await p.stop()
+    with RawClient(txn_broker.bootstrap) as c:
+        assert wait_state(c, "e2e-aio", "CompleteAbort").transaction_state == "CompleteAbort"
+    # COMMIT marker at 1, ABORT marker at 3: both transactions reached the log and ended there.
+    uncommitted = consume_all(txn_broker.bootstrap, topic, 1, "read_uncommitted", 2)
+    assert [(o, v) for _, o, v in uncommitted] == [(0, b"aio-committed"), (2, b"aio-aborted")]
+
+
+def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
+        txn_broker: BrokerProcess) -> None:
+    """Consume-transform-produce: AddOffsetsToTxn + TxnOffsetCommit inside the transaction; the
+    group's committed offset moves only when the transaction commits (the coordinator's marker on
+    ``__consumer_offsets``)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    src, group = "e2e-offsets-src", "e2e-offsets-group"
+    create_topic(txn_broker.bootstrap, src, 1)
+    c = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "group.protocol": "classic",
+                  "session.timeout.ms": 6000})
+    try:
+        c.assign([TopicPartition(src, 0, 0)])
+        p = txn_producer(txn_broker.bootstrap, "e2e-offsets")
+
+        def committed() -> int:
+            return int(c.committed([TopicPartition(src, 0)], timeout=T)[0].offset)
+
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], c.consumer_group_metadata(), T)
+        p.abort_transaction(T)
+        assert committed() < 0  # nothing committed
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 7)], c.consumer_group_metadata(), T)
+        p.commit_transaction(T)
+        deadline = time.monotonic() + 10
+        while committed() != 7:
+            assert time.monotonic() < deadline, "the transactional offset never became committed"
+            time.sleep(0.1)
+    finally:
+        c.close()

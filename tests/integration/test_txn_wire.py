@@ -16,6 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from broker.clock import SystemClock
@@ -226,3 +228,38 @@ def test_read_committed_fetch_lists_aborted_transactions_after_a_restart(fresh_b
         assert _latest(c, topic, isolation=1) == 7
         got = _fetch(c, topic, 0, isolation=1)
         assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions] == [(7001, 0)]
+
+
+def test_a_commit_marker_wakes_a_parked_read_committed_fetch(broker, unique) -> None:
+    topic = f"txwake-{unique}"
+    create_topic(broker.bootstrap, topic)
+    with RawClient(broker.bootstrap) as c:
+        versions = c.call(18, 3, request(18, 3, client_software_name="t",
+                                         client_software_version="1"))
+    if 24 not in {k.api_key for k in versions.api_keys}:
+        pytest.skip("needs the transaction coordinator (AddPartitionsToTxn)")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"w-{unique}",
+                  "linger.ms": 0})
+    p.init_transactions(10)
+    p.begin_transaction()
+    p.produce(topic, b"wait for me", partition=0)
+    p.flush(10)
+    m = codec.request_module(1, FETCH_V)
+    body = m.FetchRequest(
+        replica_id=-1, max_wait=timedelta(seconds=8), min_bytes=1, max_bytes=1 << 20,
+        isolation_level=1, session_id=0, session_epoch=-1,
+        topics=(m.FetchTopic(topic=topic, partitions=(m.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id="")
+    with RawClient(broker.bootstrap, timeout=15) as c:
+        c.send(1, FETCH_V, body)  # parked: the only record is past the LSO
+        time.sleep(0.5)
+        started = time.monotonic()
+        p.commit_transaction(10)
+        _, resp = c.receive(1, FETCH_V)
+        waited = time.monotonic() - started
+    part = resp.responses[0].partitions[0]
+    assert waited < 4, waited  # woken by the marker, not by max_wait
+    assert _bases(part.records) == [(0, False), (1, True)]
+    assert part.last_stable_offset == part.high_watermark == 2

@@ -548,3 +548,39 @@ def test_a_crash_during_a_cleaned_swap_keeps_the_txn_index(
     assert crashed.aborted() == []
     node.close()
     crashed.close()
+
+
+def test_an_aborted_txn_begun_below_the_log_start_keeps_its_entry_through_a_replay(
+        tmp_path: Path, clock: FakeClock) -> None:
+    node = Node.open(tmp_path / "data", clock)
+    assert node.produce(1, 0, 0) == (ErrorCode.none, 0)
+    seq = 0
+    while node.log.segment_count < 4:
+        assert node.produce(9, 0, seq, txn=False)[0] == ErrorCode.none
+        seq += 2
+    assert node.marker(1, 0, commit=False) == ErrorCode.none
+    marker = node.log.log_end_offset - 1
+    node.log.delete_records_before(node.log._segments[1].base_offset)  # noqa: SLF001
+    assert node.aborted(node.log.log_start_offset) == [AbortedTxn(1, 0, marker)]
+    copy = node.crash_copy(tmp_path / "crashed")
+    part = partition_dir(copy, TOPIC.name, 0)
+    for snap in part.glob("*.snapshot"):
+        snap.unlink()  # no state knows where the transaction began
+    (part / "recovery-point.checkpoint").unlink(missing_ok=True)
+    crashed = Node.open(copy, clock)
+    assert crashed.aborted(crashed.log.log_start_offset) == [AbortedTxn(1, 0, marker)]
+    node.close()
+    crashed.close()
+
+
+def test_the_lso_never_falls_below_the_log_start(tmp_path: Path, clock: FakeClock) -> None:
+    node = Node.open(tmp_path / "data", clock)
+    assert node.produce(1, 0, 0) == (ErrorCode.none, 0)  # open transaction from 0
+    seq = 0
+    while node.log.segment_count < 3:
+        assert node.produce(9, 0, seq, txn=False)[0] == ErrorCode.none
+        seq += 2
+    assert node.lso() == 0
+    start = node.log.delete_records_before(node.log._segments[1].base_offset)  # noqa: SLF001
+    assert start > 0 and node.lso() == start
+    node.close()

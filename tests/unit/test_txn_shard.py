@@ -233,3 +233,14 @@ def test_the_transition_table_is_kafkas() -> None:
                      (S.ONGOING, S.EMPTY), (S.PREPARE_ABORT, S.ONGOING)]:
         with pytest.raises(IllegalTransitionError):
             check_transition(old, new)
+
+
+def test_a_transaction_record_past_the_size_limit_is_refused() -> None:
+    ctx = TxnContext()
+    ctx.shard.max_record_bytes = 200
+    out = ctx.init("t")
+    many = [("a-topic-name", p) for p in range(100)]
+    n = len(ctx.log)
+    assert ctx.add("t", out.producer_id, 0, *many) is E.unknown_server_error
+    assert len(ctx.log) == n and ctx.shard.txns["t"].state is S.EMPTY
+    assert ctx.add("t", out.producer_id, 0, *many[:3]) is E.none

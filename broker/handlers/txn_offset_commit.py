@@ -1,0 +1,110 @@
+"""TxnOffsetCommit (28) v0-5: a transactional producer commits a consumer group's offsets inside
+its transaction (``send_offsets_to_transaction``). aiokafka 0.14 sends v0, librdkafka (2.x) up to
+v3; v3+ carry the consumer's member id, generation (member epoch for KIP-848 groups) and group
+instance id.
+
+The offsets go to the group's ``__consumer_offsets`` partition as a transactional batch of the
+producer and stay pending until the transaction coordinator writes the producer's COMMIT or ABORT
+marker there (``ShareGroupService.complete_transaction``); only then do they become committed
+(``coordinator/group/txn_offsets.py``). Validation as Kafka's ``validateTransactionalOffsetCommit``
+(see ``GroupCoordinatorShard.txn_commit_offsets``): INVALID_GROUP_ID, ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, COORDINATOR_NOT_AVAILABLE, INVALID_PRODUCER_EPOCH;
+a share group's id GROUP_ID_NOT_FOUND; metadata over offset.metadata.max.bytes
+OFFSET_METADATA_TOO_LARGE for its partition; unknown topics/partitions
+UNKNOWN_TOPIC_OR_PARTITION. Errors are per partition (the response has no other error field).
+
+When the broker has a transaction coordinator (``broker.transactions``), the group's offsets
+partition must be part of the producer's ongoing transaction (AddOffsetsToTxn):
+``verify_partition(transactional_id, producer_id, epoch, "__consumer_offsets", partition)``; its
+refusal (e.g. INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH) answers every partition.
+
+Authorization (``broker/authz.py``), as Kafka's ``KafkaApis.handleTxnOffsetCommitRequest``: WRITE
+on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), then
+READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition), then READ on each topic
+(else TOPIC_AUTHORIZATION_FAILED for its partitions, which are not committed).
+
+Bounds: as OffsetCommit (the request frame cap; offset.metadata.max.bytes per partition).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.authz import Operation, Resource, ResourceType
+from broker.context import RequestContext
+from broker.group_service import CONSUMER_OFFSETS_TOPIC
+from broker.handlers._common import NO_THROTTLE
+from coordinator.group import offsets as off
+from protocol.codec import response_module
+from protocol.messages import make
+
+API_KEY = 28
+VERSIONS = (0, 5)
+
+
+def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], ErrorCode],
+             default: ErrorCode = ErrorCode.none) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    topics: dict[str, list[Any]] = {}
+    for t in req.topics:
+        parts = topics.setdefault(t.name, [])
+        for p in t.partitions:
+            parts.append(make(m.TxnOffsetCommitResponsePartition,
+                              partition_index=p.partition_index,
+                              error_code=codes.get((t.name, p.partition_index), default)))
+    return make(m.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        make(m.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(ps))
+        for name, ps in topics.items()))
+
+
+async def handle(ctx: RequestContext, req: Any) -> Any:
+    if not ctx.authorized(Operation.WRITE,
+                          Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):
+        return _respond(ctx, req, {}, ErrorCode.transactional_id_authorization_failed)
+    if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
+        return _respond(ctx, req, {}, ErrorCode.group_authorization_failed)
+    if not req.topics:
+        return _respond(ctx, req, {})
+    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    parts: list[off.OffsetCommitPartition] = []
+    for t in req.topics:
+        topic = ctx.broker.topics.get(t.name) if t.name not in denied else None
+        for p in t.partitions:
+            k = (t.name, p.partition_index)
+            if t.name in denied:
+                codes[k] = ErrorCode.topic_authorization_failed
+            elif topic is None or not 0 <= p.partition_index < topic.partitions:
+                codes[k] = ErrorCode.unknown_topic_or_partition
+            else:
+                parts.append(off.OffsetCommitPartition(
+                    t.name, p.partition_index, p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    if not parts:
+        return _respond(ctx, req, codes)
+    service = ctx.broker.share_groups
+    error = _verify(ctx, req, service.partition_for(req.group_id))
+    if error is not None:
+        codes.update({(p.topic, p.partition): error for p in parts})
+        return _respond(ctx, req, codes)
+    res = await service.txn_commit_offsets(
+        req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
+        getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
+        getattr(req, "group_instance_id", None), tuple(parts))
+    for topic_name, partition, code in res.partitions:
+        codes[(topic_name, partition)] = code
+    return _respond(ctx, req, codes)
+
+
+def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:
+    """The transaction coordinator's answer whether the group's offsets partition is in the
+    producer's ongoing transaction (None: yes, or no transaction coordinator to ask)."""
+    transactions = getattr(ctx.broker, "transactions", None)
+    if transactions is None:
+        return None
+    code: ErrorCode = transactions.verify_partition(
+        req.transactional_id, req.producer_id, req.producer_epoch, CONSUMER_OFFSETS_TOPIC,
+        partition)
+    return None if code == ErrorCode.none else code
