@@ -143,6 +143,7 @@ class BrokerMetrics:
         r.add_collector(self._collect_groups)
         r.add_collector(self._collect_share_partitions)
         r.add_collector(self._collect_consumer_groups)
+        r.add_collector(self._collect_transactions)
         self._series_capped = False
 
     def render(self) -> str:
@@ -169,6 +170,31 @@ class BrokerMetrics:
              stats.bytes_written),
         ):
             yield Family(name, "counter", text, samples=[((), value)])
+
+    def _collect_transactions(self) -> Iterable[Family]:
+        b = self._broker
+        txns = getattr(b, "transactions", None) if b.started else None
+        if txns is None:
+            return
+        listed = txns.list_transactions((), ())
+        if isinstance(listed, ErrorCode):
+            return
+        by_state: dict[str, int] = {}
+        oldest = 0.0
+        now = b.clock.now_ms()
+        for meta in listed:
+            by_state[meta.state.kafka_name] = by_state.get(meta.state.kafka_name, 0) + 1
+            if meta.state.kafka_name == "Ongoing":
+                oldest = max(oldest, (now - meta.start_ms) / 1000)
+        yield Family("shoal_transactions", "gauge",
+                     "Transactional ids by the state of their transaction.", ("state",),
+                     [((s,), n) for s, n in sorted(by_state.items())])
+        yield Family("shoal_transaction_oldest_ongoing_age_seconds", "gauge",
+                     "Seconds since the oldest ongoing transaction started (0 if none).",
+                     samples=[((), round(oldest, 3))])
+        yield Family("shoal_transaction_markers_pending", "gauge",
+                     "Transactions whose COMMIT/ABORT markers are being written.",
+                     samples=[((), txns.markers_pending())])
 
     def _collect_groups(self) -> Iterable[Family]:
         b = self._broker

@@ -17,9 +17,10 @@ a crash, loading finds the transaction still prepared and the markers are writte
 written twice is harmless: the second finds no ongoing transaction there, as in Kafka).
 
 Timers: each Ongoing transaction aborts at start + transaction.timeout.ms (the shard's deadline
-timer, so ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` only bounds nothing
-here); idle ids are removed every ``transaction.remove.expired.transaction.cleanup.interval.ms``
-after ``transactional.id.expiration.ms``.
+timer; Kafka instead looks for timed-out transactions every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``, which is accepted and unused);
+ids idle for ``transactional.id.expiration.ms`` are removed by a sweep every
+``transaction.remove.expired.transaction.cleanup.interval.ms``.
 
 Runtime failures become Kafka's codes as ``TransactionStateManager.appendTransactionToLog`` maps
 them: a storage error is NOT_COORDINATOR (the client finds the coordinator again and retries).
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -57,6 +57,9 @@ TXN_SEGMENT_BYTES = 1024 * 1024
 MARKER_RETRY_MIN_MS = 50
 MARKER_RETRY_MAX_MS = 5_000
 _EXPIRE_TIMER = "expire-transactional-ids"
+# The __transaction_state key holds the id as an int16-length string (flexible requests can carry
+# longer ones): a longer id is refused up front rather than failing its write.
+MAX_TRANSACTIONAL_ID_BYTES = 0x7FFF
 
 # Marker write answers meaning "try again later" (contract in /work/briefs/txn_api.md, and Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -76,13 +79,6 @@ class DataMarkerWriter(Protocol):
 
 
 OffsetMarkerWriter = Callable[[int, int, int, int, bool], Awaitable[ErrorCode]]
-
-
-@dataclass(frozen=True, slots=True)
-class ListedTransaction:
-    transactional_id: str
-    producer_id: int
-    state: TxnState
 
 
 def _runtime_error(failure: CoordinatorFailure) -> ErrorCode:
@@ -123,6 +119,9 @@ class TransactionService:
             self._new_shard, TxnRecordSerde(), clock_ms=clock_ms, fsync=fsync,
             name="txn-coordinator")
         self._markers: dict[str, asyncio.Task[None]] = {}
+        # Per transaction whose markers are being written: done once they all are.
+        self._written: dict[str, asyncio.Future[None]] = {}
+        self._marking: dict[str, TxnMetadata] = {}  # the transaction each task completes
         self._closed = False
         self.load_ms: float | None = None
         self._warned_no_offsets = False
@@ -193,7 +192,7 @@ class TransactionService:
             return ErrorCode.transactional_id_not_found
         return meta
 
-    def list(self, states: Iterable[TxnState], producer_ids: Iterable[int],
+    def list_transactions(self, states: Iterable[TxnState], producer_ids: Iterable[int],
              min_duration_ms: int = -1) -> list[TxnMetadata] | ErrorCode:
         """ListTransactions (Kafka ``listTransactionStates``): committed states matching every
         filter given (empty filters match all; ``min_duration_ms`` >= 0 keeps transactions
@@ -226,7 +225,7 @@ class TransactionService:
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                expected: tuple[int, int] | None) -> ProducerIdAndEpoch:
         """InitProducerId with a transactional id (the handler has authorized it)."""
-        if not transactional_id:
+        if not transactional_id or len(transactional_id.encode()) > MAX_TRANSACTIONAL_ID_BYTES:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
         if not 0 < timeout_ms <= int(self._get("transaction.max.timeout.ms")):
             return ProducerIdAndEpoch(ErrorCode.invalid_transaction_timeout)
@@ -265,13 +264,22 @@ class TransactionService:
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> ProducerIdAndEpoch:
-        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable (markers follow)."""
+        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable and, Shoal's
+        addition, the markers are written too or ``transaction.end.wait.ms`` has passed (0:
+        answer at once, as Kafka). The markers are local appends, usually done within that wait,
+        so the producer's next transaction does not meet CONCURRENT_TRANSACTIONS and back off."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
         out = await self._write(transactional_id, lambda shard, now: shard.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now))
         if isinstance(out, ErrorCode):
             return ProducerIdAndEpoch(out)
+        wait_ms = int(self._get("transaction.end.wait.ms"))
+        written = self._written.get(transactional_id)
+        if out.error is ErrorCode.none and wait_ms > 0 and written is not None:
+            # Once the markers are written the Complete record is queued on the partition
+            # before this answer goes out, so the next request of the producer sees it.
+            await asyncio.wait([written], timeout=wait_ms / 1000)
         return out  # type: ignore[no-any-return]
 
     async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
@@ -297,15 +305,33 @@ class TransactionService:
             return
         txn_id = meta.transactional_id
         running = self._markers.get(txn_id)
-        if running is not None and not running.done():
+        if running is not None and running.done():
+            running = None
+        if running is not None and self._marking.get(txn_id) == meta:
             return  # the same transaction: the running task completes it
-        task = asyncio.get_running_loop().create_task(
-            self._complete(partition, meta), name=f"txn-markers-{txn_id}")
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[None] = loop.create_future()
+        # The previous transaction's task may still be waiting for its Complete record to
+        # commit (the next Prepare can commit in the same fsync): this one runs after it.
+        task = loop.create_task(self._complete(partition, meta, written, after=running),
+                                name=f"txn-markers-{txn_id}")
         self._markers[txn_id] = task
-        task.add_done_callback(lambda t, k=txn_id: self._markers.pop(k, None)
-                               if self._markers.get(k) is t else None)
+        self._marking[txn_id] = meta
+        self._written[txn_id] = written
+        task.add_done_callback(lambda t, k=txn_id: self._forget(k, t))
 
-    async def _complete(self, partition: int, meta: TxnMetadata) -> None:
+    def _forget(self, txn_id: str, task: asyncio.Task[None]) -> None:
+        if self._markers.get(txn_id) is task:
+            del self._markers[txn_id]
+            self._marking.pop(txn_id, None)
+            written = self._written.pop(txn_id, None)
+            if written is not None and not written.done():
+                written.cancel()
+
+    async def _complete(self, partition: int, meta: TxnMetadata, written: asyncio.Future[None],
+                        after: asyncio.Task[None] | None = None) -> None:
+        if after is not None:
+            await asyncio.wait([after])
         commit = meta.state is TxnState.PREPARE_COMMIT
         pending = set(meta.partitions)
         delay = MARKER_RETRY_MIN_MS
@@ -315,6 +341,8 @@ class TransactionService:
                 done = await asyncio.gather(*(self._marker(tp, meta, commit) for tp in sorted(pending)))
                 pending = {tp for tp, ok in zip(sorted(pending), done, strict=True) if not ok}
             if not pending:
+                if not written.done():
+                    written.set_result(None)
                 out = await self.runtime.write(partition, lambda shard, now: shard.complete(
                     meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, now))
                 if not isinstance(out, CoordinatorFailure):
@@ -388,6 +416,9 @@ def ensure_txn_topic(broker: Broker) -> Topic:
     topic = broker.topics.get(TRANSACTION_STATE_TOPIC)
     if topic is None:
         return broker.create_topic(TRANSACTION_STATE_TOPIC, partitions, wanted)
+    missing = {k: v for k, v in wanted.items() if k not in topic.configs}
+    if missing:
+        broker.set_topic_configs(TRANSACTION_STATE_TOPIC, {**topic.configs, **missing})
     if topic.partitions != partitions:
         log.warning("%s has %d partitions; transaction.state.log.num.partitions=%d is ignored "
                     "(placement depends on the existing count)", TRANSACTION_STATE_TOPIC,

@@ -44,7 +44,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     if req.state_filters and not states:
         listed: Any = []  # only unknown states asked: nothing matches
     else:
-        listed = ctx.broker.transactions.list(states, req.producer_id_filters,
+        listed = ctx.broker.transactions.list_transactions(states, req.producer_id_filters,
                                               getattr(req, "duration_filter", -1))
     if isinstance(listed, ErrorCode):
         return make(m.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=listed,

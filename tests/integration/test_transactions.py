@@ -401,7 +401,8 @@ def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: P
 
 async def test_aiokafka_transactional_producer_commits_and_aborts(
         txn_broker: BrokerProcess) -> None:
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
 
     topic = "e2e-aiokafka"
     create_topic(txn_broker.bootstrap, topic, 1)
@@ -410,6 +411,8 @@ async def test_aiokafka_transactional_producer_commits_and_aborts(
     try:
         async with p.transaction():
             await p.send_and_wait(topic, b"aio-committed", partition=0)
+            # AddOffsetsToTxn v0 + TxnOffsetCommit v0: committed with the transaction.
+            await p.send_offsets_to_transaction({AioTopicPartition(topic, 0): 1}, "e2e-aio-group")
         with pytest.raises(RuntimeError):
             async with p.transaction():
                 await p.send_and_wait(topic, b"aio-aborted", partition=0)
@@ -421,6 +424,13 @@ async def test_aiokafka_transactional_producer_commits_and_aborts(
     # COMMIT marker at 1, ABORT marker at 3: both transactions reached the log and ended there.
     uncommitted = consume_all(txn_broker.bootstrap, topic, 1, "read_uncommitted", 2)
     assert [(o, v) for _, o, v in uncommitted] == [(0, b"aio-committed"), (2, b"aio-aborted")]
+    c = AIOKafkaConsumer(bootstrap_servers=txn_broker.bootstrap, group_id="e2e-aio-group",
+                         enable_auto_commit=False)
+    await c.start()
+    try:
+        assert await c.committed(AioTopicPartition(topic, 0)) == 1
+    finally:
+        await c.stop()
 
 
 def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
@@ -455,3 +465,53 @@ def test_offsets_sent_to_a_transaction_commit_with_it_and_not_on_abort(
             time.sleep(0.1)
     finally:
         c.close()
+
+
+def test_idle_transactional_ids_expire_and_super_users_may_write_markers(tmp_path: Path) -> None:
+    """``transactional.id.expiration.ms`` removes an idle id; WriteTxnMarkers from a principal
+    with CLUSTER_ACTION (``super.users``) is served per partition, as ``kafka-transactions.sh
+    abort`` uses it: an ABORT marker ends a hanging transaction and the LSO moves past it."""
+    import urllib.request
+
+    from tests.conftest import free_port
+
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", {
+        "transactional.id.expiration.ms": "300",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "100",
+        "super.users": "User:ANONYMOUS", "metrics.listen": f"127.0.0.1:{metrics_port}"})
+    broker.start()
+    try:
+        topic = "e2e-hanging"
+        create_topic(broker.bootstrap, topic, 1)
+        with RawClient(broker.bootstrap) as c:
+            assert init_pid(c, "e2e-idle").error_code == E.none
+            deadline = time.monotonic() + 10
+            while state_of(c, "e2e-idle") is not None:
+                assert time.monotonic() < deadline, "the idle id was never removed"
+                time.sleep(0.05)
+        p = txn_producer(broker.bootstrap, "e2e-hanging")
+        p.begin_transaction()
+        p.produce(topic, b"hanging", partition=0)
+        p.flush(T)
+        assert last_stable_offset(broker.bootstrap, topic) == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+            page = r.read().decode()
+        assert 'shoal_transactions{state="Ongoing"} 1' in page
+        assert "shoal_transaction_markers_pending 0" in page
+        with RawClient(broker.bootstrap) as c:
+            got = describe(c, "e2e-hanging")
+            m = c.request_module(27, 1)
+            resp = c.call(27, 1, request(27, 1, markers=(m.WritableTxnMarker(
+                producer_id=got.producer_id, producer_epoch=got.producer_epoch,
+                transaction_result=False, coordinator_epoch=0,
+                topics=(m.WritableTxnMarkerTopic(name=topic, partition_indexes=(0,)),
+                        m.WritableTxnMarkerTopic(name="no-such-topic",
+                                                 partition_indexes=(0,)))),)))
+            assert [(t.name, p.error_code) for mk in resp.markers for t in mk.topics
+                    for p in t.partitions] == [(topic, E.none),
+                                               ("no-such-topic", E.unknown_topic_or_partition)]
+        assert last_stable_offset(broker.bootstrap, topic) == 2
+        assert consume_all(broker.bootstrap, topic, 1, "read_committed") == []
+    finally:
+        broker.stop()

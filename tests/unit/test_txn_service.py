@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode as E
 from broker.config import BrokerConfig
 from broker.txn_service import CONSUMER_OFFSETS_TOPIC, TransactionService
 from coordinator.group.placement import partition_for_group
-from coordinator.txn.metadata import TxnState
+from coordinator.txn.metadata import TxnMetadata, TxnState
 from persister.segment_log import LogConfig, PartitionLog
 
 PARTITIONS = 3
@@ -82,7 +82,7 @@ def state(svc: TransactionService, txn: str) -> TxnState:
 async def test_commit_writes_every_marker_then_completes(tmp_path: Path) -> None:
     markers = FakeMarkers()
     markers.gate = asyncio.Event()
-    async with service(tmp_path, markers) as svc:
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 0}) as svc:
         out = await svc.init_producer_id("t1", 60_000, None)
         pid, epoch = out.producer_id, out.producer_epoch
         assert await svc.add_partitions("t1", pid, epoch, [("a", 0), ("a", 1)]) is E.none
@@ -115,7 +115,7 @@ async def test_retriable_marker_errors_are_retried(tmp_path: Path) -> None:
 async def test_a_restart_resumes_the_markers_of_a_prepared_transaction(tmp_path: Path) -> None:
     markers = FakeMarkers()
     markers.gate = asyncio.Event()  # never set: the markers are never written before the stop
-    async with service(tmp_path, markers) as svc:
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 50}) as svc:
         out = await svc.init_producer_id("t3", 60_000, None)
         await svc.add_partitions("t3", out.producer_id, 0, [("b", 0)])
         assert (await svc.end_txn("t3", out.producer_id, 0, True)).error is E.none
@@ -141,6 +141,7 @@ async def test_timeouts_above_the_maximum_and_empty_ids_are_refused(tmp_path: Pa
         assert (await svc.init_producer_id("t5", 1001, None)).error is E.invalid_transaction_timeout
         assert (await svc.init_producer_id("t5", 0, None)).error is E.invalid_transaction_timeout
         assert (await svc.init_producer_id("", 100, None)).error is E.invalid_request
+        assert (await svc.init_producer_id("x" * 32768, 100, None)).error is E.invalid_request
         assert (await svc.init_producer_id("t5", 1000, None)).error is E.none
 
 
@@ -149,17 +150,54 @@ async def test_list_filters_by_state_producer_and_duration(tmp_path: Path) -> No
         a = await svc.init_producer_id("la", 60_000, None)
         b = await svc.init_producer_id("lb", 60_000, None)
         await svc.add_partitions("la", a.producer_id, 0, [("x", 0)])
-        listed = svc.list([], [])
+        listed = svc.list_transactions([], [])
         assert not isinstance(listed, E)
         assert [(m.transactional_id, m.state) for m in listed] == [
             ("la", TxnState.ONGOING), ("lb", TxnState.EMPTY)]
-        only = svc.list([TxnState.ONGOING], [])
+        only = svc.list_transactions([TxnState.ONGOING], [])
         assert not isinstance(only, E) and [m.transactional_id for m in only] == ["la"]
-        by_pid = svc.list([], [b.producer_id])
+        by_pid = svc.list_transactions([], [b.producer_id])
         assert not isinstance(by_pid, E) and [m.transactional_id for m in by_pid] == ["lb"]
         # Kafka's duration filter: a transaction started within the duration is left out; an id
         # that never started one (start -1) is not (``listTransactionStates``).
-        long_running = svc.list([], [], 60_000)
+        long_running = svc.list_transactions([], [], 60_000)
         assert not isinstance(long_running, E)
         assert [m.transactional_id for m in long_running] == ["lb"]
-        assert svc.list([TxnState.ONGOING], [], 60_000) == []
+        assert svc.list_transactions([TxnState.ONGOING], [], 60_000) == []
+
+
+async def test_endtxn_waits_for_the_markers_so_the_next_transaction_is_not_refused(
+        tmp_path: Path) -> None:
+    """Shoal's transaction.end.wait.ms: EndTxn answers once the markers are written (bounded),
+    and the producer's next AddPartitions already sees CompleteCommit."""
+    markers = FakeMarkers()
+    async with service(tmp_path, markers) as svc:
+        out = await svc.init_producer_id("t6", 60_000, None)
+        await svc.add_partitions("t6", out.producer_id, 0, [("a", 0), ("b", 0)])
+        assert (await svc.end_txn("t6", out.producer_id, 0, True)).error is E.none
+        assert len(markers.written) == 2
+        assert await svc.add_partitions("t6", out.producer_id, 0, [("a", 0)]) is E.none
+        assert state(svc, "t6") is TxnState.ONGOING
+
+
+async def test_a_prepare_reported_while_the_previous_task_completes_still_gets_its_markers(
+        tmp_path: Path) -> None:
+    """The next transaction's Prepare can commit before the previous marker task has finished
+    (it still awaits its Complete record): its markers are written after that task, not lost."""
+    markers = FakeMarkers()
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 0}) as svc:
+        out = await svc.init_producer_id("t7", 60_000, None)
+        pid = out.producer_id
+        shard = svc.runtime.shard(svc.partition_for("t7"))
+        assert shard is not None
+        first = TxnMetadata("t7", pid, 0, 60_000, TxnState.PREPARE_COMMIT,
+                            frozenset({("a", 0)}), 1, 1)
+        second = TxnMetadata("t7", pid, 0, 60_000, TxnState.PREPARE_ABORT,
+                             frozenset({("b", 0)}), 2, 2)
+        markers.gate = asyncio.Event()
+        svc._on_prepared(shard.partition, first)
+        svc._on_prepared(shard.partition, second)
+        svc._on_prepared(shard.partition, second)  # reported twice: written once
+        markers.gate.set()
+        await until(lambda: svc.markers_pending() == 0)
+        assert markers.written == [("a", 0, pid, 0, True), ("b", 0, pid, 0, False)]
