@@ -319,8 +319,7 @@ class SharePartitionManager:
         """The log batches holding an acquired offset, leaving out those between them that hold
         none (transaction markers, aborted batches: broker/share/txn_filter.py), so consumers
         neither receive nor decode records they would drop."""
-        parts: list[Any] = []
-        run_start = run_end = -1
+        runs: list[tuple[int, int]] = []  # byte ranges of consecutive covering batches
         k = 0
         for pos, h in headers:
             while k < len(acquired) and acquired[k].last_offset < h.base_offset:
@@ -329,14 +328,14 @@ class SharePartitionManager:
                 break
             if acquired[k].first_offset > h.last_offset:
                 continue
-            if pos != run_end:
-                if run_end > run_start:
-                    parts.append(data[run_start:run_end])
-                run_start = pos
-            run_end = pos + h.total_size
-        if run_end > run_start:
-            parts.append(data[run_start:run_end])
-        return b"".join(parts)
+            if runs and runs[-1][1] == pos:
+                runs[-1] = (runs[-1][0], pos + h.total_size)
+            else:
+                runs.append((pos, pos + h.total_size))
+        if len(runs) == 1:
+            return bytes(data[runs[0][0]:runs[0][1]])
+        with memoryview(data) as view:  # one copy, into the joined result
+            return b"".join([view[a:b] for a, b in runs])
 
     @staticmethod
     def _keyed_response(data: Any, headers: list[Any], acquired: list[AcquiredRecords],
