@@ -36,7 +36,13 @@ from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
 from broker.share.partition import SharePartition
-from broker.share.txn_filter import CONTROL, TRANSACTIONAL, TxnBatch
+from broker.share.txn_filter import (
+    CONTROL,
+    TRANSACTIONAL,
+    TxnBatch,
+    aborted_by_producer,
+    is_aborted,
+)
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
@@ -247,11 +253,16 @@ class SharePartitionManager:
             offset = sp.next_fetch_offset(now)
         # share.isolation.level=read_committed: nothing from the last stable offset on (an open
         # transaction holds the share-partition at its first offset; broker/share/txn_filter.py).
+        # The aborted transactions are known before the read (the transaction index), so the
+        # read's record budget counts only records that can be delivered.
         txn_log = getattr(self._broker, "txn_log", None) if sp.read_committed else None
         end = lg.log_end_offset
+        aborted: Sequence[Any] = ()
         if txn_log is not None:
             try:
                 end = min(end, txn_log.last_stable_offset(topic, partition))
+                if offset < end:
+                    aborted = txn_log.aborted_transactions(topic, partition, offset, end)
             except OSError:
                 return b"", []  # the log directory is offline: acquire nothing (as below)
         if offset >= end:
@@ -260,7 +271,8 @@ class SharePartitionManager:
         if sp.keyed_idle(read_key):
             return b"", []  # share.ordering=key: every record there still waits for its key
         try:
-            limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1))
+            limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1),
+                                     aborted_by_producer(aborted) if aborted else None)
             data = lg.read(offset, limit, end).data
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
@@ -277,13 +289,6 @@ class SharePartitionManager:
         # records: only batches with the transactional or control bit are looked at further.
         txn_batches = [TxnBatch(h.base_offset, h.last_offset, h.producer_id, h.attributes)
                        for _pos, h in headers if h.attributes & _TXN_OR_CONTROL]
-        aborted: Sequence[Any] = ()
-        if txn_log is not None and any(not b.is_control for b in txn_batches):
-            try:
-                aborted = txn_log.aborted_transactions(topic, partition, log_batches[0][0],
-                                                       log_batches[-1][1] + 1)
-            except OSError:
-                return b"", []
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
@@ -387,15 +392,24 @@ class SharePartitionManager:
         return out
 
     @staticmethod
-    def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int) -> int:
+    def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int,
+                    aborted: dict[int, list[tuple[int, int]]] | None = None) -> int:
         """Bytes of log worth reading for a record budget.
 
         Walking batch headers is cheap; reading the whole MaxBytes (50 MiB from librdkafka by
         default) for a few hundred records was the top cost of a share fetch (bench profile).
+        Batches never delivered (markers; with read_committed the ``aborted`` transactions, by
+        producer) are read but do not use the budget, so a fetch is not left half full.
         """
         need = records = 0
         for h in lg.batch_headers(offset, None, max_batches=max(1, min(max_records, 1000))):
             need += h.total_size
+            attrs = h.attributes
+            if attrs & _TXN_OR_CONTROL and (attrs & CONTROL or (aborted is not None and is_aborted(
+                    aborted, h.producer_id, attrs, h.base_offset))):
+                if need >= max_bytes:
+                    break
+                continue
             records += h.last_offset - max(h.base_offset, offset) + 1
             if records >= max_records or need >= max_bytes:
                 break

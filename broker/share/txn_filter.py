@@ -43,7 +43,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-__all__ = ["AbortedRange", "TxnBatch", "skip_ranges"]
+__all__ = ["AbortedRange", "TxnBatch", "aborted_by_producer", "is_aborted", "skip_ranges"]
 
 # Kafka v2 batch attributes (protocol/record_batch.py has the same masks).
 TRANSACTIONAL = 0x10
@@ -77,6 +77,23 @@ class TxnBatch(NamedTuple):
         return bool(self.attributes & CONTROL)
 
 
+def aborted_by_producer(aborted: Sequence[AbortedRange]) -> dict[int, list[tuple[int, int]]]:
+    """Producer id -> (first offset, marker offset) of its aborted transactions."""
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for a in aborted:
+        by_pid.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    return by_pid
+
+
+def is_aborted(by_pid: dict[int, list[tuple[int, int]]], producer_id: int, attributes: int,
+               base_offset: int) -> bool:
+    """Whether a data batch belongs to one of the aborted transactions in ``by_pid``."""
+    if attributes & (TRANSACTIONAL | CONTROL) != TRANSACTIONAL:
+        return False
+    spans = by_pid.get(producer_id)
+    return spans is not None and any(lo <= base_offset <= hi for lo, hi in spans)
+
+
 def skip_ranges(
     log_batches: Sequence[tuple[int, int]],
     txn_batches: Sequence[TxnBatch],
@@ -90,18 +107,14 @@ def skip_ranges(
     """
     if not txn_batches:
         return []
-    by_pid: dict[int, list[tuple[int, int]]] = {}
-    for a in aborted or ():
-        by_pid.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    by_pid = aborted_by_producer(aborted or ())
     bases = [b for b, _l in log_batches]
     out: list[tuple[int, int]] = []
     for tb in txn_batches:
-        if not tb.attributes & CONTROL:
-            spans = by_pid.get(tb.producer_id)
-            if not spans or not tb.attributes & TRANSACTIONAL or not any(
-                lo <= tb.base_offset <= hi for lo, hi in spans
-            ):
-                continue
+        if not tb.attributes & CONTROL and not is_aborted(
+            by_pid, tb.producer_id, tb.attributes, tb.base_offset
+        ):
+            continue
         i = bisect_right(bases, tb.base_offset)
         end = bases[i] - 1 if i < len(bases) else tb.last_offset
         if out and out[-1][1] + 1 >= tb.base_offset:
