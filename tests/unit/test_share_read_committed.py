@@ -387,3 +387,31 @@ def test_response_leaves_out_batches_holding_no_acquired_offset() -> None:
     assert got == b0 + b3
     got = SharePartitionManager._covering_batches(data, headers, [AcquiredRecords(3, 4, 1)])
     assert got == b1
+
+
+def test_read_budget_is_not_spent_on_markers_or_aborted_batches() -> None:
+    """The shell sizes a read by MaxRecords; batches that will not be delivered must not count,
+    or a read_committed fetch over an aborted batch comes back half full."""
+    from broker.share.partition_manager import SharePartitionManager
+    from broker.share.txn_filter import aborted_by_producer
+    from protocol.record_batch import parse_header
+    from tests.unit.batches import make_batch
+
+    raw = [make_batch([(None, b"x")] * 3, base_offset=0),
+           make_batch([(None, b"y")] * 2, base_offset=3, attributes=TRANSACTIONAL, producer_id=5),
+           make_batch([(None, b"m")], base_offset=5, attributes=TRANSACTIONAL | CONTROL,
+                      producer_id=5),
+           make_batch([(None, b"z")] * 2, base_offset=6)]
+    headers = [parse_header(b) for b in raw]
+
+    class Log:
+        def batch_headers(self, offset: int, _to: object, max_batches: int) -> list:
+            return [h for h in headers if h.last_offset >= offset][:max_batches]
+
+    size = [len(b) for b in raw]
+    limit = SharePartitionManager._read_limit
+    # read_uncommitted: the aborted batch is delivered and counts; 3 + 2 records reach 4.
+    assert limit(Log(), 0, 4, 1 << 20) == size[0] + size[1]
+    # read_committed: it and the marker are read along but 4 records need the last batch too.
+    aborted = aborted_by_producer([Aborted(5, 3, 5)])
+    assert limit(Log(), 0, 4, 1 << 20, aborted) == sum(size)
