@@ -26,6 +26,9 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
   producer/consumer pair measures round trips (``bench/hostile.py``; ``make bench-hostile``)
 - ``t``  issue 13: produce and share-consume over an SSL listener vs a PLAINTEXT one of the same
   broker (its own), with the SSL/plaintext ratio (``bench/tls.py``)
+- ``r``  issue 15: share-consume the same transactional data (10% of the transactions aborted)
+  with ``share.isolation.level=read_committed`` and ``read_uncommitted``, ABBA rounds, with the
+  ratio (``bench/share_read_committed.py``; target >= 0.9)
 - ``k``  issue 14: consumer-group consumption, 4 partitions x 2 ``confluent_kafka.Consumer``
   processes, ``group.protocol=classic`` then ``consumer`` (reported as not supported by a broker
   without ConsumerGroupHeartbeat): records/s and subscribe to first record
@@ -56,7 +59,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import authz_overhead, consumer_groups, report, scenarios, tls, transactions
+from bench import (
+    authz_overhead,
+    consumer_groups,
+    report,
+    scenarios,
+    share_read_committed,
+    tls,
+    transactions,
+)
 from bench.clients import Admin
 from bench.procs import (
     ROOT,
@@ -72,10 +83,10 @@ from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
 report.ROWS += (authz_overhead.REPORT_ROWS + consumer_groups.REPORT_ROWS
-                + transactions.REPORT_ROWS)
+                + share_read_committed.REPORT_ROWS + transactions.REPORT_ROWS)
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "x", "h", "t", "z"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "x"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "r", "x", "h", "t", "z"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "r", "x"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -214,6 +225,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "k":
         return consumer_groups.brief(fig)
+    if key == "r":
+        return share_read_committed.brief(fig)
     if key == "x":
         return transactions.brief(fig)
     if key == "g":
@@ -286,6 +299,12 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
              f"group.protocol {' and '.join(consumer_groups.PROTOCOLS)}")
         res["k"] = _attempt(lambda: consumer_groups.scenario_k(settings, system), "k")
         _log(f"  k: {_brief('k', res['k'])}")
+    if "r" in selected:
+        # Issue 15: share groups on transactional data (bench/share_read_committed.py).
+        _log(f"[{system.name}] (r) share-consume {settings.records():,} transactional records, "
+             f"read_committed vs read_uncommitted")
+        res["r"] = _attempt(lambda: share_read_committed.scenario_r(settings, system), "r")
+        _log(f"  r: {_brief('r', res['r'])}")
     if "x" in selected:
         # Issue 15: transactional produce vs idempotent (bench/transactions.py).
         n = max(transactions.TXN_RECORDS * 2, settings.records() // transactions.SHARE)

@@ -47,8 +47,9 @@ __all__ = [
     "Candidate",
     "acquire_budget",
     "apply_plan",
-    "archive_aborted",
     "archive_missing",
+    "archive_skipped_available",
+    "archive_skipped_reached",
     "candidates",
     "log_spans",
     "records_holding_locks",
@@ -134,9 +135,13 @@ def acquire_budget(
 
 
 def log_spans(
-    log_batches: Sequence[tuple[int, int]], lo: int, hi: int | None
+    log_batches: Sequence[tuple[int, int]],
+    lo: int,
+    hi: int | None,
+    skip: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[int, int]]:
-    """Turn log batch boundaries into contiguous spans clipped to ``[lo, hi]``.
+    """Turn log batch boundaries into spans clipped to ``[lo, hi]``, contiguous unless ``skip``
+    (ascending, disjoint offset ranges never to deliver, broker/share/txn_filter.py) cuts them.
 
     Raises:
         ValueError: the boundaries are not ascending, non-overlapping ranges (a shell bug).
@@ -153,7 +158,27 @@ def log_spans(
             end = min(end, hi)
         if start <= end:
             spans.append((start, end))
-    return spans
+    return _cut(spans, skip) if skip else spans
+
+
+def _cut(spans: list[tuple[int, int]], skip: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` minus the ``skip`` ranges (both ascending and disjoint)."""
+    out: list[tuple[int, int]] = []
+    k = 0
+    for lo, hi in spans:
+        while k < len(skip) and skip[k][1] < lo:
+            k += 1
+        j = k
+        while lo <= hi:
+            if j == len(skip) or skip[j][0] > hi:
+                out.append((lo, hi))
+                break
+            s_lo, s_hi = skip[j]
+            if s_lo > lo:
+                out.append((lo, s_lo - 1))
+            lo = max(lo, s_hi + 1)
+            j += 1
+    return out
 
 
 def candidates(
@@ -172,6 +197,9 @@ def candidates(
     while pos <= end:
         i = bisect_right(starts, pos) - 1
         span_end = spans[i][1]
+        if pos > span_end:  # a skipped range between two spans (txn_filter.py)
+            pos = spans[i + 1][0]
+            continue
         batch = cache.containing(pos)
         if batch is None:
             nxt = cache.next_after(pos)
@@ -392,26 +420,38 @@ def archive_missing(cache: InFlightCache, lo: int, hi: int) -> bool:
     return changed
 
 
-def archive_aborted(
-    cache: InFlightCache, acquired: list[AcquiredRecords], aborted: Sequence[tuple[int, int]]
-) -> list[AcquiredRecords]:
-    """read_committed: archive just-acquired offsets of aborted transactions and cut them out
-    of the response ranges (Kafka maybeFilterAbortedTransactionalAcquiredRecords)."""
-    kept: list[AcquiredRecords] = []
-    for rec in acquired:
-        pieces = [(rec.first_offset, rec.last_offset)]
-        for a_lo, a_hi in aborted:
-            nxt: list[tuple[int, int]] = []
-            for lo, hi in pieces:
-                if a_hi < lo or a_lo > hi:
-                    nxt.append((lo, hi))
-                    continue
-                for _x, _y, info in cache.units(max(lo, a_lo), min(hi, a_hi)):
-                    info.settle(RecordState.ARCHIVED)
-                if lo < a_lo:
-                    nxt.append((lo, a_lo - 1))
-                if a_hi < hi:
-                    nxt.append((a_hi + 1, hi))
-            pieces = nxt
-        kept.extend(AcquiredRecords(lo, hi, rec.delivery_count) for lo, hi in pieces)
-    return kept
+def archive_skipped_available(cache: InFlightCache, skip: Sequence[tuple[int, int]]) -> bool:
+    """Archive cached AVAILABLE records inside ``skip`` (markers, aborted data: txn_filter.py)
+    before planning, so a released or never-acquired one is not acquired again; True if any.
+
+    ACQUIRED records there (taken before a switch to read_committed) are left to their owner.
+    """
+    changed = False
+    for lo, hi in skip:
+        if not any(info.state is RecordState.AVAILABLE for _a, _b, info in cache.runs(lo, hi)):
+            continue  # nothing cached there, the usual case: no explosion
+        for _a, _b, info in cache.units(lo, hi):
+            if info.state is RecordState.AVAILABLE:
+                info.settle(RecordState.ARCHIVED)
+                changed = True
+    return changed
+
+
+def archive_skipped_reached(
+    cache: InFlightCache, skip: Sequence[tuple[int, int]], reach: int
+) -> bool:
+    """After planning, fill the uncached offsets of ``skip`` ranges with ARCHIVED entries, for
+    every range below the cache's end or ``reach`` and those following on from there; True if any.
+
+    A range past an offset that was neither acquired nor cached stays untouched (the next fetch
+    reads it again), so archiving never leaves an uncached hole behind the cache's end.
+    """
+    last = cache.last_offset
+    end = reach if last is None else max(reach, last)
+    changed = False
+    for lo, hi in skip:
+        if lo > end + 1:
+            break
+        changed = archive_missing(cache, lo, hi) or changed
+        end = max(end, hi)
+    return changed

@@ -135,6 +135,8 @@ def acquire_keyed(
     now_ms: int,
     held_at: int | None,
     keys: KeyMap,
+    skip: Sequence[tuple[int, int]] = (),
+    stable_end: int | None = None,
 ) -> tuple[list[AcquiredRecords], bool, int]:
     """Acquire for ``member_id`` in offset order, at most one record per key in flight (the
     rules of this module). Returns (the ranges acquired, whether the walk stopped at the budget
@@ -144,7 +146,8 @@ def acquire_keyed(
     (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them),
     ``held_at`` the time when records may be in redelivery backoff (else None), and
     ``untracked_last`` the highest offset acquired without ordering (those records may be in
-    flight without holding their keys here).
+    flight without holding their keys here), ``skip`` offset ranges never to deliver and
+    ``stable_end`` the first offset not to acquire (broker/share/txn_filter.py).
 
     Whole (not exploded) AVAILABLE batches are handled in runs: a run of acquirable records is
     split off and acquired as one batch, a run of blocked ones is passed over in place, so
@@ -154,7 +157,10 @@ def acquire_keyed(
     deadline = now_ms + cfg.record_lock_duration_ms
     last = cache.last_offset
     window_last = start - 1 if last is None or last < start else last
-    spans = log_spans(log_batches, start, None if room_new > 0 else window_last)
+    hi = None if room_new > 0 else window_last
+    if stable_end is not None:  # read_committed: nothing from the last stable offset on
+        hi = stable_end - 1 if hi is None else min(hi, stable_end - 1)
+    spans = log_spans(log_batches, start, hi, skip)
     key_of = keys.get
     out: list[AcquiredRecords] = []
     single: list[bool] = []  # out[i] came from one record of an exploded batch (mergeable)

@@ -39,6 +39,10 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
   not allowed); ARCHIVING records loaded from the share state are handed out again. Every
   ARCHIVING record is handed out by ``take_dead_letters`` exactly once per load (again only
   after ``retry_dead_letters``), and the SPSO stops at it until it is ARCHIVED.
+- transaction markers are never acquired; with ``share.isolation.level=read_committed`` no
+  acquisition includes an offset at or past the last stable offset or a record of an aborted
+  transaction (:mod:`broker.share.txn_filter`; property-tested in
+  tests/unit/test_share_read_committed.py);
 - with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
   tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
   a record is acquired only when every lower record of its key is done, so a key's records are
@@ -66,8 +70,9 @@ from broker.share.acquisition import (
     AcquireMode,
     acquire_budget,
     apply_plan,
-    archive_aborted,
     archive_missing,
+    archive_skipped_available,
+    archive_skipped_reached,
     candidates,
     log_spans,
     records_holding_locks,
@@ -98,6 +103,7 @@ from broker.share.inflight import (
 )
 from broker.share.key_order import KeyIndex, KeyMap, acquire_keyed
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
+from broker.share.txn_filter import AbortedRange, TxnBatch, skip_ranges
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
 from persister.api import (
     PERSISTED_STATES,
@@ -200,6 +206,9 @@ class SharePartition:
         self._dlq = DeadLetterBook()
         self._dead_lettered = 0
         self._dlq_skipped = 0
+        # Transaction markers or aborted records were archived by an acquisition since the last
+        # take_archive_write (broker/share/txn_filter.py): the SPSO may have moved unwritten.
+        self._skipped = False
 
     # ------------------------------------------------------------------ loading
 
@@ -345,7 +354,9 @@ class SharePartition:
         now_ms: int,
         *,
         fetch_offset: int | None = None,
-        aborted: Sequence[tuple[int, int]] = (),
+        txn_batches: Sequence[TxnBatch] = (),
+        stable_end: int | None = None,
+        aborted: Sequence[AbortedRange] = (),
         keys: KeyMap | None = None,
         read_key: object = None,
     ) -> list[AcquiredRecords]:
@@ -354,8 +365,13 @@ class SharePartition:
         ``log_batches`` are the (base_offset, last_offset) of whole log batches as read;
         ``fetch_offset`` is the offset the read started at: offsets from there up to the first
         returned batch no longer exist (compaction) and are archived so the window can move.
-        ``aborted`` are offset ranges of aborted transactional batches (read_committed): they
-        are archived instead of delivered. Returns the ranges to put in the response; the shell
+        ``txn_batches`` are the read batches with the transactional or control attribute:
+        control batches (transaction markers) are archived, never acquired, in either isolation
+        level. With ``share.isolation.level=read_committed`` (the config, read per call, so a
+        live switch applies to the next acquisition, re-deliveries included) nothing at or past
+        ``stable_end`` (the partition's last stable offset; None = no limit) is acquired, and
+        transactional batches of the ``aborted`` transactions are archived too
+        (broker/share/txn_filter.py). Returns the ranges to put in the response; the shell
         subtracts their total size from the request's MaxRecords budget. ``batch_size`` <= 0
         means no BatchSize splitting. With ``share.ordering=key`` the shell passes ``keys``
         (offset -> key hash or None) of the records read, and acquisition goes record by
@@ -385,13 +401,26 @@ class SharePartition:
             )
         ):
             self._after_change(found_available=False)
+        if cfg.read_committed and stable_end is not None and log_batches[-1][0] >= stable_end:
+            log_batches = [b for b in log_batches if b[0] < stable_end]
+            if not log_batches:
+                return []  # an open transaction holds the share-partition at the LSO
         start = fetch_offset if fetch_offset is not None else log_batches[0][0]
+        skip: list[tuple[int, int]] = []
+        if txn_batches:
+            skip = skip_ranges(log_batches, txn_batches, aborted if cfg.read_committed else None)
+            if skip:
+                skip = _clip(skip, self._start, stable_end if cfg.read_committed else None)
+            if skip and archive_skipped_available(self._cache, skip):
+                self._after_change(found_available=False)
+                self._skipped = True
         self._ordering_on = cfg.key_ordering
         if cfg.key_ordering:
             if keys is None:
                 raise ValueError("share.ordering=key needs the record keys of the log batches")
             ranges = self._acquire_keyed(
-                member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys
+                member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
+                skip, stable_end if cfg.read_committed else None,
             )
             self._idle = (
                 (self._key_version, read_key, cfg)
@@ -400,13 +429,13 @@ class SharePartition:
         else:
             ranges = self._acquire_ranges(
                 member_id, log_batches, start, max_records, batch_size, acquire_mode, cfg,
-                now_ms, held_at,
+                now_ms, held_at, skip, stable_end if cfg.read_committed else None,
             )
-        if aborted:
-            kept = archive_aborted(self._cache, ranges, aborted)
-            if kept != ranges:
+        if skip:
+            reach = ranges[-1].last_offset if ranges else start - 1
+            if archive_skipped_reached(self._cache, skip, reach):
                 self._after_change(found_available=False)
-            ranges = kept
+                self._skipped = True
         return ranges
 
     def _acquire_ranges(
@@ -420,8 +449,11 @@ class SharePartition:
         cfg: SharePartitionConfig,
         now_ms: int,
         held_at: int | None,
+        skip: Sequence[tuple[int, int]],
+        stable_end: int | None,
     ) -> list[AcquiredRecords]:
-        """Kafka's acquisition: whole runs of offsets under the request budget (acquisition.py)."""
+        """Kafka's acquisition: whole runs of offsets under the request budget (acquisition.py),
+        leaving out ``skip`` and everything from ``stable_end`` on."""
         budget, clamp = acquire_budget(
             self._cache,
             self._start,
@@ -432,7 +464,9 @@ class SharePartition:
         )
         if budget <= 0:
             return []
-        spans = log_spans(log_batches, self._start, clamp)
+        if stable_end is not None:
+            clamp = stable_end - 1 if clamp is None else min(clamp, stable_end - 1)
+        spans = log_spans(log_batches, self._start, clamp, skip)
         plan = select(
             candidates(self._cache, spans, held_at), budget, acquire_mode,
             cfg.delivery_count_limit,
@@ -458,6 +492,8 @@ class SharePartition:
         now_ms: int,
         held_at: int | None,
         keys: KeyMap,
+        skip: Sequence[tuple[int, int]],
+        stable_end: int | None,
     ) -> list[AcquiredRecords]:
         """share.ordering=key: :func:`broker.share.key_order.acquire_keyed`, skipped when a
         walk over the same records found nothing and nothing freed a key since."""
@@ -465,12 +501,14 @@ class SharePartition:
             self._cache, self._start, cfg.count_only_inflight_toward_lock_limit
         )
         room_new = cfg.max_record_locks - held
-        sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg)
+        sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg,
+               stable_end)
         if self._fruitless == sig:
             return []
         out, stopped, added = acquire_keyed(
             self._cache, self._locks, self._keys, self._start, self._untracked_last, room_new,
             member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
+            skip, stable_end,
         )
         # Records walked over stay AVAILABLE: the next fetch looks back for them.
         self._find_next = True
@@ -482,6 +520,21 @@ class SharePartition:
         else:  # as the next walk will see it if nothing changes meanwhile
             self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
         return out
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the group has share.isolation.level=read_committed now (the shell then reads
+        only up to the last stable offset and passes the aborted transactions)."""
+        return self._config().read_committed
+
+    def take_archive_write(self) -> WriteParams | None:
+        """After an acquisition archived transaction markers or aborted records: a write telling
+        the persister the start offset they let the SPSO move to, or None if it knows it (so an
+        idle share-partition can settle, and a restart does not read them again)."""
+        if not self._skipped:
+            return None
+        self._skipped = False
+        return self._committed_write([])
 
     # ------------------------------------------------------------------ key ordering
 
@@ -1085,3 +1138,17 @@ class SharePartition:
     def cached_batches(self) -> list[tuple[int, int, bool]]:
         """(first, last, exploded) of every cached batch, in order."""
         return [(b.first_offset, b.last_offset, b.exploded) for b in self._cache]
+
+
+def _clip(
+    ranges: list[tuple[int, int]], lo: int, end: int | None
+) -> list[tuple[int, int]]:
+    """``ranges`` clipped to ``[lo, end)`` (``end`` None: no upper bound)."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        a = max(a, lo)
+        if end is not None:
+            b = min(b, end - 1)
+        if a <= b:
+            out.append((a, b))
+    return out

@@ -37,6 +37,13 @@ from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
 from broker.share.dead_letter_writer import DeadLetterWriter
 from broker.share.partition import SharePartition
+from broker.share.txn_filter import (
+    CONTROL,
+    TRANSACTIONAL,
+    TxnBatch,
+    aborted_by_producer,
+    is_aborted,
+)
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
 from broker.topics import Topic
@@ -64,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.share")
 
 LEADER_EPOCH = 0
+_TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
 
 
@@ -138,6 +146,7 @@ class SharePartitionManager:
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
             key_ordering=c.ordering == "key",
             dead_letter=bool(c.dlq_topic),
+            read_committed=c.isolation_level == "read_committed",
         )
 
     def lock_duration_ms(self, group_id: str) -> int:
@@ -248,14 +257,29 @@ class SharePartitionManager:
         if offset < lg.log_start_offset:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             offset = sp.next_fetch_offset(now)
-        if offset >= lg.log_end_offset:
+        # share.isolation.level=read_committed: nothing from the last stable offset on (an open
+        # transaction holds the share-partition at its first offset; broker/share/txn_filter.py).
+        # The aborted transactions are known before the read (the transaction index), so the
+        # read's record budget counts only records that can be delivered.
+        txn_log = getattr(self._broker, "txn_log", None) if sp.read_committed else None
+        end = lg.log_end_offset
+        aborted: Sequence[Any] = ()
+        if txn_log is not None:
+            try:
+                end = min(end, txn_log.last_stable_offset(topic, partition))
+                if offset < end:
+                    aborted = txn_log.aborted_transactions(topic, partition, offset, end)
+            except OSError:
+                return b"", []  # the log directory is offline: acquire nothing (as below)
+        if offset >= end:
             return b"", []
-        read_key = (offset, lg.log_end_offset, max_records, max_bytes)
+        read_key = (offset, end, max_records, max_bytes)
         if sp.keyed_idle(read_key):
             return b"", []  # share.ordering=key: every record there still waits for its key
         try:
-            limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1))
-            data = lg.read(offset, limit, lg.log_end_offset).data
+            limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1),
+                                     aborted_by_producer(aborted) if aborted else None)
+            data = lg.read(offset, limit, end).data
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
@@ -267,6 +291,10 @@ class SharePartitionManager:
             return b"", []
         headers = list(iter_batches(data))
         log_batches = [(h.base_offset, h.last_offset) for _pos, h in headers]
+        # Transaction markers are never delivered, and with read_committed neither are aborted
+        # records: only batches with the transactional or control bit are looked at further.
+        txn_batches = [TxnBatch(h.base_offset, h.last_offset, h.producer_id, h.attributes)
+                       for _pos, h in headers if h.attributes & _TXN_OR_CONTROL]
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
@@ -274,13 +302,20 @@ class SharePartitionManager:
         if sp.has_unkeyed and sp.key_ordering:
             sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
-                              now, fetch_offset=offset, keys=keys, read_key=read_key)
+                              now, fetch_offset=offset, txn_batches=txn_batches, stable_end=end,
+                              aborted=aborted, keys=keys, read_key=read_key)
+        if txn_batches:
+            write = sp.take_archive_write()
+            if write is not None:
+                self._write_later(write)
         self._arm(sp)
         if not acquired:
             return b"", []
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         if sp.ordering_on:
             return self._keyed_response(data, headers, acquired, sp), acquired
+        if txn_batches:
+            return self._covering_batches(data, headers, acquired), acquired
         start = end = None
         for pos, h in headers:
             if h.last_offset >= first and start is None:
@@ -288,6 +323,30 @@ class SharePartitionManager:
             if h.base_offset <= last:
                 end = pos + h.total_size
         return bytes(data[start:end]), acquired
+
+    @staticmethod
+    def _covering_batches(data: Any, headers: list[Any],
+                          acquired: list[AcquiredRecords]) -> bytes:
+        """The log batches holding an acquired offset, leaving out those between them that hold
+        none (transaction markers, aborted batches: broker/share/txn_filter.py), so consumers
+        neither receive nor decode records they would drop."""
+        runs: list[tuple[int, int]] = []  # byte ranges of consecutive covering batches
+        k = 0
+        for pos, h in headers:
+            while k < len(acquired) and acquired[k].last_offset < h.base_offset:
+                k += 1
+            if k == len(acquired):
+                break
+            if acquired[k].first_offset > h.last_offset:
+                continue
+            if runs and runs[-1][1] == pos:
+                runs[-1] = (runs[-1][0], pos + h.total_size)
+            else:
+                runs.append((pos, pos + h.total_size))
+        if len(runs) == 1:
+            return bytes(data[runs[0][0]:runs[0][1]])
+        with memoryview(data) as view:  # one copy, into the joined result
+            return b"".join([view[a:b] for a, b in runs])
 
     @staticmethod
     def _keyed_response(data: Any, headers: list[Any], acquired: list[AcquiredRecords],
@@ -339,15 +398,24 @@ class SharePartitionManager:
         return out
 
     @staticmethod
-    def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int) -> int:
+    def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int,
+                    aborted: dict[int, list[tuple[int, int]]] | None = None) -> int:
         """Bytes of log worth reading for a record budget.
 
         Walking batch headers is cheap; reading the whole MaxBytes (50 MiB from librdkafka by
         default) for a few hundred records was the top cost of a share fetch (bench profile).
+        Batches never delivered (markers; with read_committed the ``aborted`` transactions, by
+        producer) are read but do not use the budget, so a fetch is not left half full.
         """
         need = records = 0
         for h in lg.batch_headers(offset, None, max_batches=max(1, min(max_records, 1000))):
             need += h.total_size
+            attrs = h.attributes
+            if attrs & _TXN_OR_CONTROL and (attrs & CONTROL or (aborted is not None and is_aborted(
+                    aborted, h.producer_id, attrs, h.base_offset))):
+                if need >= max_bytes:
+                    break
+                continue
             records += h.last_offset - max(h.base_offset, offset) + 1
             if records >= max_records or need >= max_bytes:
                 break

@@ -39,6 +39,9 @@ class SharePartitionConfig:
     # KIP-1191 (errors.deadletterqueue.topic.name set, broker/share/dead_letter.py): REJECTed
     # and delivery-limit records go through ARCHIVING until their dead-letter record is durable.
     dead_letter: bool = False
+    # share.isolation.level=read_committed: acquire only below the last stable offset and never
+    # deliver records of aborted transactions (broker/share/txn_filter.py).
+    read_committed: bool = False
 
 
 #: Called on every operation; return the group's current config.

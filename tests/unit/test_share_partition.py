@@ -85,13 +85,11 @@ def fetch(
     max_records: int = 500,
     batch_size: int = 500,
     mode: AcquireMode = BO,
-    aborted: Sequence[tuple[int, int]] = (),
 ) -> list[tuple[int, int, int]]:
     """What the shell does: read whole log batches from the next fetch offset, then acquire."""
     offset = p.next_fetch_offset()
     read = [b for b in log if b[1] >= offset]
-    got = p.acquire(member, read, max_records, batch_size, mode, now,
-                    fetch_offset=offset, aborted=aborted)
+    got = p.acquire(member, read, max_records, batch_size, mode, now, fetch_offset=offset)
     return [(r.first_offset, r.last_offset, r.delivery_count) for r in got]
 
 
@@ -582,14 +580,6 @@ def test_compacted_away_available_records_are_archived() -> None:
     ack(p, "a", [(5, 9, (ACCEPT,))], 3)
     assert fetch(p, "a", [(20, 24)], 4) == [(20, 24, 1)]
     assert (p.start_offset, p.end_offset) == (20, 24)
-
-
-def test_read_committed_aborted_ranges_are_archived_not_delivered() -> None:
-    p, _ = make(start=0)
-    assert fetch(p, "a", [(0, 9)], 0, aborted=[(3, 5)]) == [(0, 2, 1), (6, 9, 1)]
-    assert [states(p)[o][0] for o in range(10)] == [AQ] * 3 + [AR] * 3 + [AQ] * 4
-    ack(p, "a", [(0, 2, (ACCEPT,))], 1)
-    assert p.start_offset == 6
 
 
 # --------------------------------------------------------------------------- throttling
