@@ -29,6 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import report  # noqa: E402 - after the path set-up, so the file also runs as a script
+
 
 def produce(bootstrap: str, topic: str, n: int, keys: int, batch: int = 10_000) -> None:
     from confluent_kafka import Producer
@@ -143,6 +145,41 @@ def run(bootstrap: str, records: int, keys: int, consumers: int,
         out[ordering] = consume(bootstrap, group, topic, records, consumers, timeout=300)
     out["key_over_none"] = out["key"]["rate"] / max(out["none"]["rate"], 1e-9)
     return out
+
+
+KEYS = 1_000
+CONSUMERS = 8
+TARGET = 0.5
+
+
+def scenario_o(settings: Any, system: Any) -> dict[str, Any]:
+    """Scenario ``o`` of ``make bench``: ``run`` against the bench's broker with 1,000 keys and 8
+    consumers on ``settings.records()`` records (500,000 at scale 1)."""
+    out = run(system.bootstrap, settings.records(), KEYS, CONSUMERS)
+    return {"records": out["records"], "keys": KEYS, "consumers": CONSUMERS,
+            "none_rate": out["none"]["rate"], "key_rate": out["key"]["rate"],
+            "key_over_none": round(out["key_over_none"], 3),
+            "violations": out["key"]["violations"], "target": TARGET}
+
+
+def brief(fig: dict[str, Any]) -> str:
+    return (f"none {fig.get('none_rate') or 0:,.0f} rec/s, key {fig.get('key_rate') or 0:,.0f} "
+            f"rec/s, key/none {fig.get('key_over_none')} (target >= {TARGET}), "
+            f"{fig.get('violations')} key violations")
+
+
+def _g(key: str) -> Any:
+    return lambda d: d.get("o", {}).get(key) if isinstance(d.get("o"), dict) else None
+
+
+O_TITLE = (f"(o) share.ordering=key vs none, 1 partition x {CONSUMERS} consumers, {KEYS:,} keys, "
+           f"explicit ACCEPT")
+REPORT_ROWS = [
+    report.Row("o", O_TITLE, "share.ordering=none", "rec/s", _g("none_rate")),
+    report.Row("o", O_TITLE, "share.ordering=key", "rec/s", _g("key_rate")),
+    report.Row("o", O_TITLE, "key / none (target >= 0.5)", "ratio", _g("key_over_none"),
+               digits=2),
+]
 
 
 def main() -> None:

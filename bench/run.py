@@ -62,6 +62,7 @@ from typing import Any
 from bench import (
     authz_overhead,
     consumer_groups,
+    key_ordering,
     report,
     scenarios,
     share_read_committed,
@@ -83,10 +84,11 @@ from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
 report.ROWS += (authz_overhead.REPORT_ROWS + consumer_groups.REPORT_ROWS
-                + share_read_committed.REPORT_ROWS + transactions.REPORT_ROWS)
+                + key_ordering.REPORT_ROWS + share_read_committed.REPORT_ROWS
+                + transactions.REPORT_ROWS)
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "r", "x", "h", "t", "z"]
-CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "r", "x"}
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "o", "r", "x", "h", "t", "z"]
+CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "o", "r", "x"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -225,6 +227,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "k":
         return consumer_groups.brief(fig)
+    if key == "o":
+        return key_ordering.brief(fig)
     if key == "r":
         return share_read_committed.brief(fig)
     if key == "x":
@@ -299,6 +303,12 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
              f"group.protocol {' and '.join(consumer_groups.PROTOCOLS)}")
         res["k"] = _attempt(lambda: consumer_groups.scenario_k(settings, system), "k")
         _log(f"  k: {_brief('k', res['k'])}")
+    if "o" in selected:
+        # Issue 16: per-key ordering next to none (bench/key_ordering.py).
+        _log(f"[{system.name}] (o) share.ordering=key vs none, {settings.records():,} records, "
+             f"{key_ordering.KEYS:,} keys, 1 partition x {key_ordering.CONSUMERS} consumers")
+        res["o"] = _attempt(lambda: key_ordering.scenario_o(settings, system), "o")
+        _log(f"  o: {_brief('o', res['o'])}")
     if "r" in selected:
         # Issue 15: share groups on transactional data (bench/share_read_committed.py).
         _log(f"[{system.name}] (r) share-consume {settings.records():,} transactional records, "
