@@ -16,7 +16,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig, ConfigError
 from broker.group_configs import GroupConfigs
-from broker.share.key_order import FETCHER_WINDOW_MS, key_share
 from broker.share.partition import AcquireMode, SharePartition
 from broker.share.record_state import RecordState
 from persister.api import ReadResult
@@ -307,58 +306,3 @@ def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
     assert record_key_hashes(cut, 0, 1 << 20) == {o: hash(f"k{o - 40}".encode())
                                                   for o in (43, 44, 45)}
     assert trim_batch(data, pos, h, 40, 49, layouts[40]) is None  # nothing to drop
-
-
-# -------------------------------------------------------------- sharing the key window
-
-
-def accept_all(p: SharePartition, member: str, offsets: Sequence[int], now: int) -> None:
-    ack(p, member, [(o, o, (ACCEPT,)) for o in offsets], now)
-
-
-def test_consumers_split_the_key_window_instead_of_one_taking_every_free_key() -> None:
-    p = keyed()
-    eight = mod_keys(8)
-    # Alone, "a" takes all eight keys (MaxRecords is soft: to the end of the log batch).
-    assert fetch(p, "a", 0, key_of=eight) == list(range(8))
-    for m in ("b", "c", "d"):  # they ask too and get nothing: every key is held
-        assert fetch(p, m, 0, key_of=eight) == []
-    accept_all(p, "a", range(8), 1)
-    # Four consumers share eight keys: two each, the rest left for the others.
-    assert fetch(p, "b", 2, key_of=eight) == [8, 9]
-    assert p.take_wakeup()  # free keys were left: parked fetches retry
-    assert fetch(p, "c", 2, key_of=eight) == [10, 11]
-    assert fetch(p, "d", 2, key_of=eight) == [12, 13]
-    assert fetch(p, "a", 2, key_of=eight) == [14, 15]
-    assert fetch(p, "a", 2, key_of=eight) == []  # a key each is still one record in flight
-    accept_all(p, "c", [10, 11], 3)
-    # The freed keys' next records go out in offset order, the share bounding each fetch.
-    assert fetch(p, "c", 4, key_of=eight) == [18, 19]
-    # In record_limit mode too (null keys stay outside the share: they are not ordered).
-    nulls: Callable[[int], int | None] = lambda o: None if o >= 20 else o % 8  # noqa: E731
-    accept_all(p, "b", [8, 9], 5)
-    accept_all(p, "d", [12, 13], 5)
-    assert fetch(p, "b", 6, key_of=nulls, mode=RL, max_records=6) == [16, 17, 20, 21, 22, 23]
-
-
-def test_a_member_that_left_or_went_quiet_no_longer_shrinks_the_share() -> None:
-    p = keyed()
-    eight = mod_keys(8)
-    assert fetch(p, "a", 0, key_of=eight) == list(range(8))
-    for m in ("b", "c", "d"):
-        p.note_fetcher(m, 0)  # a fetch answered from the idle memo still counts
-    accept_all(p, "a", range(8), 1)
-    p.release_member("d", 1)  # d's share session closed
-    assert fetch(p, "a", 2, key_of=eight) == [8, 9, 10]  # a, b, c: ceil(8 / 3)
-    accept_all(p, "a", [8, 9, 10], 3)
-    # b and c last asked more than FETCHER_WINDOW_MS ago: a is alone again.
-    later = 1 + FETCHER_WINDOW_MS
-    assert fetch(p, "a", later, key_of=eight) == [11, 12, 13, 14, 15, 16, 17, 18]
-
-
-def test_key_share() -> None:
-    assert key_share(1000, 8) == 125
-    assert key_share(1001, 8) == 126
-    assert key_share(3, 8) == 1
-    assert key_share(1000, 1) is None  # one consumer: the whole window
-    assert key_share(0, 8) is None  # no keyed record seen yet
