@@ -50,18 +50,12 @@ from broker.share.inflight import InFlightBatch, InFlightCache, LockIndex, Recor
 from broker.share.record_state import RecordState
 from broker.share.views import SharePartitionConfig
 
-__all__ = ["FETCHER_WINDOW_MS", "KeyIndex", "KeyMap", "acquire_keyed", "key_share"]
+__all__ = ["KeyIndex", "KeyMap", "acquire_keyed"]
 
 #: offset -> hash of the record's key, or None for a null key (absent offsets are keyless too).
 KeyMap = Mapping[int, int | None]
 
 _MIN_SWEEP = 1024
-#: A member that asked a share-partition for records this recently counts as one of the
-#: consumers sharing its key window (``key_share``). Short, so that members gone quiet do not
-#: shrink everyone's share: an active consumer fetches again within its poll (a parked fetch
-#: is retried at every wake-up, and at least every MaxWaitMs, 500 ms by default).
-FETCHER_WINDOW_MS = 1_000
-_NO_SHARE = 1 << 62  # "no key share": more keyed records than any walk can take
 _ACQUIRED = RecordState.ACQUIRED
 _AVAILABLE = RecordState.AVAILABLE
 
@@ -126,22 +120,6 @@ class KeyIndex:
         return list(self.held.items())
 
 
-def key_share(keys_in_use: int, consumers: int) -> int | None:
-    """The most keyed records one acquisition should take when ``consumers`` consumers share a
-    key window of about ``keys_in_use`` keys: an equal part each (at least 1), or None (no
-    bound) for one consumer or an unknown window.
-
-    Without it the first fetch after an acknowledgement takes every key it freed and every other
-    free one, up to MaxRecords (soft in batch_optimized mode: to the end of the log batch): with
-    few keys one consumer then holds the whole window while the others wait on it, and the
-    partition moves at the pace of one consumer's round trip. Split into ``consumers`` parts,
-    the window keeps them all busy at once.
-    """
-    if consumers <= 1 or keys_in_use <= 0:
-        return None
-    return max(1, -(-keys_in_use // consumers))
-
-
 def acquire_keyed(
     cache: InFlightCache,
     locks: LockIndex,
@@ -159,7 +137,6 @@ def acquire_keyed(
     keys: KeyMap,
     skip: Sequence[tuple[int, int]] = (),
     stable_end: int | None = None,
-    key_share: int | None = None,
 ) -> tuple[list[AcquiredRecords], bool, int]:
     """Acquire for ``member_id`` in offset order, at most one record per key in flight (the
     rules of this module). Returns (the ranges acquired, whether the walk stopped at the budget
@@ -170,9 +147,7 @@ def acquire_keyed(
     ``held_at`` the time when records may be in redelivery backoff (else None), and
     ``untracked_last`` the highest offset acquired without ordering (those records may be in
     flight without holding their keys here), ``skip`` offset ranges never to deliver and
-    ``stable_end`` the first offset not to acquire (broker/share/txn_filter.py), ``key_share``
-    the most keyed records to take (:func:`key_share`; None = no such bound): once taken, the
-    walk stops as if at its budget, leaving the other free keys to other consumers.
+    ``stable_end`` the first offset not to acquire (broker/share/txn_filter.py).
 
     Whole (not exploded) AVAILABLE batches are handled in runs: a run of acquirable records is
     split off and acquired as one batch, a run of blocked ones is passed over in place, so
@@ -194,7 +169,6 @@ def acquire_keyed(
     cap: int | None = None
     added = 0
     stopped = False
-    kleft = _NO_SHARE if key_share is None else key_share  # keyed records still to take
 
     # batch_optimized: MaxRecords is soft, as without ordering: once it is reached the walk
     # may go on to the end of that log batch (soft_end), still one record per key.
@@ -248,7 +222,7 @@ def acquire_keyed(
                     )
                     if c is not None:
                         cap = c if cap is None else min(cap, c)
-                    if room() <= 0 or (k is not None and kleft <= 0):
+                    if room() <= 0:
                         stopped = True
                         break
                     info.acquire(member_id, now_ms, deadline)
@@ -265,7 +239,6 @@ def acquire_keyed(
                     if k is not None:
                         index.hold(cache, k, o)
                         passed.add(k)
-                        kleft -= 1
                 pos = end + 1
                 continue
             info = batch.whole
@@ -288,13 +261,8 @@ def acquire_keyed(
             if budget <= 0:
                 stopped = True
                 break
-            n, free = _free_run(cache, index, pos, min(end, pos + budget - 1), key_of, passed,
-                                kleft)
+            n, free = _free_run(cache, index, pos, min(end, pos + budget - 1), key_of, passed)
             if n == 0:
-                if kleft <= 0 and (k := key_of(pos)) is not None and not (
-                        k in passed or index.blocks(k, pos)):
-                    stopped = True  # a free key, but this fetch took its share of keys
-                    break
                 pos = _blocked_run(cache, index, pos, end, keys, passed)
                 continue
             # Split the run [pos, pos + n - 1] off and acquire it as one batch.
@@ -310,7 +278,6 @@ def acquire_keyed(
             for k, o in free.items():
                 index.hold_new(k, o)
             passed.update(free)
-            kleft -= len(free)
             index.maybe_sweep(cache)
             pos += n
         if stopped:
@@ -318,19 +285,17 @@ def acquire_keyed(
     return out, stopped, added
 
 def _free_run(
-    cache: InFlightCache, index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None],
-    passed: set[int], most_keys: int = _NO_SHARE,
+    cache: InFlightCache, index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
 ) -> tuple[int, dict[int, int]]:
     """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
-    acquired together now (keys free and distinct, at most ``most_keys`` keyed records), and
-    their key -> offset."""
+    acquired together now (keys free and distinct), and their key -> offset."""
     blocked = index.blocks
     free: dict[int, int] = {}
     for o in range(lo, hi + 1):
         k = key_of(o)
         if k is None:
             continue
-        if len(free) >= most_keys or k in passed or k in free or blocked(k, o):
+        if k in passed or k in free or blocked(k, o):
             return o - lo, free
         free[k] = o
     return hi - lo + 1, free

@@ -101,13 +101,7 @@ from broker.share.inflight import (
     state_batches,
     trim_below,
 )
-from broker.share.key_order import (
-    FETCHER_WINDOW_MS,
-    KeyIndex,
-    KeyMap,
-    acquire_keyed,
-    key_share,
-)
+from broker.share.key_order import KeyIndex, KeyMap, acquire_keyed
 from broker.share.record_state import ACK_TARGET_STATE, AckType, RecordState
 from broker.share.txn_filter import AbortedRange, TxnBatch, skip_ranges
 from broker.share.views import ConfigSource, OffsetView, ShareMetrics, SharePartitionConfig
@@ -207,9 +201,6 @@ class SharePartition:
         # share.ordering=key as of the last acquisition (read per acquisition).
         self._ordering_on = False
         self._unkeyed: list[tuple[int, int]] = []
-        # member -> the last time it asked for records here (keyed acquisitions only): the
-        # consumers sharing the key window (``key_share``).
-        self._fetchers: dict[str, int] = {}
         # KIP-1191 dead letters (broker/share/dead_letter.py): ARCHIVING records to hand to
         # the shell, and how many it holds.
         self._dlq = DeadLetterBook()
@@ -512,14 +503,12 @@ class SharePartition:
         room_new = cfg.max_record_locks - held
         sig = (self._key_version, log_batches[0][0], log_batches[-1][1], room_new, held_at, cfg,
                stable_end)
-        self._fetchers[member_id] = now_ms
-        consumers = self._count_fetchers(now_ms)
         if self._fruitless == sig:
             return []
         out, stopped, added = acquire_keyed(
             self._cache, self._locks, self._keys, self._start, self._untracked_last, room_new,
             member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
-            skip, stable_end, key_share(len(self._keys), consumers),
+            skip, stable_end,
         )
         # Records walked over stay AVAILABLE: the next fetch looks back for them.
         self._find_next = True
@@ -531,21 +520,6 @@ class SharePartition:
         else:  # as the next walk will see it if nothing changes meanwhile
             self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
         return out
-
-    def note_fetcher(self, member_id: str, now_ms: int) -> None:
-        """``member_id`` asks for records here now (with key ordering: it shares the key window,
-        ``key_share``). The shell calls this also for a fetch it answers without acquiring."""
-        self._fetchers[member_id] = now_ms
-
-    def _count_fetchers(self, now_ms: int) -> int:
-        """How many members asked for records in the last :data:`FETCHER_WINDOW_MS` (the others
-        are forgotten; members that leave are dropped at once by ``release_member``)."""
-        since = now_ms - FETCHER_WINDOW_MS
-        fetchers = self._fetchers
-        stale = [m for m, at in fetchers.items() if at < since]
-        for m in stale:
-            del fetchers[m]
-        return len(fetchers)
 
     @property
     def read_committed(self) -> bool:
@@ -796,7 +770,6 @@ class SharePartition:
         or below the SPSO; delivery counts are kept. Records with an ack in flight are left to
         that ack. The in-memory change stands; the returned write should be persisted.
         """
-        self._fetchers.pop(member_id, None)
         first, last = self._cache.first(), self._cache.last()
         if first is None or last is None:
             return None

@@ -274,8 +274,6 @@ class SharePartitionManager:
         if offset >= end:
             return b"", []
         read_key = (offset, end, max_records, max_bytes)
-        if sp.ordering_on:
-            sp.note_fetcher(member_id, now)  # shares the key window even if it gets nothing now
         if sp.keyed_idle(read_key):
             return b"", []  # share.ordering=key: every record there still waits for its key
         try:
