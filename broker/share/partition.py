@@ -700,6 +700,7 @@ class SharePartition:
         found_available = False
         released: list[tuple[int, int, RecordInfo]] = []
         completed = 0
+        keyed = self._ordering_on and len(self._keys) > 0
         for lo, hi, info in self._pending_units(token, ranges):
             pending = info.pending
             assert pending is not None
@@ -707,7 +708,10 @@ class SharePartition:
             if pending.target is RecordState.AVAILABLE:
                 found_available = True
                 released.append((lo, hi, info))
-            elif pending.target is _ARCHIVING:
+                continue
+            if keyed:  # done (or ARCHIVING): the key is free, say so now (key_order.py)
+                self._keys.release(self.key_memo, lo, hi)
+            if pending.target is _ARCHIVING:
                 self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT if pending.at_limit
                               else REASON_REJECTED)
             else:
