@@ -281,7 +281,9 @@ def test_a_fruitless_read_is_not_repeated_until_a_key_may_be_free() -> None:
     keys = {o: 0 for o in range(100)}
     got = p.acquire("a", LOG, 10, 10, RL, 0, fetch_offset=0, keys=keys, read_key=read)
     assert [(r.first_offset, r.last_offset) for r in got] == [(0, 0)]
-    assert not p.keyed_idle(read)  # that read acquired something
+    # That read acquired something, but walked to its end: every free record was taken, so the
+    # same read finds nothing more until a key is freed.
+    assert p.keyed_idle(read)
     offset = p.next_fetch_offset(0)
     read = (offset, 100, 10, 1 << 20)
     assert p.acquire("b", LOG[offset // 10:], 10, 10, RL, 0, fetch_offset=offset, keys=keys,
@@ -306,3 +308,31 @@ def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
     assert record_key_hashes(cut, 0, 1 << 20) == {o: hash(f"k{o - 40}".encode())
                                                   for o in (43, 44, 45)}
     assert trim_batch(data, pos, h, 40, 49, layouts[40]) is None  # nothing to drop
+
+
+def test_a_walk_that_took_every_free_record_is_not_repeated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import broker.share.partition as partition_module
+
+    walks: list[str] = []
+    real = partition_module.acquire_keyed
+
+    def counted(*args: object, **kwargs: object) -> object:
+        walks.append(str(args[6]))  # the member
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(partition_module, "acquire_keyed", counted)
+    p = keyed()
+    # Stopped by its budget: records are left, the next fetch walks and gets them.
+    assert fetch(p, "a", 0, max_records=2, mode=RL) == [0, 1]
+    assert fetch(p, "b", 0, max_records=10, mode=RL) == [2, 3]
+    # That walk went to the end of the log taking every free record: the parked fetches an
+    # acknowledgement wakes do not walk it again, whoever asks.
+    assert walks == ["a", "b"]
+    assert fetch(p, "c", 0) == [] and fetch(p, "a", 0) == []
+    assert walks == ["a", "b"]
+    ack(p, "a", one(1, ACCEPT), 1)  # key 1 is free: walk again
+    assert fetch(p, "c", 2) == [5]
+    assert walks == ["a", "b", "c"]
+    assert fetch(p, "b", 2) == []
+    assert walks == ["a", "b", "c"]
