@@ -336,3 +336,47 @@ def test_a_walk_that_took_every_free_record_is_not_repeated(
     assert walks == ["a", "b", "c"]
     assert fetch(p, "b", 2) == []
     assert walks == ["a", "b", "c"]
+
+
+def test_an_accept_frees_its_key_at_once_and_only_its_own_entry() -> None:
+    from broker.share.inflight import InFlightCache
+    from broker.share.key_order import KeyIndex
+
+    index = KeyIndex(InFlightCache())
+    index.hold_new(1, 10)
+    index.hold_new(2, 11)
+    index.release({10: 1, 11: 2, 12: 2, 13: None}, 10, 10)
+    assert index.items() == [(2, 11)]
+    index.release({12: 2, 13: None}, 12, 13)  # 12 has key 2 but does not hold it: kept
+    assert index.items() == [(2, 11)]
+    # Through the partition: the walk after the ACCEPT finds key 1 free without a stale entry.
+    p = keyed()
+    p.key_memo.update({o: o % 4 for o in range(100)})  # as the shell's BatchKeys leaves it
+    assert fetch(p, "a", 0) == [0, 1, 2, 3]
+    ack(p, "a", one(1, ACCEPT), 1)
+    assert 1 not in dict(p._keys.items())
+    assert fetch(p, "b", 2) == [5]
+
+
+def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
+    from broker.share.partition_manager import SharePartitionManager
+
+    raw = [make_batch([(b"k", b"v")] * 10, base_offset=b) for b in range(0, 1000, 10)]
+    headers = [next(iter_batches(b))[1] for b in raw]
+    asked: list[int] = []
+
+    class Log:
+        def batch_headers(self, offset: int, _to: object, max_batches: int) -> list:
+            asked.append(max_batches)
+            return [h for h in headers if h.last_offset >= offset][:max_batches]
+
+    limit = SharePartitionManager._read_limit
+    size = len(raw[0])
+    assert limit(Log(), 5, 20, 1 << 30) == 3 * size  # 5 + 10 + 10 records reach 20
+    assert asked == [4]  # not the 20 (MaxRecords) batches the budget allowed
+    asked.clear()
+    assert limit(Log(), 0, 300, 1 << 30) == 30 * size
+    assert asked == [4, 16, 64]
+    asked.clear()
+    assert limit(Log(), 0, 5000, 1 << 30) == 100 * size  # the log ends first
+    assert asked == [4, 16, 64, 256]
