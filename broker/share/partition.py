@@ -195,6 +195,8 @@ class SharePartition:
         # (version, the shell's read key, config) of the last keyed acquisition that found
         # nothing: the same read would find nothing again (``keyed_idle``).
         self._idle: tuple[object, ...] | None = None
+        # The last keyed walk went to the end of its read (not stopped by a budget).
+        self._walk_complete = False
         # Highest offset acquired without key ordering (share.ordering switched live): records
         # up to it may be in flight without holding their keys in KeyIndex.
         self._untracked_last = -1
@@ -422,9 +424,12 @@ class SharePartition:
                 member_id, log_batches, max_records, acquire_mode, cfg, now_ms, held_at, keys,
                 skip, stable_end if cfg.read_committed else None,
             )
+            # Nothing is left to find in this read until something frees a key (or more log
+            # arrives): the walk found nothing, or went to its end taking every free record.
             self._idle = (
                 (self._key_version, read_key, cfg)
-                if not ranges and read_key is not None and not self._backoff else None
+                if (not ranges or self._walk_complete) and read_key is not None
+                and not self._backoff else None
             )
         else:
             ranges = self._acquire_ranges(
@@ -515,9 +520,15 @@ class SharePartition:
         if stopped:
             self._wakeup = True
         self._locks.maybe_compact(self._cache)
-        if out:
+        # A walk that found nothing, or went to the end of its read taking every free record,
+        # leaves nothing for another walk over the same read until a key is freed (version) or
+        # the log, lock room or config change: remembered as the next walk will see it. (Without
+        # this, the parked fetches woken by an acknowledgement walked the window once more after
+        # the acknowledging consumer's own fetch took the freed keys.)
+        self._walk_complete = not stopped
+        if out and stopped:
             self._fruitless = None
-        else:  # as the next walk will see it if nothing changes meanwhile
+        else:
             self._fruitless = sig[:3] + (room_new - added,) + sig[4:]
         return out
 
@@ -700,6 +711,7 @@ class SharePartition:
         found_available = False
         released: list[tuple[int, int, RecordInfo]] = []
         completed = 0
+        keyed = self._ordering_on and len(self._keys) > 0
         for lo, hi, info in self._pending_units(token, ranges):
             pending = info.pending
             assert pending is not None
@@ -707,7 +719,10 @@ class SharePartition:
             if pending.target is RecordState.AVAILABLE:
                 found_available = True
                 released.append((lo, hi, info))
-            elif pending.target is _ARCHIVING:
+                continue
+            if keyed:  # done (or ARCHIVING): the key is free, say so now (key_order.py)
+                self._keys.release(self.key_memo, lo, hi)
+            if pending.target is _ARCHIVING:
                 self._dlq.add(lo, hi, REASON_DELIVERY_LIMIT if pending.at_limit
                               else REASON_REJECTED)
             else:

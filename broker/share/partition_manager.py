@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -73,6 +73,22 @@ log = logging.getLogger("shoal.share")
 LEADER_EPOCH = 0
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
+
+
+def _headers(lg: Any, offset: int, most: int) -> Iterator[Any]:
+    """The headers of up to ``most`` batches from the one holding ``offset``, read a few at a
+    time (4, then 16, ...): a caller that stops after the first batches does not pay for a
+    walk over the rest (each header is one ``pread``)."""
+    step = 4
+    while most > 0:
+        n = min(step, most)
+        headers = lg.batch_headers(offset, None, max_batches=n)
+        yield from headers
+        if len(headers) < n:
+            return
+        most -= n
+        offset = headers[-1].last_offset + 1
+        step *= 4
 
 
 def share_watch_key(group_id: str, topic: str, partition: int) -> tuple[str, str, str, int]:
@@ -408,7 +424,7 @@ class SharePartitionManager:
         producer) are read but do not use the budget, so a fetch is not left half full.
         """
         need = records = 0
-        for h in lg.batch_headers(offset, None, max_batches=max(1, min(max_records, 1000))):
+        for h in _headers(lg, offset, max(1, min(max_records, 1000))):
             need += h.total_size
             attrs = h.attributes
             if attrs & _TXN_OR_CONTROL and (attrs & CONTROL or (aborted is not None and is_aborted(

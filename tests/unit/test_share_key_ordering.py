@@ -281,7 +281,9 @@ def test_a_fruitless_read_is_not_repeated_until_a_key_may_be_free() -> None:
     keys = {o: 0 for o in range(100)}
     got = p.acquire("a", LOG, 10, 10, RL, 0, fetch_offset=0, keys=keys, read_key=read)
     assert [(r.first_offset, r.last_offset) for r in got] == [(0, 0)]
-    assert not p.keyed_idle(read)  # that read acquired something
+    # That read acquired something, but walked to its end: every free record was taken, so the
+    # same read finds nothing more until a key is freed.
+    assert p.keyed_idle(read)
     offset = p.next_fetch_offset(0)
     read = (offset, 100, 10, 1 << 20)
     assert p.acquire("b", LOG[offset // 10:], 10, 10, RL, 0, fetch_offset=offset, keys=keys,
@@ -306,3 +308,75 @@ def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
     assert record_key_hashes(cut, 0, 1 << 20) == {o: hash(f"k{o - 40}".encode())
                                                   for o in (43, 44, 45)}
     assert trim_batch(data, pos, h, 40, 49, layouts[40]) is None  # nothing to drop
+
+
+def test_a_walk_that_took_every_free_record_is_not_repeated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import broker.share.partition as partition_module
+
+    walks: list[str] = []
+    real = partition_module.acquire_keyed
+
+    def counted(*args: object, **kwargs: object) -> object:
+        walks.append(str(args[6]))  # the member
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(partition_module, "acquire_keyed", counted)
+    p = keyed()
+    # Stopped by its budget: records are left, the next fetch walks and gets them.
+    assert fetch(p, "a", 0, max_records=2, mode=RL) == [0, 1]
+    assert fetch(p, "b", 0, max_records=10, mode=RL) == [2, 3]
+    # That walk went to the end of the log taking every free record: the parked fetches an
+    # acknowledgement wakes do not walk it again, whoever asks.
+    assert walks == ["a", "b"]
+    assert fetch(p, "c", 0) == [] and fetch(p, "a", 0) == []
+    assert walks == ["a", "b"]
+    ack(p, "a", one(1, ACCEPT), 1)  # key 1 is free: walk again
+    assert fetch(p, "c", 2) == [5]
+    assert walks == ["a", "b", "c"]
+    assert fetch(p, "b", 2) == []
+    assert walks == ["a", "b", "c"]
+
+
+def test_an_accept_frees_its_key_at_once_and_only_its_own_entry() -> None:
+    from broker.share.inflight import InFlightCache
+    from broker.share.key_order import KeyIndex
+
+    index = KeyIndex(InFlightCache())
+    index.hold_new(1, 10)
+    index.hold_new(2, 11)
+    index.release({10: 1, 11: 2, 12: 2, 13: None}, 10, 10)
+    assert index.items() == [(2, 11)]
+    index.release({12: 2, 13: None}, 12, 13)  # 12 has key 2 but does not hold it: kept
+    assert index.items() == [(2, 11)]
+    # Through the partition: the walk after the ACCEPT finds key 1 free without a stale entry.
+    p = keyed()
+    p.key_memo.update({o: o % 4 for o in range(100)})  # as the shell's BatchKeys leaves it
+    assert fetch(p, "a", 0) == [0, 1, 2, 3]
+    ack(p, "a", one(1, ACCEPT), 1)
+    assert 1 not in dict(p._keys.items())
+    assert fetch(p, "b", 2) == [5]
+
+
+def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
+    from broker.share.partition_manager import SharePartitionManager
+
+    raw = [make_batch([(b"k", b"v")] * 10, base_offset=b) for b in range(0, 1000, 10)]
+    headers = [next(iter_batches(b))[1] for b in raw]
+    asked: list[int] = []
+
+    class Log:
+        def batch_headers(self, offset: int, _to: object, max_batches: int) -> list:
+            asked.append(max_batches)
+            return [h for h in headers if h.last_offset >= offset][:max_batches]
+
+    limit = SharePartitionManager._read_limit
+    size = len(raw[0])
+    assert limit(Log(), 5, 20, 1 << 30) == 3 * size  # 5 + 10 + 10 records reach 20
+    assert asked == [4]  # not the 20 (MaxRecords) batches the budget allowed
+    asked.clear()
+    assert limit(Log(), 0, 300, 1 << 30) == 30 * size
+    assert asked == [4, 16, 64]
+    asked.clear()
+    assert limit(Log(), 0, 5000, 1 << 30) == 100 * size  # the log ends first
+    assert asked == [4, 16, 64, 256]
