@@ -50,7 +50,7 @@ from protocol.record_batch import (
     CorruptRecordError,
     iter_batches,
 )
-from protocol.varint import read_varint
+from protocol.varint import encode_varint, read_varint
 
 __all__ = [
     "HEADER_DELIVERY_COUNT",
@@ -244,19 +244,11 @@ def _scan(b: bytes, count: int, base: int, lo: int, hi: int,
 # --------------------------------------------------------------------------- writing
 
 
-def _varint(n: int, out: bytearray) -> None:
-    z = (n << 1) ^ (n >> 63)
-    while z & ~0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-
-
 def _bytes(data: bytes | None, out: bytearray) -> None:
     if data is None:
         out.append(1)  # zigzag(-1)
     else:
-        _varint(len(data), out)
+        out += encode_varint(len(data))
         out += data
 
 
@@ -302,16 +294,16 @@ def encode_dead_letters(
             rec.clear()
             rec.append(0)  # attributes
             rec.append(0)  # timestamp delta
-            _varint(n, rec)  # offset delta
+            rec += encode_varint(n)  # offset delta
             _bytes(key, rec)
             _bytes(value, rec)
-            _varint(len(headers), rec)
+            rec += encode_varint(len(headers))
             for hk, hv in headers:
-                _varint(len(hk), rec)
+                rec += encode_varint(len(hk))
                 rec += hk
-                _varint(len(hv), rec)
+                rec += encode_varint(len(hv))
                 rec += hv
-            _varint(len(rec), body)
+            body += encode_varint(len(rec))
             body += rec
             n += 1
     if n == 0:
