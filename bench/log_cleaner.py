@@ -26,6 +26,7 @@ import crc32c
 
 from persister.cleaner import MAP_ENTRY_BYTES, clean, cleanable
 from persister.segment_log import LogConfig, PartitionLog
+from protocol.varint import encode_varint
 
 T0 = 1_700_000_000_000
 RECORDS_PER_BATCH = 100
@@ -33,22 +34,12 @@ VALUE_BYTES = 100
 ROLL_MS = 30 * 86_400_000
 
 
-def _varint(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def batch(keys: list[bytes], value: bytes, ts: int) -> bytes:
     body = bytearray()
-    vpart = _varint(len(value)) + value + b"\x00"
+    vpart = encode_varint(len(value)) + value + b"\x00"
     for delta, key in enumerate(keys):
-        rec = b"\x00\x00" + _varint(delta) + _varint(len(key)) + key + vpart
-        body += _varint(len(rec)) + rec
+        rec = b"\x00\x00" + encode_varint(delta) + encode_varint(len(key)) + key + vpart
+        body += encode_varint(len(rec)) + rec
     after_crc = struct.pack(">hiqqqhii", 0, len(keys) - 1, ts, ts, -1, -1, -1, len(keys)) + body
     return struct.pack(">qiibI", 0, len(after_crc) + 9, 0, 2, crc32c.crc32c(after_crc)) + after_crc
 

@@ -97,12 +97,13 @@ class TransactionService:
         config_get: Callable[[str], Any],
         next_producer_id: Callable[[], int],
         num_partitions: int,
-        data_markers: Callable[[], DataMarkerWriter | None],
-        offset_markers: Callable[[], OffsetMarkerWriter | None],
+        data_markers: DataMarkerWriter,
+        offset_markers: OffsetMarkerWriter,
         fsync: bool = True,
     ) -> None:
-        """``data_markers``/``offset_markers`` are looked up at each use (the log side and the
-        group coordinator may come later in the broker's start).
+        """``data_markers`` writes the markers of data partitions (``broker/txn_log.py``),
+        ``offset_markers`` those of ``__consumer_offsets`` partitions (the group coordinator's
+        ``complete_transaction``).
 
         Raises:
             ValueError: ``num_partitions`` is not positive.
@@ -124,7 +125,6 @@ class TransactionService:
         self._marking: dict[str, TxnMetadata] = {}  # the transaction each task completes
         self._closed = False
         self.load_ms: float | None = None
-        self._warned_no_offsets = False
 
     def _new_shard(self, partition: int) -> TxnShard:
         return TxnShard(partition, on_prepared=self._on_prepared,
@@ -367,22 +367,11 @@ class TransactionService:
         topic, partition = tp
         try:
             if topic == CONSUMER_OFFSETS_TOPIC:
-                complete = self._offset_markers()
-                if complete is None:
-                    if not self._warned_no_offsets:
-                        self._warned_no_offsets = True
-                        log.warning("no transactional offset support: the %s marker of %s is "
-                                    "skipped", CONSUMER_OFFSETS_TOPIC, meta.transactional_id)
-                    return True
-                error = await complete(partition, meta.producer_id, meta.producer_epoch, 0, commit)
+                error = await self._offset_markers(partition, meta.producer_id,
+                                                   meta.producer_epoch, 0, commit)
             else:
-                writer = self._data_markers()
-                if writer is None:
-                    log.error("no transactional log: the marker of %s on %s-%d is not written",
-                              meta.transactional_id, topic, partition)
-                    return True
-                error = await writer.write_marker(topic, partition, meta.producer_id,
-                                                  meta.producer_epoch, 0, commit)
+                error = await self._data_markers.write_marker(
+                    topic, partition, meta.producer_id, meta.producer_epoch, 0, commit)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -417,16 +406,14 @@ def ensure_txn_topic(broker: Broker) -> Topic:
 
 async def open_transactions(broker: Broker) -> TransactionService:
     """Create or open ``__transaction_state``, load every partition and return the service
-    (after ``broker.share_groups``; markers resume once loaded)."""
+    (after ``broker.txn_log`` and ``broker.share_groups``, which write its markers; markers
+    resume once loaded)."""
     topic = ensure_txn_topic(broker)
-
-    def offsets_writer() -> OffsetMarkerWriter | None:
-        return getattr(getattr(broker, "share_groups", None), "complete_transaction", None)
 
     service = TransactionService(
         clock_ms=broker.clock.now_ms, config_get=broker.config.get,
         next_producer_id=broker.next_producer_id, num_partitions=topic.partitions,
-        data_markers=lambda: getattr(broker, "txn_log", None), offset_markers=offsets_writer)
+        data_markers=broker.txn_log, offset_markers=broker.share_groups.complete_transaction)
 
     def log_for(partition: int) -> PartitionLogLike:
         lg = broker.logs.get(TRANSACTION_STATE_TOPIC, partition)

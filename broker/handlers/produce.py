@@ -26,7 +26,7 @@ Transactions (KIP-98, ``broker/txn_log.py``): a transactional batch follows the 
 (duplicates, sequences, INVALID_PRODUCER_EPOCH for an older epoch) and needs the request's
 transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else
 INVALID_RECORD). When it would begin the producer's transaction in the partition, the transaction
-coordinator (``broker.transactions``, when there is one) is asked whether the partition is in
+coordinator (``broker.transactions``) is asked whether the partition is in
 that transaction (``verify_partition``); its error answers the partition otherwise. A plain batch
 of a producer whose transaction is ongoing there is INVALID_TXN_STATE. Control batches (markers)
 are refused from clients (INVALID_RECORD, ``protocol/log_validator.py``): only the coordinator
@@ -179,17 +179,14 @@ def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p
     if txn and states.ongoing_first_offset(h.producer_id) < 0:
         # The batch would begin the producer's transaction here: the coordinator must have it in
         # the transaction (KIP-890 verification; later batches of it need no question).
-        coordinator = getattr(broker, "transactions", None)
-        if coordinator is not None:
-            assert transactional_id is not None
-            error = coordinator.verify_partition(transactional_id, h.producer_id,
-                                                 h.producer_epoch, topic_name, p)
-            if error != ErrorCode.none:
-                return PartitionOutcome(error, log_start_offset=lso, message=(
-                    f"{topic_name}-{p} is not in the ongoing transaction of transactional id "
-                    f"{transactional_id!r} (producer {h.producer_id}, epoch {h.producer_epoch}):"
-                    f" {error.name.upper()}; the producer must add it (AddPartitionsToTxn) "
-                    "first"))
+        assert transactional_id is not None  # _transactional_refusal checked it
+        error = broker.transactions.verify_partition(transactional_id, h.producer_id,
+                                                     h.producer_epoch, topic_name, p)
+        if error != ErrorCode.none:
+            return PartitionOutcome(error, log_start_offset=lso, message=(
+                f"{topic_name}-{p} is not in the ongoing transaction of transactional id "
+                f"{transactional_id!r} (producer {h.producer_id}, epoch {h.producer_epoch}):"
+                f" {error.name.upper()}; the producer must add it (AddPartitionsToTxn) first"))
     try:
         result = lg.append(checked.data, now)
     except OSError as exc:  # LogDirOfflineError: the directory is offline, the broker stopping

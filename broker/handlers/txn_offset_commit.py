@@ -100,11 +100,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
 
 def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:
     """The transaction coordinator's answer whether the group's offsets partition is in the
-    producer's ongoing transaction (None: yes, or no transaction coordinator to ask)."""
-    transactions = getattr(ctx.broker, "transactions", None)
-    if transactions is None:
-        return None
-    code: ErrorCode = transactions.verify_partition(
+    producer's ongoing transaction (None: yes)."""
+    code: ErrorCode = ctx.broker.transactions.verify_partition(
         req.transactional_id, req.producer_id, req.producer_epoch, CONSUMER_OFFSETS_TOPIC,
         partition)
     return None if code == ErrorCode.none else code

@@ -1,9 +1,8 @@
 """Transactions on the wire against a real broker (issue 15, the log side): Produce of
 transactional and control batches, Fetch and ListOffsets with both isolation levels.
 
-The transaction coordinator (InitProducerId with a transactional id, EndTxn, markers over the
-wire) is t-coord's: without it producer ids come from idempotent InitProducerId (with it, from the
-Kafka flow), and the markers of the restart test are written into the data directory by
+Producer ids come from the Kafka flow (InitProducerId with a transactional id,
+AddPartitionsToTxn); the markers of the restart test are written into the data directory by
 ``TransactionalLog`` while the broker is down, then read by the real broker.
 """
 
@@ -16,7 +15,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
@@ -73,14 +71,8 @@ def _fetch(c: RawClient, topic: str, offset: int, isolation: int) -> Any:
 
 
 def _transactional_producer(c: RawClient, txn_id: str, topic: str) -> tuple[int, int]:
-    """A producer id whose transactional batches ``topic``-0 takes. With a transaction
-    coordinator (AddPartitionsToTxn advertised) the Kafka flow: InitProducerId with the
-    transactional id, then AddPartitionsToTxn; without one an idempotent producer id (the log
-    side accepts it unasked)."""
-    versions = c.call(18, 3, request(18, 3, client_software_name="t",
-                                     client_software_version="1"))
-    if 24 not in {k.api_key for k in versions.api_keys}:
-        return init_producer_id(c)
+    """A producer id whose transactional batches ``topic``-0 takes, by the Kafka flow:
+    InitProducerId with the transactional id, then AddPartitionsToTxn."""
     deadline = time.monotonic() + 20
     while True:
         r = c.call(22, 4, request(22, 4, transactional_id=txn_id,
@@ -184,6 +176,9 @@ def test_read_committed_fetch_lists_aborted_transactions_after_a_restart(fresh_b
     fake = SimpleNamespace(logs=logs, producers=producers, config=config, clock=clock,
                            topics=SimpleNamespace(get=lambda n: meta if n == topic else None),
                            producer_states=producers.states,
+                           # Written offline: no coordinator, every partition counts as added.
+                           transactions=SimpleNamespace(
+                               verify_partition=lambda *_: ErrorCode.none),
                            metrics=SimpleNamespace(
                                produce_bytes=SimpleNamespace(inc=lambda *a: None),
                                produce_records=SimpleNamespace(inc=lambda *a: None)))
@@ -233,11 +228,6 @@ def test_read_committed_fetch_lists_aborted_transactions_after_a_restart(fresh_b
 def test_a_commit_marker_wakes_a_parked_read_committed_fetch(broker, unique) -> None:
     topic = f"txwake-{unique}"
     create_topic(broker.bootstrap, topic)
-    with RawClient(broker.bootstrap) as c:
-        versions = c.call(18, 3, request(18, 3, client_software_name="t",
-                                         client_software_version="1"))
-    if 24 not in {k.api_key for k in versions.api_keys}:
-        pytest.skip("needs the transaction coordinator (AddPartitionsToTxn)")
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"w-{unique}",
                   "linger.ms": 0})
     p.init_transactions(10)

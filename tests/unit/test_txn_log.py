@@ -175,8 +175,9 @@ class Node:
             logs=logs, producers=producers, config=config, clock=clock, metrics=_Metrics(),
             topics=SimpleNamespace(get=lambda name: TOPIC if name == TOPIC.name else None),
             producer_states=producers.states)
-        if coordinator is not None:
-            broker.transactions = coordinator
+        # Without a coordinator under test, one that has every partition in the transaction.
+        broker.transactions = coordinator or SimpleNamespace(
+            verify_partition=lambda *_: ErrorCode.none)
         txn = TransactionalLog(broker)  # type: ignore[arg-type]
         return cls(data, clock, logs, producers, txn, broker)
 

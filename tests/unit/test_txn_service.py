@@ -56,7 +56,7 @@ async def service(directory: Path, markers: FakeMarkers,
     svc = TransactionService(
         clock_ms=lambda: time.time_ns() // 1_000_000, config_get=config.get,
         next_producer_id=lambda: next(pids), num_partitions=PARTITIONS,
-        data_markers=lambda: markers, offset_markers=lambda: markers.complete_transaction)
+        data_markers=markers, offset_markers=markers.complete_transaction)
     await svc.load(lambda p: logs[p])
     try:
         yield svc
