@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java clean
+.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -54,8 +54,14 @@ java:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
+## etcd holds a cluster's metadata (cluster/, tests/integration/cluster): Debian's etcd-server.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+
 ## The whole fast suite (slow soak runs are excluded; see test-slow).
-test: $(VENV)/.installed-test kcat java
+test: $(VENV)/.installed-test kcat java etcd
 	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
