@@ -1,11 +1,11 @@
 """Where new partitions go: spread by partition count, then by rack.
 
-``place`` is pure. For each new partition it picks the leader among the live brokers leading the
-fewest of the new partitions, then holding the fewest replicas (remaining ties go to the broker
-after the previous partition's leader, so equal brokers take leaders in turn), then each further
-replica from a rack that partition does not use yet
-when there is one, again by fewest replicas. The counts include what the new partitions add, so
-a topic of many partitions fills brokers evenly.
+``place`` is pure. For each new partition it picks the replicas one by one among the live brokers
+holding the fewest replicas, from a rack that partition does not use yet when there is one (ties
+go to the broker after the previous partition's leader, so equal brokers take turns). The leader
+is the replica that leads the fewest of the new partitions. The counts include what the new
+partitions add, so a topic of many partitions fills brokers evenly: replica counts end within one
+of each other when the brokers start equal, leader counts within two.
 """
 
 from __future__ import annotations
@@ -62,13 +62,14 @@ def place(count: int, replication: int, brokers: Sequence[Candidate],
             left = [b for b in ordered if b not in chosen]
             fresh = [b for b in left if b.rack is None or b.rack not in used_racks]
             pool = fresh or left
-            if chosen:
-                pick = min(pool, key=lambda b: (counts[b.node_id], turn(b)))
-            else:
-                pick = min(pool, key=lambda b: (leaders[b.node_id], counts[b.node_id], turn(b)))
-                leaders[pick.node_id] += 1
+            pick = min(pool, key=lambda b: (counts[b.node_id], turn(b)))
             chosen.append(pick)
             counts[pick.node_id] += 1
+        # The leader: the replica leading the fewest new partitions so far.
+        leader = min(chosen, key=lambda b: (leaders[b.node_id], turn(b)))
+        leaders[leader.node_id] += 1
+        chosen.remove(leader)
+        chosen.insert(0, leader)
         last_leader = chosen[0].node_id
         result.append(tuple(c.node_id for c in chosen))
     return result

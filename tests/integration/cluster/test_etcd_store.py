@@ -203,3 +203,33 @@ def test_endpoint_lists_parse_and_bad_ones_are_named():
         parse_endpoints("etcd://a")
     with pytest.raises(ValueError, match="no etcd endpoint"):
         parse_endpoints("etcd://")
+
+
+async def test_the_controller_takes_a_dead_brokers_partitions_offline_and_back(etcd):
+    from cluster.controller import run_controller
+
+    ctl, other = await member(etcd, 1), await member(etcd, 2, session_ms=2000)
+    task = asyncio.create_task(run_controller(ctl))
+    try:
+        assert await ctl.create_topic(TopicRecord(
+            "t", "id", (PartitionAssignment((1,), 1, 0, (1,)), PartitionAssignment((2,), 2, 0, (2,)))))
+        await ctl.wait_for(lambda: ctl.view.controller_id() == 1 and "t" in ctl.view.topics, 5)
+        for t in other._tasks:  # killed: renewals stop
+            t.cancel()
+        other._lease = None
+        await ctl.wait_for(lambda: ctl.view.topics["t"].partitions[1].leader == -1, 10)
+        assert ctl.view.topics["t"].partitions[1].leader_epoch == 1
+        assert ctl.view.topics["t"].partitions[0] == PartitionAssignment((1,), 1, 0, (1,))
+
+        await other.close()
+        again = await member(etcd, 2)
+        try:
+            await ctl.wait_for(lambda: ctl.view.topics["t"].partitions[1].leader == 2, 10)
+            assert ctl.view.topics["t"].partitions[1].leader_epoch == 2
+        finally:
+            await again.close()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+        await other.close()

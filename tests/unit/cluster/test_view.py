@@ -63,3 +63,29 @@ def test_an_unreadable_value_names_its_key_and_leaves_the_view_alone(value):
     with pytest.raises(MetadataFormatError, match="/c1/brokers/1"):
         view.apply_put(KEYS.broker(1), value, 4, 4)
     assert view.brokers == {1: reg(1)} and view.revision == 3
+
+
+def test_the_controller_moves_leaders_off_dead_brokers_and_back_with_new_epochs():
+    from cluster.controller import leader_changes
+
+    view = ClusterView(KEYS)
+    for n in (1, 2):
+        view.apply_put(KEYS.broker(n), reg(n).to_json(), n, n)
+    topic = TopicRecord("t", "id", (PartitionAssignment((1,), 1, 0, (1,)),
+                                    PartitionAssignment((2, 1), 2, 3, (2, 1)),
+                                    PartitionAssignment((2,), 2, 0, (2,))))
+    view.apply_put(KEYS.topic("t"), topic.to_json(), 5, 5)
+    assert leader_changes(view) == []
+
+    view.apply_delete(KEYS.broker(2), 6)
+    [moved] = leader_changes(view)
+    assert moved.partitions == (PartitionAssignment((1,), 1, 0, (1,)),
+                                PartitionAssignment((2, 1), 1, 4, (2, 1)),
+                                PartitionAssignment((2,), -1, 1, (2,)))
+    view.apply_put(KEYS.topic("t"), moved.to_json(), 7, 5)
+    assert leader_changes(view) == []  # offline stays offline: nothing to write again
+
+    view.apply_put(KEYS.broker(2), reg(2).to_json(), 8, 8)
+    [back] = leader_changes(view)
+    assert back.partitions[2] == PartitionAssignment((2,), 2, 2, (2,))
+    assert back.partitions[1] == moved.partitions[1]  # a live leader is not moved back
