@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients clean
+.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -78,8 +78,14 @@ $(JAVA_LIBS)/.fetched: $(JAVA_SUMS) | $(VENV)/.created
 
 java-clients: javac $(JAVA_LIBS)/.fetched
 
+## etcd holds a cluster's metadata (cluster/, tests/integration/cluster): Debian's etcd-server.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+
 ## The whole fast suite (slow soak runs are excluded; see test-slow).
-test: $(VENV)/.installed-test kcat java java-clients
+test: $(VENV)/.installed-test kcat java java-clients etcd
 	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
