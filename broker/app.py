@@ -9,7 +9,7 @@ Topic creation is atomic: the partition logs are opened first and the topic is r
 restart never finds a half-created topic. New partitions must fit the open-file limit
 (``broker/resources.py``).
 
-Storage failure (``persister/log_dir.py``): when the log directory goes offline the broker calls
+Storage failure (``storage/log_dir.py``): when the log directory goes offline the broker calls
 its fatal listeners (``run_broker`` stops the server) and ``exit_code`` becomes non-zero.
 """
 
@@ -55,7 +55,7 @@ from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
-from persister.log_dir import LogDir, describe
+from storage.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -213,7 +213,7 @@ class Broker:
         """The log directory went offline (any thread): stop the broker with a non-zero status.
 
         Kafka halts a broker whose every log directory is offline; Shoal has one. The failure
-        sequence is in ``persister/log_dir.py``; from here the server stops accepting, lets
+        sequence is in ``storage/log_dir.py``; from here the server stops accepting, lets
         in-flight requests finish (those touching the logs answer KAFKA_STORAGE_ERROR), closes
         the logs without writing to them and exits with status 1.
         """

@@ -114,7 +114,7 @@ from persister.api import (
     SharePartitionKey,
     WriteResult,
 )
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker

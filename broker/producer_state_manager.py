@@ -1,7 +1,7 @@
 """Idempotent-producer state of every partition, kept across restarts (Kafka's ProducerStateManager).
 
 The state of a partition (``broker/producer_state.py``) is loaded on first use: the newest
-readable snapshot at or below the log end offset (``persister/producer_snapshot.py``), then the
+readable snapshot at or below the log end offset (``storage/producer_snapshot.py``), then the
 headers of every batch appended after it are replayed. A snapshot is written
 
 - when the partition's active segment is rolled, at the new segment's base offset (the state
@@ -32,13 +32,13 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log_manager import LogManager
 from broker.producer_state import ProducerStates
-from persister.producer_snapshot import (
+from storage.producer_snapshot import (
     delete_snapshots,
     list_snapshots,
     read_latest,
     write_snapshot,
 )
-from persister.segment_log import PartitionLog
+from storage.segment_log import PartitionLog
 from protocol.record_batch import (
     CONTROL_COMMIT,
     BatchHeader,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.runtime.loop import CoordinatorRuntime
 from coordinator.share.runtime_service import ShareCoordinatorService, ShareRecordSerde, ShareStateShard
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker

@@ -9,13 +9,13 @@ transaction; from it:
 - the last stable offset (LSO) is the first offset of the oldest ongoing transaction, else the
   log end offset. read_committed fetches stop there (``broker/handlers/fetch.py``);
 - an ABORT marker puts (producer id, first offset, marker offset, LSO) into the aborted-transaction
-  index of the marker's segment (``persister/txn_index.py``), which read_committed fetches list so
+  index of the marker's segment (``storage/txn_index.py``), which read_committed fetches list so
   consumers drop that data.
 
 Invariants: a marker is appended and observed in one step on the event loop (no other append of
 the partition in between), so the producer state, the index and the log always agree; the LSO
 never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offset`` mirrors the
-state's oldest ongoing transaction for the log cleaner (``persister/cleaner.py``), which never
+state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
 cleans at or past it.
 
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from persister.log import LogClosedError
+from storage.log import LogClosedError
 from protocol.record_batch import control_batch
 
 if TYPE_CHECKING:

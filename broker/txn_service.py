@@ -41,7 +41,7 @@ from coordinator.runtime.result import CoordinatorResult
 from coordinator.txn.metadata import PREPARED, TopicPartition, TxnMetadata, TxnState
 from coordinator.txn.records import TxnRecordSerde
 from coordinator.txn.shard import ProducerIdAndEpoch, TxnShard
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker

@@ -21,7 +21,7 @@ than ``min.compaction.lag.ms``. One pass (``clean``):
    so offsets are preserved and gaps appear where records went; a batch left with no record is
    dropped. Transactions (KIP-98, as Kafka's cleaner): nothing at or past the partition's last
    stable offset is cleaned (``cleanable``'s ``first_unstable``); batches of aborted
-   transactions (the segments' transaction indexes, ``persister/txn_index.py``) are dropped and
+   transactions (the segments' transaction indexes, ``storage/txn_index.py``) are dropped and
    never enter the key map, so they hide no older record; an end-transaction marker is copied
    while data of its transaction remains in the log, and once none does it gets a delete
    horizon (now + ``delete.retention.ms``) and is dropped by the first pass after it. The
@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 import crc32c
 import cramjam
 
-from persister import fileops
-from persister.log import LogError
-from persister.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
-from persister.segment_log import PartitionLog
-from persister.segment_swap import cleaned_paths, cleaned_txn_path
-from persister.txn_index import write_file as write_txn_index
+from storage import fileops
+from storage.log import LogError
+from storage.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
+from storage.segment_log import PartitionLog
+from storage.segment_swap import cleaned_paths, cleaned_txn_path
+from storage.txn_index import write_file as write_txn_index
 from protocol.compression import decompress
 from protocol.record_batch import (
     BATCH_HEADER_SIZE,
@@ -336,7 +336,7 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
         out.abort()
         if log.closed:
             return None  # the topic was deleted meanwhile
-        # As for any write error (persister/log_dir.py): the directory goes offline.
+        # As for any write error (storage/log_dir.py): the directory goes offline.
         raise log.log_dir.fail(f"writing cleaned segment {log_path}", exc) from exc
     except BaseException:
         out.abort()
@@ -440,7 +440,7 @@ def _rebuilt(f: tuple[int, ...], records: list[tuple[int, bytes | None, bool, in
 
 class _Writer:
     """Writes a cleaned segment: batches, then index entries every ``index_interval`` bytes plus
-    one for the last batch (a sealed segment's shape, ``persister/segment.py``)."""
+    one for the last batch (a sealed segment's shape, ``storage/segment.py``)."""
 
     def __init__(self, path: str, base: int, index_interval: int) -> None:
         self.path = path

@@ -4,15 +4,15 @@ Layout of a partition directory::
 
     00000000000000000000.log        a segment's batches, sparse offset index and time index,
     00000000000000000000.index      named by its base offset (formats and per-segment invariants:
-    00000000000000000000.timeindex  ``persister/segment.py``)
+    00000000000000000000.timeindex  ``storage/segment.py``)
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
     cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
-    *.cleaned, *.swap               a cleaned segment being swapped in (persister/segment_swap.py)
+    *.cleaned, *.swap               a cleaned segment being swapped in (storage/segment_swap.py)
     .clean-shutdown                 written by close(); removed by load()
 
 ``load`` reads a directory and returns a ``LoadedLog``, the state ``PartitionLog``
-(``persister/segment_log.py``) is built from; it sets no field of a live log. On the way it
+(``storage/segment_log.py``) is built from; it sets no field of a live log. On the way it
 finishes or drops an interrupted cleaned-segment swap, removes leftover temporary and orphan
 index files, finishes segment deletions a crash interrupted, and, without a clean-shutdown
 marker, checks every batch after the recovery point (header sanity, increasing offsets,
@@ -41,8 +41,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops, segment_swap
-from persister.segment import (
+from storage import fileops, segment_swap
+from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     LONG_MAX,

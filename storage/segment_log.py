@@ -1,20 +1,20 @@
 """One Kafka partition on disk, live: the segment list and the partition-level logic.
 
 A partition is a directory of segments and checkpoint files (layout, loading and crash recovery:
-``persister/log_loader.py``). ``PartitionLog.open`` has the loader read the directory and builds
+``storage/log_loader.py``). ``PartitionLog.open`` has the loader read the directory and builds
 the log from the state it returns. This module holds what happens after: appends and rolling,
 reads across segments, timestamp lookups, the flush policy and the recovery-point checkpoint,
 retention and DeleteRecords (the log start offset checkpoint), the log cleaner's hooks (its
-checkpoint and the cleaned-segment swap, ``persister/segment_swap.py``), the aborted-transaction
-index (``persister/txn_index.py``: one ``.txnindex`` per segment that holds an ABORT marker, gone
+checkpoint and the cleaned-segment swap, ``storage/segment_swap.py``), the aborted-transaction
+index (``storage/txn_index.py``: one ``.txnindex`` per segment that holds an ABORT marker, gone
 with its segment) and the clean shutdown.
 One segment (its files, in-memory index, appends, seal and the CRC check of its unflushed tail) is
-``persister.segment.Segment``.
+``storage.segment.Segment``.
 
 Invariants:
 - Offsets increase: batches of a segment start at or after its base offset (its file name) and
   each batch starts after the previous batch's last offset; appends keep them dense, the log
-  cleaner leaves gaps (``persister/cleaner.py``). Segment *k+1* starts at or after the end offset
+  cleaner leaves gaps (``storage/cleaner.py``). Segment *k+1* starts at or after the end offset
   of segment *k*; only the last segment (the active one) is appended to, and never cleaned.
 - Everything below the recovery point is fsynced (data and index files). Startup after a crash
   validates only the batches after the last index entry below the recovery point, so its cost
@@ -30,7 +30,7 @@ and is never held across an fsync. Reads hold it during their ``pread``s so a co
 deletion cannot close a descriptor under them.
 
 Storage faults: a failed write, truncate or sync takes the log directory offline
-(``persister.log_dir``): a partial append is truncated back to the last whole batch, the failure is
+(``storage.log_dir``): a partial append is truncated back to the last whole batch, the failure is
 reported to the directory's ``LogDir`` (shared by every partition of a broker's data directory),
 and from then on appends, reads and syncs raise ``LogDirOfflineError`` and ``close`` writes
 nothing (no seal, flush or clean-shutdown marker). A failed sync is never retried. Other I/O
@@ -50,12 +50,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops, log_loader, segment_swap
-from persister.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
-from persister.log_dir import LogDir, LogDirOfflineError
-from persister.txn_index import Entry as AbortedEntry
-from persister.txn_index import TxnIndex, txn_index_path
-from persister.log_loader import (
+from storage import fileops, log_loader, segment_swap
+from storage.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
+from storage.log_dir import LogDir, LogDirOfflineError
+from storage.txn_index import Entry as AbortedEntry
+from storage.txn_index import TxnIndex, txn_index_path
+from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     CLEANER_CHECKPOINT,
     LOG_START_CHECKPOINT,
@@ -64,7 +64,7 @@ from persister.log_loader import (
     fsync_dir,
     write_checkpoint,
 )
-from persister.segment import (
+from storage.segment import (
     INT32_MAX,
     LONG_MAX,
     Segment,
@@ -102,7 +102,7 @@ class LogConfig:
     flush_interval_messages: int = LONG_MAX  # flush.messages; the default leaves it to the OS
     flush_interval_ms: int | None = None  # flush.ms; None leaves it to the OS
     # cleanup.policy: "delete" in it deletes old segments (retention above), "compact" has the
-    # log cleaner keep the latest record per key (persister/cleaner.py).
+    # log cleaner keep the latest record per key (storage/cleaner.py).
     delete_policy: bool = True
     compact_policy: bool = False
     min_cleanable_ratio: float = 0.5  # min.cleanable.dirty.ratio
@@ -133,7 +133,7 @@ class PartitionLog:
 
     def __init__(self, directory: Path, config: LogConfig, loaded: LoadedLog,
                  log_dir: LogDir | None = None) -> None:
-        """Take over the directory state ``loaded`` (from ``persister.log_loader.load``)."""
+        """Take over the directory state ``loaded`` (from ``storage.log_loader.load``)."""
         self.directory = directory
         self.config = config
         # The health of the log directory this partition lives in (shared by the broker's
@@ -159,7 +159,7 @@ class PartitionLog:
         self._cleaner_offset = loaded.cleaner_offset
         # Where crash recovery started re-reading batches (None: clean shutdown).
         self.recovered_from = loaded.recovered_from
-        # Aborted transactions per segment (persister/txn_index.py). Entries whose marker crash
+        # Aborted transactions per segment (storage/txn_index.py). Entries whose marker crash
         # recovery cut away go now; the producer-state replay rewrites the rest it re-reads.
         self._txn = TxnIndex.load(directory, self._bases)
         self._txn.truncate_from(self._leo)
@@ -183,7 +183,7 @@ class PartitionLog:
     def open(cls, directory: Path, config: LogConfig, now_ms: int,
              log_dir: LogDir | None = None) -> PartitionLog:
         """Open the partition in ``directory``, creating it or recovering it after a crash
-        (``persister.log_loader.load``).
+        (``storage.log_loader.load``).
 
         Raises:
             LogDirOfflineError: ``log_dir`` is offline.
@@ -624,7 +624,7 @@ class PartitionLog:
             if target > self._recovery_point:
                 write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
         except OSError as exc:
-            # Never retried (see persister.fileops): the directory goes offline instead.
+            # Never retried (see storage.fileops): the directory goes offline instead.
             with self._lock:
                 for seg in dirty:
                     seg.dirty = True
@@ -733,7 +733,7 @@ class PartitionLog:
         for seg in victims:
             seg.unlink()
 
-    # -- log cleaner (persister/cleaner.py) --------------------------------------------------
+    # -- log cleaner (storage/cleaner.py) --------------------------------------------------
 
     @property
     def cleaner_offset(self) -> int:
@@ -781,7 +781,7 @@ class PartitionLog:
         """Replace the adjacent segments ``group`` with the cleaned segment written to the
         ``.cleaned`` files of ``group[0]``'s base (``size`` bytes, largest timestamp
         ``max_timestamp``, aborted-transaction entries ``aborted``, written to its
-        ``.txnindex.cleaned`` when not None), crash-safely (``persister/segment_swap.py``).
+        ``.txnindex.cleaned`` when not None), crash-safely (``storage/segment_swap.py``).
         Returns False (cleaned
         files discarded) when the group is no longer in the log: retention or DeleteRecords
         removed part of it, or the log was closed.
@@ -849,7 +849,7 @@ class PartitionLog:
                 return -1
         return k
 
-    # -- aborted transactions (persister/txn_index.py) -------------------------------------
+    # -- aborted transactions (storage/txn_index.py) -------------------------------------
 
     def add_aborted_txn(self, entry: AbortedEntry) -> None:
         """Index an aborted transaction in the segment holding its ABORT marker

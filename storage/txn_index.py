@@ -34,7 +34,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from persister import fileops
+from storage import fileops
 
 _log = logging.getLogger("shoal.log")
 

@@ -21,7 +21,7 @@ from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.security.scram_store import Deletion, Upsertion, UserResult
-from persister.log_dir import describe
+from storage.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
 

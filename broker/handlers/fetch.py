@@ -40,7 +40,7 @@ from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
-from persister.log import OffsetOutOfRangeError
+from storage.log import OffsetOutOfRangeError
 from protocol.codec import response_module
 from protocol.messages import make
 

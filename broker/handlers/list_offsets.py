@@ -82,7 +82,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 bound = broker.txn_log.last_stable_offset(t.name, p.partition_index) \
                     if committed else None
                 offset, ts = lookup(lg, p.timestamp, bound)
-            except OSError:  # LogDirOfflineError: the log directory failed (persister/log_dir.py)
+            except OSError:  # LogDirOfflineError: the log directory failed (storage/log_dir.py)
                 error, offset, ts = ErrorCode.kafka_storage_error, -1, -1
             parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
                               error_code=error, timestamp=ts, offset=offset, leader_epoch=0))

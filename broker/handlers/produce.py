@@ -32,7 +32,7 @@ of a producer whose transaction is ongoing there is INVALID_TXN_STATE. Control b
 are refused from clients (INVALID_RECORD, ``protocol/log_validator.py``): only the coordinator
 writes them. Non-transactional batches pay one attribute test for all this.
 
-Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
+Storage faults (``storage/log_dir.py``) are answered per partition, as Kafka does, and never
 drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
 partial write was cut back, so a retry cannot duplicate part of it), and so does every partition
 after it, since the log directory is then offline. Partitions appended before the failure stay

@@ -48,7 +48,7 @@ from broker.share.dead_letter import (
     split_runs,
 )
 from broker.topics import Topic
-from persister.log import OffsetOutOfRangeError
+from storage.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
 
 if TYPE_CHECKING:

@@ -56,7 +56,7 @@ from persister.api import (
     WriteParams,
     WriteResult,
 )
-from persister.log import OffsetOutOfRangeError
+from storage.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
 from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
 
@@ -300,7 +300,7 @@ class SharePartitionManager:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
         except OSError:
-            # The log directory is offline (persister/log_dir.py) and the broker is stopping:
+            # The log directory is offline (storage/log_dir.py) and the broker is stopping:
             # acquire nothing rather than fail the whole ShareFetch.
             return b"", []
         if not data:

@@ -24,8 +24,8 @@ from coordinator.group.heartbeat import HeartbeatRequest
 from coordinator.group.placement import partition_for_group
 from coordinator.runtime.loop import PartitionStatus
 from persister.api import InitializeParams, ReadParams, SharePartitionKey, WriteParams, WriteResult
-from persister.memory import InMemoryPersister
-from persister.segment_log import LogConfig, PartitionLog
+from tests.doubles.memory_persister import InMemoryPersister
+from storage.segment_log import LogConfig, PartitionLog
 
 from .runtime_support import LogProxy
 
