@@ -24,9 +24,9 @@ from pathlib import Path
 
 import crc32c
 
+from protocol.varint import encode_varint
 from storage.cleaner import MAP_ENTRY_BYTES, clean, cleanable
 from storage.segment_log import LogConfig, PartitionLog
-from protocol.varint import encode_varint
 
 T0 = 1_700_000_000_000
 RECORDS_PER_BATCH = 100

@@ -39,19 +39,19 @@ from broker.config import (
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
-from broker.log_cleaner import LogCleaner
-from broker.log_manager import LogManager
+from broker.log.cleaner_driver import LogCleaner
+from broker.log.manager import LogManager
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.log.txn_log import TransactionalLog
 from broker.metrics import MetricsServer
-from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
-from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
-from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
-from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
@@ -87,7 +87,7 @@ class Broker:
         self.logs: LogManager
         self.producers: ProducerStateManager
         self.transactions: TransactionService
-        # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
+        # Last stable offsets, aborted transactions and markers (broker/log/txn_log.py).
         self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
         self._next_pid = 0

@@ -25,7 +25,7 @@ from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.topics import Topic
+    from broker.log.topics import Topic
 
 log = logging.getLogger("shoal.share.coordinator")
 

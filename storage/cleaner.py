@@ -29,7 +29,7 @@ than ``min.compaction.lag.ms``. One pass (``clean``):
 3. swaps each group in (``PartitionLog.swap_cleaned``, crash-safe) and checkpoints the new first
    dirty offset.
 
-Threads: runs in the cleaner thread (``broker/log_cleaner.py``), never on the event loop. It
+Threads: runs in the cleaner thread (``broker/log/cleaner_driver.py``), never on the event loop. It
 reads segment files through its own descriptors, so appends, reads, flushes and retention go on;
 a group that retention removed meanwhile is discarded at the swap.
 """
@@ -47,11 +47,6 @@ import crc32c
 import cramjam
 
 from storage import fileops
-from storage.log import LogError
-from storage.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
-from storage.segment_log import PartitionLog
-from storage.segment_swap import cleaned_paths, cleaned_txn_path
-from storage.txn_index import write_file as write_txn_index
 from protocol.compression import decompress
 from protocol.record_batch import (
     BATCH_HEADER_SIZE,
@@ -66,6 +61,11 @@ from protocol.record_batch import (
     control_type,
 )
 from protocol.varint import encode_varint, read_varint
+from storage.log import LogError
+from storage.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
+from storage.segment_log import PartitionLog
+from storage.segment_swap import cleaned_paths, cleaned_txn_path
+from storage.txn_index import write_file as write_txn_index
 
 # KIP-534: attribute bit 6 says the base timestamp is the batch's delete horizon.
 DELETE_HORIZON_MASK = 0x40

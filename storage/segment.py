@@ -48,7 +48,6 @@ from pathlib import Path
 import crc32c
 
 from storage import fileops
-from storage.log import LogError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -59,6 +58,7 @@ from protocol.record_batch import (
     NO_TIMESTAMP,
     CorruptRecordError,
 )
+from storage.log import LogError
 
 INT32_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1

@@ -51,10 +51,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import fileops, log_loader, segment_swap
+from protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    CorruptRecordError,
+    RecordTooLargeError,
+)
 from storage.log import AppendResult, LogClosedError, LogError, OffsetOutOfRangeError, ReadResult
 from storage.log_dir import LogDir, LogDirOfflineError
-from storage.txn_index import Entry as AbortedEntry
-from storage.txn_index import TxnIndex, txn_index_path
 from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     CLEANER_CHECKPOINT,
@@ -73,15 +80,8 @@ from storage.segment import (
     track_loaded,
     walk,
 )
-from protocol.record_batch import (
-    ATTRIBUTES_OFFSET,
-    LOG_OVERHEAD,
-    NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
-    BatchHeader,
-    CorruptRecordError,
-    RecordTooLargeError,
-)
+from storage.txn_index import Entry as AbortedEntry
+from storage.txn_index import TxnIndex, txn_index_path
 
 _log = logging.getLogger("shoal.log")
 
@@ -164,7 +164,7 @@ class PartitionLog:
         self._txn = TxnIndex.load(directory, self._bases)
         self._txn.truncate_from(self._leo)
         # The first offset the log cleaner must not touch besides its own limits: the last
-        # stable offset, kept current by the broker (broker/txn_log.py). None: no limit.
+        # stable offset, kept current by the broker (broker/log/txn_log.py). None: no limit.
         self.first_unstable_offset: int | None = None
         # Test seam: called with a stage name during a cleaned-segment swap ("cleaned",
         # "committed", "installed"); raising there stands for a crash at that point.
@@ -174,7 +174,7 @@ class PartitionLog:
         self._retention_lock = threading.Lock()
         # Called with the new segment's base offset after each roll, under the lock and before
         # the batch that caused the roll is written (producer-state snapshots,
-        # broker/producer_state_manager.py). It must not call back into this log.
+        # broker/log/producer_state_manager.py). It must not call back into this log.
         self.roll_listener: Callable[[int], None] | None = None
 
     # -- opening -----------------------------------------------------------------------------

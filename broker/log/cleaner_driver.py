@@ -31,7 +31,7 @@ from storage.log import LogError
 from storage.segment_log import PartitionLog
 
 if TYPE_CHECKING:
-    from broker.log_manager import LogManager
+    from broker.log.manager import LogManager
 
 log = logging.getLogger("shoal.cleaner")
 
@@ -53,7 +53,7 @@ class LogCleaner:
         # Totals over every pass (read by metrics; plain ints, written by the cleaner thread).
         self.stats = stats if stats is not None else CleanerStats()
         # The first offset a pass must not reach per partition (its last stable offset while a
-        # transaction is ongoing there; broker/txn_log.py), None for no limit. Called from the
+        # transaction is ongoing there; broker/log/txn_log.py), None for no limit. Called from the
         # cleaner thread.
         self.stable_limit: Callable[[str, int], int | None] | None = None
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from broker.clock import Clock
 from broker.config import BrokerConfig, cleanup_policies, topic_config_value
-from broker.topics import Topic
-from broker.watch import Watch
+from broker.log.topics import Topic
+from broker.log.watch import Watch
 from storage.log_dir import LogDir
 from storage.segment_log import LogConfig, PartitionLog
 

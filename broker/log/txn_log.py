@@ -3,7 +3,7 @@ transactions and end-transaction markers (``Broker.txn_log``; contract: txn_api.
 
 What a transaction leaves in a data partition: its transactional batches, then one control batch
 (the COMMIT or ABORT marker) the transaction coordinator has written through ``write_marker``.
-The per-partition producer state (``broker/producer_state.py``) knows each producer's ongoing
+The per-partition producer state (``broker/log/producer_state.py``) knows each producer's ongoing
 transaction; from it:
 
 - the last stable offset (LSO) is the first offset of the oldest ongoing transaction, else the
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from storage.log import LogClosedError
 from protocol.record_batch import control_batch
+from storage.log import LogClosedError
 
 if TYPE_CHECKING:
     from broker.app import Broker

@@ -29,6 +29,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 import broker.resources
+from storage import fileops
 from broker.app import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
@@ -40,11 +41,10 @@ from broker.handlers import (
     metadata,
     produce,
 )
-from storage import fileops
-from storage.log_loader import CLEAN_SHUTDOWN_MARKER
-from storage.segment_log import PartitionLog
 from protocol.codec import request_module
 from protocol.messages import make
+from storage.log_loader import CLEAN_SHUTDOWN_MARKER
+from storage.segment_log import PartitionLog
 
 from ..unit.batches import make_batch
 from .rawclient import request

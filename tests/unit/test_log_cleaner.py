@@ -18,16 +18,16 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from broker.config import BrokerConfig
-from broker.log_cleaner import LogCleaner
+from broker.log.cleaner_driver import LogCleaner
 from storage import fileops
 from storage import segment_swap as sw
+from broker.config import BrokerConfig
+from protocol.compression import decompress
+from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
 from storage.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
 from storage.log_dir import LogDirOfflineError
 from storage.log_loader import CLEAN_SHUTDOWN_MARKER
 from storage.segment_log import LogConfig, PartitionLog
-from protocol.compression import decompress
-from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
 
 from .batches import make_batch
 

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
 
+from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
 from storage.log import AppendResult, LogClosedError, OffsetOutOfRangeError, PartitionLogLike
 from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
@@ -29,7 +30,6 @@ from storage.log_loader import (
     RECOVERY_POINT_CHECKPOINT,
 )
 from storage.segment_log import LogConfig, PartitionLog
-from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
 
 from .batches import make_batch, make_value_batch
 
