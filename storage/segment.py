@@ -47,7 +47,6 @@ from pathlib import Path
 
 import crc32c
 
-from storage import fileops
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -58,6 +57,7 @@ from protocol.record_batch import (
     NO_TIMESTAMP,
     CorruptRecordError,
 )
+from storage import fileops
 from storage.log import LogError
 
 INT32_MAX = (1 << 31) - 1

@@ -50,6 +50,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.app import Broker
+from broker.authz import Operation, Resource, ResourceType, refusal
+from broker.context import NO_RESPONSE, RequestContext
+from broker.handlers._common import NO_THROTTLE
 from broker.log.append import (
     NEWEST_PRODUCE_VERSION,
     PartitionOutcome,
@@ -57,6 +61,7 @@ from broker.log.append import (
     validation_policy,
 )
 from broker.log.topics import Topic
+from protocol.codec import response_module
 from protocol.log_validator import (
     DECOMPRESSED_FLOOR,
     MIN_RECORD_BYTES,
@@ -64,11 +69,6 @@ from protocol.log_validator import (
     Validated,
     validate_produced,
 )
-from broker.app import Broker
-from broker.authz import Operation, Resource, ResourceType, refusal
-from broker.context import NO_RESPONSE, RequestContext
-from broker.handlers._common import NO_THROTTLE
-from protocol.codec import response_module
 from protocol.messages import make
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,

@@ -29,7 +29,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 import broker.resources
-from storage import fileops
 from broker.app import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
@@ -43,6 +42,7 @@ from broker.handlers import (
 )
 from protocol.codec import request_module
 from protocol.messages import make
+from storage import fileops
 from storage.log_loader import CLEAN_SHUTDOWN_MARKER
 from storage.segment_log import PartitionLog
 
