@@ -218,8 +218,7 @@ def batch_records(f: tuple[int, ...], batch: memoryview
     codec = f[5] & COMPRESSION_MASK
     if codec:
         try:
-            body: bytes | memoryview = bytes(decompress(codec, batch[BATCH_HEADER_SIZE:],
-                                                        _MAX_DECOMPRESSED))
+            body = bytes(decompress(codec, batch[BATCH_HEADER_SIZE:], _MAX_DECOMPRESSED))
         except ValueError as exc:
             raise LogError(f"batch at offset {f[0]}: {exc}") from None
         q = 0
