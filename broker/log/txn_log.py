@@ -27,15 +27,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.clock import Clock
+from broker.log.manager import LogManager
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import TopicRegistry
 from protocol.record_batch import control_batch
 from storage.log import LogClosedError
-
-if TYPE_CHECKING:
-    from broker.app import Broker
 
 log = logging.getLogger("shoal.txn")
 
@@ -47,10 +48,19 @@ class AbortedTxn:
     last_offset: int  # offset of its ABORT marker
 
 
+class TxnLogHost(Protocol):
+    """What the transactional log needs of the broker (``Broker`` is one)."""
+
+    logs: LogManager
+    producers: ProducerStateManager
+    topics: TopicRegistry
+    clock: Clock
+
+
 class TransactionalLog:
     """Transactions over the broker's partition logs and producer states."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: TxnLogHost) -> None:
         self._broker = broker
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
