@@ -9,7 +9,7 @@ Topic creation is atomic: the partition logs are opened first and the topic is r
 restart never finds a half-created topic. New partitions must fit the open-file limit
 (``broker/resources.py``).
 
-Storage failure (``persister/log_dir.py``): when the log directory goes offline the broker calls
+Storage failure (``storage/log_dir.py``): when the log directory goes offline the broker calls
 its fatal listeners (``run_broker`` stops the server) and ``exit_code`` becomes non-zero.
 """
 
@@ -39,23 +39,23 @@ from broker.config import (
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
-from broker.log_cleaner import LogCleaner
-from broker.log_manager import LogManager
+from broker.log.cleaner_driver import LogCleaner
+from broker.log.manager import LogManager
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.log.txn_log import TransactionalLog
 from broker.metrics import MetricsServer
-from broker.producer_state import ProducerStates
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
-from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
-from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
-from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
-from persister.log_dir import LogDir, describe
+from storage.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -87,7 +87,7 @@ class Broker:
         self.logs: LogManager
         self.producers: ProducerStateManager
         self.transactions: TransactionService
-        # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
+        # Last stable offsets, aborted transactions and markers (broker/log/txn_log.py).
         self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
         self._next_pid = 0
@@ -213,7 +213,7 @@ class Broker:
         """The log directory went offline (any thread): stop the broker with a non-zero status.
 
         Kafka halts a broker whose every log directory is offline; Shoal has one. The failure
-        sequence is in ``persister/log_dir.py``; from here the server stops accepting, lets
+        sequence is in ``storage/log_dir.py``; from here the server stops accepting, lets
         in-flight requests finish (those touching the logs answer KAFKA_STORAGE_ERROR), closes
         the logs without writing to them and exits with status 1.
         """

@@ -56,8 +56,8 @@ from broker.config import (
     one_of,
     parse_value,
 )
+from broker.log.topics import atomic_write, topic_name_problem
 from broker.share.dead_letter import dlq_topic_name_problem
-from broker.topics import atomic_write, topic_name_problem
 
 log = logging.getLogger("shoal.group_configs")
 

@@ -3,7 +3,7 @@
 ``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
 (``--add-scram 'SCRAM-SHA-256=[name=U,password=P]'``, repeatable, stores SCRAM credentials first)
 until SIGTERM/SIGINT, then shuts down gracefully (exit status 0). A storage failure in the data
-directory also shuts it down, with exit status 1 (``persister/log_dir.py``). At start the
+directory also shuts it down, with exit status 1 (``storage/log_dir.py``). At start the
 open-file soft limit is raised to the hard limit (``broker/resources.py``). Options override the properties file, which
 overrides built-in defaults. uvloop is used when installed (``--no-uvloop`` to opt out).
 

@@ -21,9 +21,9 @@ from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.security.scram_store import Deletion, Upsertion, UserResult
-from persister.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
+from storage.log_dir import describe
 
 API_KEY = 51
 VERSIONS = (0, 0)

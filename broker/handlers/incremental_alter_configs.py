@@ -51,7 +51,7 @@ from broker.handlers.describe_configs import (
     broker_resource_problem,
     config_authorization,
 )
-from broker.topics import topic_name_problem
+from broker.log.topics import topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -38,11 +38,11 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
+from broker.log.watch import wait_for_any
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
 from broker.share.partition_manager import share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
-from broker.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make

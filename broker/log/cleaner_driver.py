@@ -2,16 +2,16 @@
 (Kafka's ``LogCleaner`` and ``LogCleanerManager``, behaviour only).
 
 One daemon thread (``log.cleaner.enable``), never the event loop. Each round it looks at every
-compacted partition (``persister.cleaner.cleanable``) and cleans the filthiest one whose dirty
+compacted partition (``storage.cleaner.cleanable``) and cleans the filthiest one whose dirty
 ratio reaches ``min.cleanable.dirty.ratio``, whose oldest dirty record is older than
 ``max.compaction.lag.ms``, or whose kept tombstones reached their delete horizon; when none
 qualifies it sleeps ``log.cleaner.backoff.ms`` (woken early by ``wake`` and ``stop``). A pass
-(``persister.cleaner.clean``) reads segment files with its own descriptors and swaps the cleaned
+(``storage.cleaner.clean``) reads segment files with its own descriptors and swaps the cleaned
 segments in under the partition log's segment-list locks, so the event loop's appends and
 fetches and the retention worker keep going meanwhile.
 
 A pass that fails is logged with the partition and skipped until the next round; a storage error
-takes the log directory offline as any write error does (``persister/log_dir.py``) and the
+takes the log directory offline as any write error does (``storage/log_dir.py``) and the
 cleaner stops with the broker. The earliest delete horizon of each partition is kept in memory
 (after a restart, tombstones go at the next pass the dirty ratio triggers).
 """
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
-from persister.cleaner import MAP_ENTRY_BYTES, Cleanable, CleanerStats, clean, cleanable
-from persister.log import LogError
-from persister.segment_log import PartitionLog
+from storage.cleaner import MAP_ENTRY_BYTES, Cleanable, CleanerStats, clean, cleanable
+from storage.log import LogError
+from storage.segment_log import PartitionLog
 
 if TYPE_CHECKING:
-    from broker.log_manager import LogManager
+    from broker.log.manager import LogManager
 
 log = logging.getLogger("shoal.cleaner")
 
@@ -53,7 +53,7 @@ class LogCleaner:
         # Totals over every pass (read by metrics; plain ints, written by the cleaner thread).
         self.stats = stats if stats is not None else CleanerStats()
         # The first offset a pass must not reach per partition (its last stable offset while a
-        # transaction is ongoing there; broker/txn_log.py), None for no limit. Called from the
+        # transaction is ongoing there; broker/log/txn_log.py), None for no limit. Called from the
         # cleaner thread.
         self.stable_limit: Callable[[str, int], int | None] | None = None
 

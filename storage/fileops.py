@@ -9,7 +9,7 @@ nothing half-done on disk.
 Rules the callers keep (Kafka ``LogDirFailureChannel``, behaviour only): a failed ``fsync`` or
 ``fdatasync`` is never retried (on Linux a later sync may report success for pages the kernel
 already dropped), and any failed write or sync takes the log directory offline
-(``persister.log_dir``).
+(``storage.log_dir``).
 """
 
 from __future__ import annotations

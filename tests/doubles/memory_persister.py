@@ -4,7 +4,7 @@ Concept: a real implementation of the persister interface without a log or netwo
 ``ShareCoordinatorShard`` per ``__share_group_state`` partition (created on first use), routes each
 call by ``partition_for`` exactly as the coordinator-backed persister will, runs the shard op, and
 "appends" its records by replaying them at the next offset of that partition and committing at
-once. Used by unit tests and by the broker until the durable coordinator runtime lands.
+once. A test double: the broker runs the coordinator-backed persister.
 
 Invariants:
 - the same validation, fencing, snapshot cadence and error codes as the durable path (it *is* the

@@ -23,7 +23,7 @@ TRANSACTION_COORDINATOR_FENCED (``check_marker``); a newer marker epoch becomes 
 
 This is the in-memory state of one partition (pure: ``now_ms`` comes in). It survives restarts
 through snapshot files and a replay of the log after the newest one
-(``broker/producer_state_manager.py``, ``persister/producer_snapshot.py``). A producer id with no
+(``broker/log/producer_state_manager.py``, ``storage/producer_snapshot.py``). A producer id with no
 append for ``producer.id.expiration.ms`` is forgotten (``expire``), which bounds memory.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from persister.producer_snapshot import ProducerSnapshotEntry
+from storage.producer_snapshot import ProducerSnapshotEntry
 
 MAX_CACHED_BATCHES = 5
 INT32_MAX = 2**31 - 1

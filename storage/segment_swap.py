@@ -1,6 +1,6 @@
 """Replacing segments with their cleaned copy, crash-safely (Kafka's ``.cleaned``/``.swap`` steps).
 
-The log cleaner (``persister/cleaner.py``) rewrites a group of adjacent sealed segments
+The log cleaner (``storage/cleaner.py``) rewrites a group of adjacent sealed segments
 ``b0 < b1 < ... < bn`` into one new segment named ``b0``. The files go through these names::
 
     1. 000..b0.log.cleaned  000..b0.index.cleaned  000..b0.timeindex.cleaned   written, fsynced
@@ -30,8 +30,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from persister import fileops
-from persister.segment import (
+from storage import fileops
+from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,

@@ -4,7 +4,7 @@ A snapshot named by offset *s* (20 digits, like the segment files) holds the ide
 state after every batch below *s* was appended: per producer id its epoch, the time of its last
 append and the sequence/offset ranges of its last five batches. Loading a partition takes the
 newest readable snapshot at or below the log end offset and replays the batch headers from there
-(``broker/producer_state_manager.py``), as Kafka's ``ProducerStateManager`` does.
+(``broker/log/producer_state_manager.py``), as Kafka's ``ProducerStateManager`` does.
 
 File format (big-endian), version 1::
 

@@ -21,7 +21,7 @@ than ``min.compaction.lag.ms``. One pass (``clean``):
    so offsets are preserved and gaps appear where records went; a batch left with no record is
    dropped. Transactions (KIP-98, as Kafka's cleaner): nothing at or past the partition's last
    stable offset is cleaned (``cleanable``'s ``first_unstable``); batches of aborted
-   transactions (the segments' transaction indexes, ``persister/txn_index.py``) are dropped and
+   transactions (the segments' transaction indexes, ``storage/txn_index.py``) are dropped and
    never enter the key map, so they hide no older record; an end-transaction marker is copied
    while data of its transaction remains in the log, and once none does it gets a delete
    horizon (now + ``delete.retention.ms``) and is dropped by the first pass after it. The
@@ -29,7 +29,7 @@ than ``min.compaction.lag.ms``. One pass (``clean``):
 3. swaps each group in (``PartitionLog.swap_cleaned``, crash-safe) and checkpoints the new first
    dirty offset.
 
-Threads: runs in the cleaner thread (``broker/log_cleaner.py``), never on the event loop. It
+Threads: runs in the cleaner thread (``broker/log/cleaner_driver.py``), never on the event loop. It
 reads segment files through its own descriptors, so appends, reads, flushes and retention go on;
 a group that retention removed meanwhile is discarded at the swap.
 """
@@ -39,45 +39,33 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import crc32c
-import cramjam
-
-from persister import fileops
-from persister.log import LogError
-from persister.segment import INDEX_ENTRY, INT32_MAX, TIME_ENTRY, Segment, pwrite_all
-from persister.segment_log import PartitionLog
-from persister.segment_swap import cleaned_paths, cleaned_txn_path
-from persister.txn_index import write_file as write_txn_index
-from protocol.compression import decompress
 from protocol.record_batch import (
-    BATCH_HEADER_SIZE,
-    COMPRESSION_MASK,
     CONTROL_MASK,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     TRANSACTIONAL_MASK,
     control_type,
 )
-from protocol.varint import encode_varint, read_varint
+from storage.cleaner_io import (
+    DELETE_HORIZON_MASK,
+    CleanedSegmentWriter,
+    batch_records,
+    first_batch_timestamp,
+    fsync_file,
+    open_segment,
+    rebuilt_batch,
+    segment_batches,
+)
+from storage.segment import INT32_MAX, Segment
+from storage.segment_log import PartitionLog
+from storage.segment_swap import cleaned_paths, cleaned_txn_path
+from storage.txn_index import write_file as write_txn_index
 
-# KIP-534: attribute bit 6 says the base timestamp is the batch's delete horizon.
-DELETE_HORIZON_MASK = 0x40
 # Python dict entry + key digest + offset: about this many bytes per key in the map, which turns
 # log.cleaner.dedupe.buffer.size into a key count.
 MAP_ENTRY_BYTES = 100
-_CHUNK = 1 << 20
-_OUT_CHUNK = 1 << 20
-# Decompressed records of one batch may be this large (a sanity bound for data already in the log).
-_MAX_DECOMPRESSED = 1 << 30
-_BEFORE_CRC = struct.Struct(">qiibI")
-_AFTER_CRC = struct.Struct(">hiqqqhii")
 NO_HORIZON = 1 << 63
 
 
@@ -121,7 +109,8 @@ class PassResult:
     stats: CleanerStats = field(default_factory=CleanerStats)
 
 
-def cleanable(log: PartitionLog, now_ms: int, first_unstable: int | None = None) -> Cleanable | None:
+def cleanable(log: PartitionLog, now_ms: int,
+              first_unstable: int | None = None) -> Cleanable | None:
     """What a pass over ``log`` would clean, or None (closed log, nothing sealed and flushed).
     ``first_unstable``: the partition's last stable offset when a transaction is ongoing there
     (nothing at or past it is cleaned: its transaction may still abort).
@@ -150,7 +139,7 @@ def cleanable(log: PartitionLog, now_ms: int, first_unstable: int | None = None)
     dirty_bytes = sum(seg.size for seg in dirty)
     must = False
     if dirty and cfg.max_compaction_lag_ms < (1 << 63) - 1:
-        first_ts = _first_batch_timestamp(dirty[0])
+        first_ts = first_batch_timestamp(dirty[0])
         must = first_ts != NO_TIMESTAMP and now_ms - first_ts > cfg.max_compaction_lag_ms
     return Cleanable(log, segs, first_dirty, uncleanable, clean_bytes, dirty_bytes, must)
 
@@ -224,11 +213,11 @@ def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
     for seg, seg_end, _ in c.segments:
         if seg_end <= c.first_dirty:
             continue
-        fd = _open(seg)
+        fd = open_segment(seg)
         if fd is None:
             return None
         try:
-            for f, batch in _batches(fd, seg.size, seg.log_path):
+            for f, batch in segment_batches(fd, seg.size, seg.log_path):
                 last = f[0] + f[6]
                 if last < c.first_dirty:
                     continue
@@ -251,11 +240,11 @@ def _build_map(c: Cleanable, offset_map: dict[bytes, int], max_entries: int,
 
 
 def _map_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, int]) -> None:
-    """Record every keyed record of a batch in the map (``_records`` specialised to keys: the
+    """Record every keyed record of a batch in the map (``batch_records`` specialised to keys: the
     hot loop of map building)."""
     base = f[0]
     md5 = hashlib.md5
-    for delta, key, *_ in _records(f, batch):
+    for delta, key, *_ in batch_records(f, batch):
         if key is not None:
             offset_map[key if len(key) < 16 else md5(key, usedforsecurity=False).digest()] = \
                 base + delta
@@ -289,19 +278,19 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
     group)."""
     base = group[0].base_offset
     log_path, index_path, time_path = cleaned_paths(log.directory, base)
-    out = _Writer(log_path, base, index_interval)
+    out = CleanedSegmentWriter(log_path, base, index_interval)
     txns = txns if txns is not None else _Transactions([])
     old_entries = [e for seg in group for e in log.segment_aborted_txns(seg.base_offset)]
     kept_markers: set[int] = set()
     horizon = NO_HORIZON
     try:
         for seg in group:
-            fd = _open(seg)
+            fd = open_segment(seg)
             if fd is None:
                 out.abort()
                 return None
             try:
-                for f, batch in _batches(fd, seg.size, seg.log_path):
+                for f, batch in segment_batches(fd, seg.size, seg.log_path):
                     if should_stop():
                         out.abort()
                         return None
@@ -331,12 +320,12 @@ def _clean_group(log: PartitionLog, group: list[Segment], offset_map: dict[bytes
             txn_path = cleaned_txn_path(log.directory, base)
             out.paths.append(txn_path)
             write_txn_index(txn_path, aborted)
-            _fsync_file(txn_path)
+            fsync_file(txn_path)
     except OSError as exc:
         out.abort()
         if log.closed:
             return None  # the topic was deleted meanwhile
-        # As for any write error (persister/log_dir.py): the directory goes offline.
+        # As for any write error (storage/log_dir.py): the directory goes offline.
         raise log.log_dir.fail(f"writing cleaned segment {log_path}", exc) from exc
     except BaseException:
         out.abort()
@@ -362,10 +351,10 @@ def _clean_marker(f: tuple[int, ...], batch: memoryview, txns: _Transactions, no
         if now_ms >= f[7]:
             return None, NO_HORIZON
         return batch, f[7]
-    records = list(_records(f, batch))
+    records = list(batch_records(f, batch))
     kept = [(start, ts_at, ts_end) for _, _, _, start, ts_at, ts_end, _ in records]
     horizon = now_ms + delete_retention_ms
-    return _rebuilt(f, records, kept, horizon), horizon
+    return rebuilt_batch(f, records, kept, horizon), horizon
 
 
 def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, int],
@@ -378,7 +367,7 @@ def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, 
         return batch, NO_HORIZON
     base = f[0]
     horizon = f[7] if attributes & DELETE_HORIZON_MASK else None
-    records = list(_records(f, batch))
+    records = list(batch_records(f, batch))
     kept: list[tuple[int, int, int]] = []
     tombstones = False
     get = offset_map.get
@@ -402,252 +391,4 @@ def _clean_batch(f: tuple[int, ...], batch: memoryview, offset_map: dict[bytes, 
     reported = new_horizon if tombstones and new_horizon is not None else NO_HORIZON
     if len(kept) == len(records) and new_horizon == horizon:
         return batch, reported
-    return _rebuilt(f, records, kept, new_horizon), reported
-
-
-def _rebuilt(f: tuple[int, ...], records: list[tuple[int, bytes | None, bool, int, int, int,
-                                                     bytes | memoryview]],
-             kept: list[tuple[int, int, int]], new_horizon: int | None) -> bytes:
-    """The batch of header ``f`` with only the ``kept`` records (start, timestamp delta
-    position, position after it) and, with ``new_horizon``, that delete horizon."""
-    attributes = f[5]
-    base = f[0]
-    body = records[0][6]
-    # With a delete horizon the base timestamp is the horizon: re-encode each record's timestamp
-    # delta so its timestamp stays the same (KIP-534).
-    new_base_ts = f[7] if new_horizon is None else new_horizon
-    shift = f[7] - new_base_ts
-    parts = []
-    for start, ts_at, ts_end in kept:
-        rec_end = _record_end(body, start)
-        if shift == 0:
-            parts.append(bytes(body[start:rec_end]))
-            continue
-        ts_delta, _ = _varint(body, ts_at)
-        rest = bytes(body[ts_at - 1 : ts_at]) + encode_varint(ts_delta + shift) + \
-            bytes(body[ts_end:rec_end])
-        parts.append(encode_varint(len(rest)) + rest)
-    records_bytes = b"".join(parts)
-    codec = attributes & COMPRESSION_MASK
-    if codec:
-        records_bytes = _compress(codec, records_bytes)
-    new_attributes = attributes | (DELETE_HORIZON_MASK if new_horizon is not None else 0)
-    after_crc = _AFTER_CRC.pack(new_attributes, f[6], new_base_ts, f[8], f[9], f[10], f[11],
-                                len(kept)) + records_bytes
-    head = _BEFORE_CRC.pack(base, len(after_crc) + 9, f[2], MAGIC_V2, crc32c.crc32c(after_crc))
-    return head + after_crc
-
-
-class _Writer:
-    """Writes a cleaned segment: batches, then index entries every ``index_interval`` bytes plus
-    one for the last batch (a sealed segment's shape, ``persister/segment.py``)."""
-
-    def __init__(self, path: str, base: int, index_interval: int) -> None:
-        self.path = path
-        self.base = base
-        self.index_interval = index_interval
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.buf = bytearray()
-        self.size = 0
-        self.since = index_interval + 1  # first batch: no entry needed, position 0 is implied
-        self.running = NO_TIMESTAMP
-        self.entries: list[tuple[int, int, int]] = []
-        self.last: tuple[int, int] | None = None
-        self.paths = [path]
-
-    def add(self, f: tuple[int, ...], batch: bytes | memoryview) -> None:
-        pos = self.size + len(self.buf)
-        max_ts = f[8]
-        if max_ts > self.running:
-            self.running = max_ts
-        rel = f[0] - self.base
-        if self.last is not None and self.since > self.index_interval:
-            self.entries.append((rel, pos, self.running))
-            self.since = 0
-        self.since += len(batch)
-        self.last = (rel, pos)
-        self.buf += batch
-        if len(self.buf) >= _OUT_CHUNK:
-            pwrite_all(self.fd, self.buf, self.size)
-            self.size += len(self.buf)
-            self.buf.clear()
-
-    def finish(self, index_path: str, time_path: str) -> tuple[int, int]:
-        """Write the rest and the indexes, fsync all three; returns (size, largest timestamp)."""
-        if self.buf:
-            pwrite_all(self.fd, self.buf, self.size)
-            self.size += len(self.buf)
-            self.buf.clear()
-        if self.last is not None and (not self.entries or self.entries[-1][1] != self.last[1]):
-            self.entries.append((self.last[0], self.last[1], self.running))
-        fileops.OPS.fsync(self.fd)
-        os.close(self.fd)
-        self.fd = -1
-        for path, data in (
-            (index_path, b"".join(INDEX_ENTRY.pack(r, p) for r, p, _ in self.entries)),
-            (time_path, b"".join(TIME_ENTRY.pack(t, r) for r, _, t in self.entries)),
-        ):
-            self.paths.append(path)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                pwrite_all(fd, data, 0)
-                fileops.OPS.fsync(fd)
-            finally:
-                os.close(fd)
-        return self.size, self.running
-
-    def abort(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        for path in self.paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-
-
-# -- reading segment files -----------------------------------------------------------------------
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fileops.OPS.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _open(seg: Segment) -> int | None:
-    try:
-        return os.open(seg.log_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-
-
-def _first_batch_timestamp(seg: Segment) -> int:
-    fd = _open(seg)
-    if fd is None:
-        return NO_TIMESTAMP
-    try:
-        buf = os.pread(fd, BATCH_HEADER_SIZE, 0)
-    finally:
-        os.close(fd)
-    if len(buf) < BATCH_HEADER_SIZE:
-        return NO_TIMESTAMP
-    return int(HEADER_STRUCT.unpack(buf)[8])
-
-
-def _batches(fd: int, size: int, path: str) -> Iterator[tuple[tuple[int, ...], memoryview]]:
-    """(header fields, whole batch) for every batch of a segment file, read in large chunks.
-
-    Raises:
-        LogError: a batch header does not parse.
-    """
-    pos = 0
-    buf = b""
-    start = 0
-    while pos < size:
-        if pos + BATCH_HEADER_SIZE > start + len(buf):
-            buf, start = os.pread(fd, min(_CHUNK, size - pos), pos), pos
-            if len(buf) < BATCH_HEADER_SIZE:
-                raise LogError(f"{path}: truncated batch header at position {pos}")
-        f = HEADER_STRUCT.unpack_from(buf, pos - start)
-        total = f[1] + LOG_OVERHEAD
-        if f[3] != MAGIC_V2 or f[1] < MIN_BATCH_LENGTH or pos + total > size:
-            raise LogError(f"{path}: malformed batch header at position {pos}")
-        if pos + total > start + len(buf):
-            buf, start = os.pread(fd, min(max(_CHUNK, total), size - pos), pos), pos
-        view = memoryview(buf)[pos - start : pos - start + total]
-        yield f, view
-        pos += total
-
-
-def _records(f: tuple[int, ...], batch: memoryview
-             ) -> Iterator[tuple[int, bytes | None, bool, int, int, int, bytes | memoryview]]:
-    """(offset delta, key, value is null, record start, timestamp delta position, position
-    after it, records buffer) per record of a batch (decompressed if need be).
-
-    Raises:
-        LogError: the records do not parse.
-    """
-    codec = f[5] & COMPRESSION_MASK
-    if codec:
-        try:
-            body: bytes | memoryview = bytes(decompress(codec, batch[BATCH_HEADER_SIZE:],
-                                                        _MAX_DECOMPRESSED))
-        except ValueError as exc:
-            raise LogError(f"batch at offset {f[0]}: {exc}") from None
-        q = 0
-    else:
-        body = bytes(batch)
-        q = BATCH_HEADER_SIZE
-    # One-byte varints (the common case) are decoded inline, longer ones by ``_varint``.
-    try:
-        for _ in range(f[12]):
-            start = q
-            x = body[q]
-            if x < 0x80:
-                rec_end = q + 1 + ((x >> 1) ^ -(x & 1))
-                q += 1
-            elif (y := body[q + 1]) < 0x80:  # records of 64 B .. 8 KiB
-                v = (x & 0x7F) | (y << 7)
-                rec_end = q + 2 + ((v >> 1) ^ -(v & 1))
-                q += 2
-            else:
-                length, q = _varint(body, q)
-                rec_end = q + length
-            ts_at = q + 1  # after the attributes byte
-            p = ts_at + 1 if body[ts_at] < 0x80 else _varint(body, ts_at)[1]
-            ts_end = p
-            x = body[p]
-            if x < 0x80:
-                delta = (x >> 1) ^ -(x & 1)
-                p += 1
-            else:
-                delta, p = _varint(body, p)
-            x = body[p]
-            if x == 1:  # zig-zag -1: null key
-                key: bytes | None = None
-                p += 1
-            else:
-                if x < 0x80:
-                    klen = x >> 1
-                    p += 1
-                else:
-                    klen, p = _varint(body, p)
-                key = body[p : p + klen]
-                p += klen
-            # A null value is zig-zag -1, the single byte 0x01.
-            yield delta, key, body[p] == 1, start, ts_at, ts_end, body
-            q = rec_end
-    except IndexError:
-        raise LogError(f"batch at offset {f[0]}: records run past the batch") from None
-
-
-def _record_end(body: bytes | memoryview, start: int) -> int:
-    length, q = _varint(body, start)
-    return q + length
-
-
-def _varint(b: bytes | memoryview, q: int) -> tuple[int, int]:
-    try:
-        return read_varint(b, q)
-    except ValueError as exc:
-        raise LogError(str(exc)) from None
-
-
-def _compress(codec: int, data: bytes) -> bytes:
-    """Compress rewritten records with the batch's codec, in the formats producers write
-    (snappy as one raw block, as librdkafka; lz4 and zstd frames)."""
-    if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == 2:
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
-    raise LogError(f"unknown compression codec {codec}")
-
-
+    return rebuilt_batch(f, records, kept, new_horizon), reported

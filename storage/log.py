@@ -2,7 +2,7 @@
 
 A partition log is an append-only sequence of Kafka v2 record batches. The log assigns offsets:
 batch offsets are dense as appended (each appended batch starts at the previous end offset) and
-never reused; the log cleaner of compacted topics (``persister/cleaner.py``) removes records and
+never reused; the log cleaner of compacted topics (``storage/cleaner.py``) removes records and
 leaves gaps, keeping every surviving record's offset.
 
 Invariants every implementation keeps:

@@ -4,15 +4,15 @@ Layout of a partition directory::
 
     00000000000000000000.log        a segment's batches, sparse offset index and time index,
     00000000000000000000.index      named by its base offset (formats and per-segment invariants:
-    00000000000000000000.timeindex  ``persister/segment.py``)
+    00000000000000000000.timeindex  ``storage/segment.py``)
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
     cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
-    *.cleaned, *.swap               a cleaned segment being swapped in (persister/segment_swap.py)
+    *.cleaned, *.swap               a cleaned segment being swapped in (storage/segment_swap.py)
     .clean-shutdown                 written by close(); removed by load()
 
 ``load`` reads a directory and returns a ``LoadedLog``, the state ``PartitionLog``
-(``persister/segment_log.py``) is built from; it sets no field of a live log. On the way it
+(``storage/segment_log.py``) is built from; it sets no field of a live log. On the way it
 finishes or drops an interrupted cleaned-segment swap, removes leftover temporary and orphan
 index files, finishes segment deletions a crash interrupted, and, without a clean-shutdown
 marker, checks every batch after the recovery point (header sanity, increasing offsets,
@@ -41,8 +41,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from persister import fileops, segment_swap
-from persister.segment import (
+from storage import fileops, segment_swap
+from storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     LONG_MAX,
@@ -101,23 +101,8 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
     # A crash during a cleaned-segment swap: finish it or drop it before listing segments.
     segment_swap.complete_swaps(directory)
     cleaner_offset = read_checkpoint(directory / CLEANER_CHECKPOINT) or 0
-    names = os.listdir(directory)
-    for name in names:
-        if name.endswith(_TMP_SUFFIX):
-            os.unlink(directory / name)
-    bases = sorted(base_of(n) for n in names if n.endswith(LOG_SUFFIX) and base_of(n) >= 0)
-    base_set = set(bases)
-    for name in names:
-        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
-            stem = name.rsplit(".", 1)[0]
-            if not (len(stem) == 20 and stem.isdigit() and int(stem) in base_set):
-                os.unlink(directory / name)
-    marker = directory / CLEAN_SHUTDOWN_MARKER
-    clean_leo = read_checkpoint(marker)
-    if marker.exists():
-        # Any crash from here on must be recovered by scanning.
-        os.unlink(marker)
-        fsync_dir(directory)
+    bases = _segment_bases(directory)
+    clean_leo = _take_clean_shutdown_marker(directory)
     lso = read_checkpoint(directory / LOG_START_CHECKPOINT)
     rp = read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
 
@@ -156,11 +141,7 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
     if log_start_offset > leo:
         # The start offset checkpoint is ahead of what survived: start over there (Kafka does
         # the same rather than reuse offsets below a start offset it already advertised).
-        for seg in segments:
-            seg.close()
-            seg.unlink()
-        loaded.clear()
-        segments = [Segment.create(directory, log_start_offset, now_ms)]
+        segments = _start_over(directory, segments, loaded, log_start_offset, now_ms)
         leo = log_start_offset
         dir_dirty = True
     active = segments[-1]
@@ -178,6 +159,44 @@ def load(directory: Path, index_interval_bytes: int, now_ms: int) -> LoadedLog:
         dir_dirty=dir_dirty,
         recovered_from=recovered_from,
     )
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    """The base offsets of the directory's segments, in order, after removing leftover
+    temporary files and index files whose segment is gone."""
+    names = os.listdir(directory)
+    for name in names:
+        if name.endswith(_TMP_SUFFIX):
+            os.unlink(directory / name)
+    bases = sorted(base_of(n) for n in names if n.endswith(LOG_SUFFIX) and base_of(n) >= 0)
+    base_set = set(bases)
+    for name in names:
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+            stem = name.rsplit(".", 1)[0]
+            if not (len(stem) == 20 and stem.isdigit() and int(stem) in base_set):
+                os.unlink(directory / name)
+    return bases
+
+
+def _take_clean_shutdown_marker(directory: Path) -> int | None:
+    """The log end offset the clean-shutdown marker records (None: no marker, or unreadable),
+    removing the marker (durably) so that a crash from here on is recovered by scanning."""
+    marker = directory / CLEAN_SHUTDOWN_MARKER
+    clean_leo = read_checkpoint(marker)
+    if marker.exists():
+        os.unlink(marker)
+        fsync_dir(directory)
+    return clean_leo
+
+
+def _start_over(directory: Path, segments: list[Segment], loaded: OrderedDict[int, Segment],
+                offset: int, now_ms: int) -> list[Segment]:
+    """Delete every segment and create an empty one at ``offset``; the new segment list."""
+    for seg in segments:
+        seg.close()
+        seg.unlink()
+    loaded.clear()
+    return [Segment.create(directory, offset, now_ms)]
 
 
 def _restore_clean(directory: Path, active: Segment, marker_leo: int) -> bool:

@@ -1,7 +1,7 @@
 """Idempotent-producer state of every partition, kept across restarts (Kafka's ProducerStateManager).
 
-The state of a partition (``broker/producer_state.py``) is loaded on first use: the newest
-readable snapshot at or below the log end offset (``persister/producer_snapshot.py``), then the
+The state of a partition (``broker/log/producer_state.py``) is loaded on first use: the newest
+readable snapshot at or below the log end offset (``storage/producer_snapshot.py``), then the
 headers of every batch appended after it are replayed. A snapshot is written
 
 - when the partition's active segment is rolled, at the new segment's base offset (the state
@@ -14,7 +14,7 @@ Snapshots below the log start offset (retention, DeleteRecords) are deleted, exc
 snapshot, which still carries the producers whose batches retention removed.
 
 Invariant: a loaded partition's state reflects every batch below its log end offset; the produce
-handler keeps it so by observing each batch right after appending it, and ``broker/txn_log.py``
+handler keeps it so by observing each batch right after appending it, and ``broker/log/txn_log.py``
 each end-transaction marker, on the event loop. Replay does the same for both: a control batch
 ends its producer's transaction, and an ABORT marker re-enters the segment's aborted-transaction
 index (the entries from the replay start on are dropped first). After a crash the replay starts
@@ -30,21 +30,21 @@ from pathlib import Path
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
-from broker.log_manager import LogManager
-from broker.producer_state import ProducerStates
-from persister.producer_snapshot import (
-    delete_snapshots,
-    list_snapshots,
-    read_latest,
-    write_snapshot,
-)
-from persister.segment_log import PartitionLog
+from broker.log.manager import LogManager
+from broker.log.producer_state import ProducerStates
 from protocol.record_batch import (
     CONTROL_COMMIT,
     BatchHeader,
     control_type,
     marker_coordinator_epoch,
 )
+from storage.producer_snapshot import (
+    delete_snapshots,
+    list_snapshots,
+    read_latest,
+    write_snapshot,
+)
+from storage.segment_log import PartitionLog
 
 log = logging.getLogger("shoal.producer")
 

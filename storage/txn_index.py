@@ -16,7 +16,7 @@ Invariants and failure handling:
   up to its first malformed or partial entry (a torn write after a crash), the rest is ignored;
 - entries whose marker is at or past the log end offset are dropped when the log opens (crash
   recovery truncated their marker away), and the producer-state replay after a crash rewrites
-  the entries of every marker it re-reads (``broker/producer_state_manager.py``);
+  the entries of every marker it re-reads (``broker/log/producer_state_manager.py``);
 - a file goes with its segment (retention, DeleteRecords, recovery truncation: ``Segment.unlink``;
   compaction: the cleaned segment gets a ``.txnindex.cleaned`` with the entries it keeps).
 
@@ -34,7 +34,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from persister import fileops
+from storage import fileops
 
 _log = logging.getLogger("shoal.log")
 

@@ -9,7 +9,7 @@ A segment whose first offset is *base* has three files, named by *base* zero-pad
 Invariants:
 - Offsets increase: each batch starts after the previous batch's last offset, at or after the
   segment's base offset. As appended they are dense (the first batch starts at the base offset,
-  each next one at the previous last offset + 1); the log cleaner (``persister/cleaner.py``)
+  each next one at the previous last offset + 1); the log cleaner (``storage/cleaner.py``)
   leaves gaps where it removed records, and keeps each surviving batch's base and last offset.
 - The file holds whole batches only; ``size`` (in memory) is where the next batch goes. Recovery
   (``recover``, then ``truncate``) cuts anything after the last batch with a valid header and CRC.
@@ -28,7 +28,7 @@ only under its lock. The exceptions go by file name: ``fsync`` (safe against a c
 and ``unlink`` of a segment already taken off the list. Before that, ``log_loader.load`` opens and
 recovers the segments on its own, before any other thread can see them.
 
-I/O errors surface as ``OSError``; writes, truncates and syncs go through ``persister.fileops``
+I/O errors surface as ``OSError``; writes, truncates and syncs go through ``storage.fileops``
 (the fault-injection seam). Kafka classes this mirrors: ``LogSegment``,
 ``OffsetIndex``/``TimeIndex`` and the per-segment part of ``LogLoader`` (behaviour only).
 """
@@ -47,8 +47,6 @@ from pathlib import Path
 
 import crc32c
 
-from persister import fileops
-from persister.log import LogError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -59,6 +57,8 @@ from protocol.record_batch import (
     NO_TIMESTAMP,
     CorruptRecordError,
 )
+from storage import fileops
+from storage.log import LogError
 
 INT32_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -66,7 +66,7 @@ LONG_MAX = (1 << 63) - 1
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"  # persister/txn_index.py
+TXN_INDEX_SUFFIX = ".txnindex"  # storage/txn_index.py
 
 _INDEX_ENTRY = INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = TIME_ENTRY = struct.Struct(">qi")
@@ -173,7 +173,7 @@ class Segment:
         self.loaded = False
 
     def all_paths(self) -> tuple[str, ...]:
-        """``paths()`` plus the aborted-transaction index (``persister/txn_index.py``), which
+        """``paths()`` plus the aborted-transaction index (``storage/txn_index.py``), which
         exists only for segments that got an ABORT marker."""
         return (*self.paths(), self.log_path[: -len(LOG_SUFFIX)] + TXN_INDEX_SUFFIX)
 

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from persister.log import LogError
+from storage.log import LogError
 
 _log = logging.getLogger("shoal.log")
 

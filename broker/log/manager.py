@@ -9,7 +9,7 @@ segment deletion — run in a worker thread so other connections keep being serv
 - when the flush policy calls for it, the producer's response waits for the fsync;
 - every log shares one ``LogDir`` (``self.log_dir``): after a write or sync error it is offline,
   nothing more is flushed or retention-checked, and the broker shuts down
-  (``persister/log_dir.py``).
+  (``storage/log_dir.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 
 from broker.clock import Clock
 from broker.config import BrokerConfig, cleanup_policies, topic_config_value
-from broker.topics import Topic
-from broker.watch import Watch
-from persister.log_dir import LogDir
-from persister.segment_log import LogConfig, PartitionLog
+from broker.log.topics import Topic
+from broker.log.watch import Watch
+from storage.log_dir import LogDir
+from storage.segment_log import LogConfig, PartitionLog
 
 log = logging.getLogger("shoal.log")
 
@@ -190,7 +190,7 @@ class LogManager:
         now = self._clock.now_ms()
         for (topic, p), lg in list(self._logs.items()):
             if self.log_dir.offline:
-                return  # never retried; the broker is shutting down (persister/log_dir.py)
+                return  # never retried; the broker is shutting down (storage/log_dir.py)
             # Also after a segment roll, as Kafka does, so the recovery point keeps moving and
             # a crash never means scanning more than the active segment.
             if lg.needs_background_flush(now):

@@ -3,19 +3,19 @@ transactions and end-transaction markers (``Broker.txn_log``; contract: txn_api.
 
 What a transaction leaves in a data partition: its transactional batches, then one control batch
 (the COMMIT or ABORT marker) the transaction coordinator has written through ``write_marker``.
-The per-partition producer state (``broker/producer_state.py``) knows each producer's ongoing
+The per-partition producer state (``broker/log/producer_state.py``) knows each producer's ongoing
 transaction; from it:
 
 - the last stable offset (LSO) is the first offset of the oldest ongoing transaction, else the
   log end offset. read_committed fetches stop there (``broker/handlers/fetch.py``);
 - an ABORT marker puts (producer id, first offset, marker offset, LSO) into the aborted-transaction
-  index of the marker's segment (``persister/txn_index.py``), which read_committed fetches list so
+  index of the marker's segment (``storage/txn_index.py``), which read_committed fetches list so
   consumers drop that data.
 
 Invariants: a marker is appended and observed in one step on the event loop (no other append of
 the partition in between), so the producer state, the index and the log always agree; the LSO
 never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offset`` mirrors the
-state's oldest ongoing transaction for the log cleaner (``persister/cleaner.py``), which never
+state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
 cleans at or past it.
 
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
@@ -27,15 +27,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from persister.log import LogClosedError
+from broker.clock import Clock
+from broker.log.manager import LogManager
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import TopicRegistry
 from protocol.record_batch import control_batch
-
-if TYPE_CHECKING:
-    from broker.app import Broker
+from storage.log import LogClosedError
 
 log = logging.getLogger("shoal.txn")
 
@@ -47,10 +48,19 @@ class AbortedTxn:
     last_offset: int  # offset of its ABORT marker
 
 
+class TxnLogHost(Protocol):
+    """What the transactional log needs of the broker (``Broker`` is one)."""
+
+    logs: LogManager
+    producers: ProducerStateManager
+    topics: TopicRegistry
+    clock: Clock
+
+
 class TransactionalLog:
     """Transactions over the broker's partition logs and producer states."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: TxnLogHost) -> None:
         self._broker = broker
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
