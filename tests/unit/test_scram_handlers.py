@@ -143,3 +143,42 @@ def test_without_an_acl_authorizer_only_super_users_may(tmp_path: Path) -> None:
         ("bob", ErrorCode.cluster_authorization_failed)]
     assert ScramStore.open(tmp_path).describe() == {"alice": {"SCRAM-SHA-256": 8192}}
     assert ctx.broker.metrics.authorization_denied.get(("ALTER", "CLUSTER")) == 1
+
+
+class Name(str):
+    """A user name that counts how often it is compared for equality (the cost of the
+    duplicate and ordering bookkeeping, without a timer)."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        Name.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_many_users_cost_linear_comparisons(tmp_path: Path) -> None:
+    """Thousands of users in one request: each name is compared a bounded number of times, not
+    once per other name (list.count / list membership made 20,000 names take seconds)."""
+    n = 3000
+    names = [Name(f"user-{i}") for i in range(n)]
+    m = request_module(50, 0)
+    req = m.DescribeUserScramCredentialsRequest(
+        users=tuple(m.UserName(name=u) for u in [*names, names[0]]))
+    Name.compared = 0
+    res = describe.handle(_ctx(tmp_path, 50), req)
+    assert Name.compared <= 10 * n, Name.compared
+    assert len(res.results) == n
+    assert res.results[0].error_code == ErrorCode.duplicate_resource
+    assert {r.error_code for r in res.results[1:]} == {ErrorCode.resource_not_found}
+
+    m = request_module(51, 0)
+    req = m.AlterUserScramCredentialsRequest(
+        deletions=tuple(m.ScramCredentialDeletion(name=u, mechanism=1) for u in names),
+        upsertions=())
+    Name.compared = 0
+    res = asyncio.run(alter.handle(_ctx(tmp_path, 51), req))
+    assert Name.compared <= 10 * n, Name.compared
+    assert [r.user for r in res.results] == names
+    assert {r.error_code for r in res.results} == {ErrorCode.resource_not_found}
