@@ -227,6 +227,10 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(0)),
     ConfigDef("group.max.size", "int", 0x7FFFFFFF,
               "Maximum number of members of one classic group.", at_least(1)),
+    ConfigDef("group.config.max.groups", "int", 10_000,
+              "Shoal extension: most groups with group configs (IncrementalAlterConfigs on "
+              "GROUP resources, kept in group-configs.json); configs for one more group are "
+              "refused with POLICY_VIOLATION.", at_least(1)),
     # Consumer groups, KIP-848 consumer protocol (Kafka's names and defaults). Each
     # group.consumer.X without "min."/"max." is the default of the group config consumer.X and
     # must lie in [group.consumer.min.X, group.consumer.max.X].
