@@ -438,7 +438,9 @@ class MetricsServer:
             OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
-        sock = socket.create_server((host, port), backlog=128)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]  # "::" is IPv6
+        sock = socket.create_server((host, port), family=family, backlog=128)
         sock.setblocking(False)
         self._sockets.append(sock)
         self.host, self.port = sock.getsockname()[:2]
