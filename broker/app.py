@@ -46,6 +46,7 @@ from broker.log.producer_state_manager import ProducerStateManager
 from broker.log.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from broker.log.txn_log import TransactionalLog
 from broker.metrics import MetricsServer
+from broker.security.metrics_web import load_web_config
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
@@ -191,19 +192,27 @@ class Broker:
         self.started = False
 
     async def _start_metrics_server(self) -> None:
-        """Serve /metrics when ``metrics.listen`` is set.
+        """Serve /metrics when ``metrics.listen`` is set (``metrics.*`` configs).
 
         Raises:
             OSError: the address cannot be bound.
+            WebConfigError: ``metrics.web.config.file`` cannot be used.
         """
         listen = self.config.get("metrics.listen")
         if not listen:
             return
         host, port = parse_listener(listen)
-        server = MetricsServer(self.metrics.render)
+        web_file = self.config.get("metrics.web.config.file")
+        web = load_web_config(web_file) if web_file else None
+        server = MetricsServer(
+            self.metrics.render, max_connections=self.config.get("metrics.max.connections"),
+            cache_ms=self.config.get("metrics.render.cache.ms"), now_ms=self.clock.monotonic_ms,
+            web=web, render_seconds=self.metrics.metrics_render_seconds,
+            rejected=self.metrics.metrics_connections_rejected)
         await server.start(host, port)
         self.metrics_server = server
-        log.info("Prometheus metrics at http://%s:%d/metrics", server.host, server.port)
+        log.info("Prometheus metrics at %s://%s:%d/metrics%s", server.scheme, server.host,
+                 server.port, " (basic auth)" if server.auth is not None else "")
 
     def add_fatal_listener(self, cb: Callable[[], None]) -> None:
         """Call ``cb()`` on the event loop when the broker must stop (its log directory failed)."""

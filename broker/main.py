@@ -26,6 +26,7 @@ from broker.cli import add_commands
 from broker.config import BrokerConfig, ConfigError, read_properties
 from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
+from broker.security.metrics_web import WebConfigError
 from broker.security.tls import TlsConfigError
 
 
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         raise_open_file_limit()
         try:
             code = asyncio.run(run_broker(config, args.ready_file, add_scram))
-        except (TlsConfigError, SaslConfigError) as exc:
+        except (TlsConfigError, SaslConfigError, WebConfigError) as exc:
             print(f"shoal: configuration error: {exc}", file=sys.stderr)
             return 2
         except (OSError, ScramError) as exc:

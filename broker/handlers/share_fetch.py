@@ -18,7 +18,8 @@ answered with the top-level SHARE_SESSION_LIMIT_REACHED, the error Kafka gives w
 cannot be held (there for the session count), and the session is left as it was; the latter
 kind is refused before its body is decoded (``request_limit``, broker/wire_limits.py).
 
-Authorization (``broker/authz.py``), as Kafka: READ on the group first, else the top-level
+Authorization (``broker/authz.py``), as Kafka: a null or empty GroupId is INVALID_REQUEST before
+anything else; then READ on the group, else the top-level
 GROUP_AUTHORIZATION_FAILED and nothing else happens. Then READ on every topic of the session and
 of the request, asked once per topic and request (``_refused_topics``): a partition of a topic the
 principal may not read stays in the session (as in Kafka, so it is served once READ is granted)
@@ -108,6 +109,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
 
     top = top_level(m.ShareFetchResponse, lock_ms)
 
+    if not group:
+        # Before authorization, as Kafka: a null id is no resource name to match ACLs against.
+        return top(ErrorCode.invalid_request, request_problem(group, member))
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, group)):
         return top(ErrorCode.group_authorization_failed, refusal(
             ctx.principal, Operation.READ, Resource(ResourceType.GROUP, group)))

@@ -94,11 +94,17 @@ class AclSeam:
 
     def authorize(self, principal: Principal, operation: Operation, resource: Resource,
                   host: str = "*") -> bool:
+        if not isinstance(resource.name, str):
+            # A null name from the wire names no resource (handlers refuse it first; this is
+            # the backstop: matching it against PREFIXED ACLs would raise).
+            return False
         return self.acls.authorize(self._name(principal), host, _OPERATIONS[operation],
                                    _TYPES[resource.type], resource.name)
 
     def authorized_operations(self, principal: Principal, resource: Resource,
                               host: str = "*") -> int:
+        if not isinstance(resource.name, str):
+            return 0
         return self.acls.authorized_operations(self._name(principal), host,
                                                _TYPES[resource.type], resource.name)
 
