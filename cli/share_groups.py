@@ -14,7 +14,7 @@
 
 Columns are Kafka's: ``GROUP TOPIC PARTITION START-OFFSET LAG`` (``LEADER-EPOCH`` with
 --verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S`` when the broker's metrics
-endpoint is known, broker/cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
+endpoint is known, cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
 #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
 ``GROUP COORDINATOR (ID) STATE #MEMBERS`` (``GROUP-EPOCH ASSIGNMENT-EPOCH``), ``GROUP TOPIC
 PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prints ``-``.
@@ -44,9 +44,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command
-from broker.cli import share_figures as sf
-from broker.cli.output import Cell, emit, print_json
+from cli import new_parser, open_cluster, run_command
+from cli import share_figures as sf
+from cli.output import Cell, emit, print_json
 from client.admin_wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
 from protocol.messages import make
@@ -268,7 +268,7 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
 
 def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],
              args: argparse.Namespace) -> sf.Figures | None:
-    """Age and drain figures of the groups' share-partitions (broker/cli/share_figures.py),
+    """Age and drain figures of the groups' share-partitions (cli/share_figures.py),
     or None when no metrics endpoint is known."""
     wanted = {gid for gid, _g, _node in groups}
     timeout_s = max(1.0, args.timeout / 1000)

@@ -1,10 +1,10 @@
 """A small blocking Kafka admin client: the wire layer of the ``shoal`` admin commands.
 
 It lives in ``client/`` beside the asyncio share consumer (issue 14: one client library, with a
-consumer and an admin part; the CLI in ``broker/cli/`` is a thin layer over it) and shares its
+consumer and an admin part; the CLI in ``cli/`` is a thin layer over it) and shares its
 security settings and SASL exchange (``client/security.py``). Like ``client.errors`` and
 ``client.security`` it needs only the broker's own dependencies, so the CLI runs on a
-broker-only install. ``broker/cli/wire.py`` re-exports it for older imports.
+broker-only install. ``cli/wire.py`` re-exports it for older imports.
 
 It speaks the Kafka protocol to any broker (Shoal or Apache Kafka): it negotiates versions with
 ApiVersions on every connection, finds brokers with Metadata and group coordinators with

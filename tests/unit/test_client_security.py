@@ -14,7 +14,7 @@ import scramp
 import trustme
 from kio.schema.errors import ErrorCode
 
-from broker.cli.users import (
+from cli.users import (
     MECHANISMS,
     parse_scram_config,
     salted_password,
