@@ -41,7 +41,7 @@ from kio.schema.errors import ErrorCode
 from cli import new_parser, open_cluster, run_command
 from cli.output import print_json
 from client.admin_wire import CliError, Connection, error_text
-from broker.security.acl import (
+from protocol.acl_types import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     AclBinding,

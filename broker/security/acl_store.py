@@ -30,7 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBinding,
     AclOperation,
     AclPermissionType,
