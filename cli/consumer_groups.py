@@ -46,7 +46,7 @@ from kio.schema.errors import ErrorCode
 from cli import new_parser, open_cluster, run_command
 from cli import reset_plan as rp
 from cli.output import Cell, emit, print_json
-from cli.share_groups import EARLIEST, LATEST, list_offsets
+from cli.share_reset import EARLIEST, LATEST, list_offsets
 from client.admin_groups import (
     CLASSIC,
     CONSUMER,

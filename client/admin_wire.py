@@ -45,7 +45,6 @@ from client.core.versions import API_NAMES
 from client.errors import KafkaError, error_text
 from client.security import SecurityConfigError, SecuritySettings
 from protocol.codec import request_module
-from protocol.errors import ProtocolError
 from protocol.messages import make
 
 __all__ = ["API_NAMES", "CLIENT_ID", "CLIENT_VERSIONS", "CliError", "Cluster", "Connection",
