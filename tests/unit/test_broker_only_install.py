@@ -21,7 +21,7 @@ class _Refuse(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, _Refuse())
-import broker.main, cli, cli.main, cli.wire, client.admin_wire, client.admin_groups
+import broker.main, cli, cli.main, cli.wire, client.admin_wire, client.admin_groups, client.core
 import client.errors, client.security
 from broker.handlers import ALL_HANDLERS
 assert ALL_HANDLERS
