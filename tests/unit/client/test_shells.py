@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -51,22 +51,55 @@ def _answer(frame: bytes) -> bytes:
     return encode_response(METADATA, req.api_version, req.correlation_id, _metadata(name))
 
 
+class _Peer:
+    """An asyncio server whose connection handlers are all cancelled and closed at the end."""
+
+    def __init__(self, handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                         Awaitable[None]]) -> None:
+        self._handler = handler
+        self._tasks: list[asyncio.Task[None]] = []
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)  # type: ignore[arg-type]
+        await self._handler(reader, writer)
+
+    async def __aenter__(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for w in self._writers:
+            w.close()
+            try:
+                await w.wait_closed()
+            except OSError:
+                pass
+        await self._server.wait_closed()
+
+
+async def _kafka(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    decoder = FrameDecoder()
+    while data := await reader.read(65536):
+        for frame in decoder.feed(data):
+            req = decode_request(frame)
+            if req.api_key == METADATA and req.body.topics[0].name == "slow":
+                await asyncio.sleep(1.0)  # answered late, still in order
+            writer.write(_answer(frame))
+
+
 @pytest.fixture
 async def peer() -> AsyncIterator[tuple[str, int]]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder()
-        while data := await reader.read(65536):
-            for frame in decoder.feed(data):
-                if decode_request(frame).api_key == METADATA and \
-                        decode_request(frame).body.topics[0].name == "slow":
-                    await asyncio.sleep(1.0)  # answered late, still in order
-                writer.write(_answer(frame))
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    yield host, port
-    server.close()
+    async with _Peer(_kafka) as address:
+        yield address
 
 
 def _metadata_req(topic: str) -> Any:
@@ -108,15 +141,11 @@ async def test_a_peer_that_is_not_kafka_fails_the_connect_within_its_timeout() -
         await reader.read(100)
         writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")  # a size prefix of 1.2 GB
 
-    server = await asyncio.start_server(babble, "127.0.0.1", 0)
-    host, port = server.sockets[0].getsockname()[:2]
-    conn = BrokerConnection(host, port, client_id="t")
-    try:
+    async with _Peer(babble) as (host, port):
+        conn = BrokerConnection(host, port, client_id="t")
         with pytest.raises(ConnectionError, match="outside"):
             await conn.connect(timeout=5.0)
         assert conn.closed
-    finally:
-        server.close()
 
 
 def _blocking_peer(handler: Callable[[socket.socket], None]) -> tuple[str, int]:
