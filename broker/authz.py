@@ -173,8 +173,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.security.acl import SUPPORTED_OPERATIONS, operations_bitfield
-from broker.security.acl import ResourceType as AclResourceType
+from protocol.acl_types import SUPPORTED_OPERATIONS, operations_bitfield
+from protocol.acl_types import ResourceType as AclResourceType
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.log.topics import atomic_write
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBinding,
     AclOperation,
     AclPermissionType,

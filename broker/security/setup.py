@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.authz import Operation, Principal, Resource, ResourceType
-from broker.security.acl import AclOperation
-from broker.security.acl import ResourceType as AclResourceType
+from protocol.acl_types import AclOperation
+from protocol.acl_types import ResourceType as AclResourceType
 from broker.security.acl_store import AclStore
 from broker.security.authorizer import AclAuthorizer, parse_super_users
 

@@ -24,8 +24,8 @@ from broker.clock import FakeClock
 from broker.config import BrokerConfig, ConfigError
 from broker.context import RequestContext
 from broker.metrics import LabelledCounter
-from broker.security.acl import AclBinding, AclOperation, AclPermissionType, PatternType
-from broker.security.acl import ResourceType as AclType
+from protocol.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType
+from protocol.acl_types import ResourceType as AclType
 from broker.security.authorizer import AclAuthorizer
 from broker.security.setup import AclSeam
 

@@ -29,7 +29,7 @@ every broker), FindCoordinator, then on the coordinator ConsumerGroupDescribe (w
 serves it; a classic group is described with DescribeGroups), OffsetFetch, OffsetCommit
 (generation -1, no member: an admin commit, which the broker allows only while the group has no
 members), OffsetDelete and DeleteGroups; Metadata and ListOffsets on partition leaders. Resets
-follow kafka-consumer-groups.sh (``broker/cli/reset_plan.py``): only an inactive group (Empty,
+follow kafka-consumer-groups.sh (``cli/reset_plan.py``): only an inactive group (Empty,
 or not existing yet), new offsets clamped to the log, and a dry run unless --execute.
 """
 
@@ -43,10 +43,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command
-from broker.cli import reset_plan as rp
-from broker.cli.output import Cell, emit, print_json
-from broker.cli.share_groups import EARLIEST, LATEST, list_offsets
+from cli import new_parser, open_cluster, run_command
+from cli import reset_plan as rp
+from cli.output import Cell, emit, print_json
+from cli.share_reset import EARLIEST, LATEST, list_offsets
 from client.admin_groups import (
     CLASSIC,
     CONSUMER,

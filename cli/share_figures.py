@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli.wire import CliError, Connection, Node
+from cli.wire import CliError, Connection, Node
 from protocol.codec import request_module
 from protocol.messages import make
 

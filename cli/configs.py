@@ -8,7 +8,7 @@ Entity types: ``groups`` (ConfigResource GROUP, the KIP-932 ``share.*`` configs)
 ``brokers`` (entity name = broker id), and ``users`` for SCRAM credentials
 (``--add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``, ``--delete-config
 SCRAM-SHA-256``; ``--describe`` without ``--entity-name`` lists every user; see
-``broker/cli/users.py``). ``--alter`` sends one IncrementalAlterConfigs with SET for
+``cli/users.py``). ``--alter`` sends one IncrementalAlterConfigs with SET for
 each added and DELETE for each deleted config, all or nothing. ``--describe`` prints
 ``NAME VALUE SOURCE`` for the configs set on the entity (all of them with ``--all``).
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command, users
-from broker.cli.output import Cell, emit, print_json
+from cli import new_parser, open_cluster, run_command, users
+from cli.output import Cell, emit, print_json
 from client.admin_wire import CliError, Connection, error_text
 from protocol.codec import request_module
 from protocol.messages import make

@@ -3,7 +3,7 @@ over the Kafka protocol.
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
-``add_commands`` registers the subcommands on ``broker/main.py``'s parser; each sets
+``add_commands`` registers the subcommands on ``cli/main.py``'s parser; each sets
 ``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for
 invalid usage. Errors are one line on stderr that says what failed and what to do.
 
@@ -28,7 +28,7 @@ DEFAULT_TIMEOUT_MS = 30_000
 def add_commands(sub: Any) -> None:
     """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls`` and ``users``
     to the ``shoal`` subparsers."""
-    from broker.cli import acls, configs, consumer_groups, share_groups, topics, users
+    from cli import acls, configs, consumer_groups, share_groups, topics, users
 
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)

@@ -32,8 +32,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command
-from broker.cli.output import Cell, emit, print_json
+from cli import new_parser, open_cluster, run_command
+from cli.output import Cell, emit, print_json
 from client.admin_wire import CliError, Connection, error_text
 from protocol.codec import request_module
 from protocol.messages import make

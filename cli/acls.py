@@ -38,10 +38,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command
-from broker.cli.output import print_json
+from cli import new_parser, open_cluster, run_command
+from cli.output import print_json
 from client.admin_wire import CliError, Connection, error_text
-from broker.security.acl import (
+from protocol.acl_types import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     AclBinding,

@@ -20,8 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cli import new_parser, open_cluster, run_command
-from broker.cli.output import Cell, emit, print_json, table
+from cli import new_parser, open_cluster, run_command
+from cli.output import Cell, emit, print_json, table
 from client.admin_wire import CliError, Cluster, error_text
 from protocol.codec import request_module
 from protocol.messages import make
@@ -159,7 +159,7 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     head_cols = ["TOPIC", "TOPIC-ID", "PARTITIONS", "REPLICATION-FACTOR", "CONFIGS"]
     part_cols = ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
     if args.output == "json":
-        from broker.cli.output import rows_as_json
+        from cli.output import rows_as_json
 
         print_json({"topics": rows_as_json(head_cols, head),
                     "partitions": rows_as_json(part_cols, parts)})
