@@ -53,6 +53,7 @@ from broker.share_state import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
+from coordinator.host import PartitionLogLike
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
 from persister.log_dir import LogDir, describe
@@ -149,11 +150,14 @@ class Broker:
             self.persister = CoordinatorPersister(self.share_coordinator)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
         # Share groups over __consumer_offsets: created if missing, every partition loaded.
-        self.share_groups = await open_share_groups(self)
+        self.share_groups = await open_share_groups(
+            self, persister=self.persister, group_configs=self.group_configs)
         self.add_topic_listener(self.share_groups.topics_changed)
         # Transactions over __transaction_state (after share groups: markers for
         # __consumer_offsets go through them); prepared transactions resume their markers.
-        self.transactions = await open_transactions(self)
+        self.transactions = await open_transactions(
+            self, data_markers=self.txn_log,
+            offset_markers=self.share_groups.complete_transaction)
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
         self.cleaner.stable_limit = self.txn_log.cleaner_limit
@@ -383,6 +387,17 @@ class Broker:
             log.warning("%s has %d partitions; %s=%d is ignored (placement depends on the "
                         "existing count)", name, topic.partitions, partitions_config, partitions)
         return topic
+
+    def log_for(self, topic: str, partition: int) -> PartitionLogLike:
+        """The open log of ``topic``-``partition`` (``coordinator/host.py``).
+
+        Raises:
+            KeyError: no such topic partition.
+        """
+        lg = self.logs.get(topic, partition)
+        if lg is None:
+            raise KeyError(f"{topic}-{partition}")
+        return lg
 
     def delete_topic(self, name: str) -> Topic:
         topic = self.topics.delete(name)

@@ -515,17 +515,6 @@ def _assignors_problem(value: str) -> str | None:
     return None
 
 
-def consumer_assignors(value: str) -> tuple[str, ...]:
-    """The short names (uniform, range) of a valid ``group.consumer.assignors`` value."""
-    out = []
-    for n in str(value).split(","):
-        if n.strip():
-            short = n.strip().rsplit(".", 1)[-1].removesuffix("Assignor").lower()
-            if short not in out:
-                out.append(short)
-    return tuple(out)
-
-
 # (default, min, max) broker config names of each bounded consumer-group setting.
 CONSUMER_BOUNDED = {
     suffix: (f"group.consumer.{suffix}", f"group.consumer.min.{suffix}",

@@ -69,19 +69,16 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker.clock import Clock
-from broker.config import BrokerConfig, consumer_assignors
-from broker.group_configs import GroupConfigs, ShareGroupConfig
-from broker.topics import Topic
 from coordinator.group import classic as cl
 from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import offsets as off
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage
+from coordinator.group.consumer_assignor import consumer_assignors
 from coordinator.group.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -102,6 +99,7 @@ from coordinator.group.shard import (
     deletions,
     initializations,
 )
+from coordinator.host import Clock, ConfigValues, CoordinatorHost, TopicView
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.share.state import NO_LEADER_EPOCH
@@ -116,9 +114,6 @@ from persister.api import (
 )
 from persister.log import PartitionLogLike
 
-if TYPE_CHECKING:
-    from broker.app import Broker
-
 log = logging.getLogger("shoal.groups")
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
@@ -132,6 +127,28 @@ GROUP_APPEND_FSYNC = True
 MemberListener = Callable[[str, str], None]
 _Described = TypeVar("_Described")
 """Called with (group id, member id) after a member left or was fenced (session expiry)."""
+
+
+
+class ShareGroupTimeouts(Protocol):
+    """A share group's effective session and heartbeat settings."""
+
+    @property
+    def session_timeout_ms(self) -> int: ...
+
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+
+
+class GroupConfigSource(Protocol):
+    """Per-group configs (dynamic: read on every use; the broker's ``GroupConfigs``)."""
+
+    def get(self, group_id: str) -> ShareGroupTimeouts: ...
+
+    def consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout ms, heartbeat interval ms) of a consumer group."""
+        ...
+
 
 ShardOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any]]
 
@@ -174,10 +191,10 @@ class ShareGroupService:
         self,
         *,
         clock: Clock,
-        broker_config: BrokerConfig,
-        group_configs: GroupConfigs,
+        broker_config: ConfigValues,
+        group_configs: GroupConfigSource,
         persister: Persister,
-        topics: Callable[[], Iterable[Topic]],
+        topics: Callable[[], Iterable[TopicView]],
         num_partitions: int = DEFAULT_NUM_PARTITIONS,
         fsync: bool = GROUP_APPEND_FSYNC,
     ) -> None:
@@ -496,7 +513,7 @@ class ShareGroupService:
 
     # ------------------------------------------------------------------ configs and listeners
 
-    def config(self, group_id: str) -> ShareGroupConfig:
+    def config(self, group_id: str) -> ShareGroupTimeouts:
         """The group's effective share configs (read per call; dynamic changes apply)."""
         return self._configs.get(group_id)
 
@@ -871,30 +888,24 @@ def _topic_configs() -> dict[str, Any]:
     return {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": OFFSETS_SEGMENT_BYTES}
 
 
-def ensure_offsets_topic(broker: Broker) -> Topic:
+def ensure_offsets_topic(host: CoordinatorHost) -> TopicView:
     """``__consumer_offsets`` with ``offsets.topic.num.partitions`` partitions and the group
     coordinator's configs."""
-    return broker.ensure_internal_topic(CONSUMER_OFFSETS_TOPIC, "offsets.topic.num.partitions",
-                                        _topic_configs())
+    return host.ensure_internal_topic(CONSUMER_OFFSETS_TOPIC, "offsets.topic.num.partitions",
+                                      _topic_configs())
 
 
-async def open_share_groups(broker: Broker) -> ShareGroupService:
+async def open_share_groups(host: CoordinatorHost, *, persister: Persister,
+                            group_configs: GroupConfigSource) -> ShareGroupService:
     """Create or open ``__consumer_offsets``, load every partition and return the service.
-
-    Needs ``broker.persister`` and ``broker.group_configs``.
-    """
-    topic = ensure_offsets_topic(broker)
-    assert broker.persister is not None
+    ``persister`` holds the share groups' durable share state; ``group_configs`` the per-group
+    configs."""
+    topic = ensure_offsets_topic(host)
     service = ShareGroupService(
-        clock=broker.clock, broker_config=broker.config, group_configs=broker.group_configs,
-        persister=broker.persister, topics=broker.topics.all, num_partitions=topic.partitions)
+        clock=host.clock, broker_config=host.config, group_configs=group_configs,
+        persister=persister, topics=host.topics.all, num_partitions=topic.partitions)
 
-    def log_for(partition: int) -> PartitionLogLike:
-        lg = broker.logs.get(CONSUMER_OFFSETS_TOPIC, partition)
-        assert lg is not None, "LogManager opens every partition of a registered topic"
-        return lg
-
-    load_ms = await service.load(log_for)
+    load_ms = await service.load(lambda p: host.log_for(CONSUMER_OFFSETS_TOPIC, p))
     if any(g.deleting for p in service.runtime.partitions()
            if (shard := service.runtime.shard(p)) is not None for g in shard.groups.values()):
         service.topics_changed()  # finish deleting the share state of deleted topics
