@@ -38,7 +38,7 @@ from broker.config import (
 )
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
-from broker.group_service import open_share_groups
+from coordinator.group.service import open_share_groups
 from broker.log_cleaner import LogCleaner
 from broker.log_manager import LogManager
 from broker.metrics import MetricsServer
@@ -49,10 +49,10 @@ from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
-from broker.share_state import open_share_coordinator
+from coordinator.share.opener import open_share_coordinator
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from broker.txn_log import TransactionalLog
-from broker.txn_service import TransactionService, open_transactions
+from coordinator.txn.service import TransactionService, open_transactions
 from coordinator.host import PartitionLogLike
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister

@@ -281,7 +281,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300_000,
               "How often share-partitions not snapshotted since the previous run are "
               "re-snapshotted, so an idle share-partition does not stop pruning.", at_least(1)),
-    # Transactions (KIP-98; Kafka's names and defaults; broker/txn_service.py).
+    # Transactions (KIP-98; Kafka's names and defaults; coordinator/txn/service.py).
     ConfigDef("transactional.id.expiration.ms", "int", 604_800_000,
               "A transactional id with no transaction for this long (in Empty, CompleteCommit "
               "or CompleteAbort) is removed from __transaction_state.", at_least(1)),

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
-from broker.group_service import CONSUMER_OFFSETS_TOPIC
+from coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from broker.handlers._common import NO_THROTTLE
 from coordinator.group import offsets as off
 from protocol.codec import response_module

@@ -1,6 +1,6 @@
 """WriteTxnMarkers (27) v1-2: inter-broker, the coordinator's COMMIT/ABORT markers (KIP-98).
 
-Shoal's coordinator writes its markers in process (``broker/txn_service.py``), so this RPC only
+Shoal's coordinator writes its markers in process (``coordinator/txn/service.py``), so this RPC only
 comes from outside: a client, or a tool. It is refused to clients: with CLUSTER_ACTION (or, when
 an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served honestly, per
 partition: ``broker.txn_log.write_marker`` for data partitions,
@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
-from broker.txn_service import CONSUMER_OFFSETS_TOPIC
+from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC
 from protocol.codec import response_module
 
 API_KEY = 27

@@ -44,8 +44,8 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
-from coordinator.group.records import Record
+from coordinator.group.classic import records as cr
+from coordinator.group.share.records import Record
 from coordinator.group.txn_offsets import PendingOffsets
 from coordinator.runtime.undo import UndoLog
 

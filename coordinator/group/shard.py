@@ -47,7 +47,7 @@ records go through ``serde.GroupRecordSerde``):
 Reads that answer clients (``describe``, ``list_groups``, ``committed_group``) use the committed
 view; ``groups``/``group`` are the latest replayed state (what ops see).
 
-Driving it from the shell (``broker/group_service.py``):
+Driving it from the shell (``coordinator/group/service.py``):
 - ``initializations(result)`` lists share-partition state to initialize (InitializeShareGroupState,
   StartOffset -1, StateEpoch = the given epoch), to send once the op's records are committed. When
   the persister answers, run ``mark_initialized`` or ``mark_initialization_failed`` (write ops).
@@ -87,18 +87,18 @@ from typing import Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic as cl
-from coordinator.group import classic_records as cr
-from coordinator.group import consumer_groups as cgs
-from coordinator.group import consumer_heartbeat as ch
-from coordinator.group import consumer_records as cgr
-from coordinator.group import heartbeat as hb
+from coordinator.group.classic import group as cl
+from coordinator.group.classic import records as cr
+from coordinator.group.consumer import groups as cgs
+from coordinator.group.consumer import heartbeat as ch
+from coordinator.group.consumer import records as cgr
+from coordinator.group.share import heartbeat as hb
 from coordinator.group import offsets as off
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_group import ConsumerGroup
-from coordinator.group.consumer_groups import ConsumerGroups
-from coordinator.group.heartbeat import (
+from coordinator.group.share import records as r
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.consumer.group import ConsumerGroup
+from coordinator.group.consumer.groups import ConsumerGroups
+from coordinator.group.share.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
     ShareGroupSettings,
@@ -106,8 +106,8 @@ from coordinator.group.heartbeat import (
     ShareStateInitialization,
     Txn,
 )
-from coordinator.group.share_group import GroupState, PartitionSet, ShareGroup
-from coordinator.group.store import GroupStore
+from coordinator.group.share.group import GroupState, PartitionSet, ShareGroup
+from coordinator.group.share.store import GroupStore
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer
 

@@ -26,7 +26,7 @@ from broker.config import BrokerConfig
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
 from broker.topics import Topic
-from coordinator.group.heartbeat import HeartbeatRequest
+from coordinator.group.share.heartbeat import HeartbeatRequest
 from persister.api import ReadParams, SharePartitionKey
 from tests.unit.batches import make_batch
 

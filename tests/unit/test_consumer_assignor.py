@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.assignor import TopicInfo
-from coordinator.group.consumer_assignor import (
+from coordinator.group.share.assignor import TopicInfo
+from coordinator.group.consumer.assignor import (
     ASSIGNORS,
     DEFAULT_ASSIGNORS,
     ConsumerAssignor,

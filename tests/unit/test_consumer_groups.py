@@ -18,16 +18,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic as cl
-from coordinator.group import consumer_records as c
+from coordinator.group.classic import group as cl
+from coordinator.group.consumer import records as c
 from coordinator.group import offsets as off
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_heartbeat import (
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.consumer.heartbeat import (
     ConsumerGroupSettings,
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
 )
-from coordinator.group.heartbeat import HeartbeatRequest
+from coordinator.group.share.heartbeat import HeartbeatRequest
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.runtime.result import CoordinatorResult

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.assignor import TopicsImage, assign
+from coordinator.group.share.assignor import TopicsImage, assign
 
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)

@@ -14,9 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.clock import SystemClock
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import HeartbeatRequest, ShareGroupSettings
+from coordinator.group.share import records as r
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.share.heartbeat import HeartbeatRequest, ShareGroupSettings
 from coordinator.group.serde import GroupRecordSerde, decode_record
 from coordinator.group.shard import GroupCoordinatorShard, initializations
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, PartitionStatus

@@ -18,9 +18,9 @@ from kio.schema.errors import ErrorCode
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
 from broker.group_configs import GroupConfigs
-from broker.group_service import ShareGroupService
+from coordinator.group.service import ShareGroupService
 from broker.topics import Topic
-from coordinator.group.heartbeat import HeartbeatRequest
+from coordinator.group.share.heartbeat import HeartbeatRequest
 from coordinator.group.placement import partition_for_group
 from coordinator.runtime.loop import PartitionStatus
 from persister.api import InitializeParams, ReadParams, SharePartitionKey, WriteParams, WriteResult

@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.share_admin import AlterPlan, forget_topics_op, prepare_alter_op, share_lag
 from coordinator.group import serde
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import HeartbeatRequest
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.share.heartbeat import HeartbeatRequest
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.runtime.result import CoordinatorResult
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
+from coordinator.group.classic import records as cr
 from coordinator.group import offsets as off
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
@@ -294,8 +294,8 @@ def test_consumer_group_member_epoch_checks() -> None:
 
 
 def test_share_group_id_is_not_found() -> None:
-    from coordinator.group.heartbeat import HeartbeatRequest
-    from coordinator.group.assignor import TopicsImage
+    from coordinator.group.share.heartbeat import HeartbeatRequest
+    from coordinator.group.share.assignor import TopicsImage
 
     shard = GroupCoordinatorShard(require_share_state_initialization=False)
     res = shard.share_group_heartbeat(HeartbeatRequest("sg", "m", 0, None, ("a",)),

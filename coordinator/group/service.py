@@ -1,10 +1,10 @@
 """``ShareGroupService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
 
 It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic.py``,
+LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic/group.py``,
 ``coordinator/group/offsets.py``), and
 consumer-protocol (KIP-848) groups (ConsumerGroupHeartbeat/Describe,
-``coordinator/group/consumer_groups.py``); their regex subscriptions are resolved against
+``coordinator/group/consumer/groups.py``); their regex subscriptions are resolved against
 ``topics_version()``, a fingerprint of the topic names and ids.
 A classic request whose answer comes later (a JoinGroup waiting for the rebalance, a follower's
 SyncGroup waiting for the leader) registers a waiter id and a future before its op runs; the
@@ -73,13 +73,13 @@ from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic as cl
-from coordinator.group import consumer_heartbeat as ch
+from coordinator.group.classic import group as cl
+from coordinator.group.consumer import heartbeat as ch
 from coordinator.group import offsets as off
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_assignor import consumer_assignors
-from coordinator.group.heartbeat import (
+from coordinator.group.share import records as r
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.consumer.assignor import consumer_assignors
+from coordinator.group.share.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
     ShareGroupSettings,

@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.group import records as r
-from coordinator.group.share_group import apply_record
+from coordinator.group.share import records as r
+from coordinator.group.share.group import apply_record
 from coordinator.runtime.undo import UndoLog
 
 KeyOffsets = dict[r.RecordKey, int]

@@ -53,7 +53,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
-from coordinator.group.assignor import TopicInfo
+from coordinator.group.share.assignor import TopicInfo
 
 __all__ = [
     "ASSIGNORS",

@@ -46,8 +46,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
-from coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
+from coordinator.group.classic import records as cr
+from coordinator.group.consumer.protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
 from coordinator.group.offsets import (
     RETENTION_TIMER,
     CommittedOffsets,
@@ -57,7 +57,7 @@ from coordinator.group.offsets import (
     TimerCancel,
     TimerSchedule,
 )
-from coordinator.group.records import Record
+from coordinator.group.share.records import Record
 from coordinator.group.txn_offsets import PendingOffsets
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
-from coordinator.group import consumer_heartbeat as ch
-from coordinator.group import consumer_records as c
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState, apply_record
-from coordinator.group.records import Record
-from coordinator.group.store import GroupStore
+from coordinator.group.classic import records as cr
+from coordinator.group.consumer import heartbeat as ch
+from coordinator.group.consumer import records as c
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, apply_record
+from coordinator.group.share.records import Record
+from coordinator.group.share.store import GroupStore
 
 SESSION = "consumer-session"
 REBALANCE = "consumer-rebalance"
