@@ -173,9 +173,9 @@ class BrokerMetrics:
 
     def _collect_transactions(self) -> Iterable[Family]:
         b = self._broker
-        txns = getattr(b, "transactions", None) if b.started else None
-        if txns is None:
+        if not b.started:
             return
+        txns = b.transactions
         listed = txns.list_transactions((), ())
         if isinstance(listed, ErrorCode):
             return

@@ -40,17 +40,12 @@ async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -
     if known is None or not 0 <= partition < known.partitions:
         return ErrorCode.unknown_topic_or_partition
     if topic == CONSUMER_OFFSETS_TOPIC:
-        complete = getattr(broker.share_groups, "complete_transaction", None)
-        if complete is None:
-            return ErrorCode.unknown_server_error
-        return await complete(partition, marker.producer_id, marker.producer_epoch,  # type: ignore[no-any-return]
-                              marker.coordinator_epoch, marker.transaction_result)
-    txn_log = getattr(broker, "txn_log", None)
-    if txn_log is None:
-        return ErrorCode.unknown_server_error
-    return await txn_log.write_marker(topic, partition, marker.producer_id,  # type: ignore[no-any-return]
-                                      marker.producer_epoch, marker.coordinator_epoch,
-                                      marker.transaction_result)
+        return await broker.share_groups.complete_transaction(
+            partition, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+            marker.transaction_result)
+    return await broker.txn_log.write_marker(topic, partition, marker.producer_id,
+                                             marker.producer_epoch, marker.coordinator_epoch,
+                                             marker.transaction_result)
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
