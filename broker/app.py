@@ -51,7 +51,7 @@ from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
 from broker.txn_log import TransactionalLog
-from coordinator.group.service import ShareGroupService
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.host import PartitionLogLike
 from coordinator.share.runtime_service import ShareCoordinatorService
 from coordinator.txn.service import TransactionService
@@ -90,7 +90,7 @@ class Broker:
         # The coordinators, opened in start() (broker/coordinators.py).
         self.share_coordinator: ShareCoordinatorService
         self.group_configs: GroupConfigs
-        self.share_groups: ShareGroupService
+        self.share_groups: GroupCoordinatorService
         self.transactions: TransactionService
         # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
         self.txn_log: TransactionalLog

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.group_configs import GroupConfigs
-from coordinator.group.service import open_share_groups
+from coordinator.group.service import open_group_coordinator
 from coordinator.share.opener import open_share_coordinator
 from coordinator.txn.service import open_transactions
 from persister.coordinator_persister import CoordinatorPersister
@@ -41,7 +41,7 @@ async def open_coordinators(broker: Broker) -> None:
     if persister is None:
         persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
     broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
-    broker.share_groups = await open_share_groups(
+    broker.share_groups = await open_group_coordinator(
         broker, persister=persister, group_configs=broker.group_configs)
     broker.add_topic_listener(broker.share_groups.topics_changed)
     broker.transactions = await open_transactions(

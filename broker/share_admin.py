@@ -29,7 +29,7 @@ Rules, as Apache Kafka 4.3 answers them:
   records are tombstoned and its group configs removed.
 
 Group-state changes run as write ops on the group's ``__consumer_offsets`` partition through the
-group coordinator runtime (``ShareGroupService.runtime``): the op validates against the latest
+group coordinator runtime (``GroupCoordinatorService.runtime``): the op validates against the latest
 replayed state, its records are appended, replayed and committed before the answer; reads use the
 committed view. The pure ops that the shard does not offer yet (``prepare_alter_op``,
 ``forget_topics_op``) live here and are built only from the coordinator's public record helpers.
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker.group_configs import GroupConfigs
-from coordinator.group.service import ShareGroupService
+from coordinator.group.service import GroupCoordinatorService
 from broker.log_manager import LogManager
 from broker.share.partition_manager import SharePartitionManager
 from broker.topics import Topic, TopicRegistry
@@ -256,7 +256,7 @@ class ShareAdmin:
     def __init__(
         self,
         *,
-        groups: ShareGroupService,
+        groups: GroupCoordinatorService,
         persister: Persister,
         partitions: SharePartitionManager,
         group_configs: GroupConfigs,

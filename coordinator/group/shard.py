@@ -87,17 +87,18 @@ from typing import Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.group import offsets as off
 from coordinator.group.classic import group as cl
 from coordinator.group.classic import records as cr
 from coordinator.group.consumer import groups as cgs
 from coordinator.group.consumer import heartbeat as ch
 from coordinator.group.consumer import records as cgr
-from coordinator.group.share import heartbeat as hb
-from coordinator.group import offsets as off
-from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.groups import ConsumerGroups
+from coordinator.group.share import heartbeat as hb
+from coordinator.group.share import records as r
+from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.share.group import GroupState, PartitionSet, ShareGroup
 from coordinator.group.share.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -106,7 +107,6 @@ from coordinator.group.share.heartbeat import (
     ShareStateInitialization,
     Txn,
 )
-from coordinator.group.share.group import GroupState, PartitionSet, ShareGroup
 from coordinator.group.share.store import GroupStore
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer

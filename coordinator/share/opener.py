@@ -21,8 +21,11 @@ from typing import Any
 
 from coordinator.host import ConfigValues, CoordinatorHost, TopicView
 from coordinator.runtime.loop import CoordinatorRuntime
-from coordinator.share.runtime_service import ShareCoordinatorService, ShareRecordSerde, ShareStateShard
-
+from coordinator.share.runtime_service import (
+    ShareCoordinatorService,
+    ShareRecordSerde,
+    ShareStateShard,
+)
 
 log = logging.getLogger("shoal.share.coordinator")
 

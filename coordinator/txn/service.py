@@ -37,7 +37,12 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.placement import partition_for_group
 from coordinator.host import CoordinatorHost, TopicView
-from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
+from coordinator.runtime.loop import (
+    CoordinatorFailure,
+    CoordinatorRuntime,
+    Op,
+    PartitionStatus,
+)
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.txn.metadata import PREPARED, TopicPartition, TxnMetadata, TxnState
 from coordinator.txn.records import TxnRecordSerde

@@ -422,7 +422,7 @@ def test_replay_without_runtime_matches(commit: bool) -> None:
 
 
 async def test_service_txn_commit_and_complete_transaction(tmp_path: Path) -> None:
-    """``ShareGroupService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
+    """``GroupCoordinatorService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
     coordinator calls them, over four real partitions, surviving a restart."""
     from .test_group_runtime_service import CountingPersister, service
 

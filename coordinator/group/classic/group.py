@@ -47,7 +47,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import records as cr
-from coordinator.group.consumer.protocol import CONSUMER_PROTOCOL_TYPE, group_subscription
+from coordinator.group.consumer.protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    group_subscription,
+)
 from coordinator.group.offsets import (
     RETENTION_TIMER,
     CommittedOffsets,

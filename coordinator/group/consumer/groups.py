@@ -19,13 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import records as cr
 from coordinator.group.consumer import heartbeat as ch
 from coordinator.group.consumer import records as c
+from coordinator.group.consumer.group import (
+    ConsumerGroup,
+    ConsumerGroupState,
+    apply_record,
+)
 from coordinator.group.share.assignor import TopicsImage
-from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupState, apply_record
 from coordinator.group.share.records import Record
 from coordinator.group.share.store import GroupStore
 

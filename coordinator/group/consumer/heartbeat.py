@@ -47,8 +47,11 @@ from dataclasses import dataclass, replace
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.consumer import records as c
-from coordinator.group.share.assignor import TopicsImage
-from coordinator.group.consumer.assignor import ASSIGNORS, DEFAULT_ASSIGNORS, MemberSubscription
+from coordinator.group.consumer.assignor import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNORS,
+    MemberSubscription,
+)
 from coordinator.group.consumer.group import (
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
@@ -56,8 +59,13 @@ from coordinator.group.consumer.group import (
     apply_record,
 )
 from coordinator.group.consumer.reconcile import Step, is_subset, reconcile
+from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.records import Record
-from coordinator.group.topic_regex import InvalidTopicRegex, compile_topic_regex, matching_topics
+from coordinator.group.topic_regex import (
+    InvalidTopicRegex,
+    compile_topic_regex,
+    matching_topics,
+)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0

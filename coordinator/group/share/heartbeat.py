@@ -44,7 +44,12 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.share import records as r
 from coordinator.group.share.assignor import TopicsImage, assign
-from coordinator.group.share.group import PartitionSet, ShareGroup, ShareGroupMember, apply_record
+from coordinator.group.share.group import (
+    PartitionSet,
+    ShareGroup,
+    ShareGroupMember,
+    apply_record,
+)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0
