@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import group as cl
 from coordinator.group.classic import records as cr
+from coordinator.group.classic.groups import ClassicGroups
 from coordinator.group.consumer import groups as cgs
 from coordinator.group.consumer import heartbeat as ch
 from coordinator.group.consumer import records as cgr
@@ -190,7 +191,7 @@ class ShardBase:
         self._deliver = deliver
         # (offset the answer waits for, waiter, response): deferred classic answers.
         self._deliveries: list[tuple[int, int, Any]] = []
-        self.classic = cl.ClassicGroups(settings=classic_config, schedule=self._schedule,
+        self.classic = ClassicGroups(settings=classic_config, schedule=self._schedule,
                                         cancel=self._cancel,
                                         busy=lambda gid: self.consumer.has_members(gid))
         self.classic.store.journaling = not loading
