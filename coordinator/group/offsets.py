@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -233,9 +233,10 @@ class CommittedOffsets:
         else:
             for topic, parts in topics:
                 for p in parts:
-                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
-                    if isinstance(v, cr.OffsetCommitValue):
-                        out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+                    value = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
+                    if isinstance(value, cr.OffsetCommitValue):
+                        out.append(FetchedOffset(topic, p, value.offset, value.leader_epoch,
+                                                 value.metadata))
                     else:
                         out.append(FetchedOffset(topic, p, -1, -1, ""))
         return OffsetFetchResponse(ErrorCode.none, tuple(out))
@@ -274,9 +275,10 @@ class CommittedOffsets:
             if len(meta.encode("utf-8")) > s.offset_metadata_max_bytes:
                 out.append((p.topic, p.partition, ErrorCode.offset_metadata_too_large))
                 continue
-            records.append(Record(cr.OffsetCommitKey(group_id, p.topic, p.partition),
-                                  cr.OffsetCommitValue(p.offset, p.leader_epoch, meta,
-                                                       now_ms)))  # type: ignore[arg-type]
+            # Record's annotation names the share record types; it carries classic ones too.
+            key: Any = cr.OffsetCommitKey(group_id, p.topic, p.partition)
+            value: Any = cr.OffsetCommitValue(p.offset, p.leader_epoch, meta, now_ms)
+            records.append(Record(key, value))
             out.append((p.topic, p.partition, ErrorCode.none))
         self.arm_retention(group_id, now_ms)
         return OffsetCommitResponse(ErrorCode.none, tuple(out))

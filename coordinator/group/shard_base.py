@@ -229,7 +229,8 @@ class ShardBase:
 
     def committed_group(self, group_id: str) -> ShareGroup | None:
         """A group as of the committed offset (what clients may be told)."""
-        return self._store.committed_group(group_id)
+        group: ShareGroup | None = self._store.committed_group(group_id)
+        return group
 
     @property
     def end_offset(self) -> int:
@@ -290,7 +291,7 @@ class ShardBase:
             if offset < self._store.end_offset:
                 raise ValueError(f"replay at offset {offset} below the end offset "
                                  f"{self._store.end_offset}")
-            self.classic.replay(offset, key, value)  # type: ignore[arg-type]
+            self.classic.replay(offset, key, value)
             self._store.end_offset = offset + 1
             return
         if isinstance(key, cgr.CONSUMER_KEYS):
@@ -318,7 +319,7 @@ class ShardBase:
             raise ValueError(f"replay at offset {offset} below the end offset "
                              f"{self._store.end_offset}")
         self.classic.replay_transactional(offset, producer_id, producer_epoch, key,
-                                          value)  # type: ignore[arg-type]
+                                          value)
         self._store.end_offset = offset + 1
 
     def replay_end_transaction(self, offset: int, producer_id: int, producer_epoch: int,
@@ -440,7 +441,7 @@ class ShardBase:
         expired: list[tuple[str, str]] = []
         retried: list[str] = []
         consumer_txns: dict[str, ch.Txn] = {}
-        fx = cl.Effects(records)  # type: ignore[arg-type]
+        fx = cl.Effects(records)
         for key in self._timer.poll(now_ms):
             gid = key[1]
             if key[0].startswith("c-"):

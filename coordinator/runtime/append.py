@@ -186,7 +186,7 @@ class AppendMixin(RuntimeBase[S]):
                     else:
                         response, offset = self._run_op(
                             ctx, ctx.shard, op, now, offset, pairs,
-                            lambda o, k, v, r=replay, p=pid, e=epoch: r(o, p, e, k, v))
+                            _transactional_replay(replay, pid, epoch))
                     responses.append(response)
                 if pairs:
                     batches.close_plain(now)
@@ -286,3 +286,13 @@ class AppendMixin(RuntimeBase[S]):
 
     # ------------------------------------------------------------------------------------------
     # Durability
+
+
+def _transactional_replay(replay: Callable[[int, int, int, Any, Any], None], producer_id: int,
+                          producer_epoch: int) -> Callable[[int, Any, Any], None]:
+    """``replay(offset, key, value)`` of a transactional write: the shard's
+    ``replay_transactional`` with the producer's id and epoch."""
+    def run(offset: int, key: Any, value: Any) -> None:
+        replay(offset, producer_id, producer_epoch, key, value)
+
+    return run

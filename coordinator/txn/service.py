@@ -29,6 +29,7 @@ them: a storage error is NOT_COORDINATOR (the client finds the coordinator again
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -320,7 +321,7 @@ class TransactionService:
         self._markers[txn_id] = task
         self._marking[txn_id] = meta
         self._written[txn_id] = written
-        task.add_done_callback(lambda t, k=txn_id: self._forget(k, t))
+        task.add_done_callback(functools.partial(self._forget, txn_id))
 
     def _forget(self, txn_id: str, task: asyncio.Task[None]) -> None:
         if self._markers.get(txn_id) is task:

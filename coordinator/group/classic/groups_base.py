@@ -179,8 +179,8 @@ class ClassicGroupsBase:
 
     def _fits(self, g: ClassicGroup, record: Record) -> bool:
         """Whether a GroupMetadata record is within message.max.bytes."""
-        return len(cr.encode_value(record.value) or b"") <= \
-            self._settings(g.group_id).max_record_bytes  # type: ignore[arg-type]
+        size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
+        return size <= self._settings(g.group_id).max_record_bytes
 
     def _metadata_record(self, g: ClassicGroup, now_ms: int) -> Record:
         value = cr.GroupMetadataValue(

@@ -83,7 +83,8 @@ class ClassicGroupOps(GroupServiceBase):
                                 instance_id: str | None) -> ErrorCode:
         out = await self._write(group_id, lambda shard, now: shard.classic_heartbeat(
             group_id, member_id, generation, instance_id, now))
-        return out.error if isinstance(out, CoordinatorFailure) else out  # type: ignore[no-any-return]
+        code: ErrorCode = out.error if isinstance(out, CoordinatorFailure) else out
+        return code
 
     async def leave_group(self, group_id: str,
                           members: tuple[cl.LeaveMember, ...]) -> cl.LeaveResponse:

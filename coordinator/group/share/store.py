@@ -74,7 +74,7 @@ class GroupStore:
 
     def __init__(self, *, journaling: bool = True,
                  apply: Callable[[Any, Any], Any] = apply_record,
-                 member_key: type = r.ShareGroupMemberMetadataKey) -> None:
+                 member_key: type[Any] = r.ShareGroupMemberMetadataKey) -> None:
         self.groups: dict[str, Any] = {}
         self._apply = apply
         self._member_key = member_key
