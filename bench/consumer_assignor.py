@@ -26,8 +26,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from coordinator.group.share.assignor import TopicInfo
-from coordinator.group.consumer.assignor import ASSIGNORS, GroupAssignment, MemberSubscription
+from coordinator.group.consumer.assignor import (
+    ASSIGNORS,
+    GroupAssignment,
+    MemberSubscription,
+)
+from coordinator.group.topics_image import TopicInfo
 
 
 def _topics(n_topics: int, partitions: int) -> dict[uuid.UUID, TopicInfo]:

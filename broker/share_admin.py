@@ -47,16 +47,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker.group_configs import GroupConfigs
-from coordinator.group.service import GroupCoordinatorService
 from broker.log_manager import LogManager
 from broker.share.partition_manager import SharePartitionManager
 from broker.topics import Topic, TopicRegistry
+from coordinator.group.service import GroupCoordinatorService
+from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.group.share import heartbeat as hb
 from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
-from coordinator.group.share.heartbeat import Txn
 from coordinator.group.share.group import ShareGroup
-from coordinator.group.shard import GroupCoordinatorShard
+from coordinator.group.share.heartbeat import Txn
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.loop import CoordinatorFailure
 from coordinator.runtime.result import CoordinatorResult
 from persister.api import (

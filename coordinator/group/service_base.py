@@ -22,11 +22,11 @@ from coordinator.group.placement import DEFAULT_NUM_PARTITIONS, partition_for_gr
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard, deletions, initializations
 from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.heartbeat import (
     ShareStateDeletion,
     ShareStateInitialization,
 )
+from coordinator.group.topics_image import TopicsImage
 from coordinator.host import Clock, ConfigValues, TopicView
 from coordinator.runtime.loop import (
     CoordinatorFailure,

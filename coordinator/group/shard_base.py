@@ -26,7 +26,6 @@ from coordinator.group.consumer.group import ConsumerGroup
 from coordinator.group.consumer.groups import ConsumerGroups
 from coordinator.group.share import heartbeat as hb
 from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.group import GroupState, ShareGroup
 from coordinator.group.share.heartbeat import (
     ShareGroupSettings,
@@ -35,6 +34,7 @@ from coordinator.group.share.heartbeat import (
     Txn,
 )
 from coordinator.group.share.store import GroupStore
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer
 

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.share.assignor import TopicInfo
 from coordinator.group.consumer.assignor import (
     ASSIGNORS,
     DEFAULT_ASSIGNORS,
@@ -22,6 +21,7 @@ from coordinator.group.consumer.assignor import (
     RangeAssignor,
     UniformAssignor,
 )
+from coordinator.group.topics_image import TopicInfo
 
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)

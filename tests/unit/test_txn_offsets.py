@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from coordinator.group.classic import records as cr
 from coordinator.group import offsets as off
+from coordinator.group.classic import records as cr
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime
@@ -295,7 +295,7 @@ def test_consumer_group_member_epoch_checks() -> None:
 
 def test_share_group_id_is_not_found() -> None:
     from coordinator.group.share.heartbeat import HeartbeatRequest
-    from coordinator.group.share.assignor import TopicsImage
+    from coordinator.group.topics_image import TopicsImage
 
     shard = GroupCoordinatorShard(require_share_state_initialization=False)
     res = shard.share_group_heartbeat(HeartbeatRequest("sg", "m", 0, None, ("a",)),

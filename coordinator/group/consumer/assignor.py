@@ -53,7 +53,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
-from coordinator.group.share.assignor import TopicInfo
+from coordinator.group.topics_image import TopicInfo
 
 __all__ = [
     "ASSIGNORS",

@@ -30,9 +30,9 @@ from coordinator.group.consumer.group import (
     ConsumerGroupState,
     apply_record,
 )
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.records import Record
 from coordinator.group.share.store import GroupStore
+from coordinator.group.topics_image import TopicsImage
 
 SESSION = "consumer-session"
 REBALANCE = "consumer-rebalance"

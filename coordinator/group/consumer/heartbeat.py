@@ -69,13 +69,13 @@ from coordinator.group.consumer.messages import (
     error_response,
 )
 from coordinator.group.consumer.reconcile import Step, is_subset, reconcile
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.records import Record
 from coordinator.group.topic_regex import (
     InvalidTopicRegex,
     compile_topic_regex,
     matching_topics,
 )
+from coordinator.group.topics_image import TopicsImage
 
 __all__ = ["JOIN_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_MEMBER_EPOCH", "MAX_ID_LENGTH",
            "ConsumerGroupSettings", "ConsumerHeartbeatRequest", "ConsumerHeartbeatResponse",

@@ -12,7 +12,7 @@ from coordinator.group.classic import records as cr
 from coordinator.group.consumer import heartbeat as ch
 from coordinator.group.shard_base import ConsumerDescribeResult, ShardBase
 from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 

@@ -26,7 +26,6 @@ from coordinator.group.shard_base import (
 )
 from coordinator.group.share import heartbeat as hb
 from coordinator.group.share import records as r
-from coordinator.group.share.assignor import TopicsImage
 from coordinator.group.share.group import PartitionSet
 from coordinator.group.share.heartbeat import (
     HeartbeatRequest,
@@ -35,6 +34,7 @@ from coordinator.group.share.heartbeat import (
     ShareStateInitialization,
     Txn,
 )
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 
