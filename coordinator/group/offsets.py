@@ -3,8 +3,8 @@ OffsetDelete and offsets retention.
 
 Concept (after Kafka's ``OffsetMetadataManager``): the offsets of classic, consumer-protocol
 (KIP-848) and simple (standalone or admin) groups, one store per partition. Who may commit is
-decided by the group's own module (``classic.py`` for classic groups, ``consumer_groups.py`` for
-consumer groups); this module turns a validated commit into OffsetCommit records, answers
+decided by the group's own module (``classic/group.py`` for classic groups,
+``consumer/groups.py`` for consumer groups); this module turns a validated commit into OffsetCommit records, answers
 OffsetFetch from the committed view, tombstones offsets, and expires them after
 ``offsets.retention.ms``. Sans-IO: time comes in as ``now_ms``, retention deadlines go out
 through the injected ``schedule``/``cancel``.
@@ -12,7 +12,7 @@ through the injected ``schedule``/``cancel``.
 Hard state is the fold of records (STYLE.md 1.3): ``DurableStore`` holds the latest value of every
 classic-record key (OffsetCommit and the classic groups' GroupMetadata, which share the key space
 and the log) with an undo log back to the committed offset (``coordinator/runtime/undo.py``, as
-the group stores of ``store.py``), so ``revert`` and committed reads work as for share groups.
+the group stores of ``share/store.py``), so ``revert`` and committed reads work as for share groups.
 Write ops append records to the list they are given and never change the store; ``replay`` is
 its one mutator.
 
@@ -32,7 +32,7 @@ tombstone pending-only partitions too, and retention keeps those partitions and 
 Invariants:
 - offsets passed to ``DurableStore.replay`` increase; ``revert`` never goes below the committed
   offset, and the undo log holds only records at or above it while ``journaling`` is on (off
-  while loading, as in ``store.py``);
+  while loading, as in ``share/store.py``);
 - ``keys_per_group`` counts exactly the live keys of each group id.
 """
 
@@ -266,7 +266,7 @@ class CommittedOffsets:
     def write_offsets(self, group_id: str, parts: Sequence[OffsetCommitPartition], now_ms: int,
                       records: list[Record]) -> OffsetCommitResponse:
         """OffsetCommit records for a validated commit (classic groups are validated by
-        ``classic.py``, consumer-protocol groups by the shard); metadata over
+        ``classic/group.py``, consumer-protocol groups by the shard); metadata over
         ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for its partition."""
         s = self._settings(group_id)
         out = []

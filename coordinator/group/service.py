@@ -1,4 +1,4 @@
-"""``GroupCoordinatorService``: share groups over ``__consumer_offsets``, through the coordinator runtime.
+"""``GroupCoordinatorService``: groups over ``__consumer_offsets``, through the coordinator runtime.
 
 It also serves classic consumer groups and committed offsets (JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit/Fetch/Delete) on the same shards (``coordinator/group/classic/group.py``,

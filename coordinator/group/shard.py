@@ -1,7 +1,7 @@
 """``GroupCoordinatorShard``: the share, classic and consumer groups of one ``__consumer_offsets``
 partition.
 
-Consumer-protocol (KIP-848) groups (``consumer_groups.py``, records in ``consumer_records.py``)
+Consumer-protocol (KIP-848) groups (``consumer/groups.py``, records in ``consumer/records.py``)
 live in ``self.consumer``: ``replay`` routes their records there, ``commit``/``revert`` move its
 store, timers with keys starting ``"consumer-"`` are theirs, their committed offsets are kept by
 ``self.classic.offsets`` (``offsets.py``, OffsetCommit records) and validated by member epoch. A
@@ -10,8 +10,8 @@ GROUP_ID_NOT_FOUND, a share heartbeat on a consumer group's id too, JoinGroup
 INCONSISTENT_GROUP_PROTOCOL; an empty group of one protocol may be taken over by the other (Kafka's
 online upgrade/downgrade of empty groups).
 
-Classic consumer groups (``classic.py``) and committed offsets (``offsets.py``; records in
-``classic_records.py``: Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic``
+Classic consumer groups (``classic/group.py``) and committed offsets (``offsets.py``; records in
+``classic/records.py``: Kafka's GroupMetadata and OffsetCommit formats) live in ``self.classic``
 and ``self.classic.offsets`` beside the share groups:
 ``replay`` routes their records there, ``commit``/``revert`` move both stores, timers with keys
 starting ``"c-"`` are theirs, and ``list_groups`` lists both kinds. One group id has one type:

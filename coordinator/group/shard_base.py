@@ -173,8 +173,8 @@ class ShardBase:
                 ``on_loaded``); the runtime's loader replays the log first.
             on_member_removed: called with (group id, member id) from ``commit`` once a member's
                 removal is durable; it must not raise (the runtime's commit path calls it).
-            classic_config: classic-group settings for a group id (``classic.py``).
-            consumer_config: consumer-group settings for a group id (``consumer_groups.py``).
+            classic_config: classic-group settings for a group id (``classic/group.py``).
+            consumer_config: consumer-group settings for a group id (``consumer/groups.py``).
             on_consumer_member_removed: as ``on_member_removed``, for consumer-group members.
             deliver: called with (waiter, response) for deferred classic-group answers (a
                 JoinGroup or follower SyncGroup answered by a later op or timer), once the

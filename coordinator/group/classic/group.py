@@ -27,7 +27,7 @@ Answers released by an op that writes records wait for those records to commit (
 Bounds as Kafka's: a GroupMetadata record must fit ``message.max.bytes`` (else SyncGroup answers
 UNKNOWN_SERVER_ERROR and the group rebalances); sizes of JoinGroup itself are bounded only by the
 request size. A ``consumer`` group's subscribed topics are read from its members' metadata at
-each generation (``consumer_protocol.py``), for OffsetDelete. Groups that hold nothing (a refused
+each generation (``consumer/protocol.py``), for OffsetDelete. Groups that hold nothing (a refused
 join, a MEMBER_ID_REQUIRED id never used) are forgotten at once.
 
 States: Empty -> PreparingRebalance (a join) -> CompletingRebalance (all joined: generation + 1,

@@ -1,8 +1,8 @@
 """``ConsumerGroups``: the consumer-protocol (KIP-848) groups of one ``__consumer_offsets``
 partition.
 
-Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and ``classic.py``, like
-them a fold of records (``consumer_records.py``) kept in a ``GroupStore`` (undo log, committed
+Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and
+``classic/group.py``, like them a fold of records (``consumer/records.py``) kept in a ``GroupStore`` (undo log, committed
 view, pruning offsets). Write ops return records and never mutate the store; the shard's
 ``replay`` routes consumer records here. Committed offsets of consumer groups are OffsetCommit
 records kept by ``offsets.py`` (one offsets store per partition); this module validates who may

@@ -29,7 +29,7 @@ Flow of an accepted heartbeat: update the member (metadata record if changed); r
 if new or resolved against an older topics image (record 16); bump the group epoch if a
 subscription or the subscribed topics' metadata hash changed; compute a new target assignment
 when the group epoch is ahead (the group's assignor: the one most members ask for, else the first
-configured); reconcile the member (``consumer_reconcile.py``). The assignment is in the answer on
+configured); reconcile the member (``consumer/reconcile.py``). The assignment is in the answer on
 a join, on a full request, or when the member's assigned partitions changed.
 
 Deliberate difference: Kafka fences an epoch-0 heartbeat from a member id it still knows (until

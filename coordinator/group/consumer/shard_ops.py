@@ -23,7 +23,7 @@ class ConsumerShardOps(ShardBase):
         self, req: ch.ConsumerHeartbeatRequest, topics: TopicsImage, now_ms: int, *,
         topics_version: int = 0, allowed: ch.TopicFilter | None = None,
     ) -> CoordinatorResult[r.Record, ch.ConsumerHeartbeatResponse]:
-        """ConsumerGroupHeartbeat (see ``consumer_heartbeat.py``). A share group's id, or a
+        """ConsumerGroupHeartbeat (see ``consumer/heartbeat.py``). A share group's id, or a
         classic group's with members, gets GROUP_ID_NOT_FOUND; an empty classic group is
         replaced by the consumer group on a join (its GroupMetadata is tombstoned; committed
         offsets stay), as Kafka does."""

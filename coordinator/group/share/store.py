@@ -65,7 +65,7 @@ class _Undo:
 class GroupStore:
     """Groups by id, their key offsets, and an undo log back to the committed offset.
 
-    Share groups by default; consumer groups (``consumer_group.py``) use the same store with
+    Share groups by default; consumer groups (``consumer/group.py``) use the same store with
     their own ``apply`` and member-metadata key type.
     """
 
