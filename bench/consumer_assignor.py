@@ -1,6 +1,6 @@
 """Issue 14: how long the server-side consumer assignors take on a large group (standalone).
 
-Times ``uniform`` and ``range`` (coordinator/group/consumer_assignor.py) on 1,000 members and
+Times ``uniform`` and ``range`` (coordinator/group/consumer/assignor.py) on 1,000 members and
 10,000 partitions, the brief's budget being well under a second per assignment:
 
 * ``homogeneous``: every member subscribes to 10 topics x 1,000 partitions; ``fresh`` (no previous
@@ -26,8 +26,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from coordinator.group.assignor import TopicInfo
-from coordinator.group.consumer_assignor import ASSIGNORS, GroupAssignment, MemberSubscription
+from coordinator.group.consumer.assignor import (
+    ASSIGNORS,
+    GroupAssignment,
+    MemberSubscription,
+)
+from coordinator.group.topics_image import TopicInfo
 
 
 def _topics(n_topics: int, partitions: int) -> dict[uuid.UUID, TopicInfo]:

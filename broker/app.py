@@ -36,9 +36,9 @@ from broker.config import (
     parse_value,
     topic_config_value,
 )
+from broker.coordinators import close_coordinators, open_coordinators
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
-from broker.group_service import open_share_groups
 from broker.log.cleaner_driver import LogCleaner
 from broker.log.manager import LogManager
 from broker.log.producer_state import ProducerStates
@@ -52,10 +52,11 @@ from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
-from broker.share_state import open_share_coordinator
-from broker.txn_service import TransactionService, open_transactions
+from coordinator.group.service import GroupCoordinatorService
+from coordinator.host import PartitionLogLike
+from coordinator.share.runtime_service import ShareCoordinatorService
+from coordinator.txn.service import TransactionService
 from persister.api import Persister
-from persister.coordinator_persister import CoordinatorPersister
 from storage.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ class Broker:
         self.topics: TopicRegistry
         self.logs: LogManager
         self.producers: ProducerStateManager
+        # The coordinators, opened in start() (broker/coordinators.py).
+        self.share_coordinator: ShareCoordinatorService
+        self.group_configs: GroupConfigs
+        self.share_groups: GroupCoordinatorService
         self.transactions: TransactionService
         # Last stable offsets, aborted transactions and markers (broker/log/txn_log.py).
         self.txn_log: TransactionalLog
@@ -142,19 +147,10 @@ class Broker:
         self.producers = ProducerStateManager(self.logs, self.config, self.clock)
         self.txn_log = TransactionalLog(self)
         self._load_producer_ids()
-        # Durable share state: the share coordinator over __share_group_state, reached by the
-        # share-partition leaders through the persister (a test may inject another persister).
-        self.share_coordinator = await open_share_coordinator(self)
-        await self._delete_share_state_of_deleted_topics()
-        if self.persister is None:
-            self.persister = CoordinatorPersister(self.share_coordinator)
-        self.group_configs = GroupConfigs(self.data_dir, self.config)
-        # Share groups over __consumer_offsets: created if missing, every partition loaded.
-        self.share_groups = await open_share_groups(self)
-        self.add_topic_listener(self.share_groups.topics_changed)
-        # Transactions over __transaction_state (after share groups: markers for
-        # __consumer_offsets go through them); prepared transactions resume their markers.
-        self.transactions = await open_transactions(self)
+        # The share, group and transaction coordinators over their internal topics, every
+        # partition loaded (broker/coordinators.py); sets the persister unless injected.
+        await open_coordinators(self)
+        assert self.persister is not None
         self.shares = ShareService(self, self.persister)
         self.cleaner = LogCleaner(self.logs, self.config, self.clock)
         self.cleaner.stable_limit = self.txn_log.cleaner_limit
@@ -182,10 +178,7 @@ class Broker:
                 pass
         self._tasks.clear()
         if self.started:
-            await self.transactions.close()
-            await self.share_groups.stop()
-            await self.shares.stop()
-            await self.share_coordinator.close()
+            await close_coordinators(self)
             await asyncio.to_thread(self.cleaner.stop)
             await asyncio.to_thread(self.producers.close)
             await asyncio.to_thread(self.logs.close)
@@ -393,6 +386,17 @@ class Broker:
                         "existing count)", name, topic.partitions, partitions_config, partitions)
         return topic
 
+    def log_for(self, topic: str, partition: int) -> PartitionLogLike:
+        """The open log of ``topic``-``partition`` (``coordinator/host.py``).
+
+        Raises:
+            KeyError: no such topic partition.
+        """
+        lg = self.logs.get(topic, partition)
+        if lg is None:
+            raise KeyError(f"{topic}-{partition}")
+        return lg
+
     def delete_topic(self, name: str) -> Topic:
         topic = self.topics.delete(name)
         self.logs.drop_topic(topic)
@@ -403,11 +407,11 @@ class Broker:
             # (topic listener) moves the topic to Deleting and deletes its share state, and the
             # sweep below removes state no group lists.
             self.shares.partitions.forget_topic(topic.topic_id)
-            self._side_task(self._delete_share_state_of_deleted_topics())
+            self._side_task(self.delete_share_state_of_deleted_topics())
         self._topics_changed(name)
         return topic
 
-    async def _delete_share_state_of_deleted_topics(self) -> None:
+    async def delete_share_state_of_deleted_topics(self) -> None:
         """Delete ``__share_group_state`` keys whose topic no longer exists (after DeleteTopics,
         and at start, in case the broker stopped before the deletion was done)."""
         n = await self.share_coordinator.delete_topics_state(

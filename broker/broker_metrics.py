@@ -17,7 +17,7 @@ append time, drain rate, drain ETA) are defined in broker/share/drain.py. The RE
 section lists every metric with its Kafka JMX counterpart.
 
 Consumer groups (classic, and consumer-type groups as the group service lists them) are read
-through ``ShareGroupService.consumer_groups`` at scrape time: state and members per group,
+through ``GroupCoordinatorService.consumer_groups`` at scrape time: state and members per group,
 committed offset and lag (log end offset - committed offset) per partition with a committed
 offset, at most ``MAX_CONSUMER_GROUP_PARTITION_SERIES`` partition series per page.
 """
@@ -183,9 +183,9 @@ class BrokerMetrics:
 
     def _collect_transactions(self) -> Iterable[Family]:
         b = self._broker
-        txns = getattr(b, "transactions", None) if b.started else None
-        if txns is None:
+        if not b.started:
             return
+        txns = b.transactions
         listed = txns.list_transactions((), ())
         if isinstance(listed, ErrorCode):
             return

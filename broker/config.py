@@ -285,7 +285,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300_000,
               "How often share-partitions not snapshotted since the previous run are "
               "re-snapshotted, so an idle share-partition does not stop pruning.", at_least(1)),
-    # Transactions (KIP-98; Kafka's names and defaults; broker/txn_service.py).
+    # Transactions (KIP-98; Kafka's names and defaults; coordinator/txn/service.py).
     ConfigDef("transactional.id.expiration.ms", "int", 604_800_000,
               "A transactional id with no transaction for this long (in Empty, CompleteCommit "
               "or CompleteAbort) is removed from __transaction_state.", at_least(1)),
@@ -532,17 +532,6 @@ def _assignors_problem(value: str) -> str | None:
     if unknown:
         return f"unknown assignor(s) {', '.join(unknown)}; the assignors are uniform and range"
     return None
-
-
-def consumer_assignors(value: str) -> tuple[str, ...]:
-    """The short names (uniform, range) of a valid ``group.consumer.assignors`` value."""
-    out = []
-    for n in str(value).split(","):
-        if n.strip():
-            short = n.strip().rsplit(".", 1)[-1].removesuffix("Assignor").lower()
-            if short not in out:
-                out.append(short)
-    return tuple(out)
 
 
 # (default, min, max) broker config names of each bounded consumer-group setting.

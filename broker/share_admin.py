@@ -29,7 +29,7 @@ Rules, as Apache Kafka 4.3 answers them:
   records are tombstoned and its group configs removed.
 
 Group-state changes run as write ops on the group's ``__consumer_offsets`` partition through the
-group coordinator runtime (``ShareGroupService.runtime``): the op validates against the latest
+group coordinator runtime (``GroupCoordinatorService.runtime``): the op validates against the latest
 replayed state, its records are appended, replayed and committed before the answer; reads use the
 committed view. The pure ops that the shard does not offer yet (``prepare_alter_op``,
 ``forget_topics_op``) live here and are built only from the coordinator's public record helpers.
@@ -47,16 +47,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker.group_configs import GroupConfigs
-from broker.group_service import ShareGroupService
 from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
-from coordinator.group import heartbeat as hb
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import Txn
-from coordinator.group.share_group import ShareGroup
+from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
+from coordinator.group.share import heartbeat as hb
+from coordinator.group.share import records as r
+from coordinator.group.share.group import ShareGroup
+from coordinator.group.share.heartbeat import Txn
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.loop import CoordinatorFailure
 from coordinator.runtime.result import CoordinatorResult
 from persister.api import (
@@ -256,7 +256,7 @@ class ShareAdmin:
     def __init__(
         self,
         *,
-        groups: ShareGroupService,
+        groups: GroupCoordinatorService,
         persister: Persister,
         partitions: SharePartitionManager,
         group_configs: GroupConfigs,

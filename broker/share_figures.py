@@ -106,10 +106,9 @@ class ShareFigures:
         few records: fine for metrics, and it costs one dict walk, no undo-log scan per key).
         Keys loaded here are skipped: their live window answers."""
         b = self._broker
-        coordinator = getattr(b, "share_coordinator", None)
-        if coordinator is None:
+        if not b.started:
             return []
-        runtime = coordinator.runtime
+        runtime = b.share_coordinator.runtime
         out: list[PersistedPartition] = []
         for p in runtime.partitions():
             shard = runtime.shard(p)

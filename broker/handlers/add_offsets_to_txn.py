@@ -2,7 +2,7 @@
 
 The group's ``__consumer_offsets`` partition (Kafka's placement) is added to the transaction, so
 EndTxn writes the marker that commits or drops the offsets TxnOffsetCommit wrote. Errors as
-AddPartitionsToTxn's (``broker/txn_service.py``); PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before
+AddPartitionsToTxn's (``coordinator/txn/service.py``); PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before
 v2.
 
 Authorization (``broker/authz.py``), as Kafka: WRITE on the transactional id

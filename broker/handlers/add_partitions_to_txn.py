@@ -4,7 +4,7 @@ v0-3 (clients): one transaction. v4-5 (KIP-890, broker to coordinator): batches 
 each either added or, with ``verify_only``, checked (per partition NONE or
 TRANSACTION_ABORTABLE when not in the transaction, as Kafka's verification).
 
-Coordinator errors (``broker/txn_service.py``) apply to every partition of the transaction:
+Coordinator errors (``coordinator/txn/service.py``) apply to every partition of the transaction:
 INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2),
 CONCURRENT_TRANSACTIONS while the previous transaction's markers are written, NOT_COORDINATOR /
 COORDINATOR_LOAD_IN_PROGRESS, INVALID_REQUEST for an empty transactional id.

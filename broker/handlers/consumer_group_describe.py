@@ -19,12 +19,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
+from broker.authz import (
+    OPERATIONS_NOT_REQUESTED,
+    Operation,
+    Resource,
+    ResourceType,
+    refusal,
+)
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, describe_authorized, err_message
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember
+from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupMember
 from coordinator.group.shard import ConsumerDescribeResult
+from coordinator.group.topics_image import TopicsImage
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -1,7 +1,7 @@
 """ConsumerGroupHeartbeat (68) v0-1: join, stay in, or leave a consumer group (KIP-848).
 
-The request is handed to ``broker.share_groups`` (``broker/group_service.py``), whose shard
-applies the rules of ``coordinator/group/consumer_heartbeat.py``: member epochs, the server-side
+The request is handed to ``broker.share_groups`` (``coordinator/group/service.py``), whose shard
+applies the rules of ``coordinator/group/consumer/heartbeat.py``: member epochs, the server-side
 target assignment and reconciliation with revocation before reassignment. Expected outcomes
 (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
 INVALID_REGULAR_EXPRESSION, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, GROUP_ID_NOT_FOUND for a share
@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from coordinator.group.consumer_heartbeat import (
+from coordinator.group.consumer.heartbeat import (
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
     partitions_of,

@@ -30,9 +30,9 @@ from kio.schema.errors import ErrorCode
 from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group.consumer_groups import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
+from coordinator.group.consumer.groups import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
 from coordinator.group.shard import PROTOCOL_TYPE
-from coordinator.group.share_group import GroupState
+from coordinator.group.share.group import GroupState
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -1,7 +1,7 @@
 """DescribeTransactions (65) v0: the state of transactional ids (KIP-664, ``kafka-transactions.sh
 describe``).
 
-Per id, from the committed state (``broker/txn_service.py``): producer id and epoch, state name,
+Per id, from the committed state (``coordinator/txn/service.py``): producer id and epoch, state name,
 timeout, start time (-1 if none) and partitions; TRANSACTIONAL_ID_NOT_FOUND for an unknown id,
 INVALID_REQUEST for an empty one, COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 

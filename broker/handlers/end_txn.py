@@ -1,7 +1,7 @@
 """EndTxn (26) v0-4: commit or abort a producer's transaction (KIP-98).
 
 Answered once PrepareCommit/PrepareAbort is durable in ``__transaction_state``; the markers
-follow (``broker/txn_service.py``). A retry after completion answers NONE; a commit of an aborted
+follow (``coordinator/txn/service.py``). A retry after completion answers NONE; a commit of an aborted
 transaction (or the reverse) and an EndTxn without a transaction get INVALID_TXN_STATE; one while
 the markers are written CONCURRENT_TRANSACTIONS; a fenced epoch PRODUCER_FENCED
 (INVALID_PRODUCER_EPOCH before v2); an unknown id or another producer id

@@ -1,7 +1,7 @@
 """InitProducerId (22) v0-5: producer ids for idempotent and transactional producers.
 
 Without a transactional id: a fresh producer id (or, KIP-360, the given one with its epoch bumped).
-With one (KIP-98; ``broker/txn_service.py``): the transaction coordinator answers, as Kafka's
+With one (KIP-98; ``coordinator/txn/service.py``): the transaction coordinator answers, as Kafka's
 ``handleInitProducerId``: a new id gets a producer id and epoch 0, a known one the same producer id
 with the epoch bumped (a new producer id once the epoch is exhausted), which fences older producer
 instances; an ongoing transaction is aborted first (CONCURRENT_TRANSACTIONS: the client retries);

@@ -1,4 +1,4 @@
-"""JoinGroup (11) v2-9: join a classic consumer group (``coordinator/group/classic.py``).
+"""JoinGroup (11) v2-9: join a classic consumer group (``coordinator/group/classic/group.py``).
 
 The answer waits until the rebalance completes (every member rejoined, or the rebalance
 timeout); the leader gets every member's metadata for the chosen protocol, to run the client's
@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group import classic as cl
+from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -1,5 +1,5 @@
 """LeaveGroup (13) v0-5: members leave a classic group (v3+: a batch, by member id or
-group.instance.id); the others rebalance (``coordinator/group/classic.py``).
+group.instance.id); the others rebalance (``coordinator/group/classic/group.py``).
 
 Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUTHORIZATION_FAILED
 (top level).
@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group import classic as cl
+from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
 

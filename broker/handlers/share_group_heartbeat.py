@@ -1,7 +1,7 @@
 """ShareGroupHeartbeat (76) v1: join, stay in, or leave a share group (KIP-932).
 
-The request is handed to ``broker.share_groups`` (``broker/group_service.py``), whose shard
-applies the rules of reference section 5 (``coordinator/group/heartbeat.py``). Expected
+The request is handed to ``broker.share_groups`` (``coordinator/group/service.py``), whose shard
+applies the rules of reference section 5 (``coordinator/group/share/heartbeat.py``). Expected
 outcomes (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST) are
 error codes in the response. The assignment is null unless the shard sends one; the client host
 is reported as Kafka reports it (``/127.0.0.1``). A member leaving (epoch -1) releases the records
@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse
+from coordinator.group.share.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.codec import response_module
 from protocol.messages import make
 

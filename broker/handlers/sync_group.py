@@ -1,5 +1,5 @@
 """SyncGroup (14) v0-5: the leader hands the classic group's assignment out; every member gets
-its own (``coordinator/group/classic.py``). A follower's answer waits for the leader's; the
+its own (``coordinator/group/classic/group.py``). A follower's answer waits for the leader's; the
 assignment is written to ``__consumer_offsets`` (GroupMetadata) before anyone is answered. A
 GroupMetadata record over ``message.max.bytes`` is not written: every member gets
 UNKNOWN_SERVER_ERROR (as Kafka) and rejoins, and the broker logs why.
@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from coordinator.group import classic as cl
+from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
 

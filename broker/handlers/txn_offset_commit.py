@@ -5,7 +5,7 @@ instance id.
 
 The offsets go to the group's ``__consumer_offsets`` partition as a transactional batch of the
 producer and stay pending until the transaction coordinator writes the producer's COMMIT or ABORT
-marker there (``ShareGroupService.complete_transaction``); only then do they become committed
+marker there (``GroupCoordinatorService.complete_transaction``); only then do they become committed
 (``coordinator/group/txn_offsets.py``). Validation as Kafka's ``validateTransactionalOffsetCommit``
 (see ``GroupCoordinatorShard.txn_commit_offsets``): INVALID_GROUP_ID, ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, COORDINATOR_NOT_AVAILABLE, INVALID_PRODUCER_EPOCH;
@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
-from broker.group_service import CONSUMER_OFFSETS_TOPIC
+from coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from broker.handlers._common import NO_THROTTLE
 from coordinator.group import offsets as off
 from protocol.codec import response_module

@@ -1,6 +1,6 @@
 """WriteTxnMarkers (27) v1-2: inter-broker, the coordinator's COMMIT/ABORT markers (KIP-98).
 
-Shoal's coordinator writes its markers in process (``broker/txn_service.py``), so this RPC only
+Shoal's coordinator writes its markers in process (``coordinator/txn/service.py``), so this RPC only
 comes from outside: a client, or a tool. It is refused to clients: with CLUSTER_ACTION (or, when
 an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served honestly, per
 partition: ``broker.log.txn_log.write_marker`` for data partitions,
@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
-from broker.txn_service import CONSUMER_OFFSETS_TOPIC
+from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC
 from protocol.codec import response_module
 
 API_KEY = 27
@@ -40,17 +40,12 @@ async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -
     if known is None or not 0 <= partition < known.partitions:
         return ErrorCode.unknown_topic_or_partition
     if topic == CONSUMER_OFFSETS_TOPIC:
-        complete = getattr(broker.share_groups, "complete_transaction", None)
-        if complete is None:
-            return ErrorCode.unknown_server_error
-        return await complete(partition, marker.producer_id, marker.producer_epoch,  # type: ignore[no-any-return]
-                              marker.coordinator_epoch, marker.transaction_result)
-    txn_log = getattr(broker, "txn_log", None)
-    if txn_log is None:
-        return ErrorCode.unknown_server_error
-    return await txn_log.write_marker(topic, partition, marker.producer_id,  # type: ignore[no-any-return]
-                                      marker.producer_epoch, marker.coordinator_epoch,
-                                      marker.transaction_result)
+        return await broker.share_groups.complete_transaction(
+            partition, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+            marker.transaction_result)
+    return await broker.txn_log.write_marker(topic, partition, marker.producer_id,
+                                             marker.producer_epoch, marker.coordinator_epoch,
+                                             marker.transaction_result)
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:

@@ -137,7 +137,8 @@ class TransactionalLog:
         if lg is None or topic_meta is None:
             return ErrorCode.unknown_topic_or_partition
         if topic_meta.internal:
-            # Coordinator logs take their own markers (group_service.complete_transaction).
+            # Coordinator logs take their own markers (the group coordinator's
+            # complete_transaction).
             log.error("refused a transaction marker for internal topic %s-%d (producer %d); "
                       "its coordinator writes its markers", topic, partition, producer_id)
             return ErrorCode.invalid_topic_exception

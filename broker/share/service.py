@@ -95,9 +95,7 @@ class ShareService:
             max_sessions = 2000  # Kafka's default
         self.sessions = ShareSessionCache(max_sessions)
         broker.add_close_listener(self._on_connection_closed)
-        groups = getattr(broker, "share_groups", None)
-        if groups is not None:
-            groups.add_member_listener(self._on_member_removed)
+        broker.share_groups.add_member_listener(self._on_member_removed)
 
     def open_session(self, group_id: str, member_id: str, connection_id: int,
                      partitions: list[tuple[uuid.UUID, int]]) -> ShareSession | None:
@@ -111,8 +109,8 @@ class ShareService:
         session = self.sessions.open(group_id, member_id, connection_id, partitions)
         if session is not None:
             return session
-        groups = getattr(self.broker, "share_groups", None)
-        if groups is None or not groups.is_member(group_id, member_id):
+        groups = self.broker.share_groups
+        if not groups.is_member(group_id, member_id):
             return None
         gone = self.sessions.departed(groups.is_member)
         if gone is None:

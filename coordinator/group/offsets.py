@@ -3,8 +3,8 @@ OffsetDelete and offsets retention.
 
 Concept (after Kafka's ``OffsetMetadataManager``): the offsets of classic, consumer-protocol
 (KIP-848) and simple (standalone or admin) groups, one store per partition. Who may commit is
-decided by the group's own module (``classic.py`` for classic groups, ``consumer_groups.py`` for
-consumer groups); this module turns a validated commit into OffsetCommit records, answers
+decided by the group's own module (``classic/group.py`` for classic groups,
+``consumer/groups.py`` for consumer groups); this module turns a validated commit into OffsetCommit records, answers
 OffsetFetch from the committed view, tombstones offsets, and expires them after
 ``offsets.retention.ms``. Sans-IO: time comes in as ``now_ms``, retention deadlines go out
 through the injected ``schedule``/``cancel``.
@@ -12,7 +12,7 @@ through the injected ``schedule``/``cancel``.
 Hard state is the fold of records (STYLE.md 1.3): ``DurableStore`` holds the latest value of every
 classic-record key (OffsetCommit and the classic groups' GroupMetadata, which share the key space
 and the log) with an undo log back to the committed offset (``coordinator/runtime/undo.py``, as
-the group stores of ``store.py``), so ``revert`` and committed reads work as for share groups.
+the group stores of ``share/store.py``), so ``revert`` and committed reads work as for share groups.
 Write ops append records to the list they are given and never change the store; ``replay`` is
 its one mutator.
 
@@ -32,7 +32,7 @@ tombstone pending-only partitions too, and retention keeps those partitions and 
 Invariants:
 - offsets passed to ``DurableStore.replay`` increase; ``revert`` never goes below the committed
   offset, and the undo log holds only records at or above it while ``journaling`` is on (off
-  while loading, as in ``store.py``);
+  while loading, as in ``share/store.py``);
 - ``keys_per_group`` counts exactly the live keys of each group id.
 """
 
@@ -40,12 +40,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
-from coordinator.group.records import Record
+from coordinator.group.classic import records as cr
+from coordinator.group.share.records import Record
 from coordinator.group.txn_offsets import PendingOffsets
 from coordinator.runtime.undo import UndoLog
 
@@ -233,9 +233,10 @@ class CommittedOffsets:
         else:
             for topic, parts in topics:
                 for p in parts:
-                    v = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
-                    if isinstance(v, cr.OffsetCommitValue):
-                        out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+                    value = self.store.committed(cr.OffsetCommitKey(group_id, topic, p))
+                    if isinstance(value, cr.OffsetCommitValue):
+                        out.append(FetchedOffset(topic, p, value.offset, value.leader_epoch,
+                                                 value.metadata))
                     else:
                         out.append(FetchedOffset(topic, p, -1, -1, ""))
         return OffsetFetchResponse(ErrorCode.none, tuple(out))
@@ -265,7 +266,7 @@ class CommittedOffsets:
     def write_offsets(self, group_id: str, parts: Sequence[OffsetCommitPartition], now_ms: int,
                       records: list[Record]) -> OffsetCommitResponse:
         """OffsetCommit records for a validated commit (classic groups are validated by
-        ``classic.py``, consumer-protocol groups by the shard); metadata over
+        ``classic/group.py``, consumer-protocol groups by the shard); metadata over
         ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for its partition."""
         s = self._settings(group_id)
         out = []
@@ -274,9 +275,10 @@ class CommittedOffsets:
             if len(meta.encode("utf-8")) > s.offset_metadata_max_bytes:
                 out.append((p.topic, p.partition, ErrorCode.offset_metadata_too_large))
                 continue
-            records.append(Record(cr.OffsetCommitKey(group_id, p.topic, p.partition),
-                                  cr.OffsetCommitValue(p.offset, p.leader_epoch, meta,
-                                                       now_ms)))  # type: ignore[arg-type]
+            # Record's annotation names the share record types; it carries classic ones too.
+            key: Any = cr.OffsetCommitKey(group_id, p.topic, p.partition)
+            value: Any = cr.OffsetCommitValue(p.offset, p.leader_epoch, meta, now_ms)
+            records.append(Record(key, value))
             out.append((p.topic, p.partition, ErrorCode.none))
         self.arm_retention(group_id, now_ms)
         return OffsetCommitResponse(ErrorCode.none, tuple(out))

@@ -28,9 +28,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.group import classic_records as cr
-from coordinator.group import consumer_records as cg
-from coordinator.group import records as r
+from coordinator.group.classic import records as cr
+from coordinator.group.consumer import records as cg
+from coordinator.group.share import records as r
 
 
 class RecordDecodeError(ValueError):

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from coordinator.group import classic_records as cr
+from coordinator.group.classic import records as cr
 from coordinator.runtime.undo import UndoLog
 
 

@@ -21,7 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.runtime.records import LogBatch, decode_log_batches, parse_end_txn_marker
+from coordinator.runtime.records import (
+    LogBatch,
+    decode_log_batches,
+    parse_end_txn_marker,
+)
 from coordinator.runtime.shard import RecordSerde, Shard
 from protocol.record_batch import CorruptRecordError
 from storage.log import PartitionLogLike

@@ -49,7 +49,12 @@ from coordinator.txn.metadata import (
     TxnMetadata,
     TxnState,
 )
-from coordinator.txn.records import TxnRecord, encode_value, new_tombstone, new_txn_record
+from coordinator.txn.records import (
+    TxnRecord,
+    encode_value,
+    new_tombstone,
+    new_txn_record,
+)
 
 S = TxnState
 E = ErrorCode

@@ -432,7 +432,7 @@ async def test_service_api_in_process(tmp_path: Path) -> None:
 
     from broker.app import Broker
     from broker.config import BrokerConfig
-    from coordinator.group.heartbeat import HeartbeatRequest
+    from coordinator.group.share.heartbeat import HeartbeatRequest
 
     broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), **SHORT_BOUNDS}))
     await broker.start()

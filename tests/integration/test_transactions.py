@@ -363,7 +363,7 @@ def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: P
     open, the broker is SIGKILLed, and its ``__transaction_state`` log is given the PrepareCommit
     record the coordinator would have written (nothing else: no marker). The restarted broker
     finds it, writes the COMMIT marker and completes the transaction."""
-    from broker.txn_service import TRANSACTION_STATE_TOPIC
+    from coordinator.txn.service import TRANSACTION_STATE_TOPIC
     from coordinator.group.placement import partition_for_group
     from coordinator.runtime.records import encode_batch
     from coordinator.txn.metadata import TxnState

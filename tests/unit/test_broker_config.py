@@ -210,7 +210,7 @@ def test_consumer_group_configs_are_checked(name: str, value: str, problem: str)
 
 
 def test_consumer_assignors_accept_kafka_class_names() -> None:
-    from broker.config import consumer_assignors
+    from coordinator.group.consumer.assignor import consumer_assignors
 
     value = "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"
     assert BrokerConfig().check("group.consumer.assignors", value) == value

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.assignor import TopicInfo
-from coordinator.group.consumer_assignor import (
+from coordinator.group.consumer.assignor import (
     ASSIGNORS,
     DEFAULT_ASSIGNORS,
     ConsumerAssignor,
@@ -22,6 +21,7 @@ from coordinator.group.consumer_assignor import (
     RangeAssignor,
     UniformAssignor,
 )
+from coordinator.group.topics_image import TopicInfo
 
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)

@@ -18,18 +18,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic as cl
-from coordinator.group import consumer_records as c
 from coordinator.group import offsets as off
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_heartbeat import (
+from coordinator.group.classic import group as cl
+from coordinator.group.consumer import records as c
+from coordinator.group.consumer.heartbeat import (
     ConsumerGroupSettings,
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
 )
-from coordinator.group.heartbeat import HeartbeatRequest
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
+from coordinator.group.share.heartbeat import HeartbeatRequest
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 A = uuid.UUID(int=0xA)

@@ -18,7 +18,7 @@ from broker.broker_metrics import BrokerMetrics
 from cli import consumer_groups as cg
 from client import admin_groups as ag
 from cli import reset_plan as rp
-from broker.group_service import ConsumerGroupView
+from coordinator.group.service import ConsumerGroupView
 from coordinator.group.offsets import FetchedOffset
 
 TP = ("t", 0)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.group.consumer_protocol import (
+from coordinator.group.consumer.protocol import (
     SubscriptionFormatError,
     group_subscription,
     subscribed_topics,

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.assignor import TopicsImage, assign
+from coordinator.group.share.assignor import assign
+from coordinator.group.topics_image import TopicsImage
 
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)

@@ -1,4 +1,4 @@
-"""Classic consumer groups in the group shard (``coordinator/group/classic.py``), sans IO.
+"""Classic consumer groups in the group shard (``coordinator/group/classic/group.py``), sans IO.
 
 A tiny harness plays the runtime: it encodes each op's records with the group serde, decodes
 and replays them at the next offsets and commits (so deferred answers are released), and keeps
@@ -11,8 +11,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic as cl
-from coordinator.group import classic_records as cr
+from coordinator.group.classic import group as cl
+from coordinator.group.classic import records as cr
 from coordinator.group import offsets as off
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard

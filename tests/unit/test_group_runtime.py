@@ -14,12 +14,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.clock import SystemClock
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import HeartbeatRequest, ShareGroupSettings
 from coordinator.group.serde import GroupRecordSerde, decode_record
 from coordinator.group.shard import GroupCoordinatorShard, initializations
-from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, PartitionStatus
+from coordinator.group.share import records as r
+from coordinator.group.share.heartbeat import HeartbeatRequest, ShareGroupSettings
+from coordinator.group.topics_image import TopicsImage
+from coordinator.runtime.loop import (
+    CoordinatorFailure,
+    CoordinatorRuntime,
+    PartitionStatus,
+)
 from coordinator.runtime.records import decode_batches
 from coordinator.runtime.result import CoordinatorResult
 from storage.segment_log import LogConfig, PartitionLog

@@ -1,4 +1,4 @@
-"""ShareGroupService over the coordinator runtime and real ``__consumer_offsets`` partition logs,
+"""GroupCoordinatorService over the coordinator runtime and real ``__consumer_offsets`` partition logs,
 with an in-memory persister standing in for durable share state: placement, restart (groups,
 members, epochs and Initialized partitions survive; no re-initialization), COORDINATOR_LOAD_IN_PROGRESS
 while loading, and member listeners told after commit."""
@@ -18,9 +18,9 @@ from kio.schema.errors import ErrorCode
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
 from broker.group_configs import GroupConfigs
-from broker.group_service import ShareGroupService
+from coordinator.group.service import GroupCoordinatorService
 from broker.log.topics import Topic
-from coordinator.group.heartbeat import HeartbeatRequest
+from coordinator.group.share.heartbeat import HeartbeatRequest
 from coordinator.group.placement import partition_for_group
 from coordinator.runtime.loop import PartitionStatus
 from persister.api import InitializeParams, ReadParams, SharePartitionKey, WriteParams, WriteResult
@@ -48,7 +48,7 @@ class CountingPersister(InMemoryPersister):
 
 @asynccontextmanager
 async def service(directory: Path, persister: InMemoryPersister, *, hold_reads: bool = False
-                  ) -> AsyncIterator[tuple[ShareGroupService, list[Any]]]:
+                  ) -> AsyncIterator[tuple[GroupCoordinatorService, list[Any]]]:
     """A service over ``PARTITIONS`` logs in ``directory`` (reopened if they exist), loaded
     (or loading, with reads held, when ``hold_reads``)."""
     config = BrokerConfig({"log.dirs": str(directory)})
@@ -58,7 +58,7 @@ async def service(directory: Path, persister: InMemoryPersister, *, hold_reads: 
     if hold_reads:
         for lg in logs:
             lg.read_gate = threading.Event()
-    svc = ShareGroupService(clock=FakeClock(T0), broker_config=config,
+    svc = GroupCoordinatorService(clock=FakeClock(T0), broker_config=config,
                             group_configs=GroupConfigs(directory, config), persister=persister,
                             topics=lambda: [TOPIC], num_partitions=PARTITIONS)
     loading = asyncio.get_running_loop().create_task(svc.load(lambda p: logs[p]))

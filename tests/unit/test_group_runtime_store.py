@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from coordinator.group import records as r
-from coordinator.group.store import GroupStore
+from coordinator.group.share import records as r
+from coordinator.group.share.store import GroupStore
 
 T = uuid.UUID(int=0x7)
 

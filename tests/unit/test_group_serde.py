@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group import records as r
+from coordinator.group.share import records as r
 from coordinator.group import serde
 
 T1 = uuid.UUID("11111111-2222-3333-4444-555555555555")

@@ -19,11 +19,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import records as r
 from coordinator.group import serde
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse, ShareGroupSettings
 from coordinator.group.shard import GroupCoordinatorShard, deletions, initializations
+from coordinator.group.share import records as r
+from coordinator.group.share.heartbeat import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ShareGroupSettings,
+)
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 A = uuid.UUID(int=0xA)

@@ -15,9 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.share_admin import AlterPlan, forget_topics_op, prepare_alter_op, share_lag
 from coordinator.group import serde
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.heartbeat import HeartbeatRequest
 from coordinator.group.shard import GroupCoordinatorShard
+from coordinator.group.share.heartbeat import HeartbeatRequest
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 A = uuid.UUID(int=0xA)

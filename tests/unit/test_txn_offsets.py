@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
 from coordinator.group import offsets as off
+from coordinator.group.classic import records as cr
 from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime
@@ -294,8 +294,8 @@ def test_consumer_group_member_epoch_checks() -> None:
 
 
 def test_share_group_id_is_not_found() -> None:
-    from coordinator.group.heartbeat import HeartbeatRequest
-    from coordinator.group.assignor import TopicsImage
+    from coordinator.group.share.heartbeat import HeartbeatRequest
+    from coordinator.group.topics_image import TopicsImage
 
     shard = GroupCoordinatorShard(require_share_state_initialization=False)
     res = shard.share_group_heartbeat(HeartbeatRequest("sg", "m", 0, None, ("a",)),
@@ -422,7 +422,7 @@ def test_replay_without_runtime_matches(commit: bool) -> None:
 
 
 async def test_service_txn_commit_and_complete_transaction(tmp_path: Path) -> None:
-    """``ShareGroupService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
+    """``GroupCoordinatorService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
     coordinator calls them, over four real partitions, surviving a restart."""
     from .test_group_runtime_service import CountingPersister, service
 

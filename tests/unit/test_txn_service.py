@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from broker.config import BrokerConfig
-from broker.txn_service import CONSUMER_OFFSETS_TOPIC, TransactionService
+from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC, TransactionService
 from coordinator.group.placement import partition_for_group
 from coordinator.txn.metadata import TxnMetadata, TxnState
 from storage.segment_log import LogConfig, PartitionLog

@@ -1,8 +1,8 @@
 """``ConsumerGroups``: the consumer-protocol (KIP-848) groups of one ``__consumer_offsets``
 partition.
 
-Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and ``classic.py``, like
-them a fold of records (``consumer_records.py``) kept in a ``GroupStore`` (undo log, committed
+Concept: lives inside ``GroupCoordinatorShard`` beside the share groups and
+``classic/group.py``, like them a fold of records (``consumer/records.py``) kept in a ``GroupStore`` (undo log, committed
 view, pruning offsets). Write ops return records and never mutate the store; the shard's
 ``replay`` routes consumer records here. Committed offsets of consumer groups are OffsetCommit
 records kept by ``offsets.py`` (one offsets store per partition); this module validates who may
@@ -19,15 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import classic_records as cr
-from coordinator.group import consumer_heartbeat as ch
-from coordinator.group import consumer_records as c
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState, apply_record
-from coordinator.group.records import Record
-from coordinator.group.store import GroupStore
+from coordinator.group.classic import records as cr
+from coordinator.group.consumer import heartbeat as ch
+from coordinator.group.consumer import records as c
+from coordinator.group.consumer.group import (
+    ConsumerGroup,
+    ConsumerGroupState,
+    apply_record,
+)
+from coordinator.group.share.records import Record
+from coordinator.group.share.store import GroupStore
+from coordinator.group.topics_image import TopicsImage
 
 SESSION = "consumer-session"
 REBALANCE = "consumer-rebalance"

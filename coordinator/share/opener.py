@@ -17,42 +17,43 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coordinator.host import ConfigValues, CoordinatorHost, TopicView
 from coordinator.runtime.loop import CoordinatorRuntime
-from coordinator.share.runtime_service import ShareCoordinatorService, ShareRecordSerde, ShareStateShard
-from storage.log import PartitionLogLike
-
-if TYPE_CHECKING:
-    from broker.app import Broker
-    from broker.log.topics import Topic
+from coordinator.share.runtime_service import (
+    ShareCoordinatorService,
+    ShareRecordSerde,
+    ShareStateShard,
+)
 
 log = logging.getLogger("shoal.share.coordinator")
 
 SHARE_STATE_TOPIC = "__share_group_state"
 
 
-def _topic_configs(broker: Broker) -> dict[str, Any]:
+def _topic_configs(config: ConfigValues) -> dict[str, Any]:
     return {
         "retention.ms": -1,
         "retention.bytes": -1,
-        "segment.bytes": broker.config.get("share.coordinator.state.topic.segment.bytes"),
+        "segment.bytes": config.get("share.coordinator.state.topic.segment.bytes"),
     }
 
 
-def ensure_state_topic(broker: Broker) -> Topic:
+def ensure_state_topic(host: CoordinatorHost) -> TopicView:
     """``__share_group_state``, created with the share coordinator's configs if missing."""
-    return broker.ensure_internal_topic(
-        SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions", _topic_configs(broker))
+    return host.ensure_internal_topic(
+        SHARE_STATE_TOPIC, "share.coordinator.state.topic.num.partitions",
+        _topic_configs(host.config))
 
 
-async def open_share_coordinator(broker: Broker) -> ShareCoordinatorService:
+async def open_share_coordinator(host: CoordinatorHost) -> ShareCoordinatorService:
     """Create or open ``__share_group_state``, load every partition and return the service."""
-    topic = ensure_state_topic(broker)
-    cfg = broker.config
+    topic = ensure_state_topic(host)
+    cfg = host.config
 
     def partition_exists(topic_id: uuid.UUID, partition: int) -> bool:
-        t = broker.topics.by_id(topic_id)
+        t = host.topics.by_id(topic_id)
         return t is not None and 0 <= partition < t.partitions
 
     runtime: CoordinatorRuntime[ShareStateShard] = CoordinatorRuntime(
@@ -62,7 +63,7 @@ async def open_share_coordinator(broker: Broker) -> ShareCoordinatorService:
             partition_exists=partition_exists,
         ),
         ShareRecordSerde(),
-        clock_ms=broker.clock.now_ms,
+        clock_ms=host.clock.now_ms,
         fsync=cfg.get("share.coordinator.append.fsync"),
         prune_interval_ms=cfg.get("share.coordinator.state.topic.prune.interval.ms"),
         name="share-coordinator",
@@ -70,16 +71,11 @@ async def open_share_coordinator(broker: Broker) -> ShareCoordinatorService:
     service = ShareCoordinatorService(
         runtime,
         num_partitions=topic.partitions,
-        clock_ms=broker.clock.now_ms,
+        clock_ms=host.clock.now_ms,
         cold_snapshot_interval_ms=cfg.get("share.coordinator.cold.partition.snapshot.interval.ms"),
     )
 
-    def log_for(partition: int) -> PartitionLogLike:
-        lg = broker.logs.get(SHARE_STATE_TOPIC, partition)
-        assert lg is not None, "LogManager opens every partition of a registered topic"
-        return lg
-
-    load_ms = await service.load_all(log_for)
+    load_ms = await service.load_all(lambda p: host.log_for(SHARE_STATE_TOPIC, p))
     records = sum(s.load.records for p in runtime.partitions()
                   if (s := runtime.stats(p)) is not None and s.load is not None)
     log.info("share coordinator loaded %d partition(s) of %s (%d records) in %.0f ms; fsync=%s",

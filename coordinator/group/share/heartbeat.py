@@ -42,9 +42,15 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import records as r
-from coordinator.group.assignor import TopicsImage, assign
-from coordinator.group.share_group import PartitionSet, ShareGroup, ShareGroupMember, apply_record
+from coordinator.group.share import records as r
+from coordinator.group.share.assignor import assign
+from coordinator.group.share.group import (
+    PartitionSet,
+    ShareGroup,
+    ShareGroupMember,
+    apply_record,
+)
+from coordinator.group.topics_image import TopicsImage
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0

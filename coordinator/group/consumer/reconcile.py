@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coordinator.group import consumer_records as c
-from coordinator.group.consumer_group import Assignment, ConsumerGroupMember
+from coordinator.group.consumer import records as c
+from coordinator.group.consumer.group import Assignment, ConsumerGroupMember
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from coordinator.group import records as r
+from coordinator.group.share import records as r
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 

@@ -29,23 +29,26 @@ them: a storage error is NOT_COORDINATOR (the client finds the coordinator again
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.placement import partition_for_group
-from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, Op, PartitionStatus
+from coordinator.host import CoordinatorHost, TopicView
+from coordinator.runtime.loop import (
+    CoordinatorFailure,
+    CoordinatorRuntime,
+    Op,
+    PartitionStatus,
+)
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.txn.metadata import PREPARED, TopicPartition, TxnMetadata, TxnState
 from coordinator.txn.records import TxnRecordSerde
 from coordinator.txn.shard import ProducerIdAndEpoch, TxnShard
 from storage.log import PartitionLogLike
-
-if TYPE_CHECKING:
-    from broker.app import Broker
-    from broker.log.topics import Topic
 
 log = logging.getLogger("shoal.transactions")
 
@@ -318,7 +321,7 @@ class TransactionService:
         self._markers[txn_id] = task
         self._marking[txn_id] = meta
         self._written[txn_id] = written
-        task.add_done_callback(lambda t, k=txn_id: self._forget(k, t))
+        task.add_done_callback(functools.partial(self._forget, txn_id))
 
     def _forget(self, txn_id: str, task: asyncio.Task[None]) -> None:
         if self._markers.get(txn_id) is task:
@@ -397,30 +400,27 @@ class TransactionService:
 # Opening: __transaction_state, the runtime and the service
 
 
-def ensure_txn_topic(broker: Broker) -> Topic:
+def ensure_txn_topic(host: CoordinatorHost) -> TopicView:
     """``__transaction_state`` with ``transaction.state.log.num.partitions`` partitions."""
-    configs = {"retention.ms": -1, "retention.bytes": -1, "segment.bytes": TXN_SEGMENT_BYTES}
-    return broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC,
-                                        "transaction.state.log.num.partitions", configs)
+    configs: dict[str, Any] = {"retention.ms": -1, "retention.bytes": -1,
+                               "segment.bytes": TXN_SEGMENT_BYTES}
+    return host.ensure_internal_topic(TRANSACTION_STATE_TOPIC,
+                                      "transaction.state.log.num.partitions", configs)
 
 
-async def open_transactions(broker: Broker) -> TransactionService:
-    """Create or open ``__transaction_state``, load every partition and return the service
-    (after ``broker.log.txn_log`` and ``broker.share_groups``, which write its markers; markers
-    resume once loaded)."""
-    topic = ensure_txn_topic(broker)
+async def open_transactions(host: CoordinatorHost, *, data_markers: DataMarkerWriter,
+                            offset_markers: OffsetMarkerWriter) -> TransactionService:
+    """Create or open ``__transaction_state``, load every partition and return the service.
+    ``data_markers`` and ``offset_markers`` write its markers (see ``TransactionService``);
+    markers of prepared transactions resume once loaded."""
+    topic = ensure_txn_topic(host)
 
     service = TransactionService(
-        clock_ms=broker.clock.now_ms, config_get=broker.config.get,
-        next_producer_id=broker.next_producer_id, num_partitions=topic.partitions,
-        data_markers=broker.txn_log, offset_markers=broker.share_groups.complete_transaction)
+        clock_ms=host.clock.now_ms, config_get=host.config.get,
+        next_producer_id=host.next_producer_id, num_partitions=topic.partitions,
+        data_markers=data_markers, offset_markers=offset_markers)
 
-    def log_for(partition: int) -> PartitionLogLike:
-        lg = broker.logs.get(TRANSACTION_STATE_TOPIC, partition)
-        assert lg is not None, "LogManager opens every partition of a registered topic"
-        return lg
-
-    load_ms = await service.load(log_for)
+    load_ms = await service.load(lambda p: host.log_for(TRANSACTION_STATE_TOPIC, p))
     runtime = service.runtime
     shards = [s for p in runtime.partitions() if (s := runtime.shard(p)) is not None]
     ids = sum(len(s.txns) for s in shards)

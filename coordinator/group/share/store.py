@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.group import records as r
-from coordinator.group.share_group import apply_record
+from coordinator.group.share import records as r
+from coordinator.group.share.group import apply_record
 from coordinator.runtime.undo import UndoLog
 
 KeyOffsets = dict[r.RecordKey, int]
@@ -65,7 +65,7 @@ class _Undo:
 class GroupStore:
     """Groups by id, their key offsets, and an undo log back to the committed offset.
 
-    Share groups by default; consumer groups (``consumer_group.py``) use the same store with
+    Share groups by default; consumer groups (``consumer/group.py``) use the same store with
     their own ``apply`` and member-metadata key type.
     """
 
@@ -74,7 +74,7 @@ class GroupStore:
 
     def __init__(self, *, journaling: bool = True,
                  apply: Callable[[Any, Any], Any] = apply_record,
-                 member_key: type = r.ShareGroupMemberMetadataKey) -> None:
+                 member_key: type[Any] = r.ShareGroupMemberMetadataKey) -> None:
         self.groups: dict[str, Any] = {}
         self._apply = apply
         self._member_key = member_key

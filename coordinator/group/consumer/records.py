@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from coordinator.group.records import Record, TopicPartitions, topic_partitions
+from coordinator.group.share.records import Record, TopicPartitions, topic_partitions
 
 # Kafka's MemberState byte values (modern/consumer MemberState).
 STATE_STABLE = 0

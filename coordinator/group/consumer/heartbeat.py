@@ -29,7 +29,7 @@ Flow of an accepted heartbeat: update the member (metadata record if changed); r
 if new or resolved against an older topics image (record 16); bump the group epoch if a
 subscription or the subscribed topics' metadata hash changed; compute a new target assignment
 when the group epoch is ahead (the group's assignor: the one most members ask for, else the first
-configured); reconcile the member (``consumer_reconcile.py``). The assignment is in the answer on
+configured); reconcile the member (``consumer/reconcile.py``). The assignment is in the answer on
 a join, on a full request, or when the member's assigned partitions changed.
 
 Deliberate difference: Kafka fences an epoch-0 heartbeat from a member id it still knows (until
@@ -46,64 +46,41 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import consumer_records as c
-from coordinator.group.assignor import TopicsImage
-from coordinator.group.consumer_assignor import ASSIGNORS, DEFAULT_ASSIGNORS, MemberSubscription
-from coordinator.group.consumer_group import (
+from coordinator.group.consumer import records as c
+from coordinator.group.consumer.assignor import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNORS,
+    MemberSubscription,
+)
+from coordinator.group.consumer.group import (
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupMember,
     apply_record,
 )
-from coordinator.group.consumer_reconcile import Step, is_subset, reconcile
-from coordinator.group.records import Record
-from coordinator.group.topic_regex import InvalidTopicRegex, compile_topic_regex, matching_topics
+from coordinator.group.consumer.messages import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    MAX_ID_LENGTH,
+    ConsumerGroupSettings,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResponse,
+    TopicFilter,
+    error_response,
+)
+from coordinator.group.consumer.reconcile import Step, is_subset, reconcile
+from coordinator.group.share.records import Record
+from coordinator.group.topic_regex import (
+    InvalidTopicRegex,
+    compile_topic_regex,
+    matching_topics,
+)
+from coordinator.group.topics_image import TopicsImage
 
-LEAVE_GROUP_MEMBER_EPOCH = -1
-JOIN_GROUP_MEMBER_EPOCH = 0
-MAX_ID_LENGTH = 255  # member and instance ids; Kafka has no explicit bound, we keep them small
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupSettings:
-    """Per-group settings, read on every op (Kafka's broker defaults; group configs override
-    the session timeout and heartbeat interval)."""
-
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    # Shoal's own: answered instead while the group settles (``heartbeat_interval``); 0 = never.
-    settling_heartbeat_interval_ms: int = 0
-    max_size: int = 0x7FFFFFFF
-    assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerHeartbeatRequest:
-    """ConsumerGroupHeartbeat v0-1 fields (None / -1 = unchanged since the last heartbeat)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Mapping[uuid.UUID, frozenset[int]] | None = None
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerHeartbeatResponse:
-    error_code: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: dict[uuid.UUID, list[int]] | None = None  # None: not sent
+__all__ = ["JOIN_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_MEMBER_EPOCH", "MAX_ID_LENGTH",
+           "ConsumerGroupSettings", "ConsumerHeartbeatRequest", "ConsumerHeartbeatResponse",
+           "HeartbeatOutcome", "TopicFilter", "Txn", "consumer_group_heartbeat", "error_response",
+           "fence_member", "heartbeat_interval", "partitions_of", "validate"]
 
 
 def heartbeat_interval(group: ConsumerGroup, settings: ConsumerGroupSettings, now_ms: int) -> int:
@@ -127,14 +104,6 @@ def heartbeat_interval(group: ConsumerGroup, settings: ConsumerGroupSettings, no
             for m in group.members.values()):
         return fast
     return regular
-
-
-def error_response(code: ErrorCode, message: str) -> ConsumerHeartbeatResponse:
-    return ConsumerHeartbeatResponse(error_code=code, error_message=message)
-
-
-TopicFilter = Callable[[frozenset[str]], frozenset[str]]
-"""Narrows regex matches to the topics the heartbeating principal may DESCRIBE."""
 
 
 def _all_topics(names: frozenset[str]) -> frozenset[str]:
@@ -394,9 +363,7 @@ def consumer_group_heartbeat(
         return HeartbeatOutcome((), error_response(
             ErrorCode.unknown_member_id, f"Consumer group {gid} not found."))
     member_id = req.member_id or new_member_id()  # v0: the coordinator names a joining member
-    members = group.members if group is not None else {}
-    if len(members) >= settings.max_size and member_id not in members and (
-            group is None or group.static_member(req.instance_id) is None):
+    if _group_full(group, req, member_id, settings):
         return HeartbeatOutcome((), error_response(
             ErrorCode.group_max_size_reached,
             f"The consumer group has reached its maximum capacity of {settings.max_size} "
@@ -430,13 +397,7 @@ def consumer_group_heartbeat(
     owned = req.owned if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH else {}
     partitions_changed = reconcile_member(txn, member_id, owned)
     after = txn.current.members[member_id]
-    revoking: tuple[str, int | None] | None = None
-    if after.state == c.STATE_UNREVOKED_PARTITIONS and (
-            before.state != c.STATE_UNREVOKED_PARTITIONS
-            or dict(before.pending_revocation) != dict(after.pending_revocation)):
-        revoking = (member_id, max(after.rebalance_timeout_ms, 0))
-    elif after.state != c.STATE_UNREVOKED_PARTITIONS:
-        revoking = (member_id, None)
+    revoking = _revoking(before, after)
     full = req.member_epoch == JOIN_GROUP_MEMBER_EPOCH or (
         req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
         and req.owned is not None)
@@ -446,6 +407,27 @@ def consumer_group_heartbeat(
         assignment=(assignment_response(after.assigned)
                     if full or partitions_changed or replaced else None))
     return HeartbeatOutcome(tuple(txn.records), response, revoking, replaced)
+
+
+def _group_full(group: ConsumerGroup | None, req: ConsumerHeartbeatRequest, member_id: str,
+                settings: ConsumerGroupSettings) -> bool:
+    """Whether a new member would pass ``group.consumer.max.size`` (a returning one would not)."""
+    members = group.members if group is not None else {}
+    return len(members) >= settings.max_size and member_id not in members and (
+        group is None or group.static_member(req.instance_id) is None)
+
+
+def _revoking(before: ConsumerGroupMember, after: ConsumerGroupMember
+              ) -> tuple[str, int | None] | None:
+    """The rebalance timer to arm (member id, timeout ms) when revoking starts, to cancel
+    (member id, None) when nothing is left to revoke, or None: leave it."""
+    if after.state == c.STATE_UNREVOKED_PARTITIONS and (
+            before.state != c.STATE_UNREVOKED_PARTITIONS
+            or dict(before.pending_revocation) != dict(after.pending_revocation)):
+        return after.member_id, max(after.rebalance_timeout_ms, 0)
+    if after.state != c.STATE_UNREVOKED_PARTITIONS:
+        return after.member_id, None
+    return None
 
 
 def _member_for(group: ConsumerGroup | None, req: ConsumerHeartbeatRequest, member_id: str

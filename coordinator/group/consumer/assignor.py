@@ -53,7 +53,7 @@ from typing import Protocol
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
-from coordinator.group.assignor import TopicInfo
+from coordinator.group.topics_image import TopicInfo
 
 __all__ = [
     "ASSIGNORS",
@@ -463,3 +463,14 @@ ASSIGNORS: dict[str, ConsumerAssignor] = {
 
 # Kafka's group.consumer.assignors default, in order: the first is the group's default.
 DEFAULT_ASSIGNORS: tuple[str, ...] = ("uniform", "range")
+
+
+def consumer_assignors(value: str) -> tuple[str, ...]:
+    """The short names (uniform, range) of a valid ``group.consumer.assignors`` value."""
+    out = []
+    for n in str(value).split(","):
+        if n.strip():
+            short = n.strip().rsplit(".", 1)[-1].removesuffix("Assignor").lower()
+            if short not in out:
+                out.append(short)
+    return tuple(out)

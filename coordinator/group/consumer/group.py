@@ -1,11 +1,11 @@
 """Consumer groups (KIP-848) and their members as immutable values, and how a record changes them.
 
 Concept (KIP-848; Kafka ``modern/consumer/ConsumerGroup``/``ConsumerGroupMember``): as a share group
-(``share_group.py``), a consumer group has a **group epoch** (bumped when membership, subscriptions
+(``share/group.py``), a consumer group has a **group epoch** (bumped when membership, subscriptions
 or the subscribed topics' metadata change), a **target assignment** computed for one group epoch
 (the **assignment epoch**), and **members** that converge on their target one heartbeat at a time.
 Unlike share groups, partitions are owned exclusively, so a member moves to its target through
-reconciliation states (``consumer_reconcile.py``): it first revokes what it must give up
+reconciliation states (``consumer/reconcile.py``): it first revokes what it must give up
 (UNREVOKED_PARTITIONS, epoch unchanged) and only gets a partition once its previous owner released
 it (UNRELEASED_PARTITIONS). ``partitions_pending_revocation`` still belong to the member until it
 confirms their revocation.
@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from coordinator.group import consumer_records as c
-from coordinator.group.records import Record, assignment_of
+from coordinator.group.consumer import records as c
+from coordinator.group.share.records import Record, assignment_of
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2

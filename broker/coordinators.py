@@ -1,0 +1,58 @@
+"""Wiring the coordinators to the broker: open them in order at start, close them at stop.
+
+The coordinators (``coordinator/``) see the broker only as a ``CoordinatorHost``
+(``coordinator/host.py``); what else each needs is passed here explicitly:
+
+1. the share coordinator over ``__share_group_state`` (the default persister is backed by it;
+   a test may have injected another one into ``broker.persister``);
+2. the group coordinator over ``__consumer_offsets``, with the persister and the per-group
+   configs; it hears about topic changes and the share-partition leaders hear about members
+   that left (the latter wired in ``ShareService``);
+3. the transaction coordinator over ``__transaction_state``, after the group coordinator: its
+   markers go to data partitions through ``broker.txn_log`` and to ``__consumer_offsets``
+   through the group coordinator; prepared transactions resume their markers once loaded.
+
+``close_coordinators`` stops them in the reverse order: transactions first, so no marker is
+written into a stopped group coordinator, and the share coordinator last, after the
+share-partition leaders (``broker.shares``) wrote their last state through it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.group_configs import GroupConfigs
+from coordinator.group.service import open_group_coordinator
+from coordinator.share.opener import open_share_coordinator
+from coordinator.txn.service import open_transactions
+from persister.coordinator_persister import CoordinatorPersister
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+
+async def open_coordinators(broker: Broker) -> None:
+    """Open the share, group and transaction coordinators (see the module doc); sets
+    ``broker.share_coordinator``, ``broker.persister`` (unless injected),
+    ``broker.group_configs``, ``broker.share_groups`` and ``broker.transactions``."""
+    broker.share_coordinator = await open_share_coordinator(broker)
+    await broker.delete_share_state_of_deleted_topics()
+    persister = broker.persister
+    if persister is None:
+        persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
+    broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
+    broker.share_groups = await open_group_coordinator(
+        broker, persister=persister, group_configs=broker.group_configs)
+    broker.add_topic_listener(broker.share_groups.topics_changed)
+    broker.transactions = await open_transactions(
+        broker, data_markers=broker.txn_log,
+        offset_markers=broker.share_groups.complete_transaction)
+
+
+async def close_coordinators(broker: Broker) -> None:
+    """Stop the coordinators opened by ``open_coordinators`` (reverse order, see the module
+    doc), and the share-partition leaders before the share coordinator."""
+    await broker.transactions.close()
+    await broker.share_groups.stop()
+    await broker.shares.stop()
+    await broker.share_coordinator.close()

@@ -1,0 +1,79 @@
+"""Flush and commit in ``CoordinatorRuntime`` (``loop.py`` documents the whole): group commit
+(one fsync for every write appended since the last one, on the io pool), then the shard commits
+and the writes below the durable offset are answered; a failed fsync fails the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.runtime.partition import (
+    CoordinatorFailure,
+    PartitionState,
+    PartitionStatus,
+    S,
+)
+from coordinator.runtime.runtime_base import RuntimeBase
+
+log = logging.getLogger("shoal.coordinator.runtime")
+
+
+class CommitMixin(RuntimeBase[S]):
+    """See the module doc."""
+
+    def _maybe_flush(self, ctx: PartitionState[S]) -> None:
+        if ctx.flush_task is not None or ctx.status is not PartitionStatus.ACTIVE:
+            return
+        target = ctx.log.log_end_offset
+        if not ctx.pending and target <= ctx.committed:
+            return
+        # Records of internal (timer) events have no waiter but must still commit promptly: a
+        # shard reports effects (e.g. a fenced member) and reads serve the committed view.
+        if target <= ctx.committed:
+            self._release(ctx)
+            return
+        ctx.flush_task = asyncio.get_running_loop().create_task(self._flush(ctx, target))
+
+    async def _flush(self, ctx: PartitionState[S], target: int) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.sync_data)
+        except Exception as exc:
+            log.exception("%s partition %d: fsync failed", self._name, ctx.number)
+            ctx.flush_task = None
+            if ctx.status is PartitionStatus.ACTIVE:
+                self._on_flush_failure(ctx, exc)
+            return
+        ctx.flush_task = None
+        ctx.stats.flushes += 1
+        released = self._commit(ctx, target)
+        ctx.stats.flushed_writes += released
+        ctx.stats.max_writes_per_flush = max(ctx.stats.max_writes_per_flush, released)
+        if ctx.status is PartitionStatus.ACTIVE:
+            self._maybe_flush(ctx)
+
+    def _commit(self, ctx: PartitionState[S], offset: int) -> int:
+        """Mark records below ``offset`` committed; returns the number of writes released."""
+        if offset > ctx.committed:
+            ctx.shard.commit(offset)
+            ctx.committed = offset
+        released = self._release(ctx)
+        self._maybe_prune(ctx)
+        return released
+
+    def _on_flush_failure(self, ctx: PartitionState[S], exc: BaseException) -> None:
+        """An fsync failed: fail everything not yet committed and stop serving (module doc, 4)."""
+        log.error("%s partition %d: fsync failed (%s); records after offset %d are not committed, "
+                  "their writers get KAFKA_STORAGE_ERROR and the partition stops serving until "
+                  "the broker restarts (the fsync is never retried)", self._name, ctx.number, exc,
+                  ctx.committed)
+        ctx.status = PartitionStatus.FAILED
+        ctx.shard.revert(ctx.committed)
+        failed = CoordinatorFailure(ErrorCode.kafka_storage_error, f"fsync failed: {exc}")
+        self._fail_pending(ctx, failed)
+        self._fail_inbox(ctx, failed)
+        if ctx.timer_handle is not None:
+            ctx.timer_handle.cancel()
+            ctx.timer_handle = None
