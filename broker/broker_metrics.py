@@ -13,8 +13,8 @@ acknowledged or archived at/after the start offset. Share-partitions loaded on t
 reported from their live window; every other share-partition with state at the local share
 coordinator from that persisted state (broker/share_figures.py: cached per scrape interval, at
 most MAX_SHARE_PARTITION_SERIES). Age and drain figures (oldest unacknowledged record age from its
-append time, drain rate, drain ETA) are defined in broker/share/drain.py. The README's Metrics
-section lists every metric with its Kafka JMX counterpart.
+append time, drain rate, drain ETA) are defined in broker/share/drain.py. docs/metrics.md
+lists every metric with its Kafka JMX counterpart.
 
 Consumer groups (classic, and consumer-type groups as the group service lists them) are read
 through ``ShareGroupService.consumer_groups`` at scrape time: state and members per group,
@@ -76,12 +76,12 @@ def first_response_error(resp: Any) -> int:
 
 
 class BrokerMetrics:
-    """Every metric Shoal exports; see the module docstring and README "Metrics"."""
+    """Every metric Shoal exports; see the module docstring and docs/metrics.md."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self.registry = r = Registry()
-        # -- hot-path instruments (names map to Kafka JMX in README "Metrics") --
+        # -- hot-path instruments (names map to Kafka JMX in docs/metrics.md) --
         self.produce_bytes = r.labelled_counter(
             "shoal_produce_bytes_total", "Record-batch bytes appended by Produce requests.",
             ("topic",))
