@@ -210,15 +210,26 @@ class Connection:
         name = API_NAMES.get(api_key, f"API {api_key}")
         try:
             self._sock.sendall(encode_request(api_key, version, correlation_id, CLIENT_ID, body))
-            size = int.from_bytes(self._recv(4), "big")
+            head = self._recv(4)
+            if head == b"HTTP":
+                raise CliError(f"{self.address} is an HTTP server (a metrics port?), not a "
+                               "Kafka listener; check --bootstrap-server")
+            size = int.from_bytes(head, "big")
             if not 0 < size <= MAX_FRAME:
                 raise CliError(f"{self.address} sent a {size}-byte {name} response; is this a "
                                "Kafka broker?")
             got, resp = decode_response(api_key, version, self._recv(size))
         except TimeoutError:
+            if api_key == API_VERSIONS:  # any Kafka broker answers it at once
+                raise CliError(f"no answer to {name} from {self.address}; is it a Kafka "
+                               "listener? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} timed out; retry, or raise --timeout"
                            ) from None
         except OSError as exc:
+            if api_key == API_VERSIONS and isinstance(exc, ConnectionResetError):
+                raise CliError(f"{self.address} closed the connection without answering "
+                               f"{name}; is it a Kafka listener (and not TLS: see "
+                               "--command-config)? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} failed: {_reason(exc)}; check that the "
                            "broker is running") from None
         except ProtocolError:
