@@ -270,10 +270,26 @@ def _described(cluster: Cluster, args: argparse.Namespace) -> list[tuple[str, An
 def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     groups = _described(cluster, args)
     if args.members:
-        return _describe_members(groups, args)
-    if args.state is not None:
-        return _describe_state(groups, args)
-    return _describe_offsets(cluster, groups, args)
+        code = _describe_members(groups, args)
+    elif args.state is not None:
+        code = _describe_state(groups, args)
+    else:
+        code = _describe_offsets(cluster, groups, args)
+    _warn_missing_topics(cluster, groups)
+    return code
+
+
+def _warn_missing_topics(cluster: Cluster, groups: list[tuple[str, Any, Node]]) -> None:
+    """A warning on stderr for each topic members subscribe to that does not exist: such a
+    subscription gets nothing, and nothing else would say why."""
+    for gid, g, _node in groups:
+        names = sorted({n for m in g.members for n in m.subscribed_topic_names})
+        existing = cluster.existing_topics(names)
+        for name in names:
+            if name not in existing:
+                print(f"shoal share-groups: warning: members of share group {gid!r} subscribe "
+                      f"to topic {name!r}, which does not exist; they get no records from it "
+                      "until it is created", file=sys.stderr)
 
 
 def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from tests.conftest import BrokerProcess, free_port
@@ -65,3 +65,33 @@ def test_the_metrics_port_is_named_as_not_kafka_at_once(tmp_path: Path) -> None:
                        "port?), not a Kafka listener; check --bootstrap-server\n")
     finally:
         b.stop()
+
+
+def test_a_share_subscription_to_a_missing_topic_is_not_silent(fresh_broker: BrokerProcess,
+                                                               unique: str) -> None:
+    fresh_broker.start()
+    missing = f"{unique}-typo"
+    consumers = [ShareConsumer({"bootstrap.servers": fresh_broker.bootstrap, "group.id": unique})
+                 for _ in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([missing])
+        cli = Cli(fresh_broker.bootstrap)
+        deadline = time.monotonic() + 30
+        while True:
+            for c in consumers:
+                assert len(c.poll(0.5)) == 0
+            r = cli.run("share-groups", "--describe", "--group", unique, "--members")
+            if r.returncode == 0 and len(r.stdout.splitlines()) == 3:  # both members joined
+                break
+            assert time.monotonic() < deadline, (r.stdout, r.stderr)
+        assert r.stderr == (f"shoal share-groups: warning: members of share group {unique!r} "
+                            f"subscribe to topic {missing!r}, which does not exist; they get no "
+                            "records from it until it is created\n")
+    finally:
+        for c in consumers:
+            c.close()
+    warnings = [line for line in fresh_broker.logs().splitlines()
+                if f"subscribes to topic {missing}, which does not exist" in line]
+    assert len(warnings) == 1, warnings  # two members, many heartbeats: one warning
+    assert f"share group {unique}:" in warnings[0] and "WARNING" in warnings[0]

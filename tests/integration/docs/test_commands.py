@@ -34,6 +34,9 @@ def test_json_log_format_keeps_both_streams_pure_json(tmp_path: Path) -> None:
     records = [json.loads(line) for line in err.splitlines()]  # every line is JSON
     listening = [r for r in records if r.get("event") == "listening"]
     assert [r["msg"] for r in listening] == [f"listening on 127.0.0.1:{port} (PLAINTEXT)"]
+    started = [r["msg"] for r in records if r["msg"].startswith("Shoal broker 1 listening")]
+    assert len(started) == 1 and started[0].startswith(
+        f"Shoal broker 1 listening on 127.0.0.1:{port} (PLAINTEXT, advertised 127.0.0.1:{port})")
 
 
 def test_plain_startup_line_names_the_protocol_once(tmp_path: Path) -> None:
