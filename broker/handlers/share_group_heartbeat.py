@@ -9,7 +9,7 @@ it holds on this broker.
 
 A subscription naming a topic that does not exist is served as in Kafka (nothing to assign
 from it), but not silently: a warning names the group and the topic, once per group and topic
-until the topic exists (``MissingTopics``); ``shoal share-groups --describe`` says it too.
+(``broker/missing_topics.py``); ``shoal share-groups --describe`` says it too.
 
 Authorization (``broker/authz.py``), as Kafka, before the group is touched: READ on the group,
 else GROUP_AUTHORIZATION_FAILED; when the heartbeat carries a subscription, DESCRIBE on every
@@ -18,9 +18,6 @@ subscribed topic (each asked once), else TOPIC_AUTHORIZATION_FAILED for the whol
 
 from __future__ import annotations
 
-import logging
-import weakref
-from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -29,50 +26,13 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
+from broker.missing_topics import warn_missing_topics
 from coordinator.group.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.codec import response_module
 from protocol.messages import make
 
 API_KEY = 76
 VERSIONS = (1, 1)
-
-log = logging.getLogger("shoal.groups")
-
-
-class MissingTopics:
-    """Which subscribed topics of which groups were reported missing (sans-IO): ``newly_missing``
-    answers each (group, topic) once, and forgets a topic found to exist again, so a topic
-    deleted later is reported again."""
-
-    def __init__(self) -> None:
-        self._reported: set[tuple[str, str]] = set()
-
-    def newly_missing(self, group_id: str, names: Iterable[str],
-                      exists: Callable[[str], bool]) -> list[str]:
-        out = []
-        for name in sorted(set(names)):
-            key = (group_id, name)
-            if exists(name):
-                self._reported.discard(key)
-            elif key not in self._reported:
-                self._reported.add(key)
-                out.append(name)
-        return out
-
-
-_missing: weakref.WeakKeyDictionary[Any, MissingTopics] = weakref.WeakKeyDictionary()
-
-
-def _warn_missing_topics(ctx: RequestContext, group_id: str, names: Iterable[str]) -> None:
-    seen = _missing.setdefault(ctx.broker, MissingTopics())
-    for topic in seen.newly_missing(group_id, names,
-                                    lambda n: ctx.broker.topics.get(n) is not None):
-        log.warning("share group %s: a member (client %s) subscribes to topic %s, which does "
-                    "not exist; the group gets no records from it until it is created "
-                    "(shoal topics --create --topic %s)", group_id, ctx.client_id or "-", topic,
-                    topic, extra={"event": "subscribed_topic_missing", "group": group_id,
-                                  "topic": topic})
-
 
 def _response(m: Any, resp: HeartbeatResponse) -> Any:
     assignment = None
@@ -113,7 +73,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         subscribed_topic_names=tuple(names) if names is not None else None,
         client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}"))
     if names and resp.error_code == ErrorCode.none:
-        _warn_missing_topics(ctx, req.group_id, names)
+        warn_missing_topics(ctx.broker, req.group_id, names, ctx.client_id)
     if req.member_epoch == -1 and resp.error_code == ErrorCode.none:
         # A member that leaves gives its acquired records back at once (session expiry does
         # not: as in Kafka, those wait for their acquisition locks to time out).

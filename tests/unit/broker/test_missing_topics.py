@@ -1,9 +1,9 @@
 """A share subscription to a topic that does not exist is reported once per group and topic
-(broker/handlers/share_group_heartbeat.py ``MissingTopics``)."""
+(broker/missing_topics.py)."""
 
 from __future__ import annotations
 
-from broker.handlers.share_group_heartbeat import MissingTopics
+from broker.missing_topics import MissingTopics
 
 
 def test_each_group_and_topic_is_reported_once_until_the_topic_exists() -> None:
