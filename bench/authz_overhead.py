@@ -48,8 +48,8 @@ from broker.clock import FakeClock
 from broker.context import RequestContext
 from broker.handlers.share_fetch import _refused_topics
 from broker.metrics import LabelledCounter
-from broker.security.acl import AclBinding, AclOperation, AclPermissionType, PatternType
-from broker.security.acl import ResourceType as AclType
+from protocol.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType
+from protocol.acl_types import ResourceType as AclType
 from broker.security.acl_store import AclStore
 from broker.security.authorizer import AclAuthorizer
 from broker.security.setup import AclSeam

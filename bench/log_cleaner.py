@@ -3,7 +3,7 @@
 Writes one partition of 500 MB x ``--scale`` into a temporary directory through
 ``PartitionLog.append`` (batches of 100 records, keys drawn uniformly from a key space of 10% of
 the record count, 100-byte values, 128 MiB segments unless ``--segment-mb``), flushes it, then
-times ``persister.cleaner.clean`` passes in this thread until nothing is dirty, with the key map
+times ``storage.cleaner.clean`` passes in this thread until nothing is dirty, with the key map
 bounded by ``log.cleaner.dedupe.buffer.size`` (``--buffer-mb``, Kafka's default 128). Throughput is
 the log size before cleaning divided by the cleaning time (Kafka's cleaner reports read MB/s the
 same way).
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import crc32c
 
-from persister.cleaner import MAP_ENTRY_BYTES, clean, cleanable
-from persister.segment_log import LogConfig, PartitionLog
 from protocol.varint import encode_varint
+from storage.cleaner import MAP_ENTRY_BYTES, clean, cleanable
+from storage.segment_log import LogConfig, PartitionLog
 
 T0 = 1_700_000_000_000
 RECORDS_PER_BATCH = 100

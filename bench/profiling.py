@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.procs import ROOT, track_popen, untrack_popen
 
-PROJECT_DIRS = ("broker", "protocol", "coordinator", "persister")
+PROJECT_DIRS = ("broker", "protocol", "coordinator", "persister", "storage")
 _PROJECT_RE = re.compile(r"(^|/)(" + "|".join(PROJECT_DIRS) + ")/")
 TOP = 15
 

@@ -36,7 +36,7 @@ from persister.api import (  # noqa: E402
     WriteParams,
 )
 from persister.coordinator_persister import CoordinatorPersister  # noqa: E402
-from persister.segment_log import LogConfig, PartitionLog  # noqa: E402
+from storage.segment_log import LogConfig, PartitionLog  # noqa: E402
 
 PARTITIONS = 50
 

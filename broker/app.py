@@ -9,7 +9,7 @@ Topic creation is atomic: the partition logs are opened first and the topic is r
 restart never finds a half-created topic. New partitions must fit the open-file limit
 (``broker/resources.py``).
 
-Storage failure (``persister/log_dir.py``): when the log directory goes offline the broker calls
+Storage failure (``storage/log_dir.py``): when the log directory goes offline the broker calls
 its fatal listeners (``run_broker`` stops the server) and ``exit_code`` becomes non-zero.
 """
 
@@ -39,23 +39,24 @@ from broker.config import (
 from broker.dispatch import Dispatcher, default_dispatcher
 from broker.group_configs import GroupConfigs
 from broker.group_service import open_share_groups
-from broker.log_cleaner import LogCleaner
-from broker.log_manager import LogManager
+from broker.log.cleaner_driver import LogCleaner
+from broker.log.manager import LogManager
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.log.txn_log import TransactionalLog
 from broker.metrics import MetricsServer
-from broker.producer_state import ProducerStates
+from broker.security.metrics_web import load_web_config
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
-from broker.producer_state_manager import ProducerStateManager
 from broker.share.service import ShareService
 from broker.share_state import open_share_coordinator
-from broker.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
-from broker.txn_log import TransactionalLog
 from broker.txn_service import TransactionService, open_transactions
 from persister.api import Persister
 from persister.coordinator_persister import CoordinatorPersister
-from persister.log_dir import LogDir, describe
+from storage.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -87,7 +88,7 @@ class Broker:
         self.logs: LogManager
         self.producers: ProducerStateManager
         self.transactions: TransactionService
-        # Last stable offsets, aborted transactions and markers (broker/txn_log.py).
+        # Last stable offsets, aborted transactions and markers (broker/log/txn_log.py).
         self.txn_log: TransactionalLog
         self.cleaner: LogCleaner
         self._next_pid = 0
@@ -191,19 +192,27 @@ class Broker:
         self.started = False
 
     async def _start_metrics_server(self) -> None:
-        """Serve /metrics when ``metrics.listen`` is set.
+        """Serve /metrics when ``metrics.listen`` is set (``metrics.*`` configs).
 
         Raises:
             OSError: the address cannot be bound.
+            WebConfigError: ``metrics.web.config.file`` cannot be used.
         """
         listen = self.config.get("metrics.listen")
         if not listen:
             return
         host, port = parse_listener(listen)
-        server = MetricsServer(self.metrics.render)
+        web_file = self.config.get("metrics.web.config.file")
+        web = load_web_config(web_file) if web_file else None
+        server = MetricsServer(
+            self.metrics.render, max_connections=self.config.get("metrics.max.connections"),
+            cache_ms=self.config.get("metrics.render.cache.ms"), now_ms=self.clock.monotonic_ms,
+            web=web, render_seconds=self.metrics.metrics_render_seconds,
+            rejected=self.metrics.metrics_connections_rejected)
         await server.start(host, port)
         self.metrics_server = server
-        log.info("Prometheus metrics at http://%s:%d/metrics", server.host, server.port)
+        log.info("Prometheus metrics at %s://%s:%d/metrics%s", server.scheme, server.host,
+                 server.port, " (basic auth)" if server.auth is not None else "")
 
     def add_fatal_listener(self, cb: Callable[[], None]) -> None:
         """Call ``cb()`` on the event loop when the broker must stop (its log directory failed)."""
@@ -213,7 +222,7 @@ class Broker:
         """The log directory went offline (any thread): stop the broker with a non-zero status.
 
         Kafka halts a broker whose every log directory is offline; Shoal has one. The failure
-        sequence is in ``persister/log_dir.py``; from here the server stops accepting, lets
+        sequence is in ``storage/log_dir.py``; from here the server stops accepting, lets
         in-flight requests finish (those touching the logs answer KAFKA_STORAGE_ERROR), closes
         the logs without writing to them and exits with status 1.
         """

@@ -102,10 +102,10 @@ CreatePartitions (37)      TOPIC ALTER (after the duplicate check)   TAF per top
 DeleteGroups (42)          GROUP DELETE                              GAF per group
 OffsetDelete (47)          GROUP DELETE; TOPIC READ                  GAF top level; TAF per
                                                                      partition, offsets kept
-DescribeUserScram-         CLUSTER DESCRIBE                          CAF per user (see below)
-Credentials (50)
-AlterUserScram-            CLUSTER ALTER                             CAF per user
-Credentials (51)
+DescribeUserScram-         CLUSTER DESCRIBE; without an ACL          CAF per user (see below)
+Credentials (50)           authorizer, super.users only
+AlterUserScram-            CLUSTER ALTER; without an ACL             CAF per user, nothing
+Credentials (51)           authorizer, super.users only              written
 DescribeCluster (60)       none; bitfield when asked, if CLUSTER     bitfield 0
                            DESCRIBE (quiet)
 DescribeTransactions (65)  TRANSACTIONAL_ID DESCRIBE; TOPIC          TIAF per id; partitions of
@@ -143,6 +143,11 @@ Deliberate differences from Kafka:
 * Without an authorizer Kafka allows everything; Shoal still keeps CLUSTER_ACTION for
   ``super.users`` (the share-state RPCs must not be reachable by clients), so an
   AuthorizedOperations bitfield computed without ACLs leaves out CLUSTER_ACTION.
+* The SCRAM credential RPCs (50, 51) without an ACL authorizer: Kafka lets anyone list the
+  users and create, replace or delete any credential, which would let any client give itself a
+  super user's password and log in as it. Shoal keeps them to ``super.users``
+  (``RequestContext.authorized_cluster_admin``); ``shoal broker --add-scram`` bootstraps the
+  first one. With an ACL authorizer Kafka's rules apply.
 * Fetch: Shoal has no followers, so every Fetch is a consumer fetch needing TOPIC READ;
   a ReplicaId grants nothing (Kafka would ask CLUSTER_ACTION of a follower).
 * Produce with acks=0 still gets no answer when refused (Kafka closes the connection).
@@ -168,8 +173,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.security.acl import SUPPORTED_OPERATIONS, operations_bitfield
-from broker.security.acl import ResourceType as AclResourceType
+from protocol.acl_types import SUPPORTED_OPERATIONS, operations_bitfield
+from protocol.acl_types import ResourceType as AclResourceType
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +304,17 @@ class DefaultAuthorizer:
     def authorize_by_resource_type(self, principal: Principal, operation: Operation,
                                    resource_type: ResourceType, host: str = "*") -> bool:
         return principal in self.super_users or operation is not Operation.CLUSTER_ACTION
+
+
+def cluster_admin_refusal(principal: Principal, operation: Operation, what: str,
+                          enforcing: bool) -> str:
+    """The error message of a refused ``RequestContext.authorized_cluster_admin``: ``what`` the
+    principal tried, and what would allow it with or without an ACL authorizer."""
+    if enforcing:
+        return (f"{principal} is not authorized to {what}: it needs {operation.name} on the "
+                "CLUSTER resource")
+    return (f"{principal} is not authorized to {what}: without an ACL authorizer only "
+            "super.users may (list the principal in super.users)")
 
 
 def cluster_action_refusal(principal: Principal) -> str:

@@ -138,6 +138,16 @@ class BrokerMetrics:
             "Operations the authorizer refused to a client, by ACL operation and resource type "
             "(probes that only filter an answer, such as Metadata for all topics, not counted).",
             ("operation", "resource_type"))
+        # The metrics endpoint itself (broker/metrics.py MetricsServer).
+        self.metrics_render_seconds = r.histogram(
+            "shoal_metrics_render_duration_seconds",
+            "Time spent rendering the /metrics page on the event loop (one observation per "
+            "render; scrapes answered with the cached page, metrics.render.cache.ms, are not "
+            "renders).")
+        self.metrics_connections_rejected = r.counter(
+            "shoal_metrics_connections_rejected_total",
+            "Connections to the metrics endpoint closed at accept because "
+            "metrics.max.connections were open.")
         # Age and drain figures, including share-partitions not loaded here (scrape-time cache).
         self.share_figures = ShareFigures(broker)
         r.add_collector(self._collect_broker)

@@ -227,6 +227,10 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(0)),
     ConfigDef("group.max.size", "int", 0x7FFFFFFF,
               "Maximum number of members of one classic group.", at_least(1)),
+    ConfigDef("group.config.max.groups", "int", 10_000,
+              "Shoal extension: most groups with group configs (IncrementalAlterConfigs on "
+              "GROUP resources, kept in group-configs.json); configs for one more group are "
+              "refused with POLICY_VIOLATION.", at_least(1)),
     # Consumer groups, KIP-848 consumer protocol (Kafka's names and defaults). Each
     # group.consumer.X without "min."/"max." is the default of the group config consumer.X and
     # must lie in [group.consumer.min.X, group.consumer.max.X].
@@ -387,8 +391,9 @@ _BROKER_DEFS: list[ConfigDef] = [
               lambda v: _authorizer_class_problem(v)),
     ConfigDef("super.users", "string", "",
               "Principals allowed everything regardless of ACLs, ';'-separated "
-              "(User:admin;User:ops), including the inter-broker share-state RPCs (83-87), "
-              "which everyone else is refused with CLUSTER_AUTHORIZATION_FAILED. Connections "
+              "(User:admin;User:ops), including the inter-broker share-state RPCs (83-87) "
+              "and, without an ACL authorizer, the SCRAM credential RPCs (50, 51), which "
+              "everyone else is refused with CLUSTER_AUTHORIZATION_FAILED. Connections "
               "without authentication are User:ANONYMOUS, so listing User:ANONYMOUS lets any "
               "such client act as the cluster: for tests and tools only.",
               lambda v: _super_users_problem(v)),
@@ -397,6 +402,20 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metrics.listen", "string", "",
               "Shoal extension: HOST:PORT of the Prometheus endpoint (GET /metrics); empty: "
               "off.", lambda v: _listener_problem(v) if v else None),
+    # The metrics endpoint's bounds and security (issue 25; broker/metrics.py MetricsServer).
+    ConfigDef("metrics.max.connections", "int", 16,
+              "Shoal extension: connections the metrics endpoint holds at once (counted at "
+              "accept, before TLS); one more is closed at once (503 on plain HTTP). Prometheus "
+              "needs one per scrape.", at_least(1)),
+    ConfigDef("metrics.render.cache.ms", "long", 1000,
+              "Shoal extension: a scrape within this long of the last rendered page gets that "
+              "page again, so a scrape storm renders at most once per interval on the event "
+              "loop; 0 renders every scrape.", at_least(0)),
+    ConfigDef("metrics.web.config.file", "string", "",
+              "Shoal extension: a Prometheus exporter-toolkit web config file (YAML: "
+              "tls_server_config with cert_file, key_file, client_ca_file, client_auth_type; "
+              "basic_auth_users of bcrypt hashes) for HTTPS and basic auth on the metrics "
+              "endpoint; empty: plain HTTP for everyone."),
     # Listeners and security (issue 13; broker/security/). Each may also be given for one
     # listener as listener.name.<lower-case listener name>.<name> (LISTENER_PREFIX below).
     ConfigDef("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP,

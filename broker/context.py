@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.authz import ANONYMOUS, Operation, Principal, Resource, ResourceType
+from broker.authz import ANONYMOUS, CLUSTER, Operation, Principal, Resource, ResourceType
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -61,6 +61,19 @@ class RequestContext:
             return True
         if audit:
             self._refused(operation, resource)
+        return False
+
+    def authorized_cluster_admin(self, operation: Operation) -> bool:
+        """Whether the principal may do ``operation`` on the CLUSTER for an admin RPC that hands
+        out identities (the SCRAM credential RPCs). With an ACL authorizer this is Kafka's rule,
+        ``operation`` on the CLUSTER; without one only ``super.users`` may (as CLUSTER_ACTION),
+        where Kafka would let anyone. A refusal is counted and logged as ``operation``."""
+        authorizer = self.broker.authorizer
+        if authorizer.enforcing:
+            return self.authorized(operation, CLUSTER)
+        if authorizer.authorize(self.principal, _CLUSTER_ACTION, CLUSTER, self.client_host):
+            return True
+        self._refused(operation, CLUSTER)
         return False
 
     def denied(self, operation: Operation, resource_type: ResourceType, names: Iterable[str],

@@ -30,17 +30,24 @@ Invariants:
   a change applies to the next operation of every share-partition (Kafka reads lock duration,
   delivery count limit and record-lock limit per call, reference section 2). If the broker's
   bounds changed across a restart, a stored value outside them is clamped into them when read.
-- Overrides live in ``<data>/group-configs.json``, rewritten atomically on every change (as
-  ``topics.json``), so they survive restarts. Kafka keeps them in the cluster metadata.
+- Overrides live in ``<data>/group-configs.json``, rewritten atomically (as ``topics.json``)
+  before a change becomes visible, so they survive restarts and a failed write changes nothing.
+  Kafka keeps them in the cluster metadata. A request's changes are one write, in a worker thread
+  (``plan`` each group, then ``commit`` under ``lock``), so a request of many groups costs the
+  event loop no file I/O and the file is written once, not once per group (issue 25).
+- At most ``group.config.max.groups`` groups have configs (Shoal extension; Kafka's metadata has
+  no such file to rewrite): one more is refused (POLICY_VIOLATION, as Kafka's controller answers
+  an operation that is too large), so the file, and each write of it, stays bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +64,8 @@ from broker.config import (
     one_of,
     parse_value,
 )
+from broker.log.topics import atomic_write, topic_name_problem
 from broker.share.dead_letter import dlq_topic_name_problem
-from broker.topics import atomic_write, topic_name_problem
 
 log = logging.getLogger("shoal.group_configs")
 
@@ -325,6 +332,11 @@ def unknown_group_config_problem(name: str) -> str:
     return (f"unknown group config {name!r}; {hint}the group configs are "
             f"{', '.join(GROUP_CONFIGS)}")
 
+
+class GroupConfigLimitError(ValueError):
+    """A group cannot get configs: ``group.config.max.groups`` groups already have some."""
+
+
 class GroupConfigs:
     """The share configs of every group, persisted in ``<data>/group-configs.json``."""
 
@@ -336,6 +348,8 @@ class GroupConfigs:
         """
         self._path = data_dir / FILE_NAME
         self._broker = broker_config
+        # Held by a request from its first ``plan`` to the end of its ``commit``.
+        self.lock = asyncio.Lock()
         self._overrides: dict[str, dict[str, Any]] = {}
         # get()'s answers, read on every share fetch and acknowledgement: dropped whenever a
         # group's overrides or any broker config change, so live changes still apply at once.
@@ -431,11 +445,31 @@ class GroupConfigs:
 
     def alter(self, group_id: str, changes: Mapping[str, str | None], *,
               validate_only: bool = False) -> None:
-        """Set (value) or remove (None) group configs, all or nothing.
+        """Set (value) or remove (None) group configs, all or nothing, written before they apply.
+        Synchronous (a file write on the caller's thread): the request path uses ``plan`` and
+        ``commit`` instead.
 
         Raises:
             ConfigError: an unknown name, an invalid or out-of-bounds value, or a heartbeat
                 interval not below the session timeout; nothing is changed.
+            GroupConfigLimitError: the group would be one too many with configs.
+            OSError: the file could not be written; nothing is changed.
+        """
+        new = self.plan(group_id, changes)
+        if validate_only:
+            return
+        if self.refused_by_limit({group_id: new}):
+            raise GroupConfigLimitError(self.limit_message(group_id))
+        merged = self.staged({group_id: new})
+        self.write(merged)
+        self.install(merged, (group_id,))
+
+    def plan(self, group_id: str, changes: Mapping[str, str | None]) -> dict[str, Any]:
+        """The group's overrides once ``changes`` are applied (validated; nothing changes).
+
+        Raises:
+            ConfigError: an unknown name, an invalid or out-of-bounds value, or a heartbeat
+                interval not below the session timeout.
         """
         new = dict(self._overrides.get(group_id, {}))
         for name, raw in changes.items():
@@ -449,14 +483,70 @@ class GroupConfigs:
         self._check_heartbeat(new)
         self._check_backoff(new)
         self._check_dead_letter(new)
-        if validate_only:
-            return
-        if new:
-            self._overrides[group_id] = new
-        else:
-            self._overrides.pop(group_id, None)
-        self._effective.pop(group_id, None)
-        self._save()
+        return new
+
+    def refused_by_limit(self, plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The groups of ``plans`` (group -> its new overrides, in request order) that would take
+        the number of groups with configs past ``group.config.max.groups``; groups that already
+        have configs, or lose them, are never refused."""
+        most = self._broker.get("group.config.max.groups")
+        have = self._overrides
+        count = len(have) - sum(1 for g, new in plans.items() if not new and g in have)
+        refused = []
+        for group_id, new in plans.items():
+            if new and group_id not in have:
+                if count >= most:
+                    refused.append(group_id)
+                else:
+                    count += 1
+        return refused
+
+    def limit_message(self, group_id: str) -> str:
+        most = self._broker.get("group.config.max.groups")
+        return (f"group {group_id!r} cannot get configs: {most} groups already have configs "
+                "(group.config.max.groups); remove the configs of groups no longer used")
+
+    def staged(self, plans: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Every group's overrides with ``plans`` applied (a new mapping; nothing changes)."""
+        merged = dict(self._overrides)
+        for group_id, new in plans.items():
+            if new:
+                merged[group_id] = dict(new)
+            else:
+                merged.pop(group_id, None)
+        return merged
+
+    def write(self, overrides: Mapping[str, Mapping[str, Any]]) -> None:
+        """Make ``overrides`` (a ``staged`` mapping) durable, replacing the file atomically. Safe
+        on a worker thread: it only reads ``overrides``, which nobody changes.
+
+        Raises:
+            OSError: the file could not be written (the old one is intact).
+        """
+        doc = {"version": 1, "groups": {
+            gid: {name: format_value(value) for name, value in sorted(configs.items())}
+            for gid, configs in sorted(overrides.items())
+        }}
+        atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def install(self, overrides: dict[str, dict[str, Any]], changed: Iterable[str]) -> None:
+        """Make ``overrides`` (written by ``write``) the live ones; ``changed`` groups' cached
+        effective configs are dropped, so their next read sees the change."""
+        self._overrides = overrides
+        for group_id in changed:
+            self._effective.pop(group_id, None)
+
+    async def commit(self, plans: Mapping[str, Mapping[str, Any]]) -> None:
+        """Apply ``plans`` (group -> new overrides, from ``plan``): one write of the file in a
+        worker thread, then the change becomes visible. The caller holds ``lock`` from the
+        ``plan`` calls on, so no other change slips in between.
+
+        Raises:
+            OSError: the file could not be written; nothing changed.
+        """
+        merged = self.staged(plans)
+        await asyncio.to_thread(self.write, merged)
+        self.install(merged, plans)
 
     # ------------------------------------------------------------------ helpers
 
@@ -504,9 +594,3 @@ class GroupConfigs:
         if problem:
             raise ConfigError(f"errors.deadletterqueue.topic.name={name}: {problem}")
 
-    def _save(self) -> None:
-        doc = {"version": 1, "groups": {
-            gid: {name: format_value(value) for name, value in sorted(configs.items())}
-            for gid, configs in sorted(self._overrides.items())
-        }}
-        atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())

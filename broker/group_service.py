@@ -76,7 +76,7 @@ from kio.schema.errors import ErrorCode
 from broker.clock import Clock
 from broker.config import BrokerConfig, consumer_assignors
 from broker.group_configs import GroupConfigs, ShareGroupConfig
-from broker.topics import Topic
+from broker.log.topics import Topic
 from coordinator.group import classic as cl
 from coordinator.group import consumer_heartbeat as ch
 from coordinator.group import offsets as off
@@ -114,7 +114,7 @@ from persister.api import (
     SharePartitionKey,
     WriteResult,
 )
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker

@@ -3,12 +3,14 @@
 ``shoal broker --listen HOST:PORT --data-dir DIR --config FILE`` runs a broker in the foreground
 (``--add-scram 'SCRAM-SHA-256=[name=U,password=P]'``, repeatable, stores SCRAM credentials first)
 until SIGTERM/SIGINT, then shuts down gracefully (exit status 0). A storage failure in the data
-directory also shuts it down, with exit status 1 (``persister/log_dir.py``). At start the
+directory also shuts it down, with exit status 1 (``storage/log_dir.py``). At start the
 open-file soft limit is raised to the hard limit (``broker/resources.py``). Options override the properties file, which
 overrides built-in defaults. uvloop is used when installed (``--no-uvloop`` to opt out).
 
-``shoal share-groups``, ``shoal topics`` and ``shoal configs`` are admin commands that talk to any
-Kafka-protocol broker over the wire (``broker/cli/``).
+The admin commands (``shoal share-groups``, ``shoal topics``, ...) live in the ``cli`` package,
+whose ``cli/main.py`` is the ``shoal`` entry point; it registers this module's ``broker``
+subcommand (``add_broker_parser``, ``run_broker_command``). ``python -m broker.main broker ...``
+runs the broker alone.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from broker.cli import add_commands
 from broker.config import BrokerConfig, ConfigError, read_properties
 from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
+from broker.security.metrics_web import WebConfigError
 from broker.security.tls import TlsConfigError
 
 
@@ -116,14 +119,12 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     return server.broker.exit_code
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="shoal", description="Shoal: a Kafka-compatible "
-                                     "broker for share groups")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run a broker in the foreground",
-                       description="Run a broker in the foreground until Ctrl-C or SIGTERM. "
-                       "Options override the --config file; docs/configuration.md lists "
-                       "every broker config.")
+def add_broker_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``broker`` subcommand (run a broker in the foreground) to ``sub``."""
+    b: argparse.ArgumentParser = sub.add_parser(
+        "broker", help="run a broker in the foreground",
+        description="Run a broker in the foreground until Ctrl-C or SIGTERM. Options override "
+        "the --config file; docs/configuration.md lists every broker config.")
     b.add_argument("--listen", metavar="HOST:PORT",
                    help="one PLAINTEXT listener (Kafka: listeners; default 127.0.0.1:9092)")
     b.add_argument("--data-dir", metavar="DIR",
@@ -146,41 +147,47 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--no-uvloop", action="store_true",
                    help="use the stdlib event loop (default: uvloop when installed)")
     b.add_argument("--ready-file", help=argparse.SUPPRESS)
-    add_commands(sub)  # share-groups, topics, configs (broker/cli/)
-    args = parser.parse_args(argv)
+    return b
 
-    if args.command == "broker":
-        _setup_logging(args.log_level, args.log_format)
+
+def run_broker_command(args: argparse.Namespace) -> int:
+    """Run the broker as the parsed ``broker`` subcommand says; returns the exit status."""
+    _setup_logging(args.log_level, args.log_format)
+    try:
+        config = build_config(args)
+        add_scram = [parse_add_scram(a) for a in args.add_scram or []]
+    except (ConfigError, OSError, ScramError) as exc:
+        where = "--add-scram: " if isinstance(exc, ScramError) else ""
+        print(f"shoal: configuration error: {where}{exc}", file=sys.stderr)
+        return 2
+    if not args.no_uvloop:
         try:
-            config = build_config(args)
-            add_scram = [parse_add_scram(a) for a in args.add_scram or []]
-        except (ConfigError, OSError, ScramError) as exc:
-            where = "--add-scram: " if isinstance(exc, ScramError) else ""
-            print(f"shoal: configuration error: {where}{exc}", file=sys.stderr)
-            return 2
-        if not args.no_uvloop:
-            try:
-                import uvloop
+            import uvloop
 
-                asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-            except ImportError:
-                pass
-        from broker.resources import raise_open_file_limit
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+    from broker.resources import raise_open_file_limit
 
-        raise_open_file_limit()
-        try:
-            code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format))
-        except (TlsConfigError, SaslConfigError) as exc:
-            print(f"shoal: configuration error: {exc}", file=sys.stderr)
-            return 2
-        except (OSError, ScramError) as exc:
-            print(f"shoal: could not start: {exc}", file=sys.stderr)
-            return 1
-        return code
-    if hasattr(args, "run"):
-        code: int = args.run(args)
-        return code
-    return 2
+    raise_open_file_limit()
+    try:
+        code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format))
+    except (TlsConfigError, SaslConfigError, WebConfigError) as exc:
+        print(f"shoal: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ScramError) as exc:
+        print(f"shoal: could not start: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m broker.main broker ...``: the broker alone (``cli.main`` is ``shoal``)."""
+    parser = argparse.ArgumentParser(prog="shoal", description="Shoal: a Kafka-compatible "
+                                     "broker for share groups")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_broker_parser(sub)
+    return run_broker_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

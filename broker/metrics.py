@@ -14,9 +14,11 @@ counters named ``*_total``, histograms as cumulative ``_bucket{le=...}`` plus ``
 ``_count``, label values escaped (backslash, double quote, newline).
 
 ``MetricsServer`` serves ``GET /metrics`` over HTTP/1.0-style request/response (one request per
-connection, then close). It is an ``asyncio.Protocol`` with no tasks of its own; a connection that
-does not send a complete request head within ``REQUEST_TIMEOUT_S`` or sends more than
-``MAX_REQUEST_BYTES`` is dropped. Every other path is 404, every other method 405.
+connection, then close); a connection that does not send a complete request head within
+``REQUEST_TIMEOUT_S`` or sends more than ``MAX_REQUEST_BYTES`` is dropped. Every other path is
+404, every other method 405. It is bounded (``metrics.max.connections``, a page cached for
+``metrics.render.cache.ms``) and offers TLS and basic auth from an exporter-toolkit web config
+file (``metrics.web.config.file``, ``broker/security/metrics_web.py``); see its class doc.
 
 Invariant: instruments only grow (counters) or are replaced whole (collectors); rendering never
 mutates them. A collector that raises is logged and skipped, so one bug does not blank the page.
@@ -27,10 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
+import ssl
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
+
+from broker.security.metrics_web import BasicAuth, WebConfig
 
 log = logging.getLogger("shoal.metrics")
 
@@ -271,47 +279,81 @@ class Registry:
 
 # ---------------------------------------------------------------------------------- HTTP
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+DEFAULT_MAX_CONNECTIONS = 16
 
 
 def http_response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-                  head_only: bool = False) -> bytes:
+                  head_only: bool = False, headers: str = "") -> bytes:
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            f"Content-Length: {len(body)}\r\n{headers}Connection: close\r\n\r\n").encode()
     return head if head_only else head + body
 
 
-def answer(request_head: bytes, render: Callable[[], str]) -> bytes:
-    """The HTTP response to one request head (request line plus headers)."""
+UNAUTHORIZED = http_response(401, b"unauthorized\n",
+                             headers='WWW-Authenticate: Basic realm="shoal metrics"\r\n')
+
+
+def request_problem(request_head: bytes) -> bytes | None:
+    """The error response to a request head that is not a GET or HEAD of /metrics, else None."""
     line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = line.split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return http_response(400, b"bad request\n")
     method, target, _version = parts
-    path = target.split("?", 1)[0]
-    if path != "/metrics":
+    if target.split("?", 1)[0] != "/metrics":
         return http_response(404, b"not found: try /metrics\n")
     if method not in ("GET", "HEAD"):
         return http_response(405, b"only GET and HEAD\n")
+    return None
+
+
+def header(request_head: bytes, name: str) -> str | None:
+    """The value of header ``name`` (case-insensitive) in a request head, or None."""
+    want = name.lower().encode()
+    for line in request_head.split(b"\r\n")[1:]:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == want:
+            return value.strip().decode("latin-1")
+    return None
+
+
+def _page_response(request_head: bytes, body: bytes | None) -> bytes:
+    if body is None:
+        return http_response(500, b"internal error\n")
+    return http_response(200, body, CONTENT_TYPE, head_only=request_head.startswith(b"HEAD "))
+
+
+def _render_body(render: Callable[[], str]) -> bytes | None:
     try:
-        body = render().encode()
+        return render().encode()
     except Exception:
         log.exception("rendering /metrics failed")
-        return http_response(500, b"internal error\n")
-    return http_response(200, body, CONTENT_TYPE, head_only=method == "HEAD")
+        return None
+
+
+def answer(request_head: bytes, render: Callable[[], str]) -> bytes:
+    """The HTTP response to one request head (request line plus headers), without auth."""
+    problem = request_problem(request_head)
+    if problem is not None:
+        return problem
+    return _page_response(request_head, _render_body(render))
 
 
 class _HttpConnection(asyncio.Protocol):
+    """One scrape: read a request head, hand it to the server, write its answer, close."""
+
     def __init__(self, server: MetricsServer) -> None:
         self._server = server
         self._buf = bytearray()
         self._transport: asyncio.Transport | None = None
         self._timeout: asyncio.TimerHandle | None = None
+        self._asked = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._server._open.add(self)
         self._timeout = asyncio.get_running_loop().call_later(REQUEST_TIMEOUT_S, self.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -322,7 +364,7 @@ class _HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = self._transport
-        if t is None or t.is_closing():
+        if t is None or t.is_closing() or self._asked:
             return
         self._buf += data
         if not self._buf[:1].isalpha():  # no HTTP method: a Kafka client on the wrong port?
@@ -333,11 +375,16 @@ class _HttpConnection(asyncio.Protocol):
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             if len(self._buf) > MAX_REQUEST_BYTES:
-                t.write(http_response(431, b"request too large\n"))
-                t.close()
+                self.send(http_response(431, b"request too large\n"))
             return
-        t.write(answer(bytes(self._buf[:end]), self._server.render))
-        t.close()
+        self._asked = True
+        self._server._respond(self, bytes(self._buf[:end]))
+
+    def send(self, response: bytes) -> None:
+        t = self._transport
+        if t is not None and not t.is_closing():
+            t.write(response)
+            t.close()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -345,14 +392,49 @@ class _HttpConnection(asyncio.Protocol):
 
 
 class MetricsServer:
-    """Serves ``registry.render()`` at ``http://HOST:PORT/metrics``."""
+    """Serves ``render()`` at ``http(s)://HOST:PORT/metrics``, bounded (issue 25).
 
-    def __init__(self, render: Callable[[], str]) -> None:
+    * At most ``max_connections`` connections at once, counted when accepted (before any TLS
+      handshake); one more is closed at once (a plain-HTTP client first gets 503), with a
+      rate-limited warning and a count in ``rejected``.
+    * A page rendered less than ``cache_ms`` ago is served again instead of rendering anew, so
+      a scrape storm renders at most once per ``cache_ms`` on the event loop (0: every scrape
+      renders). ``render_seconds`` observes each render's duration.
+    * ``web`` (``broker/security/metrics_web.py``): TLS (the handshake is bounded by
+      ``REQUEST_TIMEOUT_S``) and basic auth; bcrypt runs on one worker thread of the server's
+      own, so neither a storm of wrong passwords nor a slow hash stalls the loop or takes the
+      threads the broker's disk I/O uses; a pair that passed is remembered.
+
+    Accepting runs in the server's own task; each accepted socket gets a short task for its
+    (TLS) setup. ``stop`` cancels them all and closes every connection.
+    """
+
+    def __init__(self, render: Callable[[], str], *,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, cache_ms: int = 0,
+                 now_ms: Callable[[], int] | None = None, web: WebConfig | None = None,
+                 render_seconds: Histogram | None = None,
+                 rejected: Counter | None = None) -> None:
         self.render = render
-        self._server: asyncio.AbstractServer | None = None
+        self.max_connections = max_connections
+        self.cache_ms = cache_ms
+        self._now_ms = now_ms or (lambda: int(time.monotonic() * 1000))
+        self.ssl = web.ssl if web is not None else None
+        self.auth = BasicAuth(web.users) if web is not None and web.users else None
+        self._auth_pool: ThreadPoolExecutor | None = None
+        self.render_seconds = render_seconds
+        self.rejected = rejected
+        self._page: bytes | None = None
+        self._page_at = 0
+        self._sockets: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
         self._open: set[_HttpConnection] = set()
+        self._warned_at: int | None = None
         self.host = ""
         self.port = 0
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl is not None else "http"
 
     async def start(self, host: str, port: int) -> None:
         """Bind and listen.
@@ -361,15 +443,125 @@ class MetricsServer:
             OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _HttpConnection(self), host, port,
-                                                reuse_address=True)
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]  # "::" is IPv6
+        sock = socket.create_server((host, port), family=family, backlog=128)
+        sock.setblocking(False)
+        self._sockets.append(sock)
+        self.host, self.port = sock.getsockname()[:2]
+        if self.auth is not None:
+            self._auth_pool = ThreadPoolExecutor(1, thread_name_prefix="shoal-metrics-auth")
+        self._spawn(loop, self._accept(loop, sock))
+
+    def _spawn(self, loop: asyncio.AbstractEventLoop, coro: Any) -> None:
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, loop: asyncio.AbstractEventLoop, listening: socket.socket) -> None:
+        while True:
+            try:
+                sock, _addr = await loop.sock_accept(listening)
+            except OSError as exc:
+                log.warning("the metrics endpoint could not accept a connection: %s; retrying "
+                            "in 1 s", exc)
+                await asyncio.sleep(1)
+                continue
+            if len(self._open) >= self.max_connections:
+                self._refuse(sock)
+                continue
+            conn = _HttpConnection(self)
+            self._open.add(conn)
+            self._spawn(loop, self._connect(loop, sock, conn))
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                       conn: _HttpConnection) -> None:
+        try:
+            await loop.connect_accepted_socket(
+                lambda: conn, sock, ssl=self.ssl,
+                ssl_handshake_timeout=REQUEST_TIMEOUT_S if self.ssl is not None else None)
+        except BaseException as exc:
+            sock.close()
+            self._open.discard(conn)
+            if not isinstance(exc, (OSError, ssl.SSLError, EOFError)):
+                raise
+            log.debug("metrics connection setup failed: %s", exc)
+
+    def _refuse(self, sock: socket.socket) -> None:
+        if self.ssl is None:
+            try:
+                sock.send(http_response(503, b"too many connections (metrics.max.connections)\n"))
+            except OSError:
+                pass
+        sock.close()
+        if self.rejected is not None:
+            self.rejected.inc()
+        now = self._now_ms()
+        if self._warned_at is None or now - self._warned_at >= 10_000:
+            self._warned_at = now
+            log.warning("the metrics endpoint already has %d connections "
+                        "(metrics.max.connections); closed a new one", self.max_connections)
+
+    def _respond(self, conn: _HttpConnection, head: bytes) -> None:
+        problem = request_problem(head)
+        if problem is not None:
+            conn.send(problem)
+            return
+        auth = self.auth
+        if auth is not None:
+            creds = BasicAuth.credentials(header(head, "authorization"))
+            if creds is None:
+                conn.send(UNAUTHORIZED)
+                return
+            if not auth.remembered(*creds):
+                if self._auth_pool is None:  # stopping
+                    conn.abort()
+                    return
+                fut = asyncio.get_running_loop().run_in_executor(self._auth_pool, auth.check,
+                                                                 *creds)
+                fut.add_done_callback(lambda f: self._checked(f, conn, head, creds))
+                return
+        conn.send(_page_response(head, self._current_page()))
+
+    def _checked(self, fut: asyncio.Future[bool], conn: _HttpConnection, head: bytes,
+                 creds: tuple[str, str]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            conn.abort()
+        elif fut.result():
+            assert self.auth is not None
+            self.auth.remember(*creds)
+            conn.send(_page_response(head, self._current_page()))
+        else:
+            conn.send(UNAUTHORIZED)
+
+    def _current_page(self) -> bytes | None:
+        """The rendered page: the cached one while younger than ``cache_ms``, else a new one."""
+        now = self._now_ms()
+        if self._page is not None and now - self._page_at < self.cache_ms:
+            return self._page
+        started = time.perf_counter()
+        page = _render_body(self.render)
+        if self.render_seconds is not None:
+            self.render_seconds.observe(time.perf_counter() - started)
+        if page is not None:
+            self._page, self._page_at = page, now
+        return page
 
     async def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         for conn in list(self._open):
             conn.abort()
         self._open.clear()
-        self._server = None
+        if self._auth_pool is not None:
+            self._auth_pool.shutdown(wait=False, cancel_futures=True)
+            self._auth_pool = None

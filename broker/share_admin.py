@@ -48,9 +48,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.group_configs import GroupConfigs
 from broker.group_service import ShareGroupService
-from broker.log_manager import LogManager
+from broker.log.manager import LogManager
+from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
-from broker.topics import Topic, TopicRegistry
 from coordinator.group import heartbeat as hb
 from coordinator.group import records as r
 from coordinator.group.assignor import TopicsImage

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.runtime.loop import CoordinatorRuntime
 from coordinator.share.runtime_service import ShareCoordinatorService, ShareRecordSerde, ShareStateShard
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.topics import Topic
+    from broker.log.topics import Topic
 
 log = logging.getLogger("shoal.share.coordinator")
 

@@ -9,7 +9,7 @@ transactional id lives on partition ``abs(hashCode(id)) % transaction.state.log.
 
 Markers: when a PrepareCommit/PrepareAbort record is durable (EndTxn, a fenced re-init, a
 timeout) the shard reports it and an owned task writes one marker per partition of the
-transaction: data partitions through ``broker.txn_log.write_marker``, ``__consumer_offsets``
+transaction: data partitions through ``broker.log.txn_log.write_marker``, ``__consumer_offsets``
 partitions (AddOffsetsToTxn) through ``broker.share_groups.complete_transaction``; retriable
 failures are retried with a backoff (up to ``MARKER_RETRY_MAX_MS``); then CompleteCommit/
 CompleteAbort is written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (clients retry). After
@@ -41,11 +41,11 @@ from coordinator.runtime.result import CoordinatorResult
 from coordinator.txn.metadata import PREPARED, TopicPartition, TxnMetadata, TxnState
 from coordinator.txn.records import TxnRecordSerde
 from coordinator.txn.shard import ProducerIdAndEpoch, TxnShard
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.topics import Topic
+    from broker.log.topics import Topic
 
 log = logging.getLogger("shoal.transactions")
 
@@ -72,7 +72,7 @@ RETRIABLE_MARKER_ERRORS = frozenset({
 
 
 class DataMarkerWriter(Protocol):
-    """``broker.txn_log``'s marker writer (t-log)."""
+    """``broker.log.txn_log``'s marker writer (t-log)."""
 
     def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                      coordinator_epoch: int, commit: bool) -> Awaitable[ErrorCode]: ...
@@ -101,7 +101,7 @@ class TransactionService:
         offset_markers: OffsetMarkerWriter,
         fsync: bool = True,
     ) -> None:
-        """``data_markers`` writes the markers of data partitions (``broker/txn_log.py``),
+        """``data_markers`` writes the markers of data partitions (``broker/log/txn_log.py``),
         ``offset_markers`` those of ``__consumer_offsets`` partitions (the group coordinator's
         ``complete_transaction``).
 
@@ -406,7 +406,7 @@ def ensure_txn_topic(broker: Broker) -> Topic:
 
 async def open_transactions(broker: Broker) -> TransactionService:
     """Create or open ``__transaction_state``, load every partition and return the service
-    (after ``broker.txn_log`` and ``broker.share_groups``, which write its markers; markers
+    (after ``broker.log.txn_log`` and ``broker.share_groups``, which write its markers; markers
     resume once loaded)."""
     topic = ensure_txn_topic(broker)
 

@@ -13,15 +13,19 @@ Modules: ``consumer`` (the asyncio shell), ``fetcher`` (ShareFetch tasks per lea
 record buffer), ``ack_sender`` (share sessions per broker, unsent acknowledgements,
 ShareAcknowledge), ``membership`` and ``session`` (sans-IO heartbeat and share-session state),
 ``acks`` (acknowledgement bookkeeping of the current batch), ``records`` (decoding),
-``cluster``/``connection`` (metadata and I/O over the broker's own ``protocol`` codec),
-``security`` (TLS and SASL settings and the SASL exchange, shared with the ``shoal`` CLI),
-``errors``, and the admin part the ``shoal`` CLI is built on: ``admin_wire`` (a blocking
-admin client: connections, version negotiation, coordinators, metadata) and ``admin_groups``
-(consumer-group calls: list, describe, committed offsets).
+``security`` (TLS and SASL settings from Kafka client properties), ``errors``.
 
-``errors``, ``security``, ``admin_wire`` and ``admin_groups`` need only the broker's own
-dependencies (the ``shoal`` CLI uses them on a broker-only install); the consumer and its record
-decoding need the ``client`` extra (aiokafka, cramjam), so they are imported on first use.
+The transport is one client core, ``core/`` (sans-IO: framing over the broker's own
+``protocol`` codec, correlation ids, ApiVersions negotiation, the TLS context, the SASL
+exchange, bootstrap/Metadata/FindCoordinator), with two shells: ``connection``/``cluster``
+(asyncio: the consumer, the Spark source, the broker-to-broker client) and ``blocking``
+(sockets: the admin part the ``shoal`` CLI is built on, ``admin_wire`` (connections,
+coordinators, metadata, one-line ``CliError`` messages) and ``admin_groups`` (consumer-group
+calls: list, describe, committed offsets), and the integration tests' raw client).
+
+``errors``, ``security``, ``core``, ``blocking``, ``admin_wire`` and ``admin_groups`` need only
+the broker's own dependencies (the ``shoal`` CLI uses them on a broker-only install); the
+consumer and its record decoding need the ``client`` extra (aiokafka, cramjam), so they are imported on first use.
 """
 
 from __future__ import annotations

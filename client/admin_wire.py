@@ -1,15 +1,14 @@
 """A small blocking Kafka admin client: the wire layer of the ``shoal`` admin commands.
 
-It lives in ``client/`` beside the asyncio share consumer (issue 14: one client library, with a
-consumer and an admin part; the CLI in ``broker/cli/`` is a thin layer over it) and shares its
-security settings and SASL exchange (``client/security.py``). Like ``client.errors`` and
-``client.security`` it needs only the broker's own dependencies, so the CLI runs on a
-broker-only install. ``broker/cli/wire.py`` re-exports it for older imports.
+It is the blocking shell of the client core (``client/blocking.py`` over ``client/core/``:
+framing, correlation ids, version negotiation, TLS, SASL, Metadata and FindCoordinator) with the
+CLI's routing and messages on top; the CLI in ``cli/`` is a thin layer over it. Like
+``client.errors`` and ``client.security`` it needs only the broker's own dependencies, so the
+CLI runs on a broker-only install. ``cli/wire.py`` re-exports it for older imports.
 
-It speaks the Kafka protocol to any broker (Shoal or Apache Kafka): it negotiates versions with
-ApiVersions on every connection, finds brokers with Metadata and group coordinators with
-FindCoordinator, and sends typed kio requests encoded by ``protocol/codec.py``. Everything is
-bounded by one timeout per socket operation. Nothing here reads a broker's files.
+It speaks the Kafka protocol to any broker (Shoal or Apache Kafka): ApiVersions on every
+connection, brokers from Metadata, group coordinators from FindCoordinator, typed kio requests.
+Everything is bounded by one timeout per socket operation. Nothing here reads a broker's files.
 
 Failures are ``CliError`` with a one-line message that says what failed and what to do; the
 command layer prints it and exits non-zero.
@@ -17,38 +16,42 @@ command layer prints it and exits non-zero.
 
 from __future__ import annotations
 
-import itertools
 import socket
 import ssl
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from client.errors import KafkaError
-from client.security import SaslExchange, SecurityConfigError, SecuritySettings, ssl_context
-from protocol.codec import decode_response, encode_request, request_module
-from protocol.errors import ProtocolError
+from client.blocking import BlockingConnection
+from client.core import (
+    FIND_COORDINATOR,
+    METADATA,
+    Node,
+    ResponseFrameError,
+    Stage,
+    TopicMetadata,
+    UnexpectedResponseError,
+    api_name,
+    find_coordinator_request,
+    metadata_request,
+    parse_coordinator,
+    parse_metadata,
+    ssl_context,
+)
+from client.core import parse_address as _parse_address
+from client.core.versions import API_NAMES
+from client.errors import KafkaError, error_text
+from client.security import SecurityConfigError, SecuritySettings
+from protocol.codec import request_module
 from protocol.messages import make
 
-CLIENT_ID = "shoal-cli"
-API_VERSIONS = 18
-METADATA = 3
-FIND_COORDINATOR = 10
-MAX_FRAME = 64 << 20
+__all__ = ["API_NAMES", "CLIENT_ID", "CLIENT_VERSIONS", "CliError", "Cluster", "Connection",
+           "Node", "TopicMetadata", "error_text", "parse_address"]
 
-API_NAMES = {
-    2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake",
-    18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 29: "DescribeAcls",
-    30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 36: "SaslAuthenticate",
-    37: "CreatePartitions", 42: "DeleteGroups", 44: "IncrementalAlterConfigs",
-    47: "OffsetDelete", 50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials",
-    69: "ConsumerGroupDescribe", 77: "ShareGroupDescribe", 90: "DescribeShareGroupOffsets",
-    91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
-}
+CLIENT_ID = "shoal-cli"
+MAX_FRAME = 64 << 20
 
 # Request versions this client can build, per API (kio has the schemas; the builders below use
 # ``make``, which drops fields a version does not have). OffsetCommit/OffsetFetch stop at v9:
@@ -70,44 +73,24 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-def error_text(code: ErrorCode | int, message: str | None = None) -> str:
-    """``NAME`` or ``NAME: message`` for an error code from a response."""
-    try:
-        name = ErrorCode(int(code)).name.upper()
-    except ValueError:
-        name = f"error {int(code)}"
-    return f"{name}: {message}" if message else name
-
-
 def parse_address(text: str) -> tuple[str, int]:
     """``host:port`` (IPv6 as ``[::1]:9092``).
 
     Raises:
         CliError: not a host:port pair.
     """
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CliError(f"invalid broker address {text!r}; use HOST:PORT, for example "
-                       "localhost:9092", exit_code=2)
-    return host.strip("[]"), int(port)
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+    try:
+        return _parse_address(text)
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from None
 
 
 class Connection:
-    """One socket to one broker, with the API versions it supports.
+    """One socket to one broker, with the API versions it supports: the blocking shell
+    (``client/blocking.py``) with every failure turned into a ``CliError`` that says what to do.
 
     With ``security`` (``--command-config``) the socket is wrapped in TLS before the first
-    byte and, after ApiVersions, authenticates with SASL (``client/security.py``).
+    byte and, after ApiVersions, authenticates with SASL.
     """
 
     def __init__(self, host: str, port: int, timeout_s: float,
@@ -118,68 +101,61 @@ class Connection:
             context = ssl_context(security)
         except SecurityConfigError as exc:
             raise CliError(f"{exc}; fix --command-config", exit_code=2) from None
+        self._conn = BlockingConnection(host, port, timeout_s, CLIENT_ID, security,
+                                        max_frame=MAX_FRAME, software=(CLIENT_ID, "1"))
         try:
-            sock = socket.create_connection((host, port), timeout=timeout_s)
+            self._conn.connect()
         except OSError as exc:
             raise CliError(f"cannot connect to {self.address}: {_reason(exc)}; check "
                            "--bootstrap-server and that the broker is running") from None
         if context is not None:
-            sock = self._tls(sock, context, host)
-        self._sock = sock
-        self._sock.settimeout(timeout_s)
-        self._correlation = itertools.count(1)
-        self.versions: dict[int, tuple[int, int]] = {}
+            self._tls(context)
         try:
-            self._negotiate()
-            if security.uses_sasl:
-                self._authenticate(security)
+            self._start(security)
         except CliError:
-            self._sock.close()
+            self._conn.close()
             raise
 
-    def _tls(self, sock: socket.socket, context: ssl.SSLContext, host: str) -> socket.socket:
+    def _tls(self, context: ssl.SSLContext) -> None:
         try:
-            return context.wrap_socket(sock, server_hostname=host)
+            self._conn.start_tls(context)
         except ssl.SSLCertVerificationError as exc:
-            sock.close()
             raise CliError(f"TLS to {self.address} failed: the broker's certificate did not "
                            f"verify ({exc.verify_message}); check ssl.ca.location and "
                            "ssl.endpoint.identification.algorithm in --command-config"
                            ) from None
         except (OSError, ssl.SSLError) as exc:
-            sock.close()
             raise CliError(f"TLS to {self.address} failed: {_reason(exc)}; is this a TLS "
                            "listener (security.protocol in --command-config)?") from None
 
-    def _authenticate(self, security: SecuritySettings) -> None:
-        try:
-            exchange = SaslExchange(security, self.versions)
-            while (req := exchange.next_request()) is not None:
-                exchange.receive(self._call(*req))
-        except KafkaError as exc:
-            raise CliError(f"SASL {security.sasl_mechanism} authentication to {self.address} "
-                           f"failed: {exc}; check the credentials in --command-config"
-                           ) from None
+    def _start(self, security: SecuritySettings) -> None:
+        ch = self._conn.channel
+        while True:
+            try:
+                out = ch.handshake()
+                if out is None:
+                    return
+                name = api_name(out.api_key)
+                ch.handshake_reply(self._exchange(name, out.api_version,
+                                                  lambda o=out: self._conn.sock.sendall(o.data)))
+            except KafkaError as exc:
+                if ch.stage is Stage.VERSIONS:
+                    raise CliError(f"{self.address} refused ApiVersions: "
+                                   f"{error_text(exc.code)}; is this a Kafka broker?") from None
+                raise CliError(f"SASL {security.sasl_mechanism} authentication to "
+                               f"{self.address} failed: {exc}; check the credentials in "
+                               "--command-config") from None
+
+    @property
+    def versions(self) -> dict[int, tuple[int, int]]:
+        return dict(self._conn.channel.versions.ranges)
 
     def close(self) -> None:
-        self._sock.close()
-
-    def _negotiate(self) -> None:
-        m = request_module(API_VERSIONS, 3)
-        body = m.ApiVersionsRequest(client_software_name=CLIENT_ID,
-                                    client_software_version="1")
-        resp = self._call(API_VERSIONS, 3, body)
-        if resp.error_code != ErrorCode.none:
-            raise CliError(f"{self.address} refused ApiVersions: {error_text(resp.error_code)}; "
-                           "is this a Kafka broker?")
-        self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version))
-                         for k in resp.api_keys}
+        self._conn.close()
 
     def supports(self, api_key: int) -> bool:
         """Whether the broker serves a version of the API this client speaks."""
-        ours = CLIENT_VERSIONS[api_key]
-        theirs = self.versions.get(api_key)
-        return theirs is not None and theirs[1] >= ours[0] and theirs[0] <= ours[1]
+        return self._conn.channel.supports(api_key, *CLIENT_VERSIONS[api_key])
 
     def version(self, api_key: int) -> int:
         """The highest version both sides support.
@@ -187,13 +163,11 @@ class Connection:
         Raises:
             CliError: the broker does not serve a version this client can send.
         """
-        name = API_NAMES.get(api_key, f"API {api_key}")
-        ours = CLIENT_VERSIONS[api_key]
-        theirs = self.versions.get(api_key)
-        if theirs is None or theirs[1] < ours[0] or theirs[0] > ours[1]:
-            raise CliError(f"the broker at {self.address} does not support {name} (api key "
-                           f"{api_key}) in a version this tool speaks; upgrade the broker")
-        return min(ours[1], theirs[1])
+        if not self.supports(api_key):
+            raise CliError(f"the broker at {self.address} does not support "
+                           f"{api_name(api_key)} (api key {api_key}) in a version this tool "
+                           "speaks; upgrade the broker")
+        return self._conn.version(api_key, *CLIENT_VERSIONS[api_key])
 
     def call(self, api_key: int, body_name: str, **fields: Any) -> tuple[int, Any]:
         """Send one request at the negotiated version; (version, response body).
@@ -203,50 +177,50 @@ class Connection:
         """
         version = self.version(api_key)
         cls = getattr(request_module(api_key, version), body_name)
-        return version, self._call(api_key, version, make(cls, **fields))
+        return version, self.request(api_key, version, make(cls, **fields))
 
-    def _call(self, api_key: int, version: int, body: Any) -> Any:
-        correlation_id = next(self._correlation)
-        name = API_NAMES.get(api_key, f"API {api_key}")
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        """Send a built request body at ``version``; the response body.
+
+        Raises:
+            CliError: the broker cannot be reached or answers garbage.
+        """
+        return self._exchange(api_name(api_key), version,
+                              lambda: self._conn.send(api_key, version, body))
+
+    def _exchange(self, name: str, version: int, send: Any) -> Any:
+        """Send (``send()``) and read the reply, every failure as a ``CliError``."""
         try:
-            self._sock.sendall(encode_request(api_key, version, correlation_id, CLIENT_ID, body))
-            head = self._recv(4)
-            if head == b"HTTP":
-                raise CliError(f"{self.address} is an HTTP server (a metrics port?), not a "
-                               "Kafka listener; check --bootstrap-server")
-            size = int.from_bytes(head, "big")
-            if not 0 < size <= MAX_FRAME:
-                raise CliError(f"{self.address} sent a {size}-byte {name} response; is this a "
-                               "Kafka broker?")
-            got, resp = decode_response(api_key, version, self._recv(size))
+            send()
+            reply = self._conn.receive()
         except TimeoutError:
-            if api_key == API_VERSIONS:  # any Kafka broker answers it at once
+            if name == "ApiVersions":  # any Kafka broker answers it at once
                 raise CliError(f"no answer to {name} from {self.address}; is it a Kafka "
                                "listener? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} timed out; retry, or raise --timeout"
                            ) from None
         except OSError as exc:
-            if api_key == API_VERSIONS and isinstance(exc, ConnectionResetError):
+            if name == "ApiVersions" and isinstance(exc, ConnectionResetError):
                 raise CliError(f"{self.address} closed the connection without answering "
                                f"{name}; is it a Kafka listener (and not TLS: see "
                                "--command-config)? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} failed: {_reason(exc)}; check that the "
                            "broker is running") from None
-        except ProtocolError:
+        except ResponseFrameError as exc:
+            if exc.size == _HTTP:  # "HTTP/1.1 400 ..." read as a frame size
+                raise CliError(f"{self.address} is an HTTP server (a metrics port?), not a "
+                               "Kafka listener; check --bootstrap-server") from None
+            raise CliError(f"{self.address} sent a {exc.size}-byte {name} response; is this a "
+                           "Kafka broker?") from None
+        except UnexpectedResponseError:
+            raise CliError(f"{self.address} answered out of order; retry") from None
+        if reply.error is not None:
             raise CliError(f"could not decode the {name} v{version} response from "
-                           f"{self.address}; is this a Kafka broker?") from None
-        if got != correlation_id:
-            raise CliError(f"{self.address} answered out of order; retry")
-        return resp
+                           f"{self.address}; is this a Kafka broker?")
+        return reply.body
 
-    def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionResetError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+
+_HTTP = int.from_bytes(b"HTTP", "big")  # the first 4 bytes of an HTTP answer, as a size
 
 
 def _reason(exc: OSError) -> str:
@@ -255,15 +229,6 @@ def _reason(exc: OSError) -> str:
     if isinstance(exc, socket.gaierror):
         return f"unknown host ({exc.strerror})"
     return exc.strerror or type(exc).__name__
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMetadata:
-    name: str
-    topic_id: Any
-    internal: bool
-    error: ErrorCode
-    partitions: dict[int, Any]  # partition index -> metadata partition (leader, replicas, isr)
 
 
 class Cluster:
@@ -339,20 +304,18 @@ class Cluster:
         Raises:
             CliError: no coordinator could be found.
         """
-        version, resp = self.any.call(FIND_COORDINATOR, "FindCoordinatorRequest", key=group_id,
-                                      key_type=0, coordinator_keys=(group_id,))
-        if version >= 4:
-            (c,) = resp.coordinators
-            error, message, node = c.error_code, c.error_message, Node(c.node_id, c.host, c.port)
-        else:
-            error, message = resp.error_code, getattr(resp, "error_message", None)
-            node = Node(resp.node_id, resp.host, resp.port)
-        if error != ErrorCode.none:
-            retriable = error in (ErrorCode.coordinator_not_available,
-                                  ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator)
+        conn = self.any
+        version = conn.version(FIND_COORDINATOR)
+        resp = conn.request(FIND_COORDINATOR, version, find_coordinator_request(version, group_id))
+        try:
+            node = parse_coordinator(version, resp)
+        except KafkaError as exc:
+            retriable = exc.code in (ErrorCode.coordinator_not_available,
+                                     ErrorCode.coordinator_load_in_progress,
+                                     ErrorCode.not_coordinator)
             raise CliError(f"cannot find the coordinator of group {group_id!r}: "
-                           f"{error_text(error, message)}" + ("; retry shortly" if retriable
-                                                               else ""))
+                           f"{error_text(exc.code, exc.message)}"
+                           + ("; retry shortly" if retriable else "")) from None
         self._nodes[node.node_id] = node
         if node.address == self.any.address:
             return node, self.any
@@ -364,22 +327,11 @@ class Cluster:
 
     def metadata(self, topics: Sequence[str] | None) -> dict[str, TopicMetadata]:
         """Topic metadata (``None`` = all topics, ``[]`` = brokers only), keyed by name."""
-        m = request_module(METADATA, self.any.version(METADATA))
-        req_topics = None if topics is None else tuple(
-            make(m.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
-        _, resp = self.any.call(METADATA, "MetadataRequest", topics=req_topics,
-                                allow_auto_topic_creation=False,
-                                include_cluster_authorized_operations=False,
-                                include_topic_authorized_operations=False)
-        for b in resp.brokers:
-            self._nodes[int(b.node_id)] = Node(int(b.node_id), b.host, int(b.port))
-        out = {}
-        for t in resp.topics:
-            out[t.name] = TopicMetadata(
-                name=t.name, topic_id=getattr(t, "topic_id", None),
-                internal=bool(getattr(t, "is_internal", False)), error=t.error_code,
-                partitions={int(p.partition_index): p for p in t.partitions})
-        return out
+        version = self.any.version(METADATA)
+        resp = self.any.request(METADATA, version, metadata_request(version, topics))
+        brokers, found = parse_metadata(resp)
+        self._nodes.update(brokers)
+        return {t.name: t for t in found}
 
     def existing_topics(self, names: Iterable[str]) -> dict[str, TopicMetadata]:
         """Metadata of named topics that exist (unknown names are left out)."""

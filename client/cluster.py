@@ -7,36 +7,32 @@ carry their topic ids, which every share RPC uses instead of names) and keeps:
 - topic name <-> topic id, and each partition's leader;
 - one ``BrokerConnection`` per node id, opened on first use.
 
-It also finds the group coordinator (FindCoordinator, key type GROUP). Nothing here retries on
-its own: callers refresh metadata when a broker says NOT_LEADER_OR_FOLLOWER or an unknown topic
-id shows up.
+It also finds the group coordinator (FindCoordinator, key type GROUP). The requests and the
+reading of their answers are the client core's (``client/core/discovery.py``); this is the
+asyncio shell's routing. Every request is bounded by ``timeout`` (``request_timeout_ms``) and
+every connect by the same. Nothing here retries on its own: callers refresh metadata when a
+broker says NOT_LEADER_OR_FOLLOWER or an unknown topic id shows up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 
 from client.connection import BrokerConnection
+from client.core.discovery import (
+    FIND_COORDINATOR,
+    METADATA,
+    find_coordinator_request,
+    metadata_request,
+    parse_bootstrap,
+    parse_coordinator,
+    parse_metadata,
+)
 from client.errors import error_for
 from client.security import SecuritySettings
-from protocol.codec import request_module
 
-METADATA = 3
-FIND_COORDINATOR = 10
-
-__all__ = ["Cluster"]
-
-
-def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
-    """``"h1:9092,h2:9092"`` or a list of ``host:port`` into (host, port) pairs."""
-    items = servers.split(",") if isinstance(servers, str) else list(servers)
-    out = []
-    for item in items:
-        host, _, port = item.strip().rpartition(":")
-        out.append((host.strip("[]") or "localhost", int(port or 9092)))
-    return out
+__all__ = ["Cluster", "parse_bootstrap"]
 
 
 class Cluster:
@@ -63,7 +59,8 @@ class Cluster:
         """
         errors = []
         for host, port in self._bootstrap:
-            conn = BrokerConnection(host, port, self._client_id, security=self._security)
+            conn = BrokerConnection(host, port, self._client_id, security=self._security,
+                                    request_timeout=self.timeout)
             try:
                 await conn.connect(self.timeout)
             except (TimeoutError, OSError) as e:
@@ -91,7 +88,8 @@ class Cluster:
             if conn is not None and not conn.closed:
                 return conn
             host, port = self.brokers[node_id]
-            conn = BrokerConnection(host, port, self._client_id, node_id, self._security)
+            conn = BrokerConnection(host, port, self._client_id, node_id, self._security,
+                                    request_timeout=self.timeout)
             await conn.connect(self.timeout)
             self._conns[node_id] = conn
             return conn
@@ -102,20 +100,16 @@ class Cluster:
         if conn is None:
             conn = await self.any_connection()
         version = conn.version(METADATA, 10, 12)
-        m = request_module(METADATA, version)
-        req_topics = None if topics is None else tuple(
-            m.MetadataRequestTopic(topic_id=None, name=t) for t in topics)
-        resp = await asyncio.wait_for(conn.call(METADATA, version, m.MetadataRequest(
-            topics=req_topics, allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False)), self.timeout)
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
-        for t in resp.topics:
-            if error_for(t.error_code) is not None or t.topic_id is None or t.name is None:
+        resp = await conn.call(METADATA, version, metadata_request(version, topics))
+        brokers, found = parse_metadata(resp)
+        self.brokers = {n: (b.host, b.port) for n, b in brokers.items()}
+        for t in found:
+            if error_for(t.error) is not None or t.topic_id is None or t.name is None:
                 continue
             self.topic_ids[t.name] = t.topic_id
             self.topic_names[t.topic_id] = t.name
-            for p in t.partitions:
-                self.leaders[(t.name, int(p.partition_index))] = int(p.leader_id)
+            for index, p in t.partitions.items():
+                self.leaders[(t.name, index)] = int(p.leader_id)
 
     async def find_coordinator(self, group_id: str) -> int:
         """Node id of the group coordinator.
@@ -125,15 +119,11 @@ class Cluster:
         """
         conn = await self.any_connection()
         version = conn.version(FIND_COORDINATOR, 4, 4)
-        m = request_module(FIND_COORDINATOR, version)
-        resp: Any = await asyncio.wait_for(conn.call(FIND_COORDINATOR, version, m.FindCoordinatorRequest(
-            key_type=0, coordinator_keys=(group_id,))), self.timeout)
-        (c,) = resp.coordinators
-        err = error_for(c.error_code, c.error_message)
-        if err is not None:
-            raise err
-        self.brokers.setdefault(int(c.node_id), (c.host, int(c.port)))
-        return int(c.node_id)
+        resp = await conn.call(FIND_COORDINATOR, version,
+                               find_coordinator_request(version, group_id))
+        node = parse_coordinator(version, resp)
+        self.brokers.setdefault(node.node_id, (node.host, node.port))
+        return node.node_id
 
     async def close(self) -> None:
         conns = list(self._conns.values())

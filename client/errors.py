@@ -1,4 +1,6 @@
-"""Exceptions raised (or reported in acknowledgement results) by the share consumer.
+"""Exceptions raised (or reported in acknowledgement results) by the client; the client core's
+error mapping (kio ``ErrorCode`` -> ``KafkaError`` subclass: ``error_for``, ``raise_for``,
+``error_text``).
 
 Two families:
 
@@ -32,6 +34,8 @@ __all__ = [
     "ShareConsumerError",
     "error_class",
     "error_for",
+    "error_text",
+    "raise_for",
 ]
 
 
@@ -101,6 +105,23 @@ def error_for(code: ErrorCode | int, message: str | None = None,
     if code == ErrorCode.none:
         return None
     return error_class(code)(message, topic_partition)
+
+
+def raise_for(code: ErrorCode | int, message: str | None = None) -> None:
+    """Raise the ``KafkaError`` for a non-zero error code (nothing for NONE)."""
+    err = error_for(code, message)
+    if err is not None:
+        raise err
+
+
+def error_text(code: ErrorCode | int, message: str | None = None) -> str:
+    """``NAME`` or ``NAME: message`` for an error code from a response (unknown codes as
+    ``error N``)."""
+    try:
+        name = ErrorCode(int(code)).name.upper()
+    except ValueError:
+        name = f"error {int(code)}"
+    return f"{name}: {message}" if message else name
 
 
 # The classes applications most often catch, importable by name.

@@ -134,6 +134,15 @@ def request_module(api_key: int, api_version: int) -> Any:
     return load_payload_module(api_key, api_version, EntityType.request)
 
 
+def request_type(api_key: int, api_version: int) -> type:
+    """The kio request dataclass of an API version (for clients building requests).
+
+    Raises:
+        UnsupportedApiError: kio has no schema for the key/version.
+    """
+    return _request_codec(api_key, api_version).request_type
+
+
 def decode_request(frame: bytes,
                    limit: tuple[guard.CountPaths, int] | None = None) -> DecodedRequest:
     """Decode a whole request frame (without its size prefix).

@@ -27,7 +27,9 @@ class BrokerProcess:
         # broker's ready file rather than a TCP connect (which a TLS listener logs as a failed
         # handshake).
         self.listen = listen
-        self.overrides = dict(overrides or {})
+        # Tests read a metric right after the action that changes it: every scrape renders
+        # (the default, 1 s of page cache, is covered by tests/integration/test_metrics.py).
+        self.overrides = {"metrics.render.cache.ms": "0", **(overrides or {})}
         self.extra_args = list(extra_args or [])  # more `shoal broker` options
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
-from broker.security.acl import ANONYMOUS, AclOperation
+from protocol.acl_types import ANONYMOUS, AclOperation
 from broker.security.authorizer import AclAuthorizer
 
 

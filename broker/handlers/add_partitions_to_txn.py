@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import CLUSTER, Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.topics import INTERNAL_TOPICS
+from broker.log.topics import INTERNAL_TOPICS
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -6,7 +6,10 @@ The client sends salted passwords, never passwords. Validation is Kafka's, as da
 (two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a missing credential). The
 answer has one result per user; a user with any invalid change keeps its credentials unchanged.
 Valid changes are written durably (``scram-credentials.json``) before the answer, off the event
-loop. Needs CLUSTER ALTER (with ``authorizer.class.name`` empty, allowed).
+loop. Needs CLUSTER ALTER with an ACL authorizer; with ``authorizer.class.name`` empty, a principal
+in ``super.users`` (``RequestContext.authorized_cluster_admin``: otherwise any client could give
+itself a super user's password). A refused user gets CLUSTER_AUTHORIZATION_FAILED and nothing is
+written.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import CLUSTER, Operation
+from broker.authz import Operation, cluster_admin_refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.security.scram_store import Deletion, Upsertion, UserResult
-from persister.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
+from storage.log_dir import describe
 
 API_KEY = 51
 VERSIONS = (0, 0)
@@ -42,10 +45,10 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                             bytes(u.salted_password)) for u in req.upsertions]
     users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
-    if not ctx.authorized(Operation.ALTER, CLUSTER):
-        results = [UserResult(u, ErrorCode.cluster_authorization_failed,
-                              f"{ctx.principal} is not authorized to alter SCRAM credentials: "
-                              "it needs ALTER on the CLUSTER resource") for u in users]
+    if not ctx.authorized_cluster_admin(Operation.ALTER):
+        message = cluster_admin_refusal(ctx.principal, Operation.ALTER,
+                                        "alter SCRAM credentials", ctx.broker.authorizer.enforcing)
+        results = [UserResult(u, ErrorCode.cluster_authorization_failed, message) for u in users]
     else:
         store = ctx.broker.scram_credentials
         try:

@@ -1,6 +1,6 @@
 """CreateAcls (30) v1-3: add ACLs (needs CLUSTER ALTER).
 
-Each creation is validated on its own (``broker/security/acl.py``: INVALID_REQUEST with a
+Each creation is validated on its own (``protocol/acl_types.py``: INVALID_REQUEST with a
 message) and the valid ones are added together: written to ``acls.json`` before the answer
 (``broker/security/acl_store.py``). Creating an ACL that exists succeeds. v0 is not served: Kafka
 4.0 removed it (KIP-896) and kio 0.6.5 has no schema for it. Without an ACL authorizer every
@@ -14,7 +14,7 @@ from typing import Any
 from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBinding,
     AclOperation,
     AclPermissionType,

@@ -17,7 +17,7 @@ from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.handlers.describe_acls import acl_filter
-from broker.security.acl import AclOperation
+from protocol.acl_types import AclOperation
 from broker.security.acl_store import commit
 from broker.security.authorizer import AclResult
 from protocol.codec import response_module

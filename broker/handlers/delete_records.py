@@ -32,10 +32,10 @@ from broker.authz import Operation, ResourceType
 from broker.config import cleanup_policies, topic_config_value
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK
-from persister.log import LogClosedError, OffsetOutOfRangeError
-from persister.log import PartitionLogLike as PartitionLog
 from protocol.codec import response_module
 from protocol.messages import make
+from storage.log import LogClosedError, OffsetOutOfRangeError
+from storage.log import PartitionLogLike as PartitionLog
 
 log = logging.getLogger("shoal.admin")
 

@@ -34,7 +34,7 @@ from broker.app import Broker
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
-from broker.topics import Topic
+from broker.log.topics import Topic
 from protocol.codec import response_module
 from protocol.messages import make
 

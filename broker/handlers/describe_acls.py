@@ -13,7 +13,7 @@ from typing import Any
 from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBindingFilter,
     AclOperation,
     AclPermissionType,

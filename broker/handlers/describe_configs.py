@@ -36,7 +36,7 @@ from broker.authz import ResourceType as AclType
 from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, format_value
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.topics import topic_name_problem
+from broker.log.topics import topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
 

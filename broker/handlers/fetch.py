@@ -7,7 +7,7 @@ consumer can make progress. A fetch waiting for data is woken by any append to o
 partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which every client
 treats as "send full requests".
 
-Isolation (KIP-98, ``broker/txn_log.py``): read_uncommitted (0) reads up to the high watermark
+Isolation (KIP-98, ``broker/log/txn_log.py``): read_uncommitted (0) reads up to the high watermark
 (the log end offset: Shoal has no followers). read_committed (1) reads only below the last stable
 offset (the first offset of the oldest ongoing transaction), answers it as LastStableOffset, and
 lists the aborted transactions that intersect the returned batches (from the segments'
@@ -38,11 +38,11 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.watch import wait_for_any
+from broker.log.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
-from persister.log import OffsetOutOfRangeError
 from protocol.codec import response_module
 from protocol.messages import make
+from storage.log import OffsetOutOfRangeError
 
 API_KEY = 1
 VERSIONS = (4, 17)

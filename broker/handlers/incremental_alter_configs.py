@@ -20,11 +20,16 @@ default). Dynamic broker configs are kept in memory only: a restart goes back to
 
 Resources are altered by functions in ``ALTERERS``, keyed by resource type. GROUP (32) resources
 take the KIP-932 share group configs (``broker/group_configs.py``; out-of-bounds values ->
-INVALID_CONFIG naming the allowed range), persisted in ``<data>/group-configs.json``. Legacy AlterConfigs (33) reuses ``alter``.
+INVALID_CONFIG naming the allowed range), persisted in ``<data>/group-configs.json``: each is
+checked on its own, then the valid ones of the request are written together, once, in a worker
+thread, and apply only once written (a failed write: KAFKA_STORAGE_ERROR for each of them, and
+nothing changed). Configs for one group more than ``group.config.max.groups`` allows:
+POLICY_VIOLATION. Legacy AlterConfigs (33) reuses ``alter``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,12 +56,15 @@ from broker.handlers.describe_configs import (
     broker_resource_problem,
     config_authorization,
 )
-from broker.topics import topic_name_problem
+from broker.log.topics import topic_name_problem
+from storage.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
 
 API_KEY = 44
 VERSIONS = (0, 1)
+
+log = logging.getLogger("shoal.configs")
 
 
 class OpType(IntEnum):
@@ -170,23 +178,30 @@ def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_onl
     return OK, None
 
 
-def alter_group(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
-    """Share group configs (``broker/group_configs.py``); the group need not exist yet."""
+def plan_group(broker: Broker, name: str, ops: Sequence[AlterOp]
+               ) -> tuple[Altered, dict[str, Any] | None]:
+    """Check a GROUP resource (``broker/group_configs.py``; the group need not exist yet): its
+    answer, and on success the group's new overrides for ``GroupConfigs.commit``."""
     if not name:
-        return ErrorCode.invalid_request, "group id must not be empty"
+        return (ErrorCode.invalid_request, "group id must not be empty"), None
     changes: dict[str, str | None] = {}
     for op in ops:
         d = GROUP_CONFIGS.get(op.name)
         if d is not None:
             problem = _list_op_problem(op, d.type)
             if problem:
-                return ErrorCode.invalid_config, problem
+                return (ErrorCode.invalid_config, problem), None
         changes[op.name] = None if op.op == OpType.DELETE else op.value
     try:
-        broker.group_configs.alter(name, changes, validate_only=validate_only)
+        return (OK, None), broker.group_configs.plan(name, changes)
     except ConfigError as exc:
-        return ErrorCode.invalid_config, str(exc)
-    return OK, None
+        return (ErrorCode.invalid_config, str(exc)), None
+
+
+def alter_group(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+    """Validate a GROUP resource only: IncrementalAlterConfigs applies the valid ones of a
+    request together (``handle``), and AlterConfigs does not take groups."""
+    return plan_group(broker, name, ops)[0]
 
 
 # Resource type -> alterer.
@@ -197,21 +212,29 @@ ALTERERS: dict[int, Alterer] = {
 }
 
 
+def alter_request_problem(ops: Sequence[AlterOp]) -> str | None:
+    """The request-level rule one resource's operations break (INVALID_REQUEST), or None."""
+    seen: set[str] = set()
+    for op in ops:
+        if op.op not in _OPS:
+            return f"unknown config operation {op.op} for {op.name}"
+        if op.name in seen:
+            return f"config {op.name} appears more than once"
+        seen.add(op.name)
+        if op.value is None and op.op != OpType.DELETE:
+            return f"null value is not allowed for {op.name}"
+    return None
+
+
 def alter(broker: Broker, resource_type: int, name: str, ops: Sequence[AlterOp],
           validate_only: bool) -> Altered:
     """Check the request-level rules for one resource, then hand it to its alterer."""
     alterer = ALTERERS.get(resource_type)
     if alterer is None:
         return ErrorCode.invalid_request, f"unsupported resource type {resource_type}"
-    seen: set[str] = set()
-    for op in ops:
-        if op.op not in _OPS:
-            return ErrorCode.invalid_request, f"unknown config operation {op.op} for {op.name}"
-        if op.name in seen:
-            return ErrorCode.invalid_request, f"config {op.name} appears more than once"
-        seen.add(op.name)
-        if op.value is None and op.op != OpType.DELETE:
-            return ErrorCode.invalid_request, f"null value is not allowed for {op.name}"
+    problem = alter_request_problem(ops)
+    if problem is not None:
+        return ErrorCode.invalid_request, problem
     return alterer(broker, name, ops, validate_only)
 
 
@@ -222,22 +245,67 @@ def duplicate_resources(resources: Sequence[Any]) -> set[tuple[int, str]]:
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
+    if any(r.resource_type == ResourceType.GROUP for r in req.resources):
+        return _handle_with_groups(ctx, req)
+    return _answer(ctx, req, _check_all(ctx, req, {}))
+
+
+async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
+    """Group changes are planned per resource under the group configs' lock, then written once
+    for the whole request, off the event loop, before they become visible."""
+    configs = ctx.broker.group_configs
+    async with configs.lock:
+        plans: dict[str, dict[str, Any]] = {}
+        results = _check_all(ctx, req, plans)
+        if plans and not req.validate_only:
+            for group_id in configs.refused_by_limit(plans):
+                del plans[group_id]
+                results[(ResourceType.GROUP, group_id)] = (ErrorCode.policy_violation,
+                                                           configs.limit_message(group_id))
+            if plans:
+                try:
+                    await configs.commit(plans)
+                except OSError as exc:
+                    log.error("writing group configs failed: %s", describe(exc))
+                    for group_id in plans:
+                        results[(ResourceType.GROUP, group_id)] = (
+                            ErrorCode.kafka_storage_error,
+                            f"the group configs could not be written: {describe(exc)}")
+    return _answer(ctx, req, results)
+
+
+def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]]
+               ) -> dict[tuple[int, str], Altered]:
+    """Every resource's answer; topic and broker resources are applied here, the valid group
+    resources' new overrides are put in ``plans`` (a duplicate resource is answered alike
+    everywhere, so one answer per (type, name) suffices)."""
     dups = duplicate_resources(req.resources)
+    results: dict[tuple[int, str], Altered] = {}
+    for r in req.resources:
+        key = (r.resource_type, r.resource_name)
+        if key in dups:
+            results[key] = ErrorCode.invalid_request, "resource appears more than once"
+            continue
+        refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
+                                       r.resource_name)
+        ops = [AlterOp(c.name, c.config_operation, c.value) for c in r.configs]
+        if refused is not None:
+            results[key] = refused
+        elif r.resource_type == ResourceType.GROUP and alter_request_problem(ops) is None:
+            results[key], plan = plan_group(ctx.broker, r.resource_name, ops)
+            if plan is not None:
+                plans[r.resource_name] = plan
+        else:
+            results[key] = alter(ctx.broker, r.resource_type, r.resource_name, ops,
+                                 req.validate_only)
+    return results
+
+
+def _answer(ctx: RequestContext, req: Any, results: dict[tuple[int, str], Altered]) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
     responses = []
     for r in req.resources:
-        refused = None
-        if (r.resource_type, r.resource_name) not in dups:
-            refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
-                                           r.resource_name)
-        if (r.resource_type, r.resource_name) in dups:
-            error, message = ErrorCode.invalid_request, "resource appears more than once"
-        elif refused is not None:
-            error, message = refused
-        else:
-            ops = [AlterOp(c.name, c.config_operation, c.value) for c in r.configs]
-            error, message = alter(ctx.broker, r.resource_type, r.resource_name, ops,
-                                   req.validate_only)
+        error, message = results[(r.resource_type, r.resource_name)]
         responses.append(make(m.AlterConfigsResourceResponse, error_code=error,
                               error_message=message, resource_type=r.resource_type,
                               resource_name=r.resource_name))

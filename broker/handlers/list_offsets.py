@@ -1,7 +1,7 @@
 """ListOffsets (2) v1-10: earliest, latest, max-timestamp and by-timestamp lookups.
 
 Special timestamps: -1 latest (the high watermark, i.e. the log end offset; under read_committed
-(v2+) the last stable offset, ``broker/txn_log.py``), -2 earliest (log start offset), -3 the
+(v2+) the last stable offset, ``broker/log/txn_log.py``), -2 earliest (log start offset), -3 the
 offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
 (v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
 if there is none: the log finds the first batch late enough and its records are read for the
@@ -82,7 +82,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 bound = broker.txn_log.last_stable_offset(t.name, p.partition_index) \
                     if committed else None
                 offset, ts = lookup(lg, p.timestamp, bound)
-            except OSError:  # LogDirOfflineError: the log directory failed (persister/log_dir.py)
+            except OSError:  # LogDirOfflineError: the log directory failed (storage/log_dir.py)
                 error, offset, ts = ErrorCode.kafka_storage_error, -1, -1
             parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
                               error_code=error, timestamp=ts, offset=offset, leader_epoch=0))

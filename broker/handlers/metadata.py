@@ -32,7 +32,7 @@ from broker.authz import (
 )
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.topics import Topic, topic_name_problem
+from broker.log.topics import Topic, topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
 

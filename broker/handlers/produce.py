@@ -22,17 +22,18 @@ checked (so an unknown topic is not told apart from a forbidden one), as Kafka d
 a transactional id needs WRITE on it first: refused, every partition is answered
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
-Transactions (KIP-98, ``broker/txn_log.py``): a transactional batch follows the idempotence rules
-(duplicates, sequences, INVALID_PRODUCER_EPOCH for an older epoch) and needs the request's
-transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else
-INVALID_RECORD). When it would begin the producer's transaction in the partition, the transaction
-coordinator (``broker.transactions``) is asked whether the partition is in
-that transaction (``verify_partition``); its error answers the partition otherwise. A plain batch
-of a producer whose transaction is ongoing there is INVALID_TXN_STATE. Control batches (markers)
-are refused from clients (INVALID_RECORD, ``protocol/log_validator.py``): only the coordinator
-writes them. Non-transactional batches pay one attribute test for all this.
+Transactions (KIP-98, ``broker/log/txn_log.py``; checked in ``broker/log/append.py``): a
+transactional batch follows the idempotence rules (duplicates, sequences, INVALID_PRODUCER_EPOCH
+for an older epoch) and needs the request's transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else INVALID_RECORD). When it would begin
+the producer's transaction in the partition, the transaction coordinator (``broker.transactions``)
+is asked whether the partition is in that transaction (``verify_partition``); its error answers the
+partition otherwise. A plain batch of a producer whose transaction is ongoing there is
+INVALID_TXN_STATE. Control batches (markers) are refused from clients (INVALID_RECORD,
+``protocol/log_validator.py``): only the coordinator writes them. Non-transactional batches pay one
+attribute test for all this.
 
-Storage faults (``persister/log_dir.py``) are answered per partition, as Kafka does, and never
+Storage faults (``storage/log_dir.py``) are answered per partition, as Kafka does, and never
 drop the connection: a partition whose append or policy fsync fails gets KAFKA_STORAGE_ERROR (its
 partial write was cut back, so a retry cannot duplicate part of it), and so does every partition
 after it, since the log directory is then offline. Partitions appended before the failure stay
@@ -44,28 +45,28 @@ from __future__ import annotations
 import asyncio
 import datetime
 import inspect
-import logging
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
 from broker.authz import Operation, Resource, ResourceType, refusal
-from broker.config import cleanup_policies, topic_config_value
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.log.append import (
+    NEWEST_PRODUCE_VERSION,
+    PartitionOutcome,
+    append_partition,
+    validation_policy,
+)
+from broker.log.topics import Topic
 from protocol.codec import response_module
-from broker.topics import Topic
 from protocol.log_validator import (
-    CREATE_TIME,
     DECOMPRESSED_FLOOR,
-    LOG_APPEND_TIME,
     MIN_RECORD_BYTES,
     Rejected,
     Validated,
-    ValidationPolicy,
     validate_produced,
 )
 from protocol.messages import make
@@ -77,38 +78,9 @@ from protocol.record_batch import (
 )
 
 API_KEY = 0
-VERSIONS = (3, 12)
-
-log = logging.getLogger("shoal.produce")
+VERSIONS = (3, NEWEST_PRODUCE_VERSION)
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-# Refused batches are logged at most this often, so a hostile client cannot flood the log; the
-# next line says how many were not logged.
-_LOG_INTERVAL_MS = 1000
-_log_state = {"next_ms": 0, "suppressed": 0}
-
-
-def _log_refusal(now_ms: int, topic: str, p: int, error: ErrorCode, message: str) -> None:
-    if now_ms < _log_state["next_ms"]:
-        _log_state["suppressed"] += 1
-        return
-    more = _log_state["suppressed"]
-    _log_state["next_ms"], _log_state["suppressed"] = now_ms + _LOG_INTERVAL_MS, 0
-    log.info("refused a produced batch for %s-%d with %s: %s (the producer gets this error; "
-             "check its client version and settings)%s", topic, p, error.name.upper(), message,
-             f"; {more} more refusal(s) not logged" if more else "")
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOutcome:
-    """What one partition of a Produce request is answered with."""
-
-    error: ErrorCode
-    base_offset: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    log_append_time_ms: int = -1
-    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 def _partition(m: Any, index: int, out: PartitionOutcome) -> Any:
@@ -120,110 +92,6 @@ def _partition(m: Any, index: int, out: PartitionOutcome) -> Any:
                 base_offset=out.base_offset, log_append_time=append_time,
                 log_start_offset=out.log_start_offset, record_errors=errors,
                 error_message=out.message)
-
-
-def validation_policy(configs: dict[str, Any], broker: Broker, api_version: int) -> ValidationPolicy:
-    """The topic's produce rules, from its configs and the broker defaults."""
-    def v(name: str) -> Any:
-        return topic_config_value(name, configs, broker.config)
-
-    ts_type = LOG_APPEND_TIME if v("message.timestamp.type") == "LogAppendTime" else CREATE_TIME
-    return ValidationPolicy(max_batch_bytes=int(v("max.message.bytes")), timestamp_type=ts_type,
-                            before_max_ms=int(v("message.timestamp.before.max.ms")),
-                            after_max_ms=int(v("message.timestamp.after.max.ms")),
-                            api_version=api_version,
-                            require_keys="compact" in cleanup_policies(v("cleanup.policy")))
-
-
-def append_partition(broker: Broker, topic_name: str, configs: dict[str, Any], p: int,
-                     records: bytes | None, api_version: int = VERSIONS[1],
-                     checked: Validated | Rejected | None = None,
-                     transactional_id: str | None = None) -> PartitionOutcome:
-    """Validate (unless ``checked`` already holds the validation) and append one partition's
-    records (``transactional_id``: the request's, for transactional batches)."""
-    lg = broker.logs.get(topic_name, p)
-    if lg is None:
-        return PartitionOutcome(ErrorCode.unknown_topic_or_partition)
-    lso = lg.log_start_offset
-    if not records:
-        return PartitionOutcome(ErrorCode.invalid_record, log_start_offset=lso,
-                                message="Produce v3+ needs exactly one record batch per "
-                                        "partition; got none")
-    now = broker.clock.now_ms()
-    if checked is None:
-        checked = validate_produced(records, validation_policy(configs, broker, api_version), now)
-    if isinstance(checked, Rejected):
-        _log_refusal(broker.clock.monotonic_ms(), topic_name, p, checked.error, checked.message)
-        return PartitionOutcome(checked.error, log_start_offset=lso,
-                                message=f"{topic_name}-{p}: {checked.message}",
-                                record_errors=checked.record_errors)
-    h = checked.header
-    txn = h.is_transactional
-    if txn:
-        refused = _transactional_refusal(topic_name, p, h.producer_id, transactional_id)
-        if refused is not None:
-            return PartitionOutcome(refused[0], log_start_offset=lso, message=refused[1])
-    # Idempotence is checked after validation, as Kafka does (a refused batch is no duplicate).
-    try:
-        states = broker.producer_states(topic_name, p)  # may read the log tail on first use
-    except OSError as exc:  # LogDirOfflineError
-        return PartitionOutcome(ErrorCode.kafka_storage_error,
-                                message=f"{topic_name}-{p} not appended: {exc}")
-    check = states.check(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count, now,
-                         txn)
-    if check.error != ErrorCode.none:
-        return PartitionOutcome(check.error, log_start_offset=lso,
-                                message=_sequence_message(check.error, topic_name, p, h))
-    if check.duplicate_of is not None:
-        return PartitionOutcome(ErrorCode.none, check.duplicate_of[0], lso)
-    if txn and states.ongoing_first_offset(h.producer_id) < 0:
-        # The batch would begin the producer's transaction here: the coordinator must have it in
-        # the transaction (KIP-890 verification; later batches of it need no question).
-        assert transactional_id is not None  # _transactional_refusal checked it
-        error = broker.transactions.verify_partition(transactional_id, h.producer_id,
-                                                     h.producer_epoch, topic_name, p)
-        if error != ErrorCode.none:
-            return PartitionOutcome(error, log_start_offset=lso, message=(
-                f"{topic_name}-{p} is not in the ongoing transaction of transactional id "
-                f"{transactional_id!r} (producer {h.producer_id}, epoch {h.producer_epoch}):"
-                f" {error.name.upper()}; the producer must add it (AddPartitionsToTxn) first"))
-    try:
-        result = lg.append(checked.data, now)
-    except OSError as exc:  # LogDirOfflineError: the directory is offline, the broker stopping
-        return PartitionOutcome(ErrorCode.kafka_storage_error,
-                                message=f"{topic_name}-{p} not appended: {exc}")
-    last = result.base_offset + h.last_offset_delta
-    states.observe(h.producer_id, h.producer_epoch, h.base_sequence, h.record_count,
-                   result.base_offset, last, now, txn)
-    if txn:
-        lg.first_unstable_offset = states.first_unstable_offset()
-    broker.logs.appended(topic_name, p)
-    metrics = broker.metrics
-    metrics.produce_bytes.inc(topic_name, len(checked.data))
-    metrics.produce_records.inc(topic_name, h.record_count)
-    return PartitionOutcome(ErrorCode.none, result.base_offset, lg.log_start_offset,
-                            log_append_time_ms=checked.log_append_time_ms)
-
-
-def _transactional_refusal(topic: str, p: int, producer_id: int,
-                           transactional_id: str | None) -> tuple[ErrorCode, str] | None:
-    """Why a transactional batch cannot be taken whatever the producer state, or None."""
-    if transactional_id is None:
-        # Kafka refuses the request: transactional records need a transactional id to authorize.
-        return (ErrorCode.transactional_id_authorization_failed,
-                f"{topic}-{p}: a transactional batch needs the request's transactional id")
-    if producer_id < 0:
-        return (ErrorCode.invalid_record,
-                f"{topic}-{p}: a transactional batch needs a producer id (InitProducerId)")
-    return None
-
-
-def _sequence_message(error: ErrorCode, topic: str, p: int, h: Any) -> str | None:
-    """What to tell a producer whose batch the producer state refused (None: the code says it)."""
-    if error == ErrorCode.invalid_txn_state:
-        return (f"{topic}-{p}: producer {h.producer_id} sent a non-transactional batch while its "
-                "transaction here is ongoing; commit or abort it first")
-    return None
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:

@@ -6,7 +6,8 @@ session's epoch (the same counter ShareFetch uses). Epoch -1 acknowledges, then 
 and releases the member's remaining records. Each partition's result is answered only after its
 state write completed. v2 carries IsRenewAck and returns AcquisitionLockTimeoutMs.
 
-Authorization (``broker/authz.py``), as Kafka: READ on the group first, else the top-level
+Authorization (``broker/authz.py``), as Kafka: a null or empty GroupId is INVALID_REQUEST before
+anything else; then READ on the group, else the top-level
 GROUP_AUTHORIZATION_FAILED and the session is untouched; READ on each acknowledged topic (asked
 once per topic), else TOPIC_AUTHORIZATION_FAILED for its partitions, whose acknowledgements are
 not applied.
@@ -59,6 +60,9 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
 
     top = top_level(m.ShareAcknowledgeResponse, lock_ms)
 
+    if not group:
+        # Before authorization, as Kafka: a null id is no resource name to match ACLs against.
+        return top(ErrorCode.invalid_request, request_problem(group, member))
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, group)):
         return top(ErrorCode.group_authorization_failed, refusal(
             ctx.principal, Operation.READ, Resource(ResourceType.GROUP, group)))

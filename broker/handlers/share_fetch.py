@@ -18,7 +18,8 @@ answered with the top-level SHARE_SESSION_LIMIT_REACHED, the error Kafka gives w
 cannot be held (there for the session count), and the session is left as it was; the latter
 kind is refused before its body is decoded (``request_limit``, broker/wire_limits.py).
 
-Authorization (``broker/authz.py``), as Kafka: READ on the group first, else the top-level
+Authorization (``broker/authz.py``), as Kafka: a null or empty GroupId is INVALID_REQUEST before
+anything else; then READ on the group, else the top-level
 GROUP_AUTHORIZATION_FAILED and nothing else happens. Then READ on every topic of the session and
 of the request, asked once per topic and request (``_refused_topics``): a partition of a topic the
 principal may not read stays in the session (as in Kafka, so it is served once READ is granted)
@@ -38,11 +39,11 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
+from broker.log.watch import wait_for_any
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
 from broker.share.partition_manager import share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
-from broker.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make
@@ -108,6 +109,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
 
     top = top_level(m.ShareFetchResponse, lock_ms)
 
+    if not group:
+        # Before authorization, as Kafka: a null id is no resource name to match ACLs against.
+        return top(ErrorCode.invalid_request, request_problem(group, member))
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, group)):
         return top(ErrorCode.group_authorization_failed, refusal(
             ctx.principal, Operation.READ, Resource(ResourceType.GROUP, group)))

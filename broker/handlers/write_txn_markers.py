@@ -3,7 +3,7 @@
 Shoal's coordinator writes its markers in process (``broker/txn_service.py``), so this RPC only
 comes from outside: a client, or a tool. It is refused to clients: with CLUSTER_ACTION (or, when
 an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served honestly, per
-partition: ``broker.txn_log.write_marker`` for data partitions,
+partition: ``broker.log.txn_log.write_marker`` for data partitions,
 ``broker.share_groups.complete_transaction`` for ``__consumer_offsets`` partitions, each answering
 its own code (NONE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, ...). A partition whose
 writer is not available answers UNKNOWN_SERVER_ERROR.

@@ -4,7 +4,7 @@ Why one atomically written file and not a log of changes: ACL changes are rare a
 and the set is small (thousands of entries are ~100-200 KB of JSON), so rewriting it whole costs
 about one fsync, the same as appending a record would. A whole file needs no compaction,
 snapshots or replay rules, and an operator can read and back it up. The write is the house
-pattern of ``topics.json`` (``broker.topics.atomic_write``): write ``acls.json.tmp``, fsync it,
+pattern of ``topics.json`` (``broker.log.topics.atomic_write``): write ``acls.json.tmp``, fsync it,
 rename it over ``acls.json``, fsync the directory. A crash at any point leaves the old file or
 the new one, never a torn one; a leftover ``acls.json.tmp`` is ignored and overwritten.
 
@@ -30,7 +30,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import (
+from broker.log.topics import atomic_write
+from protocol.acl_types import (
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -39,7 +40,6 @@ from broker.security.acl import (
     binding_problem,
 )
 from broker.security.authorizer import AclAuthorizer, AclChange, AclResult
-from broker.topics import atomic_write
 
 log = logging.getLogger("shoal.acl")
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import (
+from protocol.acl_types import (
     SUPPORTED_OPERATIONS,
     WILDCARD,
     WILDCARD_PRINCIPAL,

@@ -166,13 +166,14 @@ def plan_alter(current: Mapping[str, Mapping[str, ScramCredential]],
     DUPLICATE_RESOURCE (two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a
     credential that does not exist).
     """
-    order: list[str] = []
+    # Linear in the number of changes: users in first-seen order as dict keys, not a list
+    # searched per change (20,000 users made that seconds of event-loop time; issue 25).
+    order: dict[str, None] = {}
     errors: dict[str, tuple[ErrorCode, str]] = {}
     seen: dict[tuple[str, int], int] = {}
     changes: list[Deletion | Upsertion] = [*deletions, *upsertions]
     for change in changes:
-        if change.user not in order:
-            order.append(change.user)
+        order.setdefault(change.user, None)
         seen[(change.user, change.mechanism)] = seen.get((change.user, change.mechanism), 0) + 1
 
     def fail(user: str, code: ErrorCode, message: str) -> None:

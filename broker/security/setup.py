@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.authz import Operation, Principal, Resource, ResourceType
-from broker.security.acl import AclOperation
-from broker.security.acl import ResourceType as AclResourceType
+from protocol.acl_types import AclOperation
+from protocol.acl_types import ResourceType as AclResourceType
 from broker.security.acl_store import AclStore
 from broker.security.authorizer import AclAuthorizer, parse_super_users
 
@@ -94,11 +94,17 @@ class AclSeam:
 
     def authorize(self, principal: Principal, operation: Operation, resource: Resource,
                   host: str = "*") -> bool:
+        if not isinstance(resource.name, str):
+            # A null name from the wire names no resource (handlers refuse it first; this is
+            # the backstop: matching it against PREFIXED ACLs would raise).
+            return False
         return self.acls.authorize(self._name(principal), host, _OPERATIONS[operation],
                                    _TYPES[resource.type], resource.name)
 
     def authorized_operations(self, principal: Principal, resource: Resource,
                               host: str = "*") -> int:
+        if not isinstance(resource.name, str):
+            return 0
         return self.acls.authorized_operations(self._name(principal), host,
                                                _TYPES[resource.type], resource.name)
 

@@ -4,7 +4,7 @@ The sans-IO share-partition moves records to ARCHIVING and hands them out
 (``SharePartition.take_dead_letters``); this writer, one asyncio task per share-partition with
 work, resolves the group's DLQ topic, builds the dead-letter records
 (``broker/share/dead_letter.py``), appends them locally to partition ``source % partitions`` of
-the DLQ topic exactly as a Produce would (``handlers/produce.append_partition``: validated,
+the DLQ topic exactly as a Produce would (``broker/log/append.py``: validated,
 page cache, then an fsync when the DLQ topic's flush policy asks for one), and only then calls
 ``complete_dead_letters``, whose state write moves the records to ARCHIVED at the share
 coordinator. A page-cache append survives SIGKILL, like an acks=all produce answered under the
@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.config import topic_config_value
+from broker.log.append import append_partition
+from broker.log.topics import Topic
 from broker.share.dead_letter import (
     DeadLetterRun,
     dlq_partition,
@@ -47,9 +49,8 @@ from broker.share.dead_letter import (
     source_records,
     split_runs,
 )
-from broker.topics import Topic
-from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
+from storage.log import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -129,9 +130,6 @@ class DeadLetterWriter:
         dlq_p = dlq_partition(source_partition, target.partitions)
         batch, n, payloads = self._encode(key.group_id, source_topic, source_partition, runs,
                                           payloads, target)
-        # Local import: the produce handler imports broker.app, which imports this package.
-        from broker.handlers.produce import append_partition
-
         out = append_partition(b, target.name, target.configs, dlq_p, batch)
         done, rest = split_runs(runs, n)
         if out.error in (ErrorCode.kafka_storage_error, ErrorCode.unknown_topic_or_partition,

@@ -32,6 +32,7 @@ from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from broker.log.topics import Topic
 from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
@@ -46,7 +47,6 @@ from broker.share.txn_filter import (
 )
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
-from broker.topics import Topic
 from persister.api import (
     UNINITIALIZED_START_OFFSET,
     Persister,
@@ -56,9 +56,9 @@ from persister.api import (
     WriteParams,
     WriteResult,
 )
-from persister.log import OffsetOutOfRangeError
 from protocol.record_batch import iter_batches
 from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
+from storage.log import OffsetOutOfRangeError
 
 # Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
 _KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
@@ -300,7 +300,7 @@ class SharePartitionManager:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
         except OSError:
-            # The log directory is offline (persister/log_dir.py) and the broker is stopping:
+            # The log directory is offline (storage/log_dir.py) and the broker is stopping:
             # acquire nothing rather than fail the whole ShareFetch.
             return b"", []
         if not data:

@@ -51,7 +51,7 @@ CONTROL = 0x20
 
 
 class AbortedRange(Protocol):
-    """One aborted transaction of a partition (``broker.txn_log.AbortedTxn`` has this shape)."""
+    """One aborted transaction of a partition (``broker.log.txn_log.AbortedTxn`` has this shape)."""
 
     @property
     def producer_id(self) -> int: ...

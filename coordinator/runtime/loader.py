@@ -23,8 +23,8 @@ from typing import Any
 
 from coordinator.runtime.records import LogBatch, decode_log_batches, parse_end_txn_marker
 from coordinator.runtime.shard import RecordSerde, Shard
-from persister.log import PartitionLogLike
 from protocol.record_batch import CorruptRecordError
+from storage.log import PartitionLogLike
 
 # Bytes per log read while loading.
 LOAD_READ_BYTES = 4 << 20

@@ -25,7 +25,7 @@ log and an executor task, and runs every operation on that partition one at a ti
    its log and the fsync is not retried: after a failed fsync the kernel may have dropped the
    pages, a second fsync can report success for them, and a reload would count records that may
    never reach the disk as committed (the log's directory goes offline and the broker shuts down,
-   ``persister/log_dir.py``; the next start recovers what the disk holds). Failures are data: ops
+   ``storage/log_dir.py``; the next start recovers what the disk holds). Failures are data: ops
    get a ``CoordinatorFailure``, never an exception.
 5. ``read(partition, fn)`` runs ``fn(shard)`` at once; ``fn`` must use the shard's committed view.
 6. Timers: ``schedule(partition, key, deadline_ms, op)`` runs ``op`` as a write when due (keyed,
@@ -76,7 +76,7 @@ from coordinator.runtime.records import encode_batch, encode_end_txn_marker
 from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.shard import RecordSerde, Shard
 from coordinator.runtime.timer import Timer
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 log = logging.getLogger("shoal.coordinator.runtime")
 

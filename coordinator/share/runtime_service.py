@@ -69,7 +69,7 @@ from persister.api import (
     WriteParams,
     WriteResult,
 )
-from persister.log import PartitionLogLike
+from storage.log import PartitionLogLike
 
 # share.coordinator.cold.partition.snapshot.interval.ms default (Kafka: 5 minutes).
 DEFAULT_COLD_SNAPSHOT_INTERVAL_MS = 300_000

@@ -1,7 +1,9 @@
 """A tiny blocking Kafka client for tests: typed kio requests over a plain socket.
 
 For cases real clients cannot express (a specific API version, odd field combinations, fields a
-client library hides, pipelining). Every socket operation is bounded by the client's timeout.
+client library hides, pipelining, malformed frames). It is the client core's blocking shell
+(``client/blocking.py``) in raw mode: no ApiVersions or SASL on connect, and each response is
+decoded as the caller says. Every socket operation is bounded by the client's timeout.
 
     with RawClient(broker.bootstrap) as c:
         resp = c.call(19, 7, request(19, 7, topics=(...), timeout=timedelta(seconds=5),
@@ -12,53 +14,26 @@ client library hides, pipelining). Every socket operation is bounded by the clie
 
 from __future__ import annotations
 
-import itertools
 import socket
 import ssl
 import time
-from functools import lru_cache
 from types import TracebackType
 from typing import Any
 
-from kio.static.constants import EntityType
-
-from protocol.codec import decode_response, encode_request, request_module
+from client.blocking import BlockingConnection, recv_exact
+from client.core import Reply
+from protocol.codec import request_module, request_type
 from protocol.messages import make
 
-__all__ = ["RawClient", "closed_by_peer", "request", "request_module", "request_type"]
+__all__ = ["RawClient", "closed_by_peer", "recv_exact", "request", "request_module",
+           "request_type"]
 
-
-@lru_cache(maxsize=None)
-def request_type(api_key: int, api_version: int) -> type:
-    """The kio request dataclass of an API version."""
-    module = request_module(api_key, api_version)
-    for name in dir(module):
-        obj = getattr(module, name)
-        if (isinstance(obj, type) and name.endswith("Request")
-                and getattr(obj, "__type__", None) == EntityType.request
-                and obj.__module__ == module.__name__):
-            return obj
-    raise LookupError(f"no request type for api {api_key} v{api_version}")
+RAW_MAX_FRAME = (1 << 31) - 1  # tests read whatever the broker sends
 
 
 def request(api_key: int, api_version: int, **fields: Any) -> Any:
     """Build a request body; fields the version does not have are dropped (``make``)."""
     return make(request_type(api_key, api_version), **fields)
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Read exactly ``n`` bytes.
-
-    Raises:
-        ConnectionError: the broker closed the connection first.
-    """
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
@@ -83,12 +58,11 @@ class RawClient:
     def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "shoal-raw",
                  tls: ssl.SSLContext | None = None) -> None:
         host, _, port = bootstrap.rpartition(":")
-        self._sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._conn = BlockingConnection(host, int(port), timeout, client_id, handshake=False,
+                                        max_frame=RAW_MAX_FRAME)
+        self._conn.connect()
         if tls is not None:
-            self._sock = tls.wrap_socket(self._sock, server_hostname=host)
-        self._sock.settimeout(timeout)
-        self._client_id = client_id
-        self._correlation = itertools.count(1)
+            self._conn.start_tls(tls)
 
     def __enter__(self) -> RawClient:
         return self
@@ -98,7 +72,7 @@ class RawClient:
         self.close()
 
     def close(self) -> None:
-        self._sock.close()
+        self._conn.close()
 
     @staticmethod
     def request_module(api_key: int, api_version: int) -> Any:
@@ -107,20 +81,19 @@ class RawClient:
 
     def send(self, api_key: int, api_version: int, body: Any) -> int:
         """Send one request without waiting; returns its correlation id."""
-        correlation_id = next(self._correlation)
-        self._sock.sendall(encode_request(api_key, api_version, correlation_id, self._client_id,
-                                          body))
-        return correlation_id
+        return self._conn.send(api_key, api_version, body)
 
     def receive(self, api_key: int, api_version: int) -> tuple[int, Any]:
         """Read the next response, decoded as ``api_key``/``api_version``: (correlation id, body).
 
         Raises:
             ConnectionError: the broker closed the connection (it does on requests it rejects).
+            ProtocolError: the response does not decode as that API version.
         """
-        size = int.from_bytes(self._recv(4), "big")
-        correlation_id, body = decode_response(api_key, api_version, self._recv(size))
-        return correlation_id, body
+        reply: Reply = self._conn.receive(api_key, api_version)
+        if reply.error is not None:
+            raise reply.error
+        return reply.correlation_id, reply.body
 
     def call(self, api_key: int, api_version: int, body: Any) -> Any:
         """Send one request and return its decoded response body.
@@ -136,7 +109,7 @@ class RawClient:
 
     def send_frame(self, payload: bytes) -> None:
         """Send bytes as one size-prefixed frame without a request header (SASL v0 tokens)."""
-        self._sock.sendall(len(payload).to_bytes(4, "big") + payload)
+        self._conn.send_bytes(len(payload).to_bytes(4, "big") + payload)
 
     def receive_frame(self) -> bytes:
         """Read one size-prefixed frame's payload.
@@ -144,11 +117,12 @@ class RawClient:
         Raises:
             ConnectionError: the broker closed the connection.
         """
-        return self._recv(int.from_bytes(self._recv(4), "big"))
+        return self._conn.read_frame()
 
     @property
     def sock(self) -> socket.socket:
-        return self._sock
+        return self._conn.sock
 
-    def _recv(self, n: int) -> bytes:
-        return recv_exact(self._sock, n)
+    @property
+    def _sock(self) -> socket.socket:
+        return self._conn.sock

@@ -623,6 +623,29 @@ def test_prefixed_acls_apply_and_deny_wins(env: Env) -> None:
         c.close()
 
 
+def test_a_null_group_id_is_refused_before_authorization(env: Env) -> None:
+    """A ShareFetch or ShareAcknowledge with a null GroupId is INVALID_REQUEST, checked before the
+    group is authorized (matching a null id against a PREFIXED GROUP ACL used to raise and drop
+    the connection); the connection keeps serving."""
+    env.grant(ResourceType.GROUP, "nullg-", AclOperation.READ, PREFIXED)
+    with RawClient(env.bootstrap) as c:
+        for version in (1, 2):
+            fetched = c.call(78, version, request(
+                78, version, group_id=None, member_id=uuid.uuid4().hex, share_session_epoch=0,
+                max_wait=timedelta(0), min_bytes=0, max_bytes=1 << 20, max_records=10,
+                batch_size=10, topics=(), forgotten_topics_data=()))
+            assert (fetched.error_code, fetched.error_message) == (
+                ErrorCode.invalid_request, "GroupId must be set")
+            acked = c.call(79, version, request(
+                79, version, group_id=None, member_id=uuid.uuid4().hex, share_session_epoch=1,
+                topics=()))
+            assert (acked.error_code, acked.error_message) == (
+                ErrorCode.invalid_request, "GroupId must be set")
+        versions = c.call(18, 3, request(18, 3, client_software_name="t",
+                                         client_software_version="1"))
+        assert versions.error_code == ErrorCode.none
+
+
 def test_produce_is_refused_per_partition(env: Env) -> None:
     env.create_topic("made-p-ok")
     env.create_topic("made-p-no")

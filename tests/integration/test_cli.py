@@ -25,9 +25,9 @@ from tests.integration.share_helpers import poll_until, produce, share_consumer
 
 
 def shoal(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    # ``python -m broker.main`` from this checkout (as the broker fixture starts the broker):
+    # ``python -m cli.main`` from this checkout (as the broker fixture starts the broker):
     # the ``shoal`` script runs whichever checkout the venv was installed from.
-    return subprocess.run([sys.executable, "-m", "broker.main", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

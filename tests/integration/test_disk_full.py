@@ -3,13 +3,15 @@
 The broker's data directory is a 4 MiB tmpfs. Producing until it is full must give the producer
 KAFKA_STORAGE_ERROR per partition (never a dropped connection), stop the broker with exit status
 1 and a log line saying what to do, and after the volume is grown every acknowledged record must
-be readable again, with nothing torn or duplicated. Needs root (``mount``); skipped otherwise.
+be readable again, with nothing torn or duplicated. Needs root (``mount``): skipped without it on
+a developer's machine, a failure in CI (``CI=true``; .ci/run runs ``make test`` as root).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.codec import request_module
 from protocol.messages import make
-from tests.conftest import BrokerProcess
+from tests.conftest import ROOT, BrokerProcess
 from tests.integration.rawclient import RawClient, request
 from tests.integration.test_durability import read_all
 
@@ -29,16 +31,25 @@ SMALL = {"offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num
 PARTITIONS = 3
 
 
+def cannot_run(reason: str) -> None:
+    """Skip on a developer's machine without root; in CI (``CI=true``, where .ci/run runs as
+    root) fail instead, so a CI that silently lost the privilege does not pass without it."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI must run the disk-full test, but {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount a 4 MiB tmpfs (mount -t tmpfs -o size=4m)")
+        cannot_run("it needs root to mount a 4 MiB tmpfs (mount -t tmpfs -o size=4m)")
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (no CAP_SYS_ADMIN?): {mounted.stderr.strip()}")
+        cannot_run(f"a tmpfs cannot be mounted here (no CAP_SYS_ADMIN?): "
+                   f"{mounted.stderr.strip()}")
     try:
         yield disk
     finally:
@@ -107,3 +118,27 @@ def test_filling_the_disk_answers_storage_errors_and_loses_no_acknowledged_recor
         assert {p: base for p, (_, base) in answers.items()} == ends
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize("ci,outcome", [("true", "1 error"), (None, "1 skipped")])
+def test_without_a_mountable_tmpfs_ci_fails_and_a_developer_skips(
+        tmp_path: Path, ci: str | None, outcome: str) -> None:
+    """The test above where mount cannot work (a mount that always fails first on PATH)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mount").write_text("#!/bin/sh\necho 'mount: permission denied' >&2\nexit 32\n")
+    (fake / "mount").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', '')}"
+    if ci is not None:
+        env["CI"] = ci
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         f"{Path(__file__)}::test_filling_the_disk_answers_storage_errors_and_loses_no_"
+         "acknowledged_record"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert outcome in proc.stdout, proc.stdout[-3000:]
+    if ci is not None:
+        assert proc.returncode == 1
+        assert "CI must run the disk-full test" in proc.stdout
+    else:
+        assert proc.returncode == 0

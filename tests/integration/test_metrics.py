@@ -4,12 +4,21 @@ Must-show: /metrics scraped during a ShareConsumer run shows acknowledgement cou
 per-partition lag gauge that is > 0 while records are unacknowledged and falls to 0 once they are.
 The module's broker runs with ``--metrics-listen`` and ``--log-format json`` so the structured
 log lines (event, group, topic, partition, member) can be checked too.
+
+The endpoint's bounds and security (issue 25), each on a broker of its own: a scrape storm
+renders once per ``metrics.render.cache.ms`` (its default) while Kafka requests are answered
+promptly; ``metrics.max.connections``; HTTPS with client certificates and basic auth from an
+exporter-toolkit web config file (certificates made at test time with trustme).
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -17,11 +26,14 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
+import trustme
 from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
 
@@ -50,6 +62,8 @@ class MetricsBroker(BrokerProcess):
                "--override", "group.share.min.record.lock.duration.ms=1000",
                "--override", "group.share.min.session.timeout.ms=1000",
                "--override", "group.share.min.heartbeat.interval.ms=200"]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -325,3 +339,167 @@ def test_other_paths_and_methods_are_refused(mb, method: str, path: str, status:
 def test_metrics_are_off_by_default(broker) -> None:
     assert BrokerConfig().get("metrics.listen") == ""
     assert "Prometheus metrics at" not in broker.logs()
+
+
+# -- bounds and security of the endpoint (issue 25) ---------------------------------------------
+
+def _metrics_broker(tmp_path: Path, **overrides: str) -> tuple[BrokerProcess, int]:
+    port = free_port()
+    b = BrokerProcess(tmp_path / "data", {"metrics.listen": f"127.0.0.1:{port}", **overrides})
+    b.start()
+    return b, port
+
+
+def test_a_scrape_storm_renders_once_per_interval_and_kafka_stays_responsive(
+        tmp_path: Path) -> None:
+    """16 scrapers in a loop for 3 s against the default metrics.render.cache.ms (1 s): the page
+    is rendered about once a second, not once per scrape, and ApiVersions on a Kafka connection
+    keeps being answered promptly the whole time."""
+    default_cache_ms = BrokerConfig().get("metrics.render.cache.ms")
+    assert default_cache_ms == 1000
+    b, port = _metrics_broker(tmp_path, **{"metrics.render.cache.ms": str(default_cache_ms),
+                                           "metrics.max.connections": "64"})
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        stop = time.monotonic() + 3.0
+        scrapes = [0] * 16
+
+        def scraper(i: int) -> None:
+            while time.monotonic() < stop:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    assert r.status == 200 and b"shoal_connections" in r.read()
+                scrapes[i] += 1
+
+        slowest = 0.0
+        with ThreadPoolExecutor(16) as pool, RawClient(b.bootstrap) as c:
+            started = time.monotonic()
+            futures = [pool.submit(scraper, i) for i in range(16)]
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                body = codec.request_module(18, 3).ApiVersionsRequest(
+                    client_software_name="t", client_software_version="1")
+                assert c.call(18, 3, body).error_code == ErrorCode.none
+                slowest = max(slowest, time.monotonic() - t0)
+            for f in futures:
+                f.result()
+            elapsed = time.monotonic() - started
+        time.sleep(1.1)  # the next scrape renders a fresh page
+        renders = scrape_url(url).value("shoal_metrics_render_duration_seconds_count")
+        assert sum(scrapes) >= 100, scrapes
+        # One render per started second of the storm, plus the one just above.
+        assert renders is not None and renders <= elapsed + 3, (renders, sum(scrapes))
+        assert slowest < 1.0, slowest
+    finally:
+        b.stop()
+
+
+def scrape_url(url: str, context: ssl.SSLContext | None = None,
+               headers: dict[str, str] | None = None) -> Scrape:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10, context=context) as r:
+        assert r.status == 200
+        return Scrape(r.read().decode())
+
+
+def test_the_connection_cap_closes_one_more_and_frees_a_slot(tmp_path: Path) -> None:
+    b, port = _metrics_broker(tmp_path, **{"metrics.max.connections": "3"})
+    url = f"http://127.0.0.1:{port}/metrics"
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+    try:
+        # Accepted in order: the three idle ones hold every slot.
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(url, timeout=5)
+        assert exc.value.code == 503
+        assert b"metrics.max.connections" in exc.value.read()
+        exc.value.close()
+        idle.pop().close()
+        deadline = time.monotonic() + 10
+        while (page := _scrape_or_none(url)) is None:  # until the broker saw the close
+            assert time.monotonic() < deadline, "the freed slot was never reused"
+            time.sleep(0.05)
+        assert (page.value("shoal_metrics_connections_rejected_total") or 0) >= 1
+        # Kafka clients are not affected by the metrics cap.
+        with RawClient(b.bootstrap) as c:
+            assert c.call(18, 3, codec.request_module(18, 3).ApiVersionsRequest(
+                client_software_name="t", client_software_version="1")).error_code == 0
+    finally:
+        for s in idle:
+            s.close()
+        b.stop()
+
+
+def _scrape_or_none(url: str) -> Scrape | None:
+    try:
+        return scrape_url(url)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return None
+
+
+def _auth(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def test_https_with_client_certificates_and_basic_auth(tmp_path: Path) -> None:
+    """An exporter-toolkit web config file: TLS with a required client certificate, and a
+    bcrypt-hashed user. Without credentials or with a wrong password: 401 asking for Basic;
+    without a client certificate or over plain HTTP: no page at all."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    client = ca.issue_cert("prometheus@example.com")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    server.cert_chain_pems[0].write_to_path(str(certs / "server.crt"))
+    server.private_key_pem.write_to_path(str(certs / "server.key"))
+    ca.cert_pem.write_to_path(str(certs / "ca.pem"))
+    hashed = bcrypt.hashpw(b"scrape-secret", bcrypt.gensalt(4)).decode()
+    web = certs / "web.yml"
+    web.write_text(
+        "tls_server_config:\n"
+        "  cert_file: server.crt\n"  # relative to the file, as exporter-toolkit reads it
+        "  key_file: server.key\n"
+        "  client_ca_file: ca.pem\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+        "basic_auth_users:\n"
+        f"  prometheus: '{hashed}'\n")
+    b, port = _metrics_broker(tmp_path, **{"metrics.web.config.file": str(web)})
+    url = f"https://127.0.0.1:{port}/metrics"
+    with_cert = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    client.configure_cert(with_cert)
+    without_cert = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    try:
+        page = scrape_url(url, with_cert, _auth("prometheus", "scrape-secret"))
+        assert page.value("shoal_connections") is not None
+        # Remembered: the next scrape skips bcrypt and is answered the same.
+        assert scrape_url(url, with_cert, _auth("prometheus", "scrape-secret")).samples
+        for headers in ({}, _auth("prometheus", "wrong"), _auth("nobody", "scrape-secret"),
+                        {"Authorization": "Bearer abc"}):
+            with pytest.raises(urllib.error.HTTPError) as exc:
+                scrape_url(url, with_cert, headers)
+            assert exc.value.code == 401
+            assert exc.value.headers["WWW-Authenticate"].startswith("Basic")
+            exc.value.close()
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            scrape_url(url, without_cert, _auth("prometheus", "scrape-secret"))
+        with pytest.raises((ConnectionError, urllib.error.URLError, http.client.HTTPException)):
+            scrape_url(f"http://127.0.0.1:{port}/metrics", None,
+                       _auth("prometheus", "scrape-secret"))
+        assert "scrape-secret" not in b.logs()
+        assert f"Prometheus metrics at https://127.0.0.1:{port}/metrics (basic auth)" in b.logs()
+    finally:
+        b.stop()
+
+
+def test_an_unusable_web_config_file_stops_the_broker(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  prometheus: plain-password\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(tmp_path / "data"),
+         "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--override",
+         f"metrics.web.config.file={web}"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "shoal: configuration error: metrics.web.config.file" in proc.stderr
+    assert "must be a bcrypt hash" in proc.stderr
+    assert "plain-password" not in proc.stderr

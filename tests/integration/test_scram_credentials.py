@@ -1,6 +1,7 @@
 """SCRAM credentials over the wire: confluent-kafka's AdminClient alters and describes them, they
 survive kill -9, ``--add-scram`` bootstraps them, and what librdkafka salted logs in through the
-SASL core (the SASL listener itself is issue 13 phase 2)."""
+SASL core. Without an ACL authorizer only ``super.users`` may manage them (issue 25): checked end
+to end on a SASL listener, where a stolen credential would be a login."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from broker.security.sasl import Authenticator, SaslServerConfig
 from broker.security.scram_store import ScramStore
-from tests.conftest import ROOT, BrokerProcess
+from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.integration.rawclient import RawClient, request
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 TIMEOUT = 15
@@ -72,8 +74,13 @@ def _login(store: ScramStore, mechanism: str, user: str, password: str) -> str |
     return a.step(client.get_client_final().encode()).principal
 
 
+# Clients of a PLAINTEXT listener are User:ANONYMOUS; without an ACL authorizer the SCRAM RPCs
+# are for super.users only.
+ANONYMOUS_SUPER = {"super.users": "User:ANONYMOUS"}
+
+
 def test_alter_describe_and_survive_kill(tmp_path: Path) -> None:
-    b = BrokerProcess(tmp_path / "data")
+    b = BrokerProcess(tmp_path / "data", ANONYMOUS_SUPER)
     b.start()
     try:
         admin = _admin(b)
@@ -118,7 +125,7 @@ def test_alter_describe_and_survive_kill(tmp_path: Path) -> None:
 
 
 def test_add_scram_at_start(tmp_path: Path) -> None:
-    b = BrokerProcess(tmp_path / "data", extra_args=[
+    b = BrokerProcess(tmp_path / "data", ANONYMOUS_SUPER, extra_args=[
         "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]",
         "--add-scram", "SCRAM-SHA-512=[name=admin,iterations=8192,password=admin-secret]"])
     b.start()
@@ -180,5 +187,71 @@ def test_acl_authorizer_guards_the_scram_rpcs(tmp_path: Path) -> None:
         admin = _admin(b)
         assert _alter(admin, [_upsert("alice", SHA256, "pw")]) == {"alice": None}
         assert _describe_all(admin) == {"alice": {"SCRAM_SHA_256": 4096}}
+    finally:
+        b.stop()
+
+
+def _scram_login(address: str, user: str, password: str,
+                 mechanism: str = "SCRAM-SHA-256") -> bool:
+    """Whether ``user`` logs in with ``password`` on the SASL listener at ``address`` (SaslHandshake
+    v1 then SaslAuthenticate v2, as Java clients do)."""
+    with RawClient(address, timeout=TIMEOUT) as c:
+        assert c.call(17, 1, request(17, 1, mechanism=mechanism)).error_code == 0
+        client = scramp.ScramClient([mechanism], user, password)
+        first = c.call(36, 2, request(36, 2, auth_bytes=client.get_client_first().encode()))
+        if first.error_code != 0:
+            return False
+        client.set_server_first(first.auth_bytes.decode())
+        final = c.call(36, 2, request(36, 2, auth_bytes=client.get_client_final().encode()))
+        return bool(final.error_code == 0)
+
+
+def test_without_acls_only_super_users_manage_credentials(tmp_path: Path) -> None:
+    """Authorization off (no authorizer.class.name), super.users=User:admin. An anonymous client
+    (PLAINTEXT listener) and a SASL user outside super.users can neither give admin a password of
+    their own (then log in as admin), delete someone's credential, nor list the users; admin can
+    do all three."""
+    plain_port, sasl_port = free_port(), free_port()
+    sasl = f"127.0.0.1:{sasl_port}"
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    b = BrokerProcess(tmp_path / "data", {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://{sasl}",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+        "super.users": "User:admin"}, port=plain_port, listen=False, extra_args=[
+        "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]",
+        "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]"])
+    b.start()
+    try:
+        def sasl_admin(user: str, password: str) -> AdminClient:
+            return AdminClient({"bootstrap.servers": sasl, "security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+                                "sasl.password": password, "socket.timeout.ms": 10000})
+
+        refused = "CLUSTER_AUTHORIZATION_FAILED"
+        for who in (_admin(b), sasl_admin("alice", "alice-secret")):
+            assert _alter(who, [_upsert("admin", SHA256, "stolen"),
+                                _upsert("admin", SHA512, "stolen")]) == {"admin": refused}
+            assert _alter(who, [UserScramCredentialDeletion("admin", SHA256)]) == {
+                "admin": refused}
+            with pytest.raises(KafkaException) as info:
+                _describe_all(who)
+            assert info.value.args[0].name() == refused
+            assert "only super.users may" in info.value.args[0].str()
+        # Nothing changed: admin cannot be impersonated, and still logs in.
+        assert not _scram_login(sasl, "admin", "stolen")
+        assert not _scram_login(sasl, "admin", "stolen", "SCRAM-SHA-512")
+        assert _scram_login(sasl, "admin", "admin-secret")
+        # The super user manages them.
+        admin = sasl_admin("admin", "admin-secret")
+        assert _describe_all(admin) == {"admin": {"SCRAM_SHA_256": 4096},
+                                        "alice": {"SCRAM_SHA_256": 4096}}
+        assert _alter(admin, [_upsert("bob", SHA512, "bob-secret"),
+                              UserScramCredentialDeletion("alice", SHA256)]) == {
+            "bob": None, "alice": None}
+        assert _scram_login(sasl, "bob", "bob-secret", "SCRAM-SHA-512")
+        assert not _scram_login(sasl, "alice", "alice-secret")
+        assert "stolen" not in b.logs()
     finally:
         b.stop()

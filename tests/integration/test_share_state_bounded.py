@@ -28,7 +28,7 @@ from persister.api import (
     SharePartitionKey,
     WriteParams,
 )
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 ACKS = 1_000_000
 PER_CALL = 200  # acknowledgements per WriteShareGroupState-sized call

@@ -23,9 +23,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.app import Broker
 from broker.config import BrokerConfig
+from broker.log.topics import Topic
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
-from broker.topics import Topic
 from coordinator.group.heartbeat import HeartbeatRequest
 from persister.api import ReadParams, SharePartitionKey
 from tests.unit.batches import make_batch

@@ -1,7 +1,7 @@
 """Storage faults and resource limits seen from the broker (issue 12, sections 5 and 6).
 
 In-process brokers (the handlers called directly, faults injected at the file layer through
-``persister.fileops`` or at log opening) check that:
+``storage.fileops`` or at log opening) check that:
 
 - a disk that fills up during a Produce answers KAFKA_STORAGE_ERROR per partition (not a dropped
   connection), keeps the partition appended before the failure, leaves nothing of the failed one,
@@ -40,11 +40,11 @@ from broker.handlers import (
     metadata,
     produce,
 )
-from persister import fileops
-from persister.log_loader import CLEAN_SHUTDOWN_MARKER
-from persister.segment_log import PartitionLog
 from protocol.codec import request_module
 from protocol.messages import make
+from storage import fileops
+from storage.log_loader import CLEAN_SHUTDOWN_MARKER
+from storage.segment_log import PartitionLog
 
 from ..unit.batches import make_batch
 from .rawclient import request

@@ -368,7 +368,7 @@ def test_a_restart_completes_the_markers_of_a_durable_prepare_commit(tmp_path: P
     from coordinator.runtime.records import encode_batch
     from coordinator.txn.metadata import TxnState
     from coordinator.txn.records import TxnRecordSerde, new_txn_record
-    from persister.segment_log import LogConfig, PartitionLog
+    from storage.segment_log import LogConfig, PartitionLog
 
     broker = BrokerProcess(tmp_path / "data")
     broker.start()

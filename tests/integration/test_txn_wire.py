@@ -20,11 +20,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.clock import SystemClock
 from broker.config import BrokerConfig
-from broker.handlers.produce import append_partition
-from broker.log_manager import LogManager
-from broker.producer_state_manager import ProducerStateManager
-from broker.topics import TopicRegistry
-from broker.txn_log import TransactionalLog
+from broker.log.append import append_partition
+from broker.log.manager import LogManager
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import TopicRegistry
+from broker.log.txn_log import TransactionalLog
 from protocol import codec
 from protocol.record_batch import TRANSACTIONAL_MASK, control_batch, iter_batches
 from tests.integration.helpers import create_topic

@@ -29,7 +29,7 @@ def _reader(spark: Any, bootstrap: str, group: str, topic: str, **options: Any) 
 
 
 def _members(bootstrap: str, group: str) -> list[dict[str, Any]]:
-    out = subprocess.run([sys.executable, "-m", "broker.main", "share-groups", "--bootstrap-server",
+    out = subprocess.run([sys.executable, "-m", "cli.main", "share-groups", "--bootstrap-server",
                           bootstrap, "--describe", "--group", group, "--members", "--output",
                           "json"], capture_output=True, text=True, timeout=30, check=True)
     members: list[dict[str, Any]] = json.loads(out.stdout)

@@ -12,7 +12,7 @@ from typing import Any
 
 from coordinator.runtime.loop import CoordinatorRuntime
 from coordinator.runtime.result import CoordinatorResult
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 T0 = 1_700_000_000_000
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import (
+from protocol.acl_types import (
     CLUSTER_NAME,
     WILDCARD_PRINCIPAL,
     AclBinding,

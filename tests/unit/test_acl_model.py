@@ -1,4 +1,4 @@
-"""Kafka's ACL model (broker/security/acl.py): filter matching as DescribeAcls/DeleteAcls select,
+"""Kafka's ACL model (protocol/acl_types.py): filter matching as DescribeAcls/DeleteAcls select,
 and the validation CreateAcls applies."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig, ConfigError
 from broker.security import acl_store
-from broker.security.acl import (
+from protocol.acl_types import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

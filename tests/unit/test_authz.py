@@ -24,8 +24,8 @@ from broker.clock import FakeClock
 from broker.config import BrokerConfig, ConfigError
 from broker.context import RequestContext
 from broker.metrics import LabelledCounter
-from broker.security.acl import AclBinding, AclOperation, AclPermissionType, PatternType
-from broker.security.acl import ResourceType as AclType
+from protocol.acl_types import AclBinding, AclOperation, AclPermissionType, PatternType
+from protocol.acl_types import ResourceType as AclType
 from broker.security.authorizer import AclAuthorizer
 from broker.security.setup import AclSeam
 
@@ -148,3 +148,14 @@ def test_bench_z_acl_set_allows_the_benchmark_and_has_1000_acls() -> None:
     for op in (Operation.READ, Operation.DESCRIBE, Operation.ALTER_CONFIGS):
         assert seam.authorize(ANONYMOUS, op, group)
     assert not seam.authorize(ANONYMOUS, Operation.READ, Resource(ResourceType.TOPIC, "other"))
+
+
+def test_a_null_resource_name_is_refused_not_raised() -> None:
+    """A null name from the wire (a ShareFetch GroupId, say) against PREFIXED ACLs: refused,
+    never a TypeError that would drop the connection."""
+    seam = AclSeam(AclAuthorizer(acls=[
+        _acl(AclType.GROUP, "g-", AclOperation.READ, pattern=PatternType.PREFIXED)]))
+    null_group = Resource(ResourceType.GROUP, None)  # type: ignore[arg-type]
+    assert not seam.authorize(ANONYMOUS, Operation.READ, null_group)
+    assert seam.authorized_operations(ANONYMOUS, null_group) == 0
+    assert seam.authorize(ANONYMOUS, Operation.READ, Resource(ResourceType.GROUP, "g-1"))

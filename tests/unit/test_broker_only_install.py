@@ -21,13 +21,13 @@ class _Refuse(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, _Refuse())
-import broker.main, broker.cli, broker.cli.wire, client.admin_wire, client.admin_groups
+import broker.main, cli, cli.main, cli.wire, client.admin_wire, client.admin_groups, client.core
 import client.errors, client.security
 from broker.handlers import ALL_HANDLERS
 assert ALL_HANDLERS
 sys.argv = ['shoal', '--help']
 try:
-    broker.main.main()
+    cli.main.main()
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 """

@@ -14,7 +14,7 @@ import scramp
 import trustme
 from kio.schema.errors import ErrorCode
 
-from broker.cli.users import (
+from cli.users import (
     MECHANISMS,
     parse_scram_config,
     salted_password,
@@ -24,14 +24,14 @@ from client.admin_wire import CliError
 from broker.security.sasl import Authenticator, SaslServerConfig
 from broker.security.scram_store import ScramCredential, credential_from_salted_password
 from client.errors import KafkaError
+from client.core.sasl import SaslExchange
+from client.core.tls import ssl_context
 from client.security import (
-    SaslExchange,
     SecurityConfigError,
     SecuritySettings,
     librdkafka_config,
     parse_jaas_options,
     parse_properties,
-    ssl_context,
 )
 from protocol.codec import response_module
 

@@ -1,6 +1,6 @@
 """Pure parts of the consumer-group tooling: ``shoal consumer-groups`` usage errors (in-process:
 they are refused before any connection), reset-plan parsing and rules
-(``broker/cli/reset_plan.py``), ``client/admin_groups.py`` (consumer-protocol assignment
+(``cli/reset_plan.py``), ``client/admin_groups.py`` (consumer-protocol assignment
 decoding, ConsumerGroupDescribe and the DescribeGroups fallback), and the consumer-group
 metrics collector over a fake broker (lag, state, members, the series bound)."""
 
@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from broker import broker_metrics, main
+from broker import broker_metrics
+from cli import main
 from broker.broker_metrics import BrokerMetrics
-from broker.cli import consumer_groups as cg
+from cli import consumer_groups as cg
 from client import admin_groups as ag
-from broker.cli import reset_plan as rp
+from cli import reset_plan as rp
 from broker.group_service import ConsumerGroupView
 from coordinator.group.offsets import FetchedOffset
 

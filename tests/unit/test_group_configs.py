@@ -3,20 +3,31 @@ persistence, and the group.share.* broker configs behind them."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
+import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from broker.authz import DefaultAuthorizer
 from broker.config import BrokerConfig, ConfigError
+from broker.context import RequestContext
 from broker.group_configs import (
     FILE_NAME,
     GROUP_CONFIGS,
+    GroupConfigLimitError,
     GroupConfigs,
     format_iso_duration_ms,
     parse_auto_offset_reset,
     parse_iso_duration_ms,
 )
+from broker.handlers import incremental_alter_configs
+from protocol.codec import request_module
 
 
 def configs(tmp_path: Path, **broker: str) -> GroupConfigs:
@@ -328,3 +339,103 @@ def test_dynamic_assignment_interval_is_bounded() -> None:
     assert cfg.get("group.share.assignment.interval.ms") == 2000
     with pytest.raises(ConfigError, match="cannot be changed while the broker runs"):
         cfg.set("group.share.record.lock.duration.ms", "20000")
+
+
+# ------------------------------------------------- IncrementalAlterConfigs on many groups (issue 25)
+
+def _alter_request(groups: list[str], validate_only: bool = False, **configs: str | None) -> Any:
+    m = request_module(44, 1)
+    return m.IncrementalAlterConfigsRequest(validate_only=validate_only, resources=tuple(
+        m.AlterConfigsResource(resource_type=32, resource_name=g, configs=tuple(
+            m.AlterableConfig(name=k.replace("_", "."), config_operation=1 if v is None else 0,
+                              value=v) for k, v in configs.items()))
+        for g in groups))
+
+
+class Spied:
+    """A GroupConfigs whose writes are recorded (and can be made to fail): the real file is
+    still written."""
+
+    def __init__(self, tmp_path: Path, **broker: str) -> None:
+        self.configs = configs(tmp_path, **broker)
+        self.writes: list[tuple[int, int, dict[str, Any]]] = []  # (thread, groups, visible)
+        self.fail: OSError | None = None
+        real_write = self.configs.write
+
+        def write(overrides: Any) -> None:
+            # What readers see while the file is being written: the old overrides.
+            self.writes.append((threading.get_ident(), len(overrides),
+                                self.configs.overrides("g-0")))
+            if self.fail is not None:
+                raise self.fail
+            real_write(overrides)
+
+        self.configs.write = write  # type: ignore[method-assign]
+
+    def alter(self, req: Any) -> list[tuple[int, str | None]]:
+        broker = SimpleNamespace(group_configs=self.configs, authorizer=DefaultAuthorizer())
+        ctx = RequestContext(broker=broker, api_key=44, api_version=1,  # type: ignore[arg-type]
+                             correlation_id=1, client_id="t", client_host="127.0.0.1",
+                             connection_id=1)
+
+        async def run() -> Any:
+            return await incremental_alter_configs.handle(ctx, req)
+
+        res = asyncio.run(run())
+        return [(int(r.error_code), r.error_message) for r in res.responses]
+
+
+def test_a_request_of_many_groups_is_written_once_off_the_loop_before_it_applies(
+        tmp_path: Path) -> None:
+    spied = Spied(tmp_path)
+    groups = [f"g-{i}" for i in range(1000)]
+    answers = spied.alter(_alter_request(groups, share_auto_offset_reset="earliest"))
+    assert answers == [(0, None)] * 1000
+    assert len(spied.writes) == 1
+    thread, written, visible_while_writing = spied.writes[0]
+    assert thread != threading.get_ident()  # a worker thread, not the event loop's
+    assert written == 1000
+    assert visible_while_writing == {}  # durable before visible
+    assert spied.configs.overrides("g-0") == {"share.auto.offset.reset": "earliest"}
+    stored = json.loads((tmp_path / FILE_NAME).read_text())["groups"]
+    assert len(stored) == 1000
+    # validate_only writes nothing.
+    assert spied.alter(_alter_request(groups, True, share_isolation_level="x"))[0][0] == \
+        ErrorCode.invalid_config
+    assert spied.alter(_alter_request(groups, True, share_isolation_level="read_committed")) \
+        == [(0, None)] * 1000
+    assert len(spied.writes) == 1
+
+
+def test_a_failed_write_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    spied = Spied(tmp_path)
+    spied.alter(_alter_request(["g-0"], share_auto_offset_reset="earliest"))
+    spied.fail = OSError(errno.ENOSPC, "No space left on device")
+    answers = spied.alter(_alter_request(["g-0", "g-1"], share_auto_offset_reset="latest"))
+    assert [code for code, _ in answers] == [ErrorCode.kafka_storage_error] * 2
+    assert "No space left on device" in (answers[0][1] or "")
+    assert spied.configs.value("g-0", "share.auto.offset.reset") == "earliest"
+    assert spied.configs.overrides("g-1") == {}
+    assert GroupConfigs(tmp_path, BrokerConfig()).overrides("g-0") == {
+        "share.auto.offset.reset": "earliest"}
+
+
+def test_configs_for_one_group_too_many_are_a_policy_violation(tmp_path: Path) -> None:
+    spied = Spied(tmp_path, group_config_max_groups="3")
+    answers = spied.alter(_alter_request([f"g-{i}" for i in range(5)],
+                                         share_auto_offset_reset="earliest"))
+    assert [code for code, _ in answers] == [0, 0, 0, ErrorCode.policy_violation,
+                                              ErrorCode.policy_violation]
+    assert "group.config.max.groups" in (answers[3][1] or "")
+    assert len(json.loads((tmp_path / FILE_NAME).read_text())["groups"]) == 3
+    # A group that has configs may change them; removing a group's configs makes room.
+    assert spied.alter(_alter_request(["g-1"], share_isolation_level="read_committed")) == [
+        (0, None)]
+    assert spied.alter(_alter_request(["g-3"], share_auto_offset_reset="earliest"))[0][0] == \
+        ErrorCode.policy_violation
+    assert spied.alter(_alter_request(["g-0"], share_auto_offset_reset=None)) == [(0, None)]
+    assert spied.configs.overrides("g-0") == {}
+    assert spied.alter(_alter_request(["g-3"], share_auto_offset_reset="earliest")) == [
+        (0, None)]
+    with pytest.raises(GroupConfigLimitError):
+        spied.configs.alter("g-4", {"share.auto.offset.reset": "earliest"})

@@ -22,7 +22,7 @@ from coordinator.group.shard import GroupCoordinatorShard, initializations
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime, PartitionStatus
 from coordinator.runtime.records import decode_batches
 from coordinator.runtime.result import CoordinatorResult
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 from .runtime_support import LogProxy
 

@@ -19,13 +19,13 @@ from broker.clock import FakeClock
 from broker.config import BrokerConfig
 from broker.group_configs import GroupConfigs
 from broker.group_service import ShareGroupService
-from broker.topics import Topic
+from broker.log.topics import Topic
 from coordinator.group.heartbeat import HeartbeatRequest
 from coordinator.group.placement import partition_for_group
 from coordinator.runtime.loop import PartitionStatus
 from persister.api import InitializeParams, ReadParams, SharePartitionKey, WriteParams, WriteResult
-from persister.memory import InMemoryPersister
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
+from tests.doubles.memory_persister import InMemoryPersister
 
 from .runtime_support import LogProxy
 

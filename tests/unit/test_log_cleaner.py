@@ -1,4 +1,4 @@
-"""persister/cleaner.py and the segment swap (persister/segment_swap.py): log compaction of one
+"""storage/cleaner.py and the segment swap (storage/segment_swap.py): log compaction of one
 partition, with an injected clock.
 
 Records are read back with an independent decoder (below) after decompression, so a rewritten
@@ -18,16 +18,16 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from broker.log.cleaner_driver import LogCleaner
+from storage import fileops
+from storage import segment_swap as sw
 from broker.config import BrokerConfig
-from broker.log_cleaner import LogCleaner
-from persister import fileops
-from persister import segment_swap as sw
-from persister.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
-from persister.log_dir import LogDirOfflineError
-from persister.log_loader import CLEAN_SHUTDOWN_MARKER
-from persister.segment_log import LogConfig, PartitionLog
 from protocol.compression import decompress
 from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
+from storage.cleaner import DELETE_HORIZON_MASK, Cleanable, PassResult, clean, cleanable
+from storage.log_dir import LogDirOfflineError
+from storage.log_loader import CLEAN_SHUTDOWN_MARKER
+from storage.segment_log import LogConfig, PartitionLog
 
 from .batches import make_batch
 

@@ -1,4 +1,4 @@
-"""persister/log_loader.py: ``load`` reads a partition directory and returns the state a
+"""storage/log_loader.py: ``load`` reads a partition directory and returns the state a
 ``PartitionLog`` is built from, without a live log. End-to-end recovery cases (every torn byte,
 compaction gaps, interrupted swaps) are in test_segment_log.py and test_log_cleaner.py."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from persister.log_loader import (
+from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_CHECKPOINT,
     LoadedLog,
@@ -19,7 +19,7 @@ from persister.log_loader import (
     read_checkpoint,
     write_checkpoint,
 )
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 from .batches import make_value_batch
 

@@ -1,5 +1,5 @@
-"""Producer-state snapshots and recovery (broker/producer_state_manager.py,
-persister/producer_snapshot.py): idempotent producers stay deduplicated across restarts.
+"""Producer-state snapshots and recovery (broker/log/producer_state_manager.py,
+storage/producer_snapshot.py): idempotent producers stay deduplicated across restarts.
 
 A "crash" is a copy of the data directory taken while everything is open (what ``kill -9``
 leaves: the page cache, nothing that close() does).
@@ -17,11 +17,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
-from broker.log_manager import LogManager, partition_dir
-from broker.producer_state import ProducerStates
-from broker.producer_state_manager import ProducerStateManager
-from broker.topics import Topic
-from persister.producer_snapshot import (
+from broker.log.manager import LogManager, partition_dir
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import Topic
+from storage.producer_snapshot import (
     ProducerSnapshotEntry,
     decode,
     encode,

@@ -20,6 +20,7 @@ from broker.security.scram_store import ScramStore, credential_from_password
 from protocol.codec import request_module
 
 SALT = b"0123456789abcdef"
+BOB = Principal("User", "bob")
 
 
 class DenyAll:
@@ -36,17 +37,21 @@ class DenyAll:
         return False
 
 
-def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None) -> RequestContext:
+def _ctx(tmp_path: Path, api_key: int, authorizer: Any = None,
+         principal: Principal | None = None) -> RequestContext:
+    """A context for ``principal`` (bob, a super user of the default authorizer, by default)."""
+    principal = principal or BOB
     store = ScramStore.open(tmp_path)
     store.upsert("alice", "SCRAM-SHA-256", credential_from_password("SCRAM-SHA-256", "a", 8192))
     broker = SimpleNamespace(scram_credentials=store,
-                             authorizer=authorizer if authorizer is not None else DefaultAuthorizer(),
+                             authorizer=authorizer if authorizer is not None
+                             else DefaultAuthorizer({BOB}),
                              metrics=SimpleNamespace(authorization_denied=LabelledCounter(
                                  "denied_total", "", ("operation", "resource_type"))),
                              denials=DenialLog(), clock=FakeClock())
     return RequestContext(broker=broker, api_key=api_key, api_version=0,  # type: ignore[arg-type]
                           correlation_id=1, client_id="t", client_host="10.0.0.1",
-                          connection_id=1, principal=Principal("User", "bob"))
+                          connection_id=1, principal=principal)
 
 
 def _describe_request(*names: str) -> Any:
@@ -113,3 +118,67 @@ def test_the_authorization_hook(tmp_path: Path) -> None:
     assert res.results[0].error_message == ("User:bob is not authorized to alter SCRAM "
                                             "credentials: it needs ALTER on the CLUSTER resource")
     assert ScramStore.open(tmp_path).lookup("alice", "SCRAM-SHA-256") is not None
+
+
+def test_without_an_acl_authorizer_only_super_users_may(tmp_path: Path) -> None:
+    """Authorization off: a principal outside super.users can neither list the users nor
+    create, replace or delete anyone's credential (it could log in as a super user)."""
+    mallory = Principal("User", "mallory")
+    ctx = _ctx(tmp_path, 50, principal=mallory)
+    res = describe.handle(ctx, _describe_request())
+    assert [(r.user, r.error_code, r.credential_infos) for r in res.results] == [
+        ("", ErrorCode.cluster_authorization_failed, ())]
+    assert res.results[0].error_message == (
+        "User:mallory is not authorized to describe SCRAM credentials: without an ACL "
+        "authorizer only super.users may (list the principal in super.users)")
+    m = request_module(51, 0)
+    req = m.AlterUserScramCredentialsRequest(
+        deletions=(m.ScramCredentialDeletion(name="alice", mechanism=1),),
+        upsertions=(m.ScramCredentialUpsertion(name="bob", mechanism=1, iterations=4096,
+                                               salt=SALT, salted_password=b"k" * 32),))
+    ctx = _ctx(tmp_path, 51, principal=mallory)
+    res = asyncio.run(alter.handle(ctx, req))
+    assert [(r.user, r.error_code) for r in res.results] == [
+        ("alice", ErrorCode.cluster_authorization_failed),
+        ("bob", ErrorCode.cluster_authorization_failed)]
+    assert ScramStore.open(tmp_path).describe() == {"alice": {"SCRAM-SHA-256": 8192}}
+    assert ctx.broker.metrics.authorization_denied.get(("ALTER", "CLUSTER")) == 1
+
+
+class Name(str):
+    """A user name that counts how often it is compared for equality (the cost of the
+    duplicate and ordering bookkeeping, without a timer)."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        Name.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_many_users_cost_linear_comparisons(tmp_path: Path) -> None:
+    """Thousands of users in one request: each name is compared a bounded number of times, not
+    once per other name (list.count / list membership made 20,000 names take seconds)."""
+    n = 3000
+    names = [Name(f"user-{i}") for i in range(n)]
+    m = request_module(50, 0)
+    req = m.DescribeUserScramCredentialsRequest(
+        users=tuple(m.UserName(name=u) for u in [*names, names[0]]))
+    Name.compared = 0
+    res = describe.handle(_ctx(tmp_path, 50), req)
+    assert Name.compared <= 10 * n, Name.compared
+    assert len(res.results) == n
+    assert res.results[0].error_code == ErrorCode.duplicate_resource
+    assert {r.error_code for r in res.results[1:]} == {ErrorCode.resource_not_found}
+
+    m = request_module(51, 0)
+    req = m.AlterUserScramCredentialsRequest(
+        deletions=tuple(m.ScramCredentialDeletion(name=u, mechanism=1) for u in names),
+        upsertions=())
+    Name.compared = 0
+    res = asyncio.run(alter.handle(_ctx(tmp_path, 51), req))
+    assert Name.compared <= 10 * n, Name.compared
+    assert [r.user for r in res.results] == names
+    assert {r.error_code for r in res.results} == {ErrorCode.resource_not_found}

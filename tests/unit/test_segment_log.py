@@ -1,4 +1,4 @@
-"""persister/segment_log.py (with log_loader.py and segment.py under it): appends, reads, crash
+"""storage/segment_log.py (with log_loader.py and segment.py under it): appends, reads, crash
 recovery, retention, flush policy.
 
 A "crash" is a copy of the partition directory taken while the log is open (what ``kill -9`` leaves
@@ -22,14 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
 
-from persister.log import AppendResult, LogClosedError, OffsetOutOfRangeError, PartitionLogLike
-from persister.log_loader import (
+from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
+from storage.log import AppendResult, LogClosedError, OffsetOutOfRangeError, PartitionLogLike
+from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from persister.segment_log import LogConfig, PartitionLog
-from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
+from storage.segment_log import LogConfig, PartitionLog
 
 from .batches import make_batch, make_value_batch
 

@@ -20,7 +20,7 @@ from persister.api import (
     WriteParams,
     WriteResult,
 )
-from persister.memory import InMemoryPersister
+from tests.doubles.memory_persister import InMemoryPersister
 
 from .share_coordinator_support import rebuild, states
 

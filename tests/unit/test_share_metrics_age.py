@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from broker.cli import share_figures as sf
-from broker.cli.share_groups import read_reset_plan
-from broker.cli.wire import CliError
+from cli import share_figures as sf
+from cli.share_groups import read_reset_plan
+from cli.wire import CliError
 from broker.share.drain import (
     DecayingRate,
     age_s,

@@ -2,7 +2,7 @@
 
 A small transactional log is simulated here: plain batches, transactional batches per producer,
 COMMIT/ABORT markers (one-record control batches), the last stable offset (first offset of the
-oldest open transaction) and the aborted-transaction list, as ``broker.txn_log`` reports them.
+oldest open transaction) and the aborted-transaction list, as ``broker.log.txn_log`` reports them.
 The shell is simulated as in test_share_partition: read whole batches from the next fetch offset
 (up to the LSO under read_committed), pass the transactional/control ones, the LSO and the
 aborted list to ``acquire``. Each test checks which offsets a consumer would get.

@@ -36,8 +36,8 @@ from persister.api import (
     WriteResult,
 )
 from persister.coordinator_persister import CoordinatorPersister
-from persister.memory import InMemoryPersister
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
+from tests.doubles.memory_persister import InMemoryPersister
 
 from .runtime_support import LogProxy
 from .share_coordinator_support import states

@@ -45,7 +45,7 @@ from coordinator.share.serde import (
 )
 from coordinator.share.state import ShareGroupOffset
 from persister.api import PersisterStateBatch, SharePartitionKey
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 TOPIC = uuid.UUID(int=7)
 

@@ -1,4 +1,4 @@
-"""Storage faults in the partition log, injected at the file layer (``persister.fileops``).
+"""Storage faults in the partition log, injected at the file layer (``storage.fileops``).
 
 Issue 12 section 6: a write or sync error takes the log directory offline (Kafka
 ``LogDirFailureChannel``), a partial append is cut back so nothing torn follows the last whole
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from persister import fileops
-from persister.log_dir import LogDir, LogDirOfflineError
-from persister.log_loader import CLEAN_SHUTDOWN_MARKER
-from persister.segment_log import LogConfig, PartitionLog
+from storage import fileops
+from storage.log_dir import LogDir, LogDirOfflineError
+from storage.log_loader import CLEAN_SHUTDOWN_MARKER
+from storage.segment_log import LogConfig, PartitionLog
 
 from .batches import make_batch
 

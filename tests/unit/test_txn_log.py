@@ -22,16 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from broker.log.append import append_partition
+from broker.log.manager import LogManager, partition_dir
+from broker.log.producer_state import ProducerStates
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import Topic
+from broker.log.txn_log import AbortedTxn, TransactionalLog
+from storage import txn_index
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
-from broker.handlers.produce import append_partition
-from broker.log_manager import LogManager, partition_dir
-from broker.producer_state import ProducerStates
-from broker.producer_state_manager import ProducerStateManager
-from broker.topics import Topic
-from broker.txn_log import AbortedTxn, TransactionalLog
-from persister import txn_index
-from persister.producer_snapshot import decode, encode
 from protocol.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -43,6 +42,7 @@ from protocol.record_batch import (
     marker_coordinator_epoch,
     validate_batches,
 )
+from storage.producer_snapshot import decode, encode
 from tests.unit.batches import make_batch
 
 TOPIC = Topic("txns", uuid.UUID(int=7), 1)
@@ -467,7 +467,7 @@ def _compact_scenario(node: Node, clock: FakeClock) -> int:
 
 def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
         tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    from persister.cleaner import clean, cleanable
+    from storage.cleaner import clean, cleanable
 
     monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
     node = Node.open(tmp_path / "data", clock)
@@ -512,7 +512,7 @@ def test_cleaner_drops_aborted_data_then_its_marker_after_delete_retention(
 @pytest.mark.parametrize("stage", ["cleaned", "committed", "installed"])
 def test_a_crash_during_a_cleaned_swap_keeps_the_txn_index(
         tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
-    from persister.cleaner import clean, cleanable
+    from storage.cleaner import clean, cleanable
 
     monkeypatch.setattr(sys.modules[__name__], "TOPIC", COMPACT)
     node = Node.open(tmp_path / "data", clock)

@@ -28,8 +28,8 @@ from coordinator.group.serde import GroupRecordSerde
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.runtime.loop import CoordinatorFailure, CoordinatorRuntime
 from coordinator.runtime.records import CONTROL_COMMIT, decode_log_batches
-from persister.segment_log import LogConfig, PartitionLog
 from protocol.record_batch import validate_batches
+from storage.segment_log import LogConfig, PartitionLog
 
 from .runtime_support import LogProxy
 from .test_consumer_groups import Ctx as ConsumerCtx

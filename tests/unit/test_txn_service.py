@@ -17,7 +17,7 @@ from broker.config import BrokerConfig
 from broker.txn_service import CONSUMER_OFFSETS_TOPIC, TransactionService
 from coordinator.group.placement import partition_for_group
 from coordinator.txn.metadata import TxnMetadata, TxnState
-from persister.segment_log import LogConfig, PartitionLog
+from storage.segment_log import LogConfig, PartitionLog
 
 PARTITIONS = 3
 T0 = 1_700_000_000_000

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from broker.cli.configs import parse_add_config
-from broker.main import main
+from cli.configs import parse_add_config
+from cli.main import main
 from client.admin_wire import CliError
 
 

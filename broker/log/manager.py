@@ -1,0 +1,218 @@
+"""Owns every partition log: opening (with recovery), appends, flushing and retention.
+
+Disk layout under the data directory: ``<topic>-<partition>/`` per partition, as Kafka does.
+Appends are synchronous writes to the page cache (microseconds); the blocking parts — fsync and
+segment deletion — run in a worker thread so other connections keep being served. Invariants:
+
+- a partition log exists for every partition of every registered topic while the broker runs;
+- an append notifies the partition's watchers (long-poll Fetch/ShareFetch) after it is in the log;
+- when the flush policy calls for it, the producer's response waits for the fsync;
+- every log shares one ``LogDir`` (``self.log_dir``): after a write or sync error it is offline,
+  nothing more is flushed or retention-checked, and the broker shuts down
+  (``storage/log_dir.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from broker.clock import Clock
+from broker.config import BrokerConfig, cleanup_policies, topic_config_value
+from broker.log.topics import Topic
+from broker.log.watch import Watch
+from storage.log_dir import LogDir
+from storage.segment_log import LogConfig, PartitionLog
+
+log = logging.getLogger("shoal.log")
+
+TopicPartition = tuple[str, int]
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
+    return data_dir / f"{topic}-{partition}"
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, config: BrokerConfig, clock: Clock) -> None:
+        self._dir = data_dir
+        self._config = config
+        self._clock = clock
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
+        self.watch = Watch()
+        self._on_append: list[Callable[[str, int], None]] = []
+        self.log_dir = LogDir(data_dir)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def log_config(self, topic: Topic) -> LogConfig:
+        def v(name: str) -> Any:
+            return topic_config_value(name, topic.configs, self._config)
+
+        flush_ms = v("flush.ms")
+        policies = cleanup_policies(v("cleanup.policy"))
+        segment_ms = int(v("segment.ms"))
+        if "compact" in policies:
+            # Kafka's LogConfig.maxSegmentMs: the active segment is never cleaned, so it rolls
+            # within max.compaction.lag.ms for that bound to hold.
+            segment_ms = min(segment_ms, int(v("max.compaction.lag.ms")))
+        return LogConfig(
+            segment_bytes=int(v("segment.bytes")),
+            segment_ms=segment_ms,
+            retention_ms=int(v("retention.ms")),
+            retention_bytes=int(v("retention.bytes")),
+            index_interval_bytes=int(v("index.interval.bytes")),
+            flush_interval_messages=int(v("flush.messages")),
+            flush_interval_ms=None if flush_ms is None or int(flush_ms) < 0 else int(flush_ms),
+            delete_policy="delete" in policies,
+            # Internal topics are pruned by their coordinators, never by the cleaner.
+            compact_policy="compact" in policies and not topic.internal,
+            min_cleanable_ratio=float(v("min.cleanable.dirty.ratio")),
+            min_compaction_lag_ms=int(v("min.compaction.lag.ms")),
+            max_compaction_lag_ms=int(v("max.compaction.lag.ms")),
+            delete_retention_ms=int(v("delete.retention.ms")),
+        )
+
+    def open_topic(self, topic: Topic, first_partition: int = 0, fresh: bool = False) -> None:
+        """Open (recovering if needed) or create the logs of a topic's partitions.
+
+        ``fresh``: the partitions are new, so a directory already there is a leftover of a
+        creation that never completed and is removed first. All or nothing: if a partition cannot
+        be opened, the ones this call opened are closed (and, when ``fresh``, deleted).
+
+        Raises:
+            OSError: a partition's log could not be opened (the path is in the error).
+        """
+        cfg = self.log_config(topic)
+        now = self._clock.now_ms()
+        opened: list[TopicPartition] = []
+        try:
+            for p in range(first_partition, topic.partitions):
+                key = (topic.name, p)
+                if key in self._logs:
+                    continue
+                path = partition_dir(self._dir, topic.name, p)
+                if fresh and path.exists():
+                    log.warning("removing %s, left by a topic creation that did not complete",
+                                path)
+                    shutil.rmtree(path)
+                self._logs[key] = PartitionLog.open(path, cfg, now, self.log_dir)
+                opened.append(key)
+        except BaseException:
+            for key in opened:
+                lg = self._logs.pop(key)
+                try:
+                    if fresh:
+                        lg.delete()
+                    else:
+                        lg.close()
+                except OSError:
+                    log.exception("rolling back %s-%d failed", *key)
+            raise
+
+    def drop_partitions(self, topic: Topic, first_partition: int) -> None:
+        """Close and delete partitions ``first_partition``.. of a topic (a failed growth)."""
+        for p in range(first_partition, topic.partitions):
+            lg = self._logs.pop((topic.name, p), None)
+            self._flush_locks.pop((topic.name, p), None)
+            if lg is not None:
+                lg.delete()
+
+    def reconfigure(self, topic: Topic) -> None:
+        """Apply changed topic/broker configs to a topic's open logs."""
+        cfg = self.log_config(topic)
+        for p in range(topic.partitions):
+            lg = self._logs.get((topic.name, p))
+            if lg is not None:
+                lg.config = cfg
+
+    def drop_topic(self, topic: Topic) -> None:
+        """Close and delete a topic's logs (DeleteTopics)."""
+        for p in range(topic.partitions):
+            lg = self._logs.pop((topic.name, p), None)
+            self._flush_locks.pop((topic.name, p), None)
+            if lg is not None:
+                lg.delete()
+            else:
+                shutil.rmtree(partition_dir(self._dir, topic.name, p), ignore_errors=True)
+            self.watch.notify((topic.name, p))
+
+    def close(self) -> None:
+        for key, lg in list(self._logs.items()):
+            try:
+                lg.close()
+            except OSError:
+                log.exception("closing the log of %s-%d failed; it will be recovered on the "
+                              "next start", *key)
+        self._logs.clear()
+
+    # -- access ------------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def items(self) -> list[tuple[TopicPartition, PartitionLog]]:
+        return list(self._logs.items())
+
+    def on_append(self, cb: Callable[[str, int], None]) -> None:
+        self._on_append.append(cb)
+
+    def appended(self, topic: str, partition: int) -> None:
+        """Tell watchers that a partition has new data."""
+        self.watch.notify((topic, partition))
+        for cb in self._on_append:
+            cb(topic, partition)
+
+    # -- durability --------------------------------------------------------------------------
+
+    async def flush_if_needed(self, topic: str, partition: int) -> None:
+        """fsync a partition now if its flush policy says so (awaited by producers)."""
+        lg = self._logs.get((topic, partition))
+        if lg is None or not lg.needs_flush(self._clock.now_ms()):
+            return
+        await self.flush(topic, partition)
+
+    async def flush(self, topic: str, partition: int) -> None:
+        lg = self._logs.get((topic, partition))
+        if lg is None:
+            return
+        lock = self._flush_locks.setdefault((topic, partition), asyncio.Lock())
+        async with lock:
+            await asyncio.to_thread(lg.flush)
+
+    async def flush_due(self) -> None:
+        """Flush every partition whose time/message policy is due (the flush scheduler)."""
+        now = self._clock.now_ms()
+        for (topic, p), lg in list(self._logs.items()):
+            if self.log_dir.offline:
+                return  # never retried; the broker is shutting down (storage/log_dir.py)
+            # Also after a segment roll, as Kafka does, so the recovery point keeps moving and
+            # a crash never means scanning more than the active segment.
+            if lg.needs_background_flush(now):
+                try:
+                    await self.flush(topic, p)
+                except OSError as exc:
+                    # Already reported by the log directory, which is offline now.
+                    log.error("fsync of %s-%d failed: %s", topic, p, exc)
+
+    async def enforce_retention(self) -> int:
+        now = self._clock.now_ms()
+        deleted = 0
+        for (topic, p), lg in list(self._logs.items()):
+            if self.log_dir.offline:
+                break
+            try:
+                n = await asyncio.to_thread(lg.enforce_retention, now)
+            except OSError:
+                log.exception("retention for %s-%d failed; will retry", topic, p)
+                continue
+            if n:
+                log.info("retention deleted %d segment(s) of %s-%d; log start offset is now %d",
+                         n, topic, p, lg.log_start_offset)
+                deleted += n
+        return deleted

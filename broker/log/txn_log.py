@@ -1,0 +1,184 @@
+"""The transactional side of the partition logs (KIP-98): last stable offsets, aborted
+transactions and end-transaction markers (``Broker.txn_log``; contract: txn_api.md, issue 15).
+
+What a transaction leaves in a data partition: its transactional batches, then one control batch
+(the COMMIT or ABORT marker) the transaction coordinator has written through ``write_marker``.
+The per-partition producer state (``broker/log/producer_state.py``) knows each producer's ongoing
+transaction; from it:
+
+- the last stable offset (LSO) is the first offset of the oldest ongoing transaction, else the
+  log end offset. read_committed fetches stop there (``broker/handlers/fetch.py``);
+- an ABORT marker puts (producer id, first offset, marker offset, LSO) into the aborted-transaction
+  index of the marker's segment (``storage/txn_index.py``), which read_committed fetches list so
+  consumers drop that data.
+
+Invariants: a marker is appended and observed in one step on the event loop (no other append of
+the partition in between), so the producer state, the index and the log always agree; the LSO
+never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offset`` mirrors the
+state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
+cleans at or past it.
+
+Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
+``appendAsLeader`` of markers), ``ProducerStateManager`` (behaviour only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from broker.clock import Clock
+from broker.log.manager import LogManager
+from broker.log.producer_state_manager import ProducerStateManager
+from broker.log.topics import TopicRegistry
+from protocol.record_batch import control_batch
+from storage.log import LogClosedError
+
+log = logging.getLogger("shoal.txn")
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # offset of its ABORT marker
+
+
+class TxnLogHost(Protocol):
+    """What the transactional log needs of the broker (``Broker`` is one)."""
+
+    logs: LogManager
+    producers: ProducerStateManager
+    topics: TopicRegistry
+    clock: Clock
+
+
+class TransactionalLog:
+    """Transactions over the broker's partition logs and producer states."""
+
+    def __init__(self, broker: TxnLogHost) -> None:
+        self._broker = broker
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # built outside the broker (tests): no cleaner thread to serve
+        self._loading: set[tuple[str, int]] = set()
+
+    def cleaner_limit(self, topic: str, partition: int) -> int | None:
+        """The log cleaner's bound for a partition (called from the cleaner thread): the first
+        offset of its oldest ongoing transaction, None when there is none. While the
+        partition's producer state is not loaded yet the answer is 0 (clean nothing) and a load
+        is scheduled on the event loop, which owns that state."""
+        if self._broker.producers.loaded(topic, partition):
+            lg = self._broker.logs.get(topic, partition)
+            return None if lg is None else lg.first_unstable_offset
+        key = (topic, partition)
+        if self._loop is not None and key not in self._loading:
+            self._loading.add(key)
+            self._loop.call_soon_threadsafe(self._load, key)
+        return 0
+
+    def _load(self, key: tuple[str, int]) -> None:
+        self._loading.discard(key)
+        try:
+            self._broker.producers.states(*key)
+        except OSError as exc:
+            log.warning("%s-%d: loading the producer state for the log cleaner failed: %s",
+                        *key, exc)
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """First offset of the oldest ongoing transaction in the partition (at least the log
+        start offset), else the log end offset; -1 for a partition that does not exist.
+
+        Raises:
+            OSError: the partition's producer state could not be loaded (log directory offline).
+        """
+        lg = self._broker.logs.get(topic, partition)
+        if lg is None:
+            return -1
+        first = self._broker.producers.states(topic, partition).first_unstable_offset()
+        # Never below the log start (Kafka's UnifiedLog.updateFirstUnstableOffset): retention
+        # or DeleteRecords may have removed the start of an open transaction.
+        return lg.log_end_offset if first is None else max(first, lg.log_start_offset)
+
+    def aborted_transactions(self, topic: str, partition: int, start: int,
+                             end: int) -> list[AbortedTxn]:
+        """Every aborted transaction whose [first_offset, last_offset] intersects
+        [start, end), oldest first (from the segments' transaction indexes, no log read).
+
+        Raises:
+            OSError: the partition's producer state could not be loaded (log directory offline).
+        """
+        lg = self._broker.logs.get(topic, partition)
+        if lg is None:
+            return []
+        # Loading the producer state finishes rebuilding the index after a crash.
+        self._broker.producers.states(topic, partition)
+        return [AbortedTxn(pid, first, last) for pid, first, last, _ in lg.aborted_txns(start, end)]
+
+    async def write_marker(self, topic: str, partition: int, producer_id: int,
+                           producer_epoch: int, coordinator_epoch: int, commit: bool) -> ErrorCode:
+        """Append a COMMIT (``commit``) or ABORT marker for the producer and end its ongoing
+        transaction in the partition there.
+
+        NONE when written, also when the producer had no ongoing transaction there (as Kafka);
+        UNKNOWN_TOPIC_OR_PARTITION when the partition no longer exists; KAFKA_STORAGE_ERROR when
+        the append (or the fsync the flush policy asks for) failed; INVALID_PRODUCER_EPOCH for an
+        epoch below the producer's and TRANSACTION_COORDINATOR_FENCED for a coordinator epoch
+        below the last marker's (a stale coordinator; nothing is written).
+        """
+        broker = self._broker
+        topic_meta = broker.topics.get(topic)
+        lg = broker.logs.get(topic, partition)
+        if lg is None or topic_meta is None:
+            return ErrorCode.unknown_topic_or_partition
+        if topic_meta.internal:
+            # Coordinator logs take their own markers (group_service.complete_transaction).
+            log.error("refused a transaction marker for internal topic %s-%d (producer %d); "
+                      "its coordinator writes its markers", topic, partition, producer_id)
+            return ErrorCode.invalid_topic_exception
+        try:
+            states = broker.producers.states(topic, partition)
+        except OSError as exc:
+            log.warning("%s-%d: no transaction marker for producer %d: %s", topic, partition,
+                        producer_id, exc)
+            return ErrorCode.kafka_storage_error
+        error = states.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if error != ErrorCode.none:
+            log.warning("%s-%d: refused the %s marker of producer %d epoch %d (coordinator epoch "
+                        "%d): %s", topic, partition, "COMMIT" if commit else "ABORT", producer_id,
+                        producer_epoch, coordinator_epoch, error.name.upper())
+            return error
+        now = broker.clock.now_ms()
+        data = control_batch(producer_id, producer_epoch, coordinator_epoch, commit, now)
+        try:
+            offset = lg.append(data, now).base_offset
+        except LogClosedError:
+            return ErrorCode.unknown_topic_or_partition  # deleted meanwhile
+        except OSError as exc:  # LogDirOfflineError: the directory is offline now
+            log.warning("%s-%d: appending the transaction marker of producer %d failed: %s",
+                        topic, partition, producer_id, exc)
+            return ErrorCode.kafka_storage_error
+        done = states.observe_marker(producer_id, producer_epoch, coordinator_epoch, offset,
+                                     commit, now)
+        stable = states.first_unstable_offset()
+        lg.first_unstable_offset = stable
+        if done is not None and done.aborted:
+            try:
+                lg.add_aborted_txn((producer_id, done.first_offset, offset,
+                                    offset + 1 if stable is None else stable))
+            except OSError as exc:
+                # The directory went offline; a restart rebuilds the index from the log.
+                log.warning("%s-%d: indexing the aborted transaction of producer %d failed: %s",
+                            topic, partition, producer_id, exc)
+                return ErrorCode.kafka_storage_error
+        broker.logs.appended(topic, partition)  # the LSO moved: wake read_committed fetches
+        try:
+            await broker.logs.flush_if_needed(topic, partition)
+        except OSError:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none

@@ -1,0 +1,364 @@
+"""Cluster metadata in etcd (v3 API, through the asyncio client ``aetcd``).
+
+etcd gives the consensus; this module only uses its primitives:
+
+- **Leases for liveness.** A broker registers ``brokers/<node.id>`` under a lease of
+  ``broker.session.timeout.ms`` and renews it every ``broker.heartbeat.interval.ms``. A broker
+  that stops renewing (killed, partitioned away) leaves the view when etcd expires the lease; one
+  that shuts down revokes it and leaves at once.
+- **Compare-and-swap for every change.** Creating a key compares its create revision with 0;
+  changing one compares its mod revision with the one the change was computed from. A lost race
+  is an answer (``False``), never a silent overwrite.
+- **One watch to spread changes.** ``start()`` reads the whole prefix, then watches it from the
+  next revision, so the ``ClusterView`` sees every change exactly once and in order.
+- **Election by lease.** The controller is whoever created ``controller`` under its lease; the
+  others wait for that key's deletion and try again.
+
+Errors are ``ClusterStoreError`` with a message for the operator: which etcd endpoint, which
+node id, what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+import aetcd
+
+from cluster.view import (
+    BrokerRegistration,
+    ClusterView,
+    ControllerRecord,
+    Keys,
+    MetadataFormatError,
+    TopicRecord,
+)
+
+log = logging.getLogger("shoal.cluster")
+
+# Seconds each etcd call may take before it counts as failed.
+RPC_TIMEOUT_S = 5
+
+
+class ClusterStoreError(Exception):
+    """A cluster-metadata operation failed; ``str()`` tells the operator what and what to do."""
+
+
+class DuplicateNodeIdError(ClusterStoreError):
+    """Another live broker is registered with this node id."""
+
+
+class ClusterIdMismatchError(ClusterStoreError):
+    """The broker's data directory belongs to another cluster than the one in etcd."""
+
+
+def parse_endpoints(spec: str) -> list[tuple[str, int]]:
+    """``etcd://host:port[,host:port...]`` (the scheme is optional) as (host, port) pairs.
+
+    Raises:
+        ValueError: an entry is not host:port with a port in 1-65535.
+    """
+    body = spec.removeprefix("etcd://")
+    out: list[tuple[str, int]] = []
+    for item in filter(None, (s.strip() for s in body.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"etcd endpoint {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError(f"no etcd endpoint in {spec!r}")
+    return out
+
+
+class EtcdClusterStore:
+    """One broker's connection to the cluster metadata in etcd.
+
+    Use: ``connect()``, ``ensure_cluster_id()``, ``register()``, ``start()`` (the watch), then
+    ``campaign()`` in a task if the broker may be controller; ``close()`` at shutdown.
+    Listeners added with ``add_listener`` are called with the kind of change after the view
+    applied it.
+    """
+
+    def __init__(self, endpoints: Sequence[tuple[str, int]], prefix: str = "/shoal",
+                 session_timeout_ms: int = 9000, heartbeat_interval_ms: int = 2000) -> None:
+        self.endpoints = list(endpoints)
+        self.keys = Keys(prefix)
+        self.view = ClusterView(self.keys)
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.client: aetcd.Client | None = None
+        self.endpoint: tuple[str, int] | None = None
+        self.registration: BrokerRegistration | None = None
+        self._lease: aetcd.Lease | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listeners: list[Callable[[str], None]] = []
+        self._view_changed = asyncio.Event()
+        self._lease_lost = False
+
+    # -- connection --------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect to the first etcd endpoint that answers.
+
+        Raises:
+            ClusterStoreError: none answered within RPC_TIMEOUT_S each.
+        """
+        problems = []
+        for host, port in self.endpoints:
+            client = aetcd.Client(host=host, port=port, timeout=RPC_TIMEOUT_S)
+            try:
+                await asyncio.wait_for(client.connect(), RPC_TIMEOUT_S)
+                await asyncio.wait_for(client.get(self.keys.cluster_id), RPC_TIMEOUT_S)
+            except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
+                problems.append(f"{host}:{port}: {type(e).__name__}")
+                with contextlib.suppress(Exception):
+                    await client.close()
+                continue
+            self.client, self.endpoint = client, (host, port)
+            return
+        raise ClusterStoreError(
+            "cannot reach etcd at " + ", ".join(problems)
+            + "; start etcd (make cluster does) or fix --cluster / cluster.etcd.endpoints")
+
+    def _etcd(self) -> aetcd.Client:
+        if self.client is None:
+            raise ClusterStoreError("not connected to etcd; call connect() first")
+        return self.client
+
+    async def close(self) -> None:
+        """Stop the watch and the lease renewal and revoke the lease, so this broker leaves the
+        view (and gives up the controller role) at once instead of after its session timeout."""
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.client is not None:
+            if self._lease is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.client.revoke_lease(self._lease.id), 2)
+            with contextlib.suppress(Exception):
+                await self.client.close()
+        self.client = None
+        self._lease = None
+
+    # -- cluster id ----------------------------------------------------------------------------
+
+    async def ensure_cluster_id(self, local: str) -> str:
+        """The cluster's id: ``local`` is written if etcd has none yet.
+
+        Raises:
+            ClusterIdMismatchError: etcd holds another id than ``local``.
+        """
+        etcd = self._etcd()
+        key = self.keys.cluster_id
+        await etcd.transaction(
+            compare=[etcd.transactions.create(key) == 0],
+            success=[etcd.transactions.put(key, local.encode())], failure=[])
+        got = await etcd.get(key)
+        stored = got.value.decode() if got is not None else local
+        if stored != local:
+            raise ClusterIdMismatchError(
+                f"this broker's data directory belongs to cluster {local}, but etcd "
+                f"({self._where()}) holds cluster {stored}; point --cluster at the right etcd "
+                f"or start this broker with an empty data directory")
+        return stored
+
+    # -- registration and liveness -------------------------------------------------------------
+
+    async def register(self, registration: BrokerRegistration) -> None:
+        """Register this broker under a new lease and keep renewing it.
+
+        A registration with the same node id but another incarnation may be this broker's own
+        from before a ``kill -9``: it is waited out for one session timeout (its lease lapses);
+        one that outlives that belongs to a live broker.
+
+        Raises:
+            DuplicateNodeIdError: a live broker holds this node id.
+        """
+        etcd = self._etcd()
+        ttl = max(2, math.ceil(self.session_timeout_ms / 1000))
+        self._lease = await etcd.lease(ttl)
+        key = self.keys.broker(registration.node_id)
+        deadline = asyncio.get_running_loop().time() + ttl + 2
+        while True:
+            ok, _ = await etcd.transaction(
+                compare=[etcd.transactions.create(key) == 0],
+                success=[etcd.transactions.put(key, registration.to_json(), lease=self._lease)],
+                failure=[])
+            if ok:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                await etcd.revoke_lease(self._lease.id)
+                self._lease = None
+                raise DuplicateNodeIdError(
+                    f"node id {registration.node_id} is already registered by a live broker in "
+                    f"etcd ({self._where()}); give this broker another node.id")
+            await asyncio.sleep(0.25)
+            await etcd.refresh_lease(self._lease.id)  # ours must outlive the wait
+        self.registration = registration
+        self._lease_lost = False
+        self._spawn(self._keep_alive(), "lease renewal")
+        log.info("registered as node %d in etcd %s (session timeout %d s)",
+                 registration.node_id, self._where(), ttl)
+
+    async def _keep_alive(self) -> None:
+        """Renew the lease; a lapsed lease (etcd says TTL 0) is a lost session: register again."""
+        interval = self.heartbeat_interval_ms / 1000
+        warned = False
+        while True:
+            await asyncio.sleep(interval)
+            assert self._lease is not None and self.client is not None
+            try:
+                reply = await asyncio.wait_for(self.client.refresh_lease(self._lease.id),
+                                               RPC_TIMEOUT_S)
+            except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
+                if not warned:
+                    log.warning("cannot renew this broker's etcd session at %s (%s); it "
+                                "ends %d ms after the last renewal unless etcd comes back",
+                                self._where(), type(e).__name__, self.session_timeout_ms)
+                    warned = True
+                continue
+            warned = False
+            if reply is None or reply.TTL <= 0:
+                self._lease_lost = True
+                log.warning("this broker's etcd session expired; registering again")
+                registration, self.registration = self.registration, None
+                self._tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
+                if registration is not None:
+                    await self.register(registration)
+                return
+
+    # -- controller election -------------------------------------------------------------------
+
+    async def campaign(self) -> ControllerRecord:
+        """Wait until this broker is the controller, and return its record.
+
+        Call after ``register`` and ``start``. The role lasts as long as the lease: when this
+        broker's session ends, etcd deletes the key and another broker's campaign wins.
+        """
+        etcd = self._etcd()
+        if self.registration is None or self._lease is None:
+            raise ClusterStoreError("register before campaigning for controller")
+        node_id = self.registration.node_id
+        body = json.dumps({"node_id": node_id}).encode()
+        while True:
+            ok, replies = await etcd.transaction(
+                compare=[etcd.transactions.create(self.keys.controller) == 0],
+                success=[etcd.transactions.put(self.keys.controller, body, lease=self._lease)],
+                failure=[])
+            if ok:
+                revision = replies[0].response_put.header.revision
+                log.info("node %d is the controller (epoch %d)", node_id, revision)
+                return ControllerRecord(node_id, revision)
+            await self._wait_view(lambda: self.view.controller is None)
+
+    # -- topics (compare-and-swap) -------------------------------------------------------------
+
+    async def create_topic(self, record: TopicRecord) -> bool:
+        """Write a new topic; ``False`` if a topic of that name exists."""
+        etcd = self._etcd()
+        key = self.keys.topic(record.name)
+        ok, _ = await etcd.transaction(
+            compare=[etcd.transactions.create(key) == 0],
+            success=[etcd.transactions.put(key, record.to_json())], failure=[])
+        return bool(ok)
+
+    async def update_topic(self, record: TopicRecord, expected_revision: int) -> bool:
+        """Replace a topic if it is unchanged since ``expected_revision``; ``False`` if not."""
+        etcd = self._etcd()
+        key = self.keys.topic(record.name)
+        ok, _ = await etcd.transaction(
+            compare=[etcd.transactions.mod(key) == expected_revision],
+            success=[etcd.transactions.put(key, record.to_json())], failure=[])
+        return bool(ok)
+
+    async def delete_topic(self, name: str, expected_revision: int) -> bool:
+        """Delete a topic if it is unchanged since ``expected_revision``; ``False`` if not."""
+        etcd = self._etcd()
+        key = self.keys.topic(name)
+        ok, _ = await etcd.transaction(
+            compare=[etcd.transactions.mod(key) == expected_revision],
+            success=[etcd.transactions.delete(key)], failure=[])
+        return bool(ok)
+
+    # -- the view ------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(kind)`` after each change the view applies (see ``ClusterView``)."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Load the whole prefix into the view, then keep it current with one watch."""
+        etcd = self._etcd()
+        snapshot = await etcd.get_prefix(self.keys.root)
+        for kv in snapshot:
+            self._apply_put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
+        self.view.revision = max(self.view.revision, snapshot.header.revision)
+        watch = await etcd.watch_prefix(self.keys.root,
+                                        start_revision=snapshot.header.revision + 1)
+        self._spawn(self._follow(watch), "metadata watch")
+
+    async def _follow(self, watch: aetcd.Watch) -> None:
+        try:
+            async for event in watch:
+                kv = event.kv
+                if event.kind == aetcd.EventKind.PUT:
+                    self._apply_put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
+                else:
+                    self._notify(self.view.apply_delete(kv.key, kv.mod_revision))
+        finally:
+            with contextlib.suppress(Exception):
+                await watch.cancel()
+
+    def _apply_put(self, key: bytes, value: bytes, mod: int, create: int) -> None:
+        try:
+            kind = self.view.apply_put(key, value, mod, create)
+        except MetadataFormatError as e:
+            log.error("ignoring unreadable cluster metadata in etcd %s: %s; fix or delete "
+                      "that key with etcdctl", self._where(), e)
+            return
+        self._notify(kind)
+
+    def _notify(self, kind: str | None) -> None:
+        if kind is None:
+            return
+        self._view_changed.set()
+        for listener in self._listeners:
+            try:
+                listener(kind)
+            except Exception:
+                log.exception("cluster metadata listener failed on a %s change", kind)
+
+    async def _wait_view(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._view_changed.clear()
+            await self._view_changed.wait()
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> None:
+        """Wait until ``condition()`` holds on the view.
+
+        Raises:
+            TimeoutError: it did not within ``timeout_s``.
+        """
+        await asyncio.wait_for(self._wait_view(condition), timeout_s)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: object, what: str) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        task.add_done_callback(lambda t: _log_end(t, what))
+        self._tasks.append(task)
+
+    def _where(self) -> str:
+        return f"{self.endpoint[0]}:{self.endpoint[1]}" if self.endpoint else "?"
+
+
+def _log_end(task: asyncio.Task[None], what: str) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("cluster %s stopped: %r", what, task.exception())

@@ -1,0 +1,235 @@
+"""Cluster metadata in a real etcd: cluster id, registration under leases, election, CAS topics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from cluster.etcd_store import (
+    ClusterIdMismatchError,
+    ClusterStoreError,
+    DuplicateNodeIdError,
+    EtcdClusterStore,
+    parse_endpoints,
+)
+from cluster.view import BrokerRegistration, Endpoint, PartitionAssignment, TopicRecord
+from tests.conftest import free_port
+
+
+def registration(node_id: int, rack: str | None = None) -> BrokerRegistration:
+    return BrokerRegistration(
+        node_id=node_id, rack=rack, incarnation=uuid.uuid4().hex,
+        endpoints=(Endpoint("PLAINTEXT", "127.0.0.1", 9091 + node_id, "PLAINTEXT"),))
+
+
+async def member(etcd, node_id: int | None = None, session_ms: int = 3000) -> EtcdClusterStore:
+    store = EtcdClusterStore(parse_endpoints(etcd.endpoint), session_timeout_ms=session_ms,
+                             heartbeat_interval_ms=500)
+    await store.connect()
+    await store.ensure_cluster_id("cluster-a")
+    await store.start()
+    if node_id is not None:
+        await store.register(registration(node_id))
+    return store
+
+
+async def test_brokers_see_each_other_and_a_closed_broker_leaves_at_once(etcd):
+    one, two = await member(etcd, 1), await member(etcd, 2)
+    try:
+        await one.wait_for(lambda: set(one.view.brokers) == {1, 2}, 5)
+        assert one.view.brokers[2].endpoint("PLAINTEXT").port == 9093
+        started = time.monotonic()
+        await two.close()
+        await one.wait_for(lambda: set(one.view.brokers) == {1}, 5)
+        # Revoked, not expired: well under the 3 s session timeout.
+        assert time.monotonic() - started < 2
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_broker_that_stops_renewing_leaves_within_its_session_timeout(etcd):
+    watcher, dying = await member(etcd), await member(etcd, 7, session_ms=2000)
+    try:
+        await watcher.wait_for(lambda: 7 in watcher.view.brokers, 5)
+        # As a kill -9 would: renewals stop, nothing is revoked.
+        for t in dying._tasks:
+            t.cancel()
+        started = time.monotonic()
+        await watcher.wait_for(lambda: 7 not in watcher.view.brokers, 10)
+        assert time.monotonic() - started < 2 + 2.5
+    finally:
+        dying._lease = None
+        await dying.close()
+        await watcher.close()
+
+
+async def test_a_duplicate_node_id_is_refused_while_the_first_broker_lives(etcd):
+    first = await member(etcd, 3, session_ms=2000)
+    second = await member(etcd)
+    try:
+        with pytest.raises(DuplicateNodeIdError, match="node id 3 is already registered"):
+            await second.register(registration(3))
+        # The first broker was not disturbed.
+        assert first.view.brokers[3].incarnation == first.registration.incarnation
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_restarted_broker_waits_out_its_own_stale_registration(etcd):
+    old = await member(etcd, 4, session_ms=2000)
+    for t in old._tasks:  # killed: the registration stays until its lease lapses
+        t.cancel()
+    old._lease = None
+    await old.close()
+    again = await member(etcd)
+    try:
+        await again.register(registration(4))
+        await again.wait_for(
+            lambda: again.view.brokers.get(4) is not None
+            and again.view.brokers[4].incarnation == again.registration.incarnation, 5)
+    finally:
+        await again.close()
+
+
+async def test_a_data_dir_of_another_cluster_is_refused(etcd):
+    store = await member(etcd)
+    other = EtcdClusterStore(parse_endpoints(etcd.endpoint))
+    try:
+        await other.connect()
+        with pytest.raises(ClusterIdMismatchError, match="belongs to cluster cluster-b"):
+            await other.ensure_cluster_id("cluster-b")
+        assert await other.ensure_cluster_id("cluster-a") == "cluster-a"
+    finally:
+        await other.close()
+        await store.close()
+
+
+async def test_etcd_down_at_start_is_a_clear_error():
+    store = EtcdClusterStore([("127.0.0.1", free_port())])
+    started = time.monotonic()
+    with pytest.raises(ClusterStoreError, match="cannot reach etcd at 127.0.0.1"):
+        await store.connect()
+    assert time.monotonic() - started < 8
+
+
+async def test_one_controller_at_a_time_and_a_new_one_when_it_leaves(etcd):
+    a, b = await member(etcd, 1), await member(etcd, 2)
+    try:
+        ta = asyncio.create_task(a.campaign())
+        tb = asyncio.create_task(b.campaign())
+        done, pending = await asyncio.wait({ta, tb}, timeout=5,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1 and len(pending) == 1
+        winner_task = done.pop()
+        first = winner_task.result()
+        winner, loser = (a, b) if winner_task is ta else (b, a)
+        await loser.wait_for(lambda: loser.view.controller_id() == first.node_id, 5)
+        await winner.close()
+        second = await asyncio.wait_for(pending.pop(), 5)
+        assert second.node_id == loser.registration.node_id
+        assert second.epoch > first.epoch
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_topic_changes_are_compare_and_swap_and_reach_every_broker(etcd):
+    a, b = await member(etcd, 1), await member(etcd, 2)
+    try:
+        record = TopicRecord("orders", uuid.uuid4().hex,
+                             (PartitionAssignment((1,), 1), PartitionAssignment((2,), 2)),
+                             {"retention.ms": "1000"})
+        rival = TopicRecord("orders", uuid.uuid4().hex, (PartitionAssignment((2,), 2),))
+        results = await asyncio.gather(a.create_topic(record), b.create_topic(rival))
+        assert sorted(results) == [False, True]
+        await b.wait_for(lambda: "orders" in b.view.topics, 5)
+        winner = b.view.topics["orders"]
+        assert winner in (record, rival)
+
+        revision = b.view.topic_revisions["orders"]
+        grown = TopicRecord("orders", winner.topic_id,
+                            winner.partitions + (PartitionAssignment((1,), 1),), winner.configs)
+        assert await b.update_topic(grown, revision)
+        # The same stale revision no longer matches.
+        assert not await a.update_topic(winner, revision)
+        await a.wait_for(lambda: a.view.topics.get("orders") == grown, 5)
+        assert a.view.leader_of("orders", len(grown.partitions) - 1) == 1
+
+        assert not await a.delete_topic("orders", revision)
+        assert await a.delete_topic("orders", a.view.topic_revisions["orders"])
+        await b.wait_for(lambda: "orders" not in b.view.topics, 5)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_partition_whose_broker_is_gone_has_no_leader(etcd):
+    a, b = await member(etcd, 1), await member(etcd, 2)
+    try:
+        assert await a.create_topic(TopicRecord(
+            "t", uuid.uuid4().hex, (PartitionAssignment((1,), 1), PartitionAssignment((2,), 2))))
+        await a.wait_for(lambda: "t" in a.view.topics and 2 in a.view.brokers, 5)
+        assert [a.view.leader_of("t", p) for p in (0, 1)] == [1, 2]
+        await b.close()
+        await a.wait_for(lambda: 2 not in a.view.brokers, 5)
+        assert [a.view.leader_of("t", p) for p in (0, 1)] == [1, -1]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_unreadable_metadata_is_logged_and_skipped(etcd, caplog):
+    a = await member(etcd)
+    try:
+        await a.client.put(a.keys.topic("bad"), b"{not json")
+        assert await a.create_topic(TopicRecord("good", "id", (PartitionAssignment((1,), 1),)))
+        await a.wait_for(lambda: "good" in a.view.topics, 5)
+        assert "bad" not in a.view.topics
+        assert "ignoring unreadable cluster metadata" in caplog.text
+        assert "/shoal/topics/bad" in caplog.text
+    finally:
+        await a.close()
+
+
+def test_endpoint_lists_parse_and_bad_ones_are_named():
+    assert parse_endpoints("etcd://a:1,b:2") == [("a", 1), ("b", 2)]
+    assert parse_endpoints("127.0.0.1:2379") == [("127.0.0.1", 2379)]
+    with pytest.raises(ValueError, match="'a' is not host:port"):
+        parse_endpoints("etcd://a")
+    with pytest.raises(ValueError, match="no etcd endpoint"):
+        parse_endpoints("etcd://")
+
+
+async def test_the_controller_takes_a_dead_brokers_partitions_offline_and_back(etcd):
+    from cluster.controller import run_controller
+
+    ctl, other = await member(etcd, 1), await member(etcd, 2, session_ms=2000)
+    task = asyncio.create_task(run_controller(ctl))
+    try:
+        assert await ctl.create_topic(TopicRecord(
+            "t", "id", (PartitionAssignment((1,), 1, 0, (1,)), PartitionAssignment((2,), 2, 0, (2,)))))
+        await ctl.wait_for(lambda: ctl.view.controller_id() == 1 and "t" in ctl.view.topics, 5)
+        for t in other._tasks:  # killed: renewals stop
+            t.cancel()
+        other._lease = None
+        await ctl.wait_for(lambda: ctl.view.topics["t"].partitions[1].leader == -1, 10)
+        assert ctl.view.topics["t"].partitions[1].leader_epoch == 1
+        assert ctl.view.topics["t"].partitions[0] == PartitionAssignment((1,), 1, 0, (1,))
+
+        await other.close()
+        again = await member(etcd, 2)
+        try:
+            await ctl.wait_for(lambda: ctl.view.topics["t"].partitions[1].leader == 2, 10)
+            assert ctl.view.topics["t"].partitions[1].leader_epoch == 2
+        finally:
+            await again.close()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+        await other.close()
