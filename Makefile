@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
+.PHONY: setup run client test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -18,6 +18,9 @@ EXTRAS_core  :=
 EXTRAS_test  := [test,spark]
 EXTRAS_bench := [bench]
 EXTRAS_spark := [spark]
+# make client: the asyncio client (client/), plus confluent-kafka for the README's examples and
+# pip, so that .venv/bin/pip (and `pip` after `source .venv/bin/activate`) installs into the venv.
+EXTRAS_client := [client] confluent-kafka==2.16.1 'pip>=22.3'
 
 # The venv is created without pip: ensurepip costs ~5 s of CPU, a third of a first `make run`.
 # $(PYTHON)'s own pip installs into it (pip >= 22.3: --python); a Python without one gets pip in
@@ -30,7 +33,7 @@ $(VENV)/.created:
 	touch $@
 
 $(VENV)/.installed-%: pyproject.toml $(VENV)/.created
-	$(PIP) install --quiet --disable-pip-version-check -e '.$(EXTRAS_$*)'
+	$(PIP) install --quiet --disable-pip-version-check -e '.$(firstword $(EXTRAS_$*))' $(wordlist 2,99,$(EXTRAS_$*))
 	touch $@
 
 # Everything the single stamp of earlier Makefiles installed, for targets written against it.
@@ -41,6 +44,11 @@ setup: $(VENV)/.installed-core
 ## Start a broker in the foreground on 127.0.0.1:$(PORT) with data in $(DATA_DIR).
 run: $(VENV)/.installed-core
 	$(BIN)/shoal broker --listen 127.0.0.1:$(PORT) --data-dir $(DATA_DIR)
+
+## A ready client environment in .venv (README "Quick start"): confluent-kafka, the asyncio client
+## and pip. Use it with `source .venv/bin/activate` or as .venv/bin/python, .venv/bin/shoal.
+client: $(VENV)/.installed-client
+	@echo "client environment ready: source $(VENV)/bin/activate (or use $(BIN)/python, $(BIN)/shoal)"
 
 ## kcat is a real client used by the integration tests (Debian package).
 kcat:

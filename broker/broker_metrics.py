@@ -13,8 +13,8 @@ acknowledged or archived at/after the start offset. Share-partitions loaded on t
 reported from their live window; every other share-partition with state at the local share
 coordinator from that persisted state (broker/share_figures.py: cached per scrape interval, at
 most MAX_SHARE_PARTITION_SERIES). Age and drain figures (oldest unacknowledged record age from its
-append time, drain rate, drain ETA) are defined in broker/share/drain.py. The README's Metrics
-section lists every metric with its Kafka JMX counterpart.
+append time, drain rate, drain ETA) are defined in broker/share/drain.py. docs/metrics.md
+lists every metric with its Kafka JMX counterpart.
 
 Consumer groups (classic, and consumer-type groups as the group service lists them) are read
 through ``GroupCoordinatorService.consumer_groups`` at scrape time: state and members per group,
@@ -25,13 +25,14 @@ offset, at most ``MAX_CONSUMER_GROUP_PARTITION_SERIES`` partition series per pag
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.metrics import Family, Registry
-from broker.share.drain import age_s, drain_eta_s
+from broker.share.drain import age_s, drain_eta_s, since_progress_s
 from broker.share.record_state import AckType
 from broker.share_admin import share_lag
 from broker.share_figures import MAX_SHARE_PARTITION_SERIES, ShareFigures
@@ -76,12 +77,12 @@ def first_response_error(resp: Any) -> int:
 
 
 class BrokerMetrics:
-    """Every metric Shoal exports; see the module docstring and README "Metrics"."""
+    """Every metric Shoal exports; see the module docstring and docs/metrics.md."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self.registry = r = Registry()
-        # -- hot-path instruments (names map to Kafka JMX in README "Metrics") --
+        # -- hot-path instruments (names map to Kafka JMX in docs/metrics.md) --
         self.produce_bytes = r.labelled_counter(
             "shoal_produce_bytes_total", "Record-batch bytes appended by Produce requests.",
             ("topic",))
@@ -264,7 +265,11 @@ class BrokerMetrics:
              "over the last minute, since the share-partition was loaded here."),
             ("shoal_share_partition_drain_eta_seconds", "gauge",
              "Lag divided by the drain rate: 0 without lag, +Inf when records wait and none "
-             "completes."),
+             "completed in the last minute (see shoal_share_partition_seconds_since_progress)."),
+            ("shoal_share_partition_seconds_since_progress", "gauge",
+             "Seconds since a record of this share-partition last completed (acknowledged or "
+             "archived) while records wait: 0 without lag, +Inf when none completed since it "
+             "was loaded on this broker or it is not loaded here."),
             ("shoal_share_dead_lettered_records_total", "counter",
              "KIP-1191: records archived after their dead-letter record was written to the "
              "group's DLQ topic (errors.deadletterqueue.topic.name)."),
@@ -287,7 +292,8 @@ class BrokerMetrics:
                            "Largest shoal_share_partition_oldest_unacked_age_seconds of the "
                            "group.", ("group",))
         per_group: dict[str, list[float]] = {}  # group -> [partitions, lag, age]
-        # group -> [lag, drain rate, oldest unacked record age]
+        # group -> [lag, drain rate, oldest unacked record age, least seconds since progress
+        # of its share-partitions with lag (0 when none has lag)]
         drain: dict[str, list[float]] = {}
         figures = self.share_figures
         live = b.shares.partitions.partitions()
@@ -303,7 +309,7 @@ class BrokerMetrics:
                 continue
             m = sp.metrics()
             labels = (key.group_id, topic.name, str(key.partition))
-            d = drain.setdefault(key.group_id, [0, 0.0, 0.0])
+            d = drain.setdefault(key.group_id, [0, 0.0, 0.0, math.inf])
             rate = sp.drain_rate(now)
             oldest = sp.oldest_unacked_offset()
             record_age = age_s(now, figures.appended_ms(key.group_id, topic.name,
@@ -330,8 +336,12 @@ class BrokerMetrics:
             if lg is not None:
                 lag = max(0, lg.log_end_offset - m.start_offset - m.delivery_complete_count)
                 fams["shoal_share_partition_lag"].add(labels, lag)
+                idle = since_progress_s(lag, now, sp.last_progress_ms())
+                fams["shoal_share_partition_seconds_since_progress"].add(labels, idle)
                 fams["shoal_share_partition_drain_eta_seconds"].add(labels,
-                                                                    drain_eta_s(lag, rate))
+                                                                    drain_eta_s(lag, rate, idle))
+                if lag:
+                    d[3] = min(d[3], idle)
                 agg[1] += lag
                 d[0] += lag
             at = m.oldest_unacked_acquired_at_ms
@@ -352,7 +362,7 @@ class BrokerMetrics:
             if lg is None:
                 continue
             agg = per_group.setdefault(pp.key.group_id, [0, 0, 0.0])
-            d = drain.setdefault(pp.key.group_id, [0, 0.0, 0.0])
+            d = drain.setdefault(pp.key.group_id, [0, 0.0, 0.0, math.inf])
             record_age = age_s(now, figures.appended_ms(pp.key.group_id, pp.topic,
                                                         pp.partition, pp.first_unacked))
             fams["shoal_share_partition_loaded"].add(labels, 0)
@@ -378,7 +388,10 @@ class BrokerMetrics:
             lag = share_lag(lg.log_end_offset, pp.start_offset, pp.delivery_complete_count)
             if lag >= 0:
                 fams["shoal_share_partition_lag"].add(labels, lag)
-                fams["shoal_share_partition_drain_eta_seconds"].add(labels, drain_eta_s(lag, 0.0))
+                idle = since_progress_s(lag, now, None)  # not loaded: nobody fetches it here
+                fams["shoal_share_partition_seconds_since_progress"].add(labels, idle)
+                fams["shoal_share_partition_drain_eta_seconds"].add(labels,
+                                                                    drain_eta_s(lag, 0.0, idle))
                 agg[1] += lag
                 d[0] += lag
         dropped = max(0, series - MAX_SHARE_PARTITION_SERIES)
@@ -393,14 +406,21 @@ class BrokerMetrics:
                             "Sum of shoal_share_partition_drain_rate over the group.", ("group",))
         group_eta = Family("shoal_share_group_drain_eta_seconds", "gauge",
                            "shoal_share_group_lag / shoal_share_group_drain_rate (0 without "
-                           "lag, +Inf when records wait and none completes).", ("group",))
-        for group, (lag, rate, record_age) in sorted(drain.items()):
+                           "lag, +Inf when records wait and no share-partition of the group "
+                           "completed one in the last minute).", ("group",))
+        group_idle = Family("shoal_share_group_seconds_since_progress", "gauge",
+                            "Least shoal_share_partition_seconds_since_progress of the group's "
+                            "share-partitions with lag (0 when none has lag).", ("group",))
+        for group, (lag, rate, record_age, idle) in sorted(drain.items()):
+            idle = idle if lag > 0 else 0.0
             group_record_age.add((group,), record_age)
             group_rate.add((group,), rate)
-            group_eta.add((group,), drain_eta_s(int(lag), rate))
+            group_eta.add((group,), drain_eta_s(int(lag), rate, idle))
+            group_idle.add((group,), idle)
         yield group_record_age
         yield group_rate
         yield group_eta
+        yield group_idle
         for group, (n, lag, age) in sorted(per_group.items()):
             loaded.add((group,), n)
             group_lag.add((group,), lag)

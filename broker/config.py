@@ -612,7 +612,7 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "broker.id": "Shoal reports node.id as its broker id; set node.id instead",
 }
 
-_SEE_README = "See 'Running the broker directly' in README.md for the broker configs."
+_SEE_README = "See docs/configuration.md for the broker configs."
 
 
 def unknown_broker_config_problem(name: str) -> str:

@@ -43,6 +43,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 import re
@@ -323,6 +324,15 @@ class DescribedGroupConfig:
         return self.definition.name
 
 
+def unknown_group_config_problem(name: str) -> str:
+    """Why ``name`` cannot be set on a group: the closest group config first (a client may cut
+    a long error message short), then every group config's name."""
+    close = difflib.get_close_matches(name, list(GROUP_CONFIGS), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"unknown group config {name!r}; {hint}the group configs are "
+            f"{', '.join(GROUP_CONFIGS)}")
+
+
 class GroupConfigLimitError(ValueError):
     """A group cannot get configs: ``group.config.max.groups`` groups already have some."""
 
@@ -465,8 +475,7 @@ class GroupConfigs:
         for name, raw in changes.items():
             d = GROUP_CONFIGS.get(name)
             if d is None:
-                raise ConfigError(f"unknown group config {name!r}; the group configs are "
-                                  f"{', '.join(GROUP_CONFIGS)}")
+                raise ConfigError(unknown_group_config_problem(name))
             if raw is None:
                 new.pop(name, None)
             else:

@@ -78,10 +78,20 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(values)
 
 
+def listening_line(name: str, protocol: str, host: str, port: int) -> str:
+    """The startup line of one listener: its address and security protocol, and its listener
+    name only when that differs from the protocol (``PLAINTEXT://`` is not said twice)."""
+    if name == protocol:
+        return f"listening on {host}:{port} ({protocol})"
+    return f"listening on {host}:{port} (listener {name}, {protocol})"
+
+
 async def run_broker(config: BrokerConfig, ready_file: str | None = None,
-                     add_scram: Sequence[ScramArg] = ()) -> int:
+                     add_scram: Sequence[ScramArg] = (), log_format: str = "plain") -> int:
     """Run until a signal (returns 0) or a storage failure (returns the broker's exit code).
-    ``add_scram`` credentials are stored when the broker starts (``--add-scram``)."""
+    ``add_scram`` credentials are stored when the broker starts (``--add-scram``). Each
+    listener's address is printed on stdout, or logged as an ``event: listening`` record when
+    ``log_format`` is ``json`` so that stdout and stderr carry only JSON lines."""
     from broker.app import Broker
     from broker.server import Server
 
@@ -91,14 +101,17 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     stop = asyncio.Event()
     server.broker.add_fatal_listener(stop.set)
     await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before we say we are ready: a reader may stop us
+        loop.add_signal_handler(sig, stop.set)
     if ready_file:
         Path(ready_file).write_text(f"{server.host}:{server.port}\n")
     for endpoint, (host, port) in zip(server.endpoints, server.bound, strict=True):
-        print(f"shoal: listening on {host}:{port} ({endpoint.name}, "
-              f"{endpoint.security_protocol.value})", flush=True)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        line = listening_line(endpoint.name, endpoint.security_protocol.value, host, port)
+        if log_format == "json":  # stdout stays pure JSON lines: the line is a log record
+            logging.getLogger("shoal").info(line, extra={"event": "listening"})
+        else:
+            print(f"shoal: {line}", flush=True)
     await stop.wait()
     if server.broker.fatal is None:
         logging.getLogger("shoal").info("shutting down (signal received)")
@@ -108,10 +121,16 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
 
 def add_broker_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``broker`` subcommand (run a broker in the foreground) to ``sub``."""
-    b: argparse.ArgumentParser = sub.add_parser("broker", help="run a broker in the foreground")
-    b.add_argument("--listen", help="HOST:PORT to listen on (Kafka: listeners)")
-    b.add_argument("--data-dir", help="directory for logs and state (Kafka: log.dirs)")
-    b.add_argument("--config", help="a Kafka-style .properties file")
+    b: argparse.ArgumentParser = sub.add_parser(
+        "broker", help="run a broker in the foreground",
+        description="Run a broker in the foreground until Ctrl-C or SIGTERM. Options override "
+        "the --config file; docs/configuration.md lists every broker config.")
+    b.add_argument("--listen", metavar="HOST:PORT",
+                   help="one PLAINTEXT listener (Kafka: listeners; default 127.0.0.1:9092)")
+    b.add_argument("--data-dir", metavar="DIR",
+                   help="directory for logs and state (Kafka: log.dirs; default ./data)")
+    b.add_argument("--config", metavar="FILE",
+                   help="a Kafka-style .properties file (default: none, built-in defaults)")
     b.add_argument("--override", "-o", action="append", metavar="NAME=VALUE",
                    help="set any broker config (repeatable)")
     b.add_argument("--metrics-listen", metavar="HOST:PORT",
@@ -120,9 +139,13 @@ def add_broker_parser(sub: Any) -> argparse.ArgumentParser:
     b.add_argument("--add-scram", action="append", metavar="'MECH=[name=U,password=P]'",
                    help="store a SCRAM credential at start, as kafka-storage format "
                    "--add-scram (repeatable; also iterations=N, salt=B64, saltedpassword=B64)")
-    b.add_argument("--log-level", default="INFO")
-    b.add_argument("--log-format", choices=("plain", "json"), default="plain")
-    b.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
+    b.add_argument("--log-level", default="INFO",
+                   help="DEBUG, INFO, WARNING or ERROR (default: %(default)s)")
+    b.add_argument("--log-format", choices=("plain", "json"), default="plain",
+                   help="plain text, or one JSON object per line on stderr; with json the "
+                   "listening lines are log records too (default: %(default)s)")
+    b.add_argument("--no-uvloop", action="store_true",
+                   help="use the stdlib event loop (default: uvloop when installed)")
     b.add_argument("--ready-file", help=argparse.SUPPRESS)
     return b
 
@@ -148,7 +171,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
 
     raise_open_file_limit()
     try:
-        code = asyncio.run(run_broker(config, args.ready_file, add_scram))
+        code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format))
     except (TlsConfigError, SaslConfigError, WebConfigError) as exc:
         print(f"shoal: configuration error: {exc}", file=sys.stderr)
         return 2

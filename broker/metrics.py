@@ -367,6 +367,11 @@ class _HttpConnection(asyncio.Protocol):
         if t is None or t.is_closing() or self._asked:
             return
         self._buf += data
+        if not self._buf[:1].isalpha():  # no HTTP method: a Kafka client on the wrong port?
+            t.write(http_response(400, b"not an HTTP request: this is Shoal's metrics port, "
+                                       b"not a Kafka listener\n"))
+            t.close()
+            return
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             if len(self._buf) > MAX_REQUEST_BYTES:

@@ -77,7 +77,7 @@ class Server:
         self._sweeper = loop.create_task(self._sweep())
         log.info("Shoal broker %d listening on %s (data in %s, cluster id %s)",
                  self.broker.node_id,
-                 ", ".join(f"{e.name} {h}:{p} ({e.security_protocol.value}, advertised "
+                 ", ".join(f"{h}:{p} ({_named(e.name, e.security_protocol.value)}advertised "
                            f"{e.advertised_host}:{e.advertised_port})"
                            for e, (h, p) in zip(self.endpoints, self.bound, strict=True)),
                  self.broker.data_dir, self.broker.cluster_id)
@@ -278,3 +278,9 @@ def _tls_reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, (TimeoutError, ConnectionAbortedError)) and "longer" in text:
         return (f"no handshake within {timeout_s:g} s (connections.authentication.timeout.ms)")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _named(name: str, protocol: str) -> str:
+    """``PLAINTEXT, `` or ``listener INTERNAL, SASL_SSL, ``: the listener's name only when it
+    is not its protocol's."""
+    return f"{protocol}, " if name == protocol else f"listener {name}, {protocol}, "

@@ -95,9 +95,12 @@ def add_parser(sub: Any) -> None:
                    help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
                    "DescribeConfigs, AlterConfigs, IdempotentWrite or All (repeatable; "
                    "--add defaults to All)")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC")
-    p.add_argument("--group", action="append", default=[], metavar="GROUP")
-    p.add_argument("--transactional-id", action="append", default=[], metavar="ID")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                   help="a topic resource (repeatable)")
+    p.add_argument("--group", action="append", default=[], metavar="GROUP",
+                   help="a group resource (repeatable)")
+    p.add_argument("--transactional-id", action="append", default=[], metavar="ID",
+                   help="a transactional id resource (repeatable)")
     p.add_argument("--cluster", action="store_true", help="the cluster resource")
     p.add_argument("--resource-pattern-type", choices=sorted(PATTERN_TYPES), type=str.lower,
                    metavar="TYPE", help="literal (default), prefixed, match or any")
@@ -388,6 +391,14 @@ def _as_json(b: AclBinding) -> dict[str, str]:
             "operation": b.operation.name, "permission_type": b.permission.name}
 
 
+# A hint is left out when the broker's own message already gives that advice (Shoal's
+# SECURITY_DISABLED message names the config to set): the advice is printed once.
+_ALREADY_SAID = {ErrorCode.security_disabled: "authorizer.class.name"}
+
+
 def _hinted(code: ErrorCode | int, message: str | None) -> str:
-    hint = HINTS.get(ErrorCode(int(code)))
+    code = ErrorCode(int(code))
+    hint = HINTS.get(code)
+    if hint and message and _ALREADY_SAID.get(code, hint) in message:
+        hint = None
     return error_text(code, message) + (f"; {hint}" if hint else "")

@@ -2,7 +2,7 @@
 
     shoal configs --bootstrap-server B --entity-type groups --entity-name G --describe [--all]
     shoal configs --bootstrap-server B --entity-type groups --entity-name G --alter
-                  [--add-config NAME=VALUE[,NAME=VALUE...]] [--delete-config NAME[,NAME...]]
+                  [--add-config NAME=VALUE[,NAME=[V1,V2]...]] [--delete-config NAME[,NAME...]]
 
 Entity types: ``groups`` (ConfigResource GROUP, the KIP-932 ``share.*`` configs), ``topics``,
 ``brokers`` (entity name = broker id), and ``users`` for SCRAM credentials
@@ -41,14 +41,22 @@ def add_parser(sub: Any) -> None:
     p = new_parser(sub, "configs", "describe and alter group, topic and broker configs",
                    "Describe and alter configs on any Kafka-protocol broker "
                    "(like kafka-configs.sh).")
-    p.add_argument("--entity-type", required=True, choices=sorted([*RESOURCE_TYPES, "users"]))
-    p.add_argument("--entity-name", metavar="NAME")
+    p.add_argument("--entity-type", required=True, choices=sorted([*RESOURCE_TYPES, "users"]),
+                   help="what the configs belong to: groups (share.* group configs), topics, "
+                   "brokers, or users (SCRAM credentials)")
+    p.add_argument("--entity-name", metavar="NAME",
+                   help="the group, topic, broker id or user name")
     action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--describe", action="store_true")
-    action.add_argument("--alter", action="store_true")
+    action.add_argument("--describe", action="store_true",
+                        help="print NAME VALUE SOURCE of the configs set on the entity")
+    action.add_argument("--alter", action="store_true",
+                        help="apply --add-config and --delete-config, all or nothing")
     p.add_argument("--add-config", action="append", default=[],
-                   metavar="NAME=VALUE[,NAME=VALUE...]")
-    p.add_argument("--delete-config", action="append", default=[], metavar="NAME[,NAME...]")
+                   metavar="NAME=VALUE[,NAME=VALUE...]",
+                   help="set configs (repeatable); a value with commas goes in brackets: "
+                   "cleanup.policy=[compact,delete]")
+    p.add_argument("--delete-config", action="append", default=[], metavar="NAME[,NAME...]",
+                   help="remove configs, back to their defaults (repeatable)")
     p.add_argument("--all", action="store_true", help="--describe: every config, not only "
                    "the ones set on the entity")
     p.set_defaults(run=lambda args: run_command(p.prog, main, args), usage_error=p.error)
@@ -58,14 +66,41 @@ def _pairs(items: list[str]) -> list[str]:
     return [x.strip() for item in items for x in item.split(",") if x.strip()]
 
 
+def parse_add_config(items: list[str]) -> list[tuple[str, str]]:
+    """``--add-config`` values as kafka-configs.sh reads them: ``NAME=VALUE`` pairs separated by
+    commas, a value holding commas in brackets (``cleanup.policy=[compact,delete]`` sets
+    ``compact,delete``).
+
+    Raises:
+        CliError: an item that is not ``NAME=VALUE`` (exit code 2); when it follows a pair, the
+        message shows the bracket form of the value it probably belongs to.
+    """
+    pairs: list[tuple[str, str]] = []
+    for item in (p for raw in items for p in users.split_outside_brackets(raw)):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            hint = "use NAME=VALUE"
+            if pairs:
+                prev, prev_value = pairs[-1]
+                hint = (f"a value with commas goes in brackets, as in kafka-configs.sh: "
+                        f"'{prev}=[{prev_value},{item}]'")
+            raise CliError(f"invalid --add-config {item!r}; {hint}", exit_code=2)
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        pairs.append((name.strip(), value))
+    return pairs
+
+
 def _changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
     err = args.usage_error
     changes: list[tuple[str, int, str | None]] = []
-    for item in _pairs(args.add_config):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            err(f"invalid --add-config {item!r}; use NAME=VALUE")
-        changes.append((name.strip(), SET, value.strip()))
+    try:
+        added = parse_add_config(args.add_config)
+    except CliError as exc:
+        err(str(exc))
+    for name, value in added:
+        changes.append((name, SET, value))
     for name in _pairs(args.delete_config):
         changes.append((name, DELETE, None))
     if not changes:

@@ -86,10 +86,14 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--delete-offsets", action="store_true",
                         help="delete a group's committed offsets of topics or partitions")
     action.add_argument("--delete", action="store_true", help="delete inactive consumer groups")
-    p.add_argument("--group", action="append", default=[], metavar="GROUP")
-    p.add_argument("--all-groups", action="store_true")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]")
-    p.add_argument("--all-topics", action="store_true")
+    p.add_argument("--group", action="append", default=[], metavar="GROUP",
+                   help="the consumer group to act on (repeatable for --describe and --delete)")
+    p.add_argument("--all-groups", action="store_true",
+                   help="every consumer group (--describe, --delete, --reset-offsets)")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
+                   help="a topic, or some of its partitions (orders:0,1); repeatable")
+    p.add_argument("--all-topics", action="store_true",
+                   help="--reset-offsets: every topic the group has offsets for")
     p.add_argument("--type", action="append", nargs="?", const="", default=None,
                    metavar="TYPE[,TYPE]",
                    help="--list: show the group type (classic, consumer, share), or filter by it")
@@ -487,6 +491,8 @@ def _delete_offsets(cluster: Cluster, args: argparse.Namespace) -> int:
         if name not in meta:
             raise CliError(f"topic {name!r} does not exist; check the name with shoal topics "
                            f"--bootstrap-server {args.bootstrap_server} --list")
+    missing = {(t, p) for t, parts in specs.items() for p in parts or ()
+               if p not in meta[t].partitions}
     _, conn = cluster.coordinator(gid)
     m = request_module(OFFSET_DELETE, conn.version(OFFSET_DELETE))
     topics = tuple(make(m.OffsetDeleteRequestTopic, name=t, partitions=tuple(
@@ -503,7 +509,12 @@ def _delete_offsets(cluster: Cluster, args: argparse.Namespace) -> int:
     failed = 0
     for t in resp.topics:
         for p in sorted(t.partitions, key=lambda p: p.partition_index):
-            if p.error_code == ErrorCode.none:
+            if (t.name, p.partition_index) in missing:  # whatever a broker answers for it
+                failed += 1
+                rows.append([t.name, int(p.partition_index),
+                             f"Error: topic {t.name!r} has no partition {p.partition_index} "
+                             f"(it has {len(meta[t.name].partitions)})"])
+            elif p.error_code == ErrorCode.none:
                 rows.append([t.name, int(p.partition_index), "Successful"])
             else:
                 failed += 1

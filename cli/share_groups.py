@@ -72,10 +72,14 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--delete-offsets", action="store_true",
                         help="delete a group's offsets of whole topics")
     action.add_argument("--delete", action="store_true", help="delete inactive share groups")
-    p.add_argument("--group", action="append", default=[], metavar="GROUP")
-    p.add_argument("--all-groups", action="store_true")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]")
-    p.add_argument("--all-topics", action="store_true")
+    p.add_argument("--group", action="append", default=[], metavar="GROUP",
+                   help="the share group to act on (repeatable for --describe and --delete)")
+    p.add_argument("--all-groups", action="store_true",
+                   help="every share group (--describe, --delete, --reset-offsets)")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
+                   help="a topic, or some of its partitions (orders:0,1); repeatable")
+    p.add_argument("--all-topics", action="store_true",
+                   help="--reset-offsets: every topic the group has offsets for")
     p.add_argument("--state", nargs="?", const="", default=None, metavar="STATE",
                    help="--list: show (or filter by) state; --describe: the group state view")
     p.add_argument("--offsets", action="store_true", help="--describe: offsets (default)")
@@ -86,15 +90,21 @@ def add_parser(sub: Any) -> None:
                         "columns from this Prometheus endpoint (default: the coordinator's "
                         "metrics.listen, when it serves metrics)")
     to = p.add_mutually_exclusive_group()
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-datetime", metavar="YYYY-MM-DDThh:mm:ss.sss")
-    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-earliest", action="store_true",
+                    help="--reset-offsets: to the log start offset")
+    to.add_argument("--to-latest", action="store_true",
+                    help="--reset-offsets: to the log end offset")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDThh:mm:ss.sss",
+                    help="--reset-offsets: to the first record at or after this local time")
+    to.add_argument("--to-offset", type=int, metavar="N",
+                    help="--reset-offsets: to offset N (clamped to the log)")
     to.add_argument("--from-file", metavar="PLAN.csv",
                     help="--reset-offsets: a CSV reset plan, topic,partition,offset per line")
     run = p.add_mutually_exclusive_group()
-    run.add_argument("--dry-run", action="store_true")
-    run.add_argument("--execute", action="store_true")
+    run.add_argument("--dry-run", action="store_true",
+                     help="--reset-offsets: print the plan only (the default)")
+    run.add_argument("--execute", action="store_true",
+                     help="--reset-offsets: apply the plan")
     p.set_defaults(run=lambda args: run_command(p.prog, main, args), usage_error=p.error)
 
 
@@ -241,10 +251,26 @@ def _described(cluster: Cluster, args: argparse.Namespace) -> list[tuple[str, An
 def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     groups = _described(cluster, args)
     if args.members:
-        return _describe_members(groups, args)
-    if args.state is not None:
-        return _describe_state(groups, args)
-    return _describe_offsets(cluster, groups, args)
+        code = _describe_members(groups, args)
+    elif args.state is not None:
+        code = _describe_state(groups, args)
+    else:
+        code = _describe_offsets(cluster, groups, args)
+    _warn_missing_topics(cluster, groups)
+    return code
+
+
+def _warn_missing_topics(cluster: Cluster, groups: list[tuple[str, Any, Node]]) -> None:
+    """A warning on stderr for each topic members subscribe to that does not exist: such a
+    subscription gets nothing, and nothing else would say why."""
+    for gid, g, _node in groups:
+        names = sorted({n for m in g.members for n in m.subscribed_topic_names})
+        existing = cluster.existing_topics(names)
+        for name in names:
+            if name not in existing:
+                print(f"shoal share-groups: warning: members of share group {gid!r} subscribe "
+                      f"to topic {name!r}, which does not exist; they get no records from it "
+                      "until it is created", file=sys.stderr)
 
 
 def _figures(cluster: Cluster, groups: list[tuple[str, Any, Node]],

@@ -35,15 +35,27 @@ def add_parser(sub: Any) -> None:
     p = new_parser(sub, "topics", "create, list, describe, alter and delete topics",
                    "Manage topics on any Kafka-protocol broker (like kafka-topics.sh).")
     action = p.add_mutually_exclusive_group(required=True)
-    for name in ("create", "list", "describe", "alter", "delete"):
-        action.add_argument(f"--{name}", action="store_true")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC")
-    p.add_argument("--partitions", type=int, metavar="N")
-    p.add_argument("--replication-factor", type=int, metavar="R")
-    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--if-not-exists", action="store_true")
-    p.add_argument("--if-exists", action="store_true")
-    p.add_argument("--exclude-internal", action="store_true")
+    for name, text in (("create", "create --topic (with --partitions, --config)"),
+                       ("list", "list topic names"),
+                       ("describe", "show partitions, leaders and configs of topics"),
+                       ("alter", "raise the partition count of --topic to --partitions"),
+                       ("delete", "delete --topic")):
+        action.add_argument(f"--{name}", action="store_true", help=text)
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                   help="the topic (repeatable; --describe without it: every topic)")
+    p.add_argument("--partitions", type=int, metavar="N",
+                   help="partition count (--create: default the broker's num.partitions)")
+    p.add_argument("--replication-factor", type=int, metavar="R",
+                   help="--create: replicas per partition (a single broker has 1; default: the "
+                   "broker's)")
+    p.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                   help="--create: a topic config (repeatable), e.g. cleanup.policy=compact")
+    p.add_argument("--if-not-exists", action="store_true",
+                   help="--create: succeed when the topic exists already")
+    p.add_argument("--if-exists", action="store_true",
+                   help="--delete: succeed when the topic does not exist")
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="--list: leave out internal topics (__consumer_offsets, ...)")
     p.set_defaults(run=lambda args: run_command(p.prog, main, args), usage_error=p.error)
 
 

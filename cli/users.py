@@ -70,7 +70,8 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--add", action="store_true", help="add or update a credential")
     action.add_argument("--describe", action="store_true", help="list credentials")
     action.add_argument("--delete", action="store_true", help="delete a credential")
-    p.add_argument("--name", action="append", default=[], metavar="USER")
+    p.add_argument("--name", action="append", default=[], metavar="USER",
+                   help="the user (repeatable; --describe without it: every user)")
     p.add_argument("--mechanism", type=str.upper, choices=sorted(MECHANISMS),
                    metavar="MECHANISM", help="SCRAM-SHA-256 or SCRAM-SHA-512")
     p.add_argument("--password", metavar="PASSWORD", help="the password (visible to other "

@@ -194,12 +194,22 @@ class Connection:
             send()
             reply = self._conn.receive()
         except TimeoutError:
+            if name == "ApiVersions":  # any Kafka broker answers it at once
+                raise CliError(f"no answer to {name} from {self.address}; is it a Kafka "
+                               "listener? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} timed out; retry, or raise --timeout"
                            ) from None
         except OSError as exc:
+            if name == "ApiVersions" and isinstance(exc, ConnectionResetError):
+                raise CliError(f"{self.address} closed the connection without answering "
+                               f"{name}; is it a Kafka listener (and not TLS: see "
+                               "--command-config)? check --bootstrap-server") from None
             raise CliError(f"{name} to {self.address} failed: {_reason(exc)}; check that the "
                            "broker is running") from None
         except ResponseFrameError as exc:
+            if exc.size == _HTTP:  # "HTTP/1.1 400 ..." read as a frame size
+                raise CliError(f"{self.address} is an HTTP server (a metrics port?), not a "
+                               "Kafka listener; check --bootstrap-server") from None
             raise CliError(f"{self.address} sent a {exc.size}-byte {name} response; is this a "
                            "Kafka broker?") from None
         except UnexpectedResponseError:
@@ -208,6 +218,9 @@ class Connection:
             raise CliError(f"could not decode the {name} v{version} response from "
                            f"{self.address}; is this a Kafka broker?")
         return reply.body
+
+
+_HTTP = int.from_bytes(b"HTTP", "big")  # the first 4 bytes of an HTTP answer, as a size
 
 
 def _reason(exc: OSError) -> str:

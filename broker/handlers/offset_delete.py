@@ -1,7 +1,8 @@
 """OffsetDelete (47) v0: delete committed offsets of a classic group
 (``coordinator/group/offsets.py``, allowed by ``classic.py``), as Kafka: a ``consumer`` group with
 members refuses the partitions of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, read
-from their subscription metadata) and deletes the rest; a group of another protocol type with
+from their subscription metadata) and deletes the rest; a partition that does not exist gets
+UNKNOWN_TOPIC_OR_PARTITION; a group of another protocol type with
 members gets NON_EMPTY_GROUP; an unknown group GROUP_ID_NOT_FOUND; the empty group id
 INVALID_GROUP_ID.
 
@@ -37,7 +38,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
     codes: dict[tuple[str, int], ErrorCode] = {}
     asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    allowed = tuple(k for k in asked if k[0] not in denied)
+    for name, partition in asked:  # as KafkaApis: a partition not in the metadata
+        topic = ctx.broker.topics.get(name)
+        if name not in denied and (topic is None or not 0 <= partition < topic.partitions):
+            codes[(name, partition)] = ErrorCode.unknown_topic_or_partition
+    allowed = tuple(k for k in asked if k[0] not in denied and k not in codes)
     top = ErrorCode.none
     if allowed:
         top, results = await ctx.broker.share_groups.delete_offsets(req.group_id, allowed)

@@ -7,6 +7,10 @@ error codes in the response. The assignment is null unless the shard sends one; 
 is reported as Kafka reports it (``/127.0.0.1``). A member leaving (epoch -1) releases the records
 it holds on this broker.
 
+A subscription naming a topic that does not exist is served as in Kafka (nothing to assign
+from it), but not silently: a warning names the group and the topic, once per group and topic
+(``broker/missing_topics.py``); ``shoal share-groups --describe`` says it too.
+
 Authorization (``broker/authz.py``), as Kafka, before the group is touched: READ on the group,
 else GROUP_AUTHORIZATION_FAILED; when the heartbeat carries a subscription, DESCRIBE on every
 subscribed topic (each asked once), else TOPIC_AUTHORIZATION_FAILED for the whole heartbeat.
@@ -22,13 +26,13 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
+from broker.missing_topics import warn_missing_topics
 from coordinator.group.share.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.codec import response_module
 from protocol.messages import make
 
 API_KEY = 76
 VERSIONS = (1, 1)
-
 
 def _response(m: Any, resp: HeartbeatResponse) -> Any:
     assignment = None
@@ -68,6 +72,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         rack_id=req.rack_id,
         subscribed_topic_names=tuple(names) if names is not None else None,
         client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}"))
+    if names and resp.error_code == ErrorCode.none:
+        warn_missing_topics(ctx.broker, req.group_id, names, ctx.client_id)
     if req.member_epoch == -1 and resp.error_code == ErrorCode.none:
         # A member that leaves gives its acquired records back at once (session expiry does
         # not: as in Kafka, those wait for their acquisition locks to time out).

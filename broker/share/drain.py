@@ -15,10 +15,17 @@ nobody has finished with, and how long until the backlog is gone?". Three pure p
   minute. It is updated once per committed acknowledgement (not per record) and decayed lazily
   when read, so the hot path pays one ``exp``. Early on, the weight of the time not yet observed
   is discounted (bias correction), so a steady rate reads right from the first seconds.
+- **Seconds since progress** (:func:`since_progress_s`): how long a share-partition with lag has
+  gone without completing a record (0 without lag; ``+inf`` when none completed since it was
+  loaded on this broker, or it is not loaded here). This is the figure that says "stuck, for X
+  seconds" directly, without waiting for an average to decay.
 - **Drain ETA** (:func:`drain_eta_s`) = lag / drain rate: 0 when there is no lag, ``+inf`` when
-  there is lag but nothing completes (no consumer, or every record released): "never, at this
-  rate". Exported as ``+Inf`` rather than left out, so ``eta > 600`` alerts fire on a stuck
-  partition and an absent series still means "no such share-partition".
+  there is lag and no record completed for :data:`STALL_AFTER_MS` (one minute; also when the
+  rate is below :data:`MIN_RATE`): "never, at this rate". The decaying rate alone would take
+  about ten minutes to fall below any threshold after the last completion; the stall interval
+  makes the ETA turn ``+inf`` one minute after progress stops. Exported as ``+Inf`` rather than
+  left out, so ``eta > 600`` alerts fire on a stuck partition and an absent series still means
+  "no such share-partition".
 
 Nothing here reads a clock: every function takes ``now_ms``.
 """
@@ -36,14 +43,20 @@ __all__ = [
     "DecayingRate",
     "age_s",
     "batch_append_ms",
+    "STALL_AFTER_MS",
     "drain_eta_s",
     "first_unacked_offset",
+    "since_progress_s",
 ]
 
 #: Time constant of the drain-rate average: a completion weighs 1/e after one minute.
 DRAIN_RATE_TAU_MS = 60_000
 #: Rates below this (records/s) count as "nothing completes": about one record a day.
 MIN_RATE = 1e-5
+#: No record completed for this long while records wait: the drain ETA is +inf ("stalled").
+#: One time constant of the rate: a partition completing less than once a minute is reported as
+#: stalled rather than with an ETA extrapolated from completions that stopped.
+STALL_AFTER_MS = 60_000
 
 _TIMESTAMP_TYPE_MASK = 0x08  # record batch attributes: 1 = LogAppendTime
 _TERMINAL = frozenset({int(RecordState.ACKNOWLEDGED), int(RecordState.ARCHIVED)})
@@ -83,6 +96,11 @@ class DecayingRate:
         dt = now_ms - self._last_ms
         return self._sum if dt <= 0 else self._sum * math.exp(-dt / self._tau_ms)
 
+    @property
+    def last_event_ms(self) -> int | None:
+        """Time of the latest event recorded (None before the first)."""
+        return self._last_ms
+
     def rate(self, now_ms: int) -> float:
         """Events per second at ``now_ms`` (0.0 before the first event)."""
         if self._last_ms is None or self._since_ms is None:
@@ -93,14 +111,27 @@ class DecayingRate:
         return self._decayed(now_ms) / (window_ms / 1000.0)
 
 
-def drain_eta_s(lag: int, rate: float) -> float:
+def since_progress_s(lag: int, now_ms: int, last_progress_ms: int | None) -> float:
+    """Seconds a share-partition with ``lag`` records waiting has gone without completing one:
+    0.0 when nothing waits (lag 0, or unknown), ``inf`` when no completion is known
+    (``last_progress_ms`` None: none since it was loaded here, or it is not loaded here)."""
+    if lag <= 0:
+        return 0.0
+    if last_progress_ms is None:
+        return math.inf
+    return max(0.0, (now_ms - last_progress_ms) / 1000.0)
+
+
+def drain_eta_s(lag: int, rate: float, since_progress: float = 0.0) -> float:
     """Seconds until ``lag`` records are done at ``rate`` per second: 0.0 without lag, ``inf``
-    when the rate is (nearly) zero, -1.0 when the lag is unknown (negative)."""
+    when nothing completed for :data:`STALL_AFTER_MS` (``since_progress``, seconds, from
+    :func:`since_progress_s`) or the rate is (nearly) zero, -1.0 when the lag is unknown
+    (negative)."""
     if lag < 0:
         return -1.0
     if lag == 0:
         return 0.0
-    if rate < MIN_RATE:
+    if rate < MIN_RATE or since_progress * 1000.0 >= STALL_AFTER_MS:
         return math.inf
     return lag / rate
 

@@ -1098,6 +1098,11 @@ class SharePartition:
         minute (broker/share/drain.py)."""
         return self._drain.rate(now_ms)
 
+    def last_progress_ms(self) -> int | None:
+        """When a record last completed here (acknowledged or archived), None if none has since
+        the share-partition was loaded (broker/share/drain.py ``since_progress_s``)."""
+        return self._drain.last_event_ms
+
     def metrics(self) -> ShareMetrics:
         in_flight = acquired = archiving = 0
         last = self._cache.last_offset

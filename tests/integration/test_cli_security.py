@@ -165,8 +165,9 @@ def test_acl_usage_errors_are_one_line(cli: Cli, args: tuple[str, ...], message:
 def test_acls_without_an_authorizer_say_how_to_enable_it(broker: BrokerProcess) -> None:
     err = Cli(broker.bootstrap).fails("acls", "--list")
     assert err.startswith("shoal acls: cannot list ACLs: SECURITY_DISABLED: ")
-    assert err.endswith("; start the broker with authorizer.class.name="
-                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer\n")
+    assert err.endswith("set authorizer.class.name="
+                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer to enable them\n")
+    assert err.count("authorizer.class.name") == 1  # the advice once, not the broker's and ours
 
 
 # -------------------------------------------------------------------------------- users

@@ -81,6 +81,9 @@ def test_age_grows_while_a_record_is_held_and_drops_once_acknowledged(mb, unique
         assert eta is not None and 0 < eta < math.inf
         assert first.value("shoal_share_partition_drain_rate", **where) > 0
         assert first.value("shoal_share_group_drain_eta_seconds", group=unique) == eta
+        idle = first.value("shoal_share_partition_seconds_since_progress", **where)
+        assert idle is not None and 0 <= idle < 30  # the acknowledgements just completed
+        assert first.value("shoal_share_group_seconds_since_progress", group=unique) == idle
         time.sleep(1.2)
         second = scrape(mb)
         age2 = second.value(AGE, **where)
@@ -151,6 +154,8 @@ def test_after_a_restart_figures_exist_before_any_fetch(tmp_path: Path, unique: 
         assert s.value("shoal_share_partition_acquired_records", **where) == 0
         assert s.value(AGE, **where) > 0  # the released records were appended before
         assert s.value(ETA, **where) == math.inf  # nothing completes: never, at this rate
+        # Not loaded here: no progress known, and the operator sees it directly.
+        assert s.value("shoal_share_partition_seconds_since_progress", **where) == math.inf
         assert s.value("shoal_share_group_lag", group=unique) == 7
         assert "shoal_share_partition_drain_eta_seconds{" in s.text
         assert f'{ETA}{{group="{unique}",topic="{unique}",partition="0"}} +Inf' in s.text

@@ -49,7 +49,7 @@ def test_unknown_name_is_rejected_with_a_suggestion(name: str, suggested: str | 
         assert "did you mean" not in message and "check the spelling" in message
     else:
         assert f"did you mean {suggested!r}?" in message
-    assert "README.md" in message
+    assert "docs/configuration.md" in message
 
 
 def test_the_typo_from_the_report_reads_well() -> None:
@@ -57,8 +57,8 @@ def test_the_typo_from_the_report_reads_well() -> None:
         BrokerConfig({"group.share.record.lock.duraton.ms": "5000"})
     assert str(info.value) == (
         "unknown broker config 'group.share.record.lock.duraton.ms'; did you mean "
-        "'group.share.record.lock.duration.ms'? See 'Running the broker directly' in README.md "
-        "for the broker configs.")
+        "'group.share.record.lock.duration.ms'? See docs/configuration.md for the broker "
+        "configs.")
 
 
 @pytest.mark.parametrize("name", sorted(NO_EFFECT_KAFKA_CONFIGS))
@@ -79,8 +79,8 @@ def test_no_effect_names_are_not_declared_configs() -> None:
     assert not set(NO_EFFECT_KAFKA_CONFIGS) & set(BROKER_CONFIGS)
 
 
-def test_the_readme_lists_every_no_effect_name() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_configuration_page_lists_every_no_effect_name() -> None:
+    readme = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert [n for n in NO_EFFECT_KAFKA_CONFIGS if f"`{n}`" not in readme] == []
 
 

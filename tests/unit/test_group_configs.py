@@ -105,6 +105,18 @@ def test_validation(tmp_path: Path, name: str, value: str, accepted: bool) -> No
         assert not (tmp_path / FILE_NAME).exists()
 
 
+def test_a_typo_gets_did_you_mean_first(tmp_path: Path) -> None:
+    gc = configs(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        gc.alter("g", {"share.auto.offset.rest": "earliest"})
+    # First, so a client that cuts the message short (librdkafka) still shows it.
+    assert str(info.value).startswith("unknown group config 'share.auto.offset.rest'; did you "
+                                      "mean 'share.auto.offset.reset'? the group configs are ")
+    with pytest.raises(ConfigError) as info:
+        gc.alter("g", {"zzz": "1"})
+    assert str(info.value).startswith("unknown group config 'zzz'; the group configs are ")
+
+
 def test_out_of_bounds_message_names_config_and_range(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"share\.record\.lock\.duration\.ms=2000: must be "
                        r"between 15000 and 60000 \(broker configs "

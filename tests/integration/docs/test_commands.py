@@ -1,0 +1,54 @@
+"""Commands from the docs that must work as written (beyond the marked examples)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, free_port
+
+
+def test_json_log_format_keeps_both_streams_pure_json(tmp_path: Path) -> None:
+    """docs/configuration.md: `shoal broker ... --log-format json 2>&1 | jq` must parse."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "data"), "--log-format", "json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first: list[str] = []
+    try:
+        assert proc.stderr is not None
+        while not first or '"event": "listening"' not in first[-1]:
+            line = proc.stderr.readline()  # the broker logs several lines before listening
+            assert line, "the broker exited before listening"
+            first.append(line)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    err = "".join(first) + err
+    assert proc.returncode == 0, err[-2000:]
+    assert out == ""
+    records = [json.loads(line) for line in err.splitlines()]  # every line is JSON
+    listening = [r for r in records if r.get("event") == "listening"]
+    assert [r["msg"] for r in listening] == [f"listening on 127.0.0.1:{port} (PLAINTEXT)"]
+    started = [r["msg"] for r in records if r["msg"].startswith("Shoal broker 1 listening")]
+    assert len(started) == 1 and started[0].startswith(
+        f"Shoal broker 1 listening on 127.0.0.1:{port} (PLAINTEXT, advertised 127.0.0.1:{port})")
+
+
+def test_plain_startup_line_names_the_protocol_once(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert line == f"shoal: listening on 127.0.0.1:{port} (PLAINTEXT)\n"

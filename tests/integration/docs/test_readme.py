@@ -1,0 +1,201 @@
+"""The README's runnable examples (and those of docs/*.md), run as a reader pastes them.
+
+Marking, in the markdown, on the line before a fenced block:
+
+- ``<!-- test: NAME -->``: a step of example NAME. A ``sh`` block runs in bash (``-e``), a
+  ``python`` block with the venv's Python. An example may have several steps, run in document
+  order.
+- ``<!-- test: NAME file=PATH -->``: the block is a file the reader saves as PATH.
+- ``<!-- test: NAME after=OTHER -->`` (on the first step): the steps of example OTHER run
+  first, as the text assumes the reader did them; their output is not NAME's.
+- ``<!-- test: NAME background -->``: a command the reader leaves running in another terminal
+  (a broker); it runs in the background until the example ends. Without such a step the test
+  starts a broker itself, where the text says ``make run``.
+- ``<!-- output: NAME -->``: what the text says the example prints on stdout; lines may come in
+  any order (the text says so where that matters). ``<!-- output: NAME contains -->``: lines
+  the output holds, in this order, among others.
+
+Each example runs in a fresh directory holding only a ``.venv`` link to this checkout's venv,
+the environment the quick start tells the reader to create. Ports 9092, 9093 and 9404 in the
+text are replaced by free ones. ``make client`` is not run (it would install into the shared
+venv): the test venv has everything it installs, and
+``test_make_client_installs_what_the_quick_start_uses`` checks the target itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, BrokerProcess, free_port
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_MARKED = re.compile(r"<!-- (test|output): ([\w-]+)((?: [\w=./-]+)*) -->\n```(\w*)\n(.*?)\n```",
+                     re.S)
+PORTS = (9092, 9093, 9404)
+
+
+@dataclass(frozen=True)
+class Step:
+    lang: str
+    text: str
+    file: str | None = None
+    background: bool = False
+    after: str | None = None
+    counted: bool = True  # its stdout is the example's (not a step of an `after` example)
+
+
+def marked() -> tuple[dict[str, list[Step]], dict[str, tuple[str, bool]]]:
+    """Every example's steps, and every expected output (text, whether only contained)."""
+    steps: dict[str, list[Step]] = {}
+    outputs: dict[str, tuple[str, bool]] = {}
+    for page in PAGES:
+        for kind, name, opts, lang, text in _MARKED.findall(page.read_text(encoding="utf-8")):
+            options = dict(o.partition("=")[::2] for o in opts.split())
+            if kind == "output":
+                assert name not in outputs, f"output of {name!r} is marked twice"
+                outputs[name] = (text, "contains" in options)
+            else:
+                steps.setdefault(name, []).append(Step(lang, text, options.get("file") or None,
+                                                       "background" in options,
+                                                       options.get("after") or None))
+    for name, own in steps.items():
+        if own[0].after:
+            before = [Step(s.lang, s.text, s.file, s.background, counted=False)
+                      for s in steps[own[0].after]]
+            steps[name] = before + own
+    return steps, outputs
+
+
+STEPS, OUTPUTS = marked()
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # This tree's packages win over the venv's editable install (which may be another checkout).
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the background step exited"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port} after {timeout} s")
+
+
+def run_example(name: str, workdir: Path, timeout: float = 120) -> tuple[str, str]:
+    """Run example ``name`` in ``workdir``; (stdout, stderr) of its foreground steps."""
+    (workdir / ".venv").symlink_to(ROOT / ".venv")
+    ports = {p: free_port() for p in PORTS}
+    steps = STEPS[name]
+    broker = None
+    if not any(s.background for s in steps):  # the reader's `make run`
+        broker = BrokerProcess(workdir / "test-broker-data", port=ports[9092])
+        broker.start()
+    background: list[subprocess.Popen[bytes]] = []
+    out, err = [], []
+    activated = False
+    try:
+        for step in steps:
+            text = step.text
+            for port, ours in ports.items():
+                text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{ours}")
+            if step.file:
+                (workdir / step.file).write_text(text + "\n", encoding="utf-8")
+                continue
+            if step.background:
+                log = workdir / f"background-{len(background)}.log"
+                with open(log, "wb") as f:
+                    proc = subprocess.Popen(["bash", "-c", text], cwd=workdir, env=_env(),
+                                            stdout=f, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+                background.append(proc)
+                files = " ".join(p.read_text() for s in steps if s.file
+                                 and (p := workdir / s.file).exists())
+                used = [ours for ours in ports.values() if f":{ours}" in text + files]
+                try:
+                    _wait_port(used[0] if used else ports[9092], proc)
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}:\n{log.read_text()[-3000:]}") from None
+                continue
+            if step.lang == "sh":
+                # make client is checked by its own test; the test venv has what it installs.
+                script = re.sub(r"^make client\b.*$", "true", text, flags=re.M)
+                if activated:  # the reader's shell is still activated from an earlier step
+                    script = f"source .venv/bin/activate\n{script}"
+                activated = activated or "source .venv/bin/activate" in text
+                cmd = ["bash", "-e", "-o", "pipefail", "-c", script]
+            else:
+                assert step.lang == "python", f"example {name!r}: unknown language {step.lang!r}"
+                cmd = [sys.executable, "-c", text]
+            done = subprocess.run(cmd, cwd=workdir, env=_env(), capture_output=True, text=True,
+                                  timeout=timeout)
+            if step.counted:
+                out.append(done.stdout)
+            err.append(done.stderr)
+            assert done.returncode == 0, (
+                f"step of {name!r} failed ({done.returncode}):\n{text}\nstdout:\n{done.stdout}"
+                f"\nstderr:\n{done.stderr[-3000:]}")
+    finally:
+        for proc in background:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
+        if broker is not None:
+            broker.stop()
+    return "".join(out), "".join(err)
+
+
+def test_the_quick_start_is_marked_and_comes_first() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "quickstart" in STEPS and "quickstart" in OUTPUTS
+    assert readme.index("\n## Quick start") == readme.index("\n## ")
+    # It installs the clients, activates the venv and sets earliest before consuming.
+    text = "\n".join(s.text for s in STEPS["quickstart"])
+    steps = ["make client", "source .venv/bin/activate", "share.auto.offset.reset=earliest",
+             "ShareConsumer", "--describe"]
+    assert [text.index(s) for s in steps] == sorted(text.index(s) for s in steps)
+
+
+def test_every_example_says_what_it_prints() -> None:
+    assert {"quickstart", "security", "cli"} <= set(STEPS)
+    assert sorted(STEPS) == sorted(OUTPUTS)
+
+
+def test_make_client_installs_what_the_quick_start_uses() -> None:
+    """`make client` (dry run) installs the client extra, confluent-kafka and pip into .venv."""
+    plan = subprocess.run(["make", "-n", "-B", "client", "VENV=/nonexistent/venv"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert plan.returncode == 0, plan.stderr
+    install = [line for line in plan.stdout.splitlines() if " install " in line]
+    assert len(install) == 1, plan.stdout
+    assert "--python /nonexistent/venv/bin/python" in install[0]
+    for wanted in ("-e '.[client]'", "confluent-kafka==", "'pip>="):
+        assert wanted in install[0], install[0]
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_example_prints_what_the_text_says(name: str, tmp_path: Path) -> None:
+    stdout, stderr = run_example(name, tmp_path)
+    expected, contained = OUTPUTS[name]
+    lines = stdout.splitlines()
+    if contained:
+        at = [lines.index(x) if x in lines else -1 for x in expected.splitlines()]
+        assert -1 not in at and at == sorted(at), (expected, stdout, stderr[-3000:])
+    else:
+        assert sorted(lines) == sorted(expected.splitlines()), (stdout, stderr[-3000:])
