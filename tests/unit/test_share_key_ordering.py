@@ -312,13 +312,13 @@ def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
 
 def test_a_walk_that_took_every_free_record_is_not_repeated(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import broker.share.partition as partition_module
+    import broker.share.partition_acquire as partition_module
 
     walks: list[str] = []
     real = partition_module.acquire_keyed
 
     def counted(*args: object, **kwargs: object) -> object:
-        walks.append(str(args[6]))  # the member
+        walks.append(str(args[2].member_id))  # the member (the KeyedFetch)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(partition_module, "acquire_keyed", counted)
