@@ -131,24 +131,9 @@ class AcquireOps:
         if max_records <= 0 or not log_batches:
             return []
         cfg = self._config()
-        held_at: int | None = None
-        if self._backoff:
-            self._tick(now_ms)
-            if self._backoff.pop_due(now_ms):
-                self._key_version += 1
-                self._find_next = True
-            if self._backoff:
-                held_at = now_ms
-        # Compaction (Kafka maybeArchiveStaleBatches): nothing exists from the fetch offset up
-        # to the first batch returned, so those records are done (in memory only).
-        if (
-            fetch_offset is not None
-            and log_batches[0][0] > fetch_offset
-            and archive_missing(
-                self._cache, max(fetch_offset, self._start), log_batches[0][0] - 1
-            )
-        ):
-            self._after_change(found_available=False)
+        held_at = self._end_backoffs(now_ms)
+        if fetch_offset is not None and log_batches[0][0] > fetch_offset:
+            self._archive_compacted(fetch_offset, log_batches[0][0] - 1)
         if not cfg.read_committed:
             stable_end = None
         elif stable_end is not None and log_batches[-1][0] >= stable_end:
@@ -179,6 +164,23 @@ class AcquireOps:
                 self._after_change(found_available=False)
                 self._skipped = True
         return ranges
+
+    def _end_backoffs(self, now_ms: int) -> int | None:
+        """End the redelivery backoffs due at ``now_ms``; returns ``now_ms`` while records are
+        still in backoff (acquisition then skips them), else None."""
+        if not self._backoff:
+            return None
+        self._tick(now_ms)
+        if self._backoff.pop_due(now_ms):
+            self._key_version += 1
+            self._find_next = True
+        return now_ms if self._backoff else None
+
+    def _archive_compacted(self, lo: int, hi: int) -> None:
+        """Compaction (Kafka maybeArchiveStaleBatches): nothing exists from the fetch offset
+        ``lo`` up to the first batch returned (``hi``), so those records are done (in memory)."""
+        if archive_missing(self._cache, max(lo, self._start), hi):
+            self._after_change(found_available=False)
 
     def _skip_txn(
         self,
