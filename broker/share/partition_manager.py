@@ -512,7 +512,7 @@ class SharePartitionManager:
 
     def forget(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop loaded share-partitions whose durable state an admin RPC reset or deleted
-        (broker/share_admin.py) or whose topic was deleted; the next ShareFetch loads them again
+        (broker/share/admin.py) or whose topic was deleted; the next ShareFetch loads them again
         from the persister."""
         for key in list(keys):
             self._parts.pop(key, None)
