@@ -137,9 +137,10 @@ class KeyIndex:
         return list(self.held.items())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeyedFetch:
-    """One keyed acquisition: who asks, what the shell read, and the window's bounds.
+    """One keyed acquisition: who asks, what the shell read, and the window's bounds (read-only
+    by convention; not ``frozen``, which would make building one per fetch cost 4x).
 
     ``start`` is the SPSO, ``room_new`` how many new offsets the record-lock limit still allows
     (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them),

@@ -49,9 +49,13 @@ if TYPE_CHECKING:
 __all__ = ["AcquireOps"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Acquisition:
-    """One cleaned read to acquire from: who asks, the budget, and what not to take."""
+    """One cleaned read to acquire from: who asks, the budget, and what not to take.
+
+    Read-only by convention; not ``frozen`` because one is built per ShareFetch and a frozen
+    dataclass's ``__init__`` costs about four times as much.
+    """
 
     member_id: str
     log_batches: Sequence[tuple[int, int]]
