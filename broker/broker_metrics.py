@@ -11,7 +11,7 @@ between scrapes.
 Lag follows KIP-1226: log end offset - share-partition start offset - records already
 acknowledged or archived at/after the start offset. Share-partitions loaded on this broker are
 reported from their live window; every other share-partition with state at the local share
-coordinator from that persisted state (broker/share_figures.py: cached per scrape interval, at
+coordinator from that persisted state (broker/share/figures.py: cached per scrape interval, at
 most MAX_SHARE_PARTITION_SERIES). Age and drain figures (oldest unacknowledged record age from its
 append time, drain rate, drain ETA) are defined in broker/share/drain.py. docs/metrics.md
 lists every metric with its Kafka JMX counterpart.
@@ -34,8 +34,8 @@ from kio.schema.errors import ErrorCode
 from broker.metrics import Family, Registry
 from broker.share.drain import age_s, drain_eta_s, since_progress_s
 from broker.share.record_state import AckType
-from broker.share_admin import share_lag
-from broker.share_figures import MAX_SHARE_PARTITION_SERIES, ShareFigures
+from broker.share.admin import share_lag
+from broker.share.figures import MAX_SHARE_PARTITION_SERIES, ShareFigures
 
 if TYPE_CHECKING:
     from broker.app import Broker

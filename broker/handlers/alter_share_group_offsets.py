@@ -3,7 +3,7 @@
 A group with members answers NON_EMPTY_GROUP (top level); an unknown group id is created as an
 Empty share group. Per partition: an unknown topic or partition index is
 UNKNOWN_TOPIC_OR_PARTITION, a start offset below -1 INVALID_REQUEST; otherwise the share state is
-re-initialized at that offset (``broker/share_admin.py``) before the answer.
+re-initialized at that offset (``broker/share/admin.py``) before the answer.
 
 Authorization (``broker/authz.py``), as Kafka: READ on the group, else a top-level
 GROUP_AUTHORIZATION_FAILED; READ on each topic, else TOPIC_AUTHORIZATION_FAILED for each of its
@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import AlterResult, PartitionResult, ShareAdmin, TopicAlterResult
+from broker.share.admin import AlterResult, PartitionResult, ShareAdmin, TopicAlterResult
 from protocol.codec import response_module
 from protocol.messages import make
 

@@ -6,7 +6,7 @@ committed offsets with it. Share groups as follows.
 Only an Empty share group can be deleted (NON_EMPTY_GROUP otherwise); an unknown id answers
 GROUP_ID_NOT_FOUND and an empty id INVALID_GROUP_ID. Deleting removes the group's durable share
 state through the persister (first: if that fails the group stays, as in Kafka), then the group
-itself and its group configs (``broker/share_admin.py``). The answer waits for all of it.
+itself and its group configs (``broker/share/admin.py``). The answer waits for all of it.
 Authorization (``broker/authz.py``): DELETE on each group, else GROUP_AUTHORIZATION_FAILED for
 it and nothing of it is touched (Kafka).
 """
@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import ShareAdmin
+from broker.share.admin import ShareAdmin
 from protocol.codec import response_module
 from protocol.messages import make
 

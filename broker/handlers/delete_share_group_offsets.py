@@ -3,7 +3,7 @@
 The group must exist (GROUP_ID_NOT_FOUND) and be Empty (NON_EMPTY_GROUP), both top level. Per
 topic: an unknown topic, or one the group holds no share state for, is
 UNKNOWN_TOPIC_OR_PARTITION; otherwise every partition's share state is deleted and the topic is
-dropped from the group's state metadata (``broker/share_admin.py``), so a later subscription
+dropped from the group's state metadata (``broker/share/admin.py``), so a later subscription
 starts from ``share.auto.offset.reset`` again.
 
 Authorization (``broker/authz.py``), as Kafka: DELETE on the group, else a top-level
@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import DeleteOffsetsResult, ShareAdmin, TopicDeleteResult
+from broker.share.admin import DeleteOffsetsResult, ShareAdmin, TopicDeleteResult
 from protocol.codec import response_module
 from protocol.messages import make
 

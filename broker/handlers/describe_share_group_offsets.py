@@ -4,7 +4,7 @@ Per group: ``topics=None`` describes every partition whose share state the group
 named topics describe exactly the partitions asked for. A partition never consumed has start
 offset -1 and lag -1; an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION for it; an
 unknown group is not an error (no topics, or start offset -1 per named partition), as Kafka
-answers. The rules and the lag formula live in ``broker/share_admin.py``.
+answers. The rules and the lag formula live in ``broker/share/admin.py``.
 
 Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each group, else that group is
 GROUP_AUTHORIZATION_FAILED; named topics the principal may not DESCRIBE are answered
@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.share_admin import GroupOffsets, PartitionOffset, ShareAdmin, TopicOffsets
+from broker.share.admin import GroupOffsets, PartitionOffset, ShareAdmin, TopicOffsets
 from protocol.codec import response_module
 from protocol.messages import make
 

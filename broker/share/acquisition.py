@@ -324,17 +324,50 @@ def apply_plan(
 
     Per-offset runs next to each other with equal delivery counts are merged into one range; a
     whole re-acquired cached batch and each batch of new offsets are ranges of their own
-    (reference: createBatches and accumulateAcquiredRecords).
+    (reference: createBatches and accumulateAcquiredRecords). Runs of new offsets are grouped
+    into one cached batch per contiguous stretch of about ``batch_size`` records.
     """
-    out: list[AcquiredRecords] = []
-    mergeable: list[bool] = []
+    taker = _Taker(cache, locks, member_id, now_ms, deadline_ms)
     group: list[tuple[int, int, int]] = []  # new runs: (first, last taken, last of its span)
-    left_available = False
+    for cand, take in plan:
+        last_taken = cand.first + take - 1
+        if cand.batch is None:
+            if group and (
+                group[-1][2] + 1 != cand.first
+                or (batch_size > 0 and group[-1][1] - group[0][0] + 1 >= batch_size)
+            ):
+                taker.take_new(group)
+            group.append((cand.first, last_taken, cand.last))
+            continue
+        if group:
+            taker.take_new(group)
+        taker.take_cached(cand, last_taken)
+    if group:
+        taker.take_new(group)
+    return taker.out, taker.left_available
 
-    def flush() -> None:
-        nonlocal left_available
-        if not group:
-            return
+
+class _Taker:
+    """The AVAILABLE -> ACQUIRED moves of one :func:`apply_plan`, and the ranges they give."""
+
+    __slots__ = ("cache", "deadline_ms", "left_available", "locks", "member_id", "mergeable",
+                 "now_ms", "out")
+
+    def __init__(self, cache: InFlightCache, locks: LockIndex, member_id: str, now_ms: int,
+                 deadline_ms: int) -> None:
+        self.cache = cache
+        self.locks = locks
+        self.member_id = member_id
+        self.now_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.out: list[AcquiredRecords] = []
+        self.mergeable: list[bool] = []  # out[i] may merge with a following per-offset run
+        self.left_available = False
+
+    def take_new(self, group: list[tuple[int, int, int]]) -> None:
+        """Cache the new offsets of ``group`` as one batch and acquire its taken part; clears
+        ``group``."""
+        cache = self.cache
         first, last_taken, last_span = group[0][0], group[-1][1], group[-1][2]
         batch = InFlightBatch(first, last_span, RecordInfo(RecordState.AVAILABLE, 0))
         if last_taken < last_span:
@@ -347,50 +380,41 @@ def apply_plan(
             else:
                 batch.explode()
                 cache.add(batch)
-            left_available = True
+            self.left_available = True
         else:
             cache.add(batch)
         for _lo, _hi, info in cache.units(first, last_taken):
-            info.acquire(member_id, now_ms, deadline_ms)
-        locks.push(deadline_ms, first, last_taken)
-        out.append(AcquiredRecords(first, last_taken, 1))
-        mergeable.append(False)
+            info.acquire(self.member_id, self.now_ms, self.deadline_ms)
+        self.locks.push(self.deadline_ms, first, last_taken)
+        self.out.append(AcquiredRecords(first, last_taken, 1))
+        self.mergeable.append(False)
         group.clear()
 
-    for cand, take in plan:
-        last_taken = cand.first + take - 1
-        if cand.batch is None:
-            if group and (
-                group[-1][2] + 1 != cand.first
-                or (batch_size > 0 and group[-1][1] - group[0][0] + 1 >= batch_size)
-            ):
-                flush()
-            group.append((cand.first, last_taken, cand.last))
-            continue
-        flush()
+    def take_cached(self, cand: Candidate, last_taken: int) -> None:
+        """Acquire ``cand.first..last_taken`` of a cached AVAILABLE run again."""
         batch = cand.batch
+        assert batch is not None
         whole = not batch.exploded and (batch.first_offset, batch.last_offset) == (
             cand.first,
             last_taken,
         )
-        for _lo, _hi, info in cache.units(cand.first, last_taken):
-            info.acquire(member_id, now_ms, deadline_ms)
-        locks.push(deadline_ms, cand.first, last_taken)
+        for _lo, _hi, info in self.cache.units(cand.first, last_taken):
+            info.acquire(self.member_id, self.now_ms, self.deadline_ms)
+        self.locks.push(self.deadline_ms, cand.first, last_taken)
         count = cand.delivery_count + 1
+        out = self.out
         prev = out[-1] if out else None
         if (
             not whole
             and prev is not None
-            and mergeable[-1]
+            and self.mergeable[-1]
             and prev.delivery_count == count
             and prev.last_offset + 1 == cand.first
         ):
             out[-1] = AcquiredRecords(prev.first_offset, last_taken, count)
         else:
             out.append(AcquiredRecords(cand.first, last_taken, count))
-            mergeable.append(not whole)
-    flush()
-    return out, left_available
+            self.mergeable.append(not whole)
 
 
 def archive_missing(cache: InFlightCache, lo: int, hi: int) -> bool:

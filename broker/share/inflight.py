@@ -18,13 +18,15 @@ Invariants (checked by the property tests):
 - the cache may hold a straddling batch that starts below the SPSO, and whole batches below the
   SPSO only while they still hold ACQUIRED records (after the log start offset jumped).
 
-:class:`LockIndex` is a lazy min-heap of acquisition-lock deadlines over offset ranges. Entries are
-never removed eagerly; a popped entry is only acted on if the records in its range still hold a
-lock with that exact deadline, which keeps renewals, re-acquisitions and explosions cheap.
+:class:`LockIndex` is a lazy min-heap of acquisition-lock deadlines over offset ranges of one
+cache. Entries are never removed eagerly; a popped entry is only acted on if the records in its
+range still hold a lock with that exact deadline, which keeps renewals, re-acquisitions and
+explosions cheap.
 
-:func:`scan_prefix` (where the SPSO can move, and the delivery-complete count) and
-:func:`state_batches` (what a state write says) read the cache; with a write token they describe
-the window as it will be once that write commits.
+:class:`InFlightCache` owns the scans of the window: ``advance_start`` and ``scan_prefix`` (where
+the SPSO can move, and the delivery-complete count), ``state_batches`` (what a state write says;
+with a write token both describe the window as it will be once that write commits),
+``first_fetchable``, ``archive_available_below``, ``trim_below`` and ``oldest_acquired_at``.
 """
 
 from __future__ import annotations
@@ -45,15 +47,8 @@ __all__ = [
     "LockIndex",
     "PendingAck",
     "RecordInfo",
-    "advance_start",
-    "archive_available_below",
-    "first_fetchable",
     "is_terminal_for",
     "merge_ranges",
-    "oldest_acquired_at",
-    "scan_prefix",
-    "state_batches",
-    "trim_below",
 ]
 
 
@@ -334,13 +329,143 @@ class InFlightCache:
             batch.explode()
             yield from batch.runs(lo, hi)
 
+    # ------------------------------------------------------------------ the window's scans
+
+    def advance_start(self, start: int) -> int:
+        """The start offset after the committed terminal prefix from ``start`` (stops at a
+        hole)."""
+        for batch in self.from_offset(start):
+            if batch.first_offset > start:
+                return start
+            for lo, hi, info in batch.runs(start, batch.last_offset):
+                if not info.state.is_terminal:
+                    return lo
+                start = hi + 1
+        return start
+
+    def scan_prefix(self, start: int, token: int | None) -> tuple[int, int]:
+        """(start offset after the terminal prefix from ``start``, terminal records at/after it).
+
+        The prefix stops at the first non-terminal record or hole (a hole is a record never
+        delivered). With ``token`` the pending transitions of that write count as done: this is
+        what the SPSO and delivery_complete_count will be once the write commits.
+        """
+        new_start = start
+        moving = True
+        complete = 0
+        for batch in self.from_offset(start):
+            for lo, hi, info in batch.runs(start, batch.last_offset):
+                terminal = is_terminal_for(info, token)
+                if moving:
+                    if lo == new_start and terminal:
+                        new_start = hi + 1
+                        continue
+                    moving = False
+                if terminal:
+                    complete += hi - lo + 1
+        return new_start, complete
+
+    def state_batches(
+        self, ranges: list[tuple[int, int]], start: int, token: int | None
+    ) -> list[PersisterStateBatch]:
+        """Persistable (state, delivery count) runs over ``ranges`` at/after ``start``.
+
+        With ``token`` a record pending on that write is described by its target state. Records
+        in non-persisted states (ACQUIRED) are left out: acquisition is never written.
+        """
+        out: list[PersisterStateBatch] = []
+        for lo, hi in ranges:
+            for r_lo, r_hi, info in self.runs(max(lo, start), hi):
+                pending = info.pending
+                state = (
+                    pending.target
+                    if token is not None and pending is not None and pending.token == token
+                    else info.state
+                )
+                if not state.is_persisted:
+                    continue
+                prev = out[-1] if out else None
+                if (
+                    prev is not None
+                    and prev.last_offset + 1 == r_lo
+                    and prev.delivery_state == state
+                    and prev.delivery_count == info.delivery_count
+                ):
+                    out[-1] = PersisterStateBatch(
+                        prev.first_offset, r_hi, int(state), prev.delivery_count
+                    )
+                else:
+                    out.append(PersisterStateBatch(r_lo, r_hi, int(state), info.delivery_count))
+        return out
+
+    def first_fetchable(self, start: int) -> int | None:
+        """The first offset at/after ``start`` a fetch should deliver again: a hole (gap window,
+        never delivered) or an AVAILABLE record; None when everything cached is taken or done."""
+        expected = start
+        for batch in self.from_offset(start):
+            if batch.first_offset > expected:
+                return expected
+            for first, _last, info in batch.runs(max(batch.first_offset, start), batch.last_offset):
+                if info.state is RecordState.AVAILABLE:
+                    return first
+            expected = batch.last_offset + 1
+        return None
+
+    def archive_available_below(self, start: int) -> None:
+        """AVAILABLE records below the start offset can never be delivered: archive them."""
+        first = self.first()
+        if first is None or first.first_offset >= start:
+            return
+        lo, hi = first.first_offset, start - 1
+        if not any(info.state is RecordState.AVAILABLE for _a, _b, info in self.runs(lo, hi)):
+            return  # do not explode a straddling batch for nothing
+        for _a, _b, info in self.units(lo, hi):
+            if info.state is RecordState.AVAILABLE:
+                info.settle(RecordState.ARCHIVED)
+
+    def trim_below(self, start: int) -> None:
+        """Drop batches wholly below ``start`` unless they still hold ACQUIRED records or
+        ARCHIVING ones (their dead-letter record is not durable yet; the log start offset jumped
+        past them)."""
+        first = self.first()
+        if first is None or first.first_offset >= start:
+            return
+        for batch in self.overlapping(first.first_offset, start - 1):
+            if batch.last_offset >= start:
+                break
+            if any(info.state in _KEPT_BELOW_START for info in batch.all_infos()):
+                continue
+            self.remove(batch)
+
+    def oldest_acquired_at(self) -> int | None:
+        """The earliest acquisition time of any ACQUIRED record, or None."""
+        oldest: int | None = None
+        for batch in self:
+            for info in batch.all_infos():
+                at = info.acquired_at_ms
+                if info.state is RecordState.ACQUIRED and at is not None and (
+                    oldest is None or at < oldest
+                ):
+                    oldest = at
+        return oldest
+
+
+
+_KEPT_BELOW_START = frozenset({RecordState.ACQUIRED, RecordState.ARCHIVING})
+
 
 class LockIndex:
-    """Lazy min-heap of (deadline_ms, first_offset, last_offset) acquisition locks."""
+    """Lazy min-heap of (deadline_ms, first_offset, last_offset) acquisition locks over a cache.
 
-    __slots__ = ("_heap",)
+    Entries are never removed eagerly: one is acted on only if records in its range still hold
+    a lock with exactly that deadline (:meth:`next_deadline`), so renewals, re-acquisitions and
+    explosions push new entries and leave the old ones to be dropped when they reach the top.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_cache", "_heap")
+
+    def __init__(self, cache: InFlightCache) -> None:
+        self._cache = cache
         self._heap: list[tuple[int, int, int]] = []
 
     def __len__(self) -> int:
@@ -349,27 +474,49 @@ class LockIndex:
     def push(self, deadline_ms: int, first_offset: int, last_offset: int) -> None:
         heapq.heappush(self._heap, (deadline_ms, first_offset, last_offset))
 
-    def peek(self) -> tuple[int, int, int] | None:
-        return self._heap[0] if self._heap else None
+    def next_deadline(self) -> int | None:
+        """The earliest deadline still held by a record (stale entries on top are dropped)."""
+        heap = self._heap
+        while heap:
+            deadline, lo, hi = heap[0]
+            live = next(
+                (
+                    u_lo
+                    for u_lo, _u_hi, info in self._cache.runs(lo, hi)
+                    if info.holds_lock() and info.deadline_ms == deadline
+                ),
+                None,
+            )
+            if live is None:
+                heapq.heappop(heap)
+                continue
+            if live > lo:
+                # Nothing before ``live`` holds this lock any more (a new lock on those offsets
+                # pushes its own entry), so the next check can start there.
+                heapq.heapreplace(heap, (deadline, live, hi))
+            return deadline
+        return None
 
-    def narrow_top(self, first_offset: int) -> None:
-        """Shrink the top entry to start at ``first_offset`` (its earlier offsets are stale)."""
-        deadline, _lo, hi = self._heap[0]
-        heapq.heapreplace(self._heap, (deadline, first_offset, hi))
+    def pop_due(self, now_ms: int) -> list[tuple[int, int]]:
+        """Take every entry due at ``now_ms``: the merged offset ranges whose locks may have
+        expired (the caller checks each record's own deadline)."""
+        heap = self._heap
+        due: list[tuple[int, int]] = []
+        while heap and heap[0][0] <= now_ms:
+            _deadline, lo, hi = heapq.heappop(heap)
+            due.append((lo, hi))
+        return merge_ranges(due) if due else due
 
-    def pop(self) -> tuple[int, int, int]:
-        return heapq.heappop(self._heap)
-
-    def maybe_compact(self, cache: InFlightCache) -> None:
-        """Rebuild from the live locks in ``cache`` once stale entries clearly dominate.
+    def maybe_compact(self) -> None:
+        """Rebuild from the live locks of the cache once stale entries clearly dominate.
 
         Renewals and re-acquisitions leave stale entries behind; they are dropped lazily when
         they reach the top, but a rebuild keeps the heap proportional to the window meanwhile.
         """
-        if len(self._heap) <= 1024 or len(self._heap) <= 4 * (len(cache) + 256):
+        if len(self._heap) <= 1024 or len(self._heap) <= 4 * (len(self._cache) + 256):
             return
         entries: list[tuple[int, int, int]] = []
-        for batch in cache:
+        for batch in self._cache:
             for lo, hi, info in batch.runs(batch.first_offset, batch.last_offset):
                 if not info.holds_lock() or info.deadline_ms is None:
                     continue
@@ -394,75 +541,6 @@ def is_terminal_for(info: RecordInfo, token: int | None) -> bool:
     )
 
 
-def advance_start(cache: InFlightCache, start: int) -> int:
-    """The start offset after the committed terminal prefix from ``start`` (stops at a hole)."""
-    for batch in cache.from_offset(start):
-        if batch.first_offset > start:
-            return start
-        for lo, hi, info in batch.runs(start, batch.last_offset):
-            if not info.state.is_terminal:
-                return lo
-            start = hi + 1
-    return start
-
-
-def scan_prefix(cache: InFlightCache, start: int, token: int | None) -> tuple[int, int]:
-    """(start offset after the terminal prefix from ``start``, terminal records at/after it).
-
-    The prefix stops at the first non-terminal record or hole (a hole is a record never
-    delivered). With ``token`` the pending transitions of that write count as done: this is what
-    the SPSO and delivery_complete_count will be once the write commits.
-    """
-    new_start = start
-    moving = True
-    complete = 0
-    for batch in cache.from_offset(start):
-        for lo, hi, info in batch.runs(start, batch.last_offset):
-            terminal = is_terminal_for(info, token)
-            if moving:
-                if lo == new_start and terminal:
-                    new_start = hi + 1
-                    continue
-                moving = False
-            if terminal:
-                complete += hi - lo + 1
-    return new_start, complete
-
-
-def state_batches(
-    cache: InFlightCache, ranges: list[tuple[int, int]], start: int, token: int | None
-) -> list[PersisterStateBatch]:
-    """Persistable (state, delivery count) runs over ``ranges`` at/after ``start``.
-
-    With ``token`` a record pending on that write is described by its target state. Records
-    in non-persisted states (ACQUIRED) are left out: acquisition is never written.
-    """
-    out: list[PersisterStateBatch] = []
-    for lo, hi in ranges:
-        for r_lo, r_hi, info in cache.runs(max(lo, start), hi):
-            pending = info.pending
-            state = (
-                pending.target
-                if token is not None and pending is not None and pending.token == token
-                else info.state
-            )
-            if not state.is_persisted:
-                continue
-            prev = out[-1] if out else None
-            if (
-                prev is not None
-                and prev.last_offset + 1 == r_lo
-                and prev.delivery_state == state
-                and prev.delivery_count == info.delivery_count
-            ):
-                out[-1] = PersisterStateBatch(
-                    prev.first_offset, r_hi, int(state), prev.delivery_count
-                )
-            else:
-                out.append(PersisterStateBatch(r_lo, r_hi, int(state), info.delivery_count))
-    return out
-
-
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sort and coalesce overlapping or adjacent inclusive ranges."""
     merged: list[tuple[int, int]] = []
@@ -472,60 +550,3 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((lo, hi))
     return merged
-
-
-def first_fetchable(cache: InFlightCache, start: int) -> int | None:
-    """The first offset at/after ``start`` a fetch should deliver again: a hole (gap window,
-    never delivered) or an AVAILABLE record; None when everything cached is taken or done."""
-    expected = start
-    for batch in cache.from_offset(start):
-        if batch.first_offset > expected:
-            return expected
-        for first, _last, info in batch.runs(max(batch.first_offset, start), batch.last_offset):
-            if info.state is RecordState.AVAILABLE:
-                return first
-        expected = batch.last_offset + 1
-    return None
-
-
-def archive_available_below(cache: InFlightCache, start: int) -> None:
-    """AVAILABLE records below the start offset can never be delivered: archive them."""
-    first = cache.first()
-    if first is None or first.first_offset >= start:
-        return
-    lo, hi = first.first_offset, start - 1
-    if not any(info.state is RecordState.AVAILABLE for _a, _b, info in cache.runs(lo, hi)):
-        return  # do not explode a straddling batch for nothing
-    for _a, _b, info in cache.units(lo, hi):
-        if info.state is RecordState.AVAILABLE:
-            info.settle(RecordState.ARCHIVED)
-
-
-_KEPT_BELOW_START = frozenset({RecordState.ACQUIRED, RecordState.ARCHIVING})
-
-
-def trim_below(cache: InFlightCache, start: int) -> None:
-    """Drop batches wholly below ``start`` unless they still hold ACQUIRED records or ARCHIVING
-    ones (their dead-letter record is not durable yet; the log start offset jumped past them)."""
-    first = cache.first()
-    if first is None or first.first_offset >= start:
-        return
-    for batch in cache.overlapping(first.first_offset, start - 1):
-        if batch.last_offset >= start:
-            break
-        if any(info.state in _KEPT_BELOW_START for info in batch.all_infos()):
-            continue
-        cache.remove(batch)
-
-
-def oldest_acquired_at(cache: InFlightCache) -> int | None:
-    """The earliest acquisition time of any ACQUIRED record, or None."""
-    oldest: int | None = None
-    for batch in cache:
-        for info in batch.all_infos():
-            at = info.acquired_at_ms
-            if info.state is RecordState.ACQUIRED and at is not None and (
-                oldest is None or at < oldest
-            ):
-                oldest = at
-    return oldest

@@ -39,6 +39,7 @@ Switching ``share.ordering`` applies to new acquisitions: records acquired befor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from broker.share.acquisition import (
     AcquiredRecords,
@@ -50,7 +51,7 @@ from broker.share.inflight import InFlightBatch, InFlightCache, LockIndex, Recor
 from broker.share.record_state import RecordState
 from broker.share.views import SharePartitionConfig
 
-__all__ = ["KeyIndex", "KeyMap", "acquire_keyed"]
+__all__ = ["KeyIndex", "KeyMap", "KeyedFetch", "acquire_keyed"]
 
 #: offset -> hash of the record's key, or None for a null key (absent offsets are keyless too).
 KeyMap = Mapping[int, int | None]
@@ -87,12 +88,17 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.held)
 
-    def holder(self, cache: InFlightCache, key: int) -> int | None:
+    @property
+    def cache(self) -> InFlightCache:
+        """The in-flight cache the holders are checked against."""
+        return self._cache
+
+    def holder(self, key: int) -> int | None:
         """The offset holding ``key``, or None if the key is free (stale entries dropped)."""
         offset = self.held.get(key)
         if offset is None:
             return None
-        batch = cache.containing(offset)
+        batch = self._cache.containing(offset)
         if batch is not None:
             state = batch.info(offset).state
             if state is _ACQUIRED or state is _AVAILABLE:
@@ -100,9 +106,9 @@ class KeyIndex:
         del self.held[key]
         return None
 
-    def hold(self, cache: InFlightCache, key: int, offset: int) -> None:
+    def hold(self, key: int, offset: int) -> None:
         self.held[key] = offset
-        self.maybe_sweep(cache)
+        self.maybe_sweep()
 
     def hold_new(self, key: int, offset: int) -> None:
         """As :meth:`hold`, the caller sweeping (:meth:`maybe_sweep`) after a run of them."""
@@ -119,11 +125,11 @@ class KeyIndex:
             if k is not None and held.get(k) == o:
                 del held[k]
 
-    def maybe_sweep(self, cache: InFlightCache) -> None:
+    def maybe_sweep(self) -> None:
         """Drop stale entries once the index doubled since the last sweep (bounded memory)."""
         if len(self.held) >= self._sweep_at:
             for k in list(self.held):
-                self.holder(cache, k)
+                self.holder(k)
             self._sweep_at = max(_MIN_SWEEP, 2 * len(self.held))
 
     def items(self) -> list[tuple[int, int]]:
@@ -131,172 +137,227 @@ class KeyIndex:
         return list(self.held.items())
 
 
-def acquire_keyed(
-    cache: InFlightCache,
-    locks: LockIndex,
-    index: KeyIndex,
-    start: int,
-    untracked_last: int,
-    room_new: int,
-    member_id: str,
-    log_batches: Sequence[tuple[int, int]],
-    max_records: int,
-    acquire_mode: AcquireMode,
-    cfg: SharePartitionConfig,
-    now_ms: int,
-    held_at: int | None,
-    keys: KeyMap,
-    skip: Sequence[tuple[int, int]] = (),
-    stable_end: int | None = None,
-) -> tuple[list[AcquiredRecords], bool, int]:
-    """Acquire for ``member_id`` in offset order, at most one record per key in flight (the
-    rules of this module). Returns (the ranges acquired, whether the walk stopped at the budget
-    with records left, how many new offsets it cached).
+@dataclass(slots=True)
+class KeyedFetch:
+    """One keyed acquisition: who asks, what the shell read, and the window's bounds (read-only
+    by convention; not ``frozen``, which would make building one per fetch cost 4x).
 
     ``start`` is the SPSO, ``room_new`` how many new offsets the record-lock limit still allows
     (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them),
-    ``held_at`` the time when records may be in redelivery backoff (else None), and
+    ``held_at`` the time when records may be in redelivery backoff (else None),
     ``untracked_last`` the highest offset acquired without ordering (those records may be in
     flight without holding their keys here), ``skip`` offset ranges never to deliver and
     ``stable_end`` the first offset not to acquire (broker/share/txn_filter.py).
+    """
+
+    member_id: str
+    log_batches: Sequence[tuple[int, int]]
+    max_records: int
+    acquire_mode: AcquireMode
+    cfg: SharePartitionConfig
+    now_ms: int
+    keys: KeyMap
+    start: int
+    room_new: int
+    held_at: int | None = None
+    untracked_last: int = -1
+    skip: Sequence[tuple[int, int]] = ()
+    stable_end: int | None = None
+
+
+def acquire_keyed(
+    index: KeyIndex, locks: LockIndex, fetch: KeyedFetch
+) -> tuple[list[AcquiredRecords], bool, int]:
+    """Acquire for ``fetch.member_id`` in offset order, at most one record per key in flight
+    (the rules of this module). Returns (the ranges acquired, whether the walk stopped at the
+    budget with records left, how many new offsets it cached).
 
     Whole (not exploded) AVAILABLE batches are handled in runs: a run of acquirable records is
     split off and acquired as one batch, a run of blocked ones is passed over in place, so
     acknowledging, persisting and scanning stay per batch as without ordering. Exploded batches
     go record by record.
     """
-    deadline = now_ms + cfg.record_lock_duration_ms
-    last = cache.last_offset
-    window_last = start - 1 if last is None or last < start else last
-    hi = None if room_new > 0 else window_last
-    if stable_end is not None:  # read_committed: nothing from the last stable offset on
-        hi = stable_end - 1 if hi is None else min(hi, stable_end - 1)
-    spans = log_spans(log_batches, start, hi, skip)
-    key_of = keys.get
-    out: list[AcquiredRecords] = []
-    single: list[bool] = []  # out[i] came from one record of an exploded batch (mergeable)
-    taken = 0
-    passed: set[int] = set()  # keys of non-terminal records walked over in this walk
-    cap: int | None = None
-    added = 0
-    stopped = False
+    return _KeyedWalk(index, locks, fetch).run()
 
-    # batch_optimized: MaxRecords is soft, as without ordering: once it is reached the walk
-    # may go on to the end of that log batch (soft_end), still one record per key.
-    soft = acquire_mode is AcquireMode.BATCH_OPTIMIZED
-    soft_end: int | None = None
 
-    def room() -> int:
-        nonlocal soft_end
-        left = (max_records if cap is None else min(cap, max_records)) - taken
-        if left > 0 or not soft or cap is not None:
+class _KeyedWalk:
+    """The state of one :func:`acquire_keyed` walk across the spans of a read."""
+
+    __slots__ = ("added", "cache", "cap", "deadline", "fetch", "index", "key_of", "locks",
+                 "out", "passed", "single", "soft", "soft_end", "span_hi", "stopped", "taken",
+                 "window_last")
+
+    def __init__(self, index: KeyIndex, locks: LockIndex, fetch: KeyedFetch) -> None:
+        self.index = index
+        self.locks = locks
+        self.cache = index.cache
+        self.fetch = fetch
+        self.key_of = fetch.keys.get
+        self.deadline = fetch.now_ms + fetch.cfg.record_lock_duration_ms
+        last = self.cache.last_offset
+        self.window_last = fetch.start - 1 if last is None or last < fetch.start else last
+        self.out: list[AcquiredRecords] = []
+        self.single: list[bool] = []  # out[i] came from one record of an exploded batch
+        self.taken = 0
+        self.passed: set[int] = set()  # keys of non-terminal records walked over in this walk
+        self.cap: int | None = None
+        self.added = 0
+        self.stopped = False
+        # batch_optimized: MaxRecords is soft, as without ordering: once it is reached the walk
+        # may go on to the end of that log batch (soft_end), still one record per key.
+        self.soft = fetch.acquire_mode is AcquireMode.BATCH_OPTIMIZED
+        self.soft_end: int | None = None
+        self.span_hi = 0
+
+    def run(self) -> tuple[list[AcquiredRecords], bool, int]:
+        fetch = self.fetch
+        hi = None if fetch.room_new > 0 else self.window_last
+        if fetch.stable_end is not None:  # read_committed: nothing from the LSO on
+            hi = fetch.stable_end - 1 if hi is None else min(hi, fetch.stable_end - 1)
+        for lo, span_hi in log_spans(fetch.log_batches, fetch.start, hi, fetch.skip):
+            self.span_hi = span_hi
+            pos = lo
+            while pos <= span_hi and not self.stopped:
+                batch = self._batch_at(pos, span_hi)
+                if batch is None:
+                    break
+                end = min(span_hi, batch.last_offset)
+                if batch.exploded:
+                    self._walk_exploded(batch, pos, end)
+                    pos = end + 1
+                else:
+                    pos = self._walk_whole(batch, pos, end)
+            if self.stopped:
+                break
+        return self.out, self.stopped, self.added
+
+    def _batch_at(self, pos: int, span_hi: int) -> InFlightBatch | None:
+        """The cached batch at ``pos``, caching new offsets up to the lock limit (None and
+        ``stopped`` when the limit allows none)."""
+        cache = self.cache
+        batch = cache.containing(pos)
+        if batch is not None:
+            return batch
+        nxt = cache.next_after(pos)
+        stop = span_hi if nxt is None else min(span_hi, nxt.first_offset - 1)
+        if pos > self.window_last:  # new records widen the window: lock limit
+            n = min(stop - pos + 1, self.fetch.room_new - self.added)
+            if n <= 0:
+                self.stopped = True
+                return None
+            self.added += n
+            stop = pos + n - 1
+        batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
+        cache.add(batch)
+        return batch
+
+    def _throttle(self, delivery_count: int) -> None:
+        fetch = self.fetch
+        c = throttle_cap(delivery_count, fetch.max_records, fetch.cfg.delivery_count_limit)
+        if c is not None:
+            self.cap = c if self.cap is None else min(self.cap, c)
+
+    def _room(self, pos: int) -> int:
+        """How many more records the walk may take at ``pos``."""
+        max_records = self.fetch.max_records
+        cap = self.cap
+        left = (max_records if cap is None else min(cap, max_records)) - self.taken
+        if left > 0 or not self.soft or cap is not None:
             return left
-        if soft_end is None:
-            soft_end = hi
-        return soft_end - pos + 1
+        if self.soft_end is None:
+            self.soft_end = self.span_hi
+        return self.soft_end - pos + 1
 
-    for lo, hi in spans:
-        pos = lo
-        while pos <= hi and not stopped:
-            batch = cache.containing(pos)
-            if batch is None:
-                nxt = cache.next_after(pos)
-                stop = hi if nxt is None else min(hi, nxt.first_offset - 1)
-                if pos > window_last:  # new records widen the window: lock limit
-                    n = min(stop - pos + 1, room_new - added)
-                    if n <= 0:
-                        stopped = True
-                        break
-                    added += n
-                    stop = pos + n - 1
-                batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
-                cache.add(batch)
-            end = min(hi, batch.last_offset)
-            if batch.exploded:
-                for o in range(pos, end + 1):
-                    info = batch.info(o)
-                    k = key_of(o)
-                    if info.state is not RecordState.AVAILABLE or (
-                        held_at is not None and info.available_at_ms > held_at
-                    ):
-                        if k is not None and not info.state.is_done:
-                            passed.add(k)
-                        continue
-                    if k is not None:
-                        if k in passed:
-                            continue
-                        if index.blocks(k, o):
-                            passed.add(k)
-                            continue
-                    c = throttle_cap(
-                        info.delivery_count, max_records, cfg.delivery_count_limit
-                    )
-                    if c is not None:
-                        cap = c if cap is None else min(cap, c)
-                    if room() <= 0:
-                        stopped = True
-                        break
-                    info.acquire(member_id, now_ms, deadline)
-                    taken += 1
-                    locks.push(deadline, o, o)
-                    prev = out[-1] if out else None
-                    count = info.delivery_count
-                    if (prev is not None and single[-1] and prev.last_offset + 1 == o
-                            and prev.delivery_count == count):
-                        out[-1] = AcquiredRecords(prev.first_offset, o, count)
-                    else:
-                        out.append(AcquiredRecords(o, o, count))
-                        single.append(True)
-                    if k is not None:
-                        index.hold(cache, k, o)
-                        passed.add(k)
-                pos = end + 1
-                continue
-            info = batch.whole
+    def _walk_exploded(self, batch: InFlightBatch, pos: int, end: int) -> None:
+        """Record by record over ``[pos, end]`` of an exploded batch."""
+        fetch = self.fetch
+        held_at = fetch.held_at
+        key_of = self.key_of
+        passed = self.passed
+        index = self.index
+        out = self.out
+        single = self.single
+        member_id, now_ms, deadline = fetch.member_id, fetch.now_ms, self.deadline
+        for o in range(pos, end + 1):
+            info = batch.info(o)
+            k = key_of(o)
             if info.state is not RecordState.AVAILABLE or (
                 held_at is not None and info.available_at_ms > held_at
             ):
-                if not info.state.is_done and (
-                    info.state is not RecordState.ACQUIRED or pos <= untracked_last
-                ):
-                    # Keys of records acquired with ordering are in KeyIndex already.
-                    passed.update(
-                        k for o in range(pos, end + 1) if (k := key_of(o)) is not None
-                    )
-                pos = end + 1
+                if k is not None and not info.state.is_done:
+                    passed.add(k)
                 continue
-            c = throttle_cap(info.delivery_count, max_records, cfg.delivery_count_limit)
-            if c is not None:
-                cap = c if cap is None else min(cap, c)
-            budget = room()
-            if budget <= 0:
-                stopped = True
-                break
-            n, free = _free_run(cache, index, pos, min(end, pos + budget - 1), key_of, passed)
-            if n == 0:
-                pos = _blocked_run(cache, index, pos, end, keys, passed)
-                continue
-            # Split the run [pos, pos + n - 1] off and acquire it as one batch.
-            if pos > batch.first_offset:
-                batch = cache.split(batch, pos)
-            if pos + n - 1 < batch.last_offset:
-                cache.split(batch, pos + n)
-            batch.whole.acquire(member_id, now_ms, deadline)
-            locks.push(deadline, pos, pos + n - 1)
-            out.append(AcquiredRecords(pos, pos + n - 1, batch.whole.delivery_count))
-            single.append(False)
-            taken += n
-            for k, o in free.items():
-                index.hold_new(k, o)
-            passed.update(free)
-            index.maybe_sweep(cache)
-            pos += n
-        if stopped:
-            break
-    return out, stopped, added
+            if k is not None:
+                if k in passed:
+                    continue
+                if index.blocks(k, o):
+                    passed.add(k)
+                    continue
+            self._throttle(info.delivery_count)
+            if self._room(pos) <= 0:  # (soft end counted from the segment's start)
+                self.stopped = True
+                return
+            info.acquire(member_id, now_ms, deadline)
+            self.taken += 1
+            self.locks.push(deadline, o, o)
+            prev = out[-1] if out else None
+            count = info.delivery_count
+            if (prev is not None and single[-1] and prev.last_offset + 1 == o
+                    and prev.delivery_count == count):
+                out[-1] = AcquiredRecords(prev.first_offset, o, count)
+            else:
+                out.append(AcquiredRecords(o, o, count))
+                single.append(True)
+            if k is not None:
+                index.hold(k, o)
+                passed.add(k)
+
+    def _walk_whole(self, batch: InFlightBatch, pos: int, end: int) -> int:
+        """A whole batch from ``pos``: acquire its next run of free records as one batch, or
+        pass over the records it cannot take; returns where the walk goes on."""
+        fetch = self.fetch
+        info = batch.whole
+        if info.state is not RecordState.AVAILABLE or (
+            fetch.held_at is not None and info.available_at_ms > fetch.held_at
+        ):
+            if not info.state.is_done and (
+                info.state is not RecordState.ACQUIRED or pos <= fetch.untracked_last
+            ):
+                # Keys of records acquired with ordering are in KeyIndex already.
+                key_of = self.key_of
+                self.passed.update(
+                    k for o in range(pos, end + 1) if (k := key_of(o)) is not None
+                )
+            return end + 1
+        self._throttle(info.delivery_count)
+        budget = self._room(pos)
+        if budget <= 0:
+            self.stopped = True
+            return pos
+        index, passed = self.index, self.passed
+        n, free = _free_run(index, pos, min(end, pos + budget - 1), self.key_of, passed)
+        if n == 0:
+            return _blocked_run(index, pos, end, fetch.keys, passed)
+        # Split the run [pos, pos + n - 1] off and acquire it as one batch.
+        cache = self.cache
+        if pos > batch.first_offset:
+            batch = cache.split(batch, pos)
+        if pos + n - 1 < batch.last_offset:
+            cache.split(batch, pos + n)
+        batch.whole.acquire(fetch.member_id, fetch.now_ms, self.deadline)
+        self.locks.push(self.deadline, pos, pos + n - 1)
+        self.out.append(AcquiredRecords(pos, pos + n - 1, batch.whole.delivery_count))
+        self.single.append(False)
+        self.taken += n
+        for k, o in free.items():
+            index.hold_new(k, o)
+        passed.update(free)
+        index.maybe_sweep()
+        return pos + n
+
 
 def _free_run(
-    cache: InFlightCache, index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
+    index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
 ) -> tuple[int, dict[int, int]]:
     """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
     acquired together now (keys free and distinct), and their key -> offset."""
@@ -311,14 +372,14 @@ def _free_run(
         free[k] = o
     return hi - lo + 1, free
 
-def _blocked_run(cache: InFlightCache, index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:
+def _blocked_run(index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:
     """The first offset from ``lo`` (at most ``hi + 1``) whose record is not blocked by its
     key; the keys of the blocked ones are added to ``passed``. The hot loop of a walk over
     records waiting for their keys: :meth:`KeyIndex.blocks` inlined."""
     between = getattr(keys, "between", None)
     ks = between(lo, hi) if between is not None else [keys.get(o) for o in range(lo, hi + 1)]
     held = index.held
-    containing = cache.containing
+    containing = index.cache.containing
     acquired, available = RecordState.ACQUIRED, RecordState.AVAILABLE
     o = lo
     for k in ks:

@@ -20,6 +20,7 @@ settled partition has fully written. Kafka drops a group's share-partitions when
 session ends.
 
 Everything runs on the event loop, so each partition's operations are serial (STYLE.md 1.5).
+How much log a fetch reads and which bytes its response holds is :mod:`broker.share.log_read`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -37,13 +38,20 @@ from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
 from broker.share.acquisition import AcquiredRecords, AcquireMode
 from broker.share.dead_letter_writer import DeadLetterWriter
+from broker.share.log_read import (
+    KEYS_DECOMPRESSED_MAX,
+    covering_batches,
+    keyed_response,
+    keys_of,
+    read_limit,
+    spanning_batches,
+)
 from broker.share.partition import SharePartition
 from broker.share.txn_filter import (
     CONTROL,
     TRANSACTIONAL,
     TxnBatch,
     aborted_by_producer,
-    is_aborted,
 )
 from broker.share.record_state import AckType
 from broker.share.views import SharePartitionConfig
@@ -57,11 +65,9 @@ from persister.api import (
     WriteResult,
 )
 from protocol.record_batch import iter_batches
-from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
+from protocol.record_keys import BatchKeys
 from storage.log import OffsetOutOfRangeError
 
-# Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
-_KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
 # Groups whose SharePartitionConfig group_config keeps (cleared when full).
 _MAX_CONFIGS = 10_000
 
@@ -73,22 +79,6 @@ log = logging.getLogger("shoal.share")
 LEADER_EPOCH = 0
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
-
-
-def _headers(lg: Any, offset: int, most: int) -> Iterator[Any]:
-    """The headers of up to ``most`` batches from the one holding ``offset``, read a few at a
-    time (4, then 16, ...): a caller that stops after the first batches does not pay for a
-    walk over the rest (each header is one ``pread``)."""
-    step = 4
-    while most > 0:
-        n = min(step, most)
-        headers = lg.batch_headers(offset, None, max_batches=n)
-        yield from headers
-        if len(headers) < n:
-            return
-        most -= n
-        offset = headers[-1].last_offset + 1
-        step *= 4
 
 
 def share_watch_key(group_id: str, topic: str, partition: int) -> tuple[str, str, str, int]:
@@ -293,8 +283,8 @@ class SharePartitionManager:
         if sp.keyed_idle(read_key):
             return b"", []  # share.ordering=key: every record there still waits for its key
         try:
-            limit = self._read_limit(lg, offset, max_records, max(max_bytes, 1),
-                                     aborted_by_producer(aborted) if aborted else None)
+            limit = read_limit(lg, offset, max_records, max(max_bytes, 1),
+                               aborted_by_producer(aborted) if aborted else None)
             data = lg.read(offset, limit, end).data
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
@@ -314,9 +304,9 @@ class SharePartitionManager:
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
-        keys = BatchKeys(data, headers, _KEYS_DECOMPRESSED_MAX, sp.key_memo, sp.batch_layouts)
+        keys = BatchKeys(data, headers, KEYS_DECOMPRESSED_MAX, sp.key_memo, sp.batch_layouts)
         if sp.has_unkeyed and sp.key_ordering:
-            sp.register_keys(self._keys_of(lg, sp.unkeyed_ranges()))
+            sp.register_keys(keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,
                               now, fetch_offset=offset, txn_batches=txn_batches, stable_end=end,
                               aborted=aborted, keys=keys, read_key=read_key)
@@ -327,115 +317,11 @@ class SharePartitionManager:
         self._arm(sp)
         if not acquired:
             return b"", []
-        first, last = acquired[0].first_offset, acquired[-1].last_offset
         if sp.ordering_on:
-            return self._keyed_response(data, headers, acquired, sp), acquired
+            return keyed_response(data, headers, acquired, sp.batch_layouts), acquired
         if txn_batches:
-            return self._covering_batches(data, headers, acquired), acquired
-        start = end = None
-        for pos, h in headers:
-            if h.last_offset >= first and start is None:
-                start = pos
-            if h.base_offset <= last:
-                end = pos + h.total_size
-        return bytes(data[start:end]), acquired
-
-    @staticmethod
-    def _covering_batches(data: Any, headers: list[Any],
-                          acquired: list[AcquiredRecords]) -> bytes:
-        """The log batches holding an acquired offset, leaving out those between them that hold
-        none (transaction markers, aborted batches: broker/share/txn_filter.py), so consumers
-        neither receive nor decode records they would drop."""
-        runs: list[tuple[int, int]] = []  # byte ranges of consecutive covering batches
-        k = 0
-        for pos, h in headers:
-            while k < len(acquired) and acquired[k].last_offset < h.base_offset:
-                k += 1
-            if k == len(acquired):
-                break
-            if acquired[k].first_offset > h.last_offset:
-                continue
-            if runs and runs[-1][1] == pos:
-                runs[-1] = (runs[-1][0], pos + h.total_size)
-            else:
-                runs.append((pos, pos + h.total_size))
-        if len(runs) == 1:
-            return bytes(data[runs[0][0]:runs[0][1]])
-        with memoryview(data) as view:  # one copy, into the joined result
-            return b"".join([view[a:b] for a, b in runs])
-
-    @staticmethod
-    def _keyed_response(data: Any, headers: list[Any], acquired: list[AcquiredRecords],
-                        sp: SharePartition) -> bytes:
-        """The log batches holding the acquired records. With key ordering a big log batch is
-        often acquired only in part: an uncompressed one is cut down to its acquired span (a
-        valid batch, as compaction leaves them), so consumers do not decode the rest."""
-        parts: list[bytes] = []
-        layouts = sp.batch_layouts
-        k = 0
-        for pos, h in headers:
-            while k < len(acquired) and acquired[k].last_offset < h.base_offset:
-                k += 1
-            if k == len(acquired):
-                break
-            if acquired[k].first_offset > h.last_offset:
-                continue
-            lo = max(acquired[k].first_offset, h.base_offset)
-            j = k
-            while j + 1 < len(acquired) and acquired[j + 1].first_offset <= h.last_offset:
-                j += 1
-            hi = min(acquired[j].last_offset, h.last_offset)
-            layout = layouts.get(h.base_offset)
-            cut = trim_batch(data, pos, h, lo, hi, layout) if layout is not None else None
-            parts.append(cut if cut is not None else bytes(data[pos:pos + h.total_size]))
-        return b"".join(parts)
-
-    @staticmethod
-    def _keys_of(lg: Any, ranges: list[tuple[int, int]]) -> dict[int, int | None]:
-        """Record keys (hashes) of the offsets in ``ranges``, read from the log (the loaded
-        records delivered before a restart, broker/share/key_order.py)."""
-        out: dict[int, int | None] = {}
-        for lo, hi in ranges:
-            pos = max(lo, lg.log_start_offset)
-            while pos <= hi and pos < lg.log_end_offset:
-                try:
-                    data = lg.read(pos, 1 << 20, lg.log_end_offset).data
-                except (OffsetOutOfRangeError, OSError):
-                    break
-                if not data:
-                    break
-                last = pos - 1
-                for _pos, h in iter_batches(data):
-                    last = max(last, h.last_offset)
-                out.update(record_key_hashes(data, pos, _KEYS_DECOMPRESSED_MAX))
-                if last < pos:
-                    break
-                pos = last + 1
-        return out
-
-    @staticmethod
-    def _read_limit(lg: Any, offset: int, max_records: int, max_bytes: int,
-                    aborted: dict[int, list[tuple[int, int]]] | None = None) -> int:
-        """Bytes of log worth reading for a record budget.
-
-        Walking batch headers is cheap; reading the whole MaxBytes (50 MiB from librdkafka by
-        default) for a few hundred records was the top cost of a share fetch (bench profile).
-        Batches never delivered (markers; with read_committed the ``aborted`` transactions, by
-        producer) are read but do not use the budget, so a fetch is not left half full.
-        """
-        need = records = 0
-        for h in _headers(lg, offset, max(1, min(max_records, 1000))):
-            need += h.total_size
-            attrs = h.attributes
-            if attrs & _TXN_OR_CONTROL and (attrs & CONTROL or (aborted is not None and is_aborted(
-                    aborted, h.producer_id, attrs, h.base_offset))):
-                if need >= max_bytes:
-                    break
-                continue
-            records += h.last_offset - max(h.base_offset, offset) + 1
-            if records >= max_records or need >= max_bytes:
-                break
-        return max(1, min(max_bytes, need))
+            return covering_batches(data, headers, acquired), acquired
+        return spanning_batches(data, headers, acquired), acquired
 
     # -- acknowledge and release -------------------------------------------------------------
 
@@ -626,7 +512,7 @@ class SharePartitionManager:
 
     def forget(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop loaded share-partitions whose durable state an admin RPC reset or deleted
-        (broker/share_admin.py) or whose topic was deleted; the next ShareFetch loads them again
+        (broker/share/admin.py) or whose topic was deleted; the next ShareFetch loads them again
         from the persister."""
         for key in list(keys):
             self._parts.pop(key, None)

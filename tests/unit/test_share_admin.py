@@ -1,4 +1,4 @@
-"""The pure parts of share-group administration (broker/share_admin.py): the KIP-1226 lag formula
+"""The pure parts of share-group administration (broker/share/admin.py): the KIP-1226 lag formula
 and the two group ops the shard does not offer (AlterShareGroupOffsets phase 1, forgetting the
 topics whose offsets were deleted).
 
@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.share_admin import AlterPlan, forget_topics_op, prepare_alter_op, share_lag
+from broker.share.admin import AlterPlan, forget_topics_op, prepare_alter_op, share_lag
 from coordinator.group import serde
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.group.share.heartbeat import HeartbeatRequest

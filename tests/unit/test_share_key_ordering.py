@@ -312,13 +312,13 @@ def test_trim_batch_keeps_only_the_acquired_span_and_is_a_valid_batch() -> None:
 
 def test_a_walk_that_took_every_free_record_is_not_repeated(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import broker.share.partition as partition_module
+    import broker.share.partition_acquire as partition_module
 
     walks: list[str] = []
     real = partition_module.acquire_keyed
 
     def counted(*args: object, **kwargs: object) -> object:
-        walks.append(str(args[6]))  # the member
+        walks.append(str(args[2].member_id))  # the member (the KeyedFetch)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(partition_module, "acquire_keyed", counted)
@@ -359,7 +359,7 @@ def test_an_accept_frees_its_key_at_once_and_only_its_own_entry() -> None:
 
 
 def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
-    from broker.share.partition_manager import SharePartitionManager
+    from broker.share.log_read import read_limit
 
     raw = [make_batch([(b"k", b"v")] * 10, base_offset=b) for b in range(0, 1000, 10)]
     headers = [next(iter_batches(b))[1] for b in raw]
@@ -370,7 +370,7 @@ def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
             asked.append(max_batches)
             return [h for h in headers if h.last_offset >= offset][:max_batches]
 
-    limit = SharePartitionManager._read_limit
+    limit = read_limit
     size = len(raw[0])
     assert limit(Log(), 5, 20, 1 << 30) == 3 * size  # 5 + 10 + 10 records reach 20
     assert asked == [4]  # not the 20 (MaxRecords) batches the budget allowed

@@ -371,7 +371,7 @@ def test_response_leaves_out_batches_holding_no_acquired_offset() -> None:
     """The shell sends only the log batches holding acquired offsets once a read had markers or
     aborted batches, so consumers never decode records they would drop."""
     from broker.share.acquisition import AcquiredRecords
-    from broker.share.partition_manager import SharePartitionManager
+    from broker.share.log_read import covering_batches
     from protocol.record_batch import iter_batches
     from tests.unit.batches import make_batch
 
@@ -382,17 +382,17 @@ def test_response_leaves_out_batches_holding_no_acquired_offset() -> None:
     b3 = make_batch([(None, b"z")] * 2, base_offset=6)
     data = b0 + b1 + b2 + b3
     headers = list(iter_batches(data))
-    got = SharePartitionManager._covering_batches(
+    got = covering_batches(
         data, headers, [AcquiredRecords(0, 2, 1), AcquiredRecords(6, 7, 1)])
     assert got == b0 + b3
-    got = SharePartitionManager._covering_batches(data, headers, [AcquiredRecords(3, 4, 1)])
+    got = covering_batches(data, headers, [AcquiredRecords(3, 4, 1)])
     assert got == b1
 
 
 def test_read_budget_is_not_spent_on_markers_or_aborted_batches() -> None:
     """The shell sizes a read by MaxRecords; batches that will not be delivered must not count,
     or a read_committed fetch over an aborted batch comes back half full."""
-    from broker.share.partition_manager import SharePartitionManager
+    from broker.share.log_read import read_limit
     from broker.share.txn_filter import aborted_by_producer
     from protocol.record_batch import parse_header
     from tests.unit.batches import make_batch
@@ -409,7 +409,7 @@ def test_read_budget_is_not_spent_on_markers_or_aborted_batches() -> None:
             return [h for h in headers if h.last_offset >= offset][:max_batches]
 
     size = [len(b) for b in raw]
-    limit = SharePartitionManager._read_limit
+    limit = read_limit
     # read_uncommitted: the aborted batch is delivered and counts; 3 + 2 records reach 4.
     assert limit(Log(), 0, 4, 1 << 20) == size[0] + size[1]
     # read_committed: it and the marker are read along but 4 records need the last batch too.
