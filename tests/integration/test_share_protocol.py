@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
-from tests.integration.rawclient import RawClient, request
+from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import initialize_share_state, produce, set_group_configs
 
 Acks = dict[int, list[tuple[int, int, tuple[int, ...]]]]

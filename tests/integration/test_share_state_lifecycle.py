@@ -26,7 +26,6 @@ from broker.config import BrokerConfig
 from broker.log.topics import Topic
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
-from broker.log.topics import Topic
 from coordinator.group.share.heartbeat import HeartbeatRequest
 from persister.api import ReadParams, SharePartitionKey
 from tests.unit.batches import make_batch
