@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from .rawclient import RawClient, request
+from tests.integration.rawclient import RawClient, request
 
 T = 10  # seconds: every future and request is bounded by this
 OPTS: dict[str, Any] = {"request_timeout": T}

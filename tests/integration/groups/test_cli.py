@@ -35,8 +35,8 @@ from client.admin_wire import Connection
 from tests.conftest import BrokerProcess, free_port
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import poll_until, produce, share_consumer
-from tests.integration.test_cli import Cli, wait_for
-from tests.integration.test_metrics import Scrape
+from tests.integration.admin.test_cli import Cli, wait_for
+from tests.integration.admin.test_metrics import Scrape
 
 HOUR_MS = 3_600_000
 

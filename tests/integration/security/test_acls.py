@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from .rawclient import RawClient, request, request_module
+from tests.integration.rawclient import RawClient, request, request_module
 
 T = 10
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -38,7 +38,7 @@ from tests.conftest import BrokerProcess, free_port
 from tests.integration.share_helpers import share_consumer
 from tests.unit.batches import make_batch
 
-from .rawclient import RawClient, request, request_module
+from tests.integration.rawclient import RawClient, request, request_module
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ import scramp
 from broker.security.sasl import Authenticator, SaslServerConfig
 from broker.security.scram_store import ScramStore
 from tests.conftest import BrokerProcess
-from tests.integration.test_cli import Cli
+from tests.integration.admin.test_cli import Cli
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SECURED = {"authorizer.class.name": STANDARD, "super.users": "User:ANONYMOUS"}

@@ -22,8 +22,8 @@ import trustme
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from client import KafkaError, ShareConsumer, ShareRecord
-from tests.integration import test_secure_listeners as listeners
-from tests.integration.test_cli import Cli
+from tests.integration.security import test_listeners as listeners
+from tests.integration.admin.test_cli import Cli
 
 pytestmark = pytest.mark.timeout(120)
 

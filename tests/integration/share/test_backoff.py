@@ -32,7 +32,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import initialize_share_state, produce, share_consumer
-from tests.integration.test_share_protocol import Member, part, topic_id
+from tests.integration.share.test_protocol import Member, part, topic_id
 
 RELEASE = 2
 

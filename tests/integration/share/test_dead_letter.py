@@ -24,7 +24,7 @@ from confluent_kafka import AcknowledgeType, Consumer, Producer, TopicPartition
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import drain, set_group_configs, share_consumer
-from tests.integration.test_metrics import MetricsBroker, scrape
+from tests.integration.admin.test_metrics import MetricsBroker, scrape
 
 GROUP_ENABLE = {"errors.deadletterqueue.group.enable": "true"}
 

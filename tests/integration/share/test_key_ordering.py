@@ -22,7 +22,7 @@ from confluent_kafka import AcknowledgeType, Producer
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import set_group_configs, share_consumer
-from tests.integration.test_share_backoff import group_configs
+from tests.integration.share.test_backoff import group_configs
 
 KEYS = 50
 PER_KEY = 10

@@ -20,9 +20,9 @@ from confluent_kafka import AcknowledgeType, Producer
 
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
-from tests.integration.test_cli import Cli
-from tests.integration.test_metrics import MetricsBroker, Scrape, scrape
-from tests.unit.test_metrics import assert_valid_exposition
+from tests.integration.admin.test_cli import Cli
+from tests.integration.admin.test_metrics import MetricsBroker, Scrape, scrape
+from tests.unit.broker.test_metrics import assert_valid_exposition
 
 AGE = "shoal_share_partition_oldest_unacked_record_age_seconds"
 ETA = "shoal_share_partition_drain_eta_seconds"

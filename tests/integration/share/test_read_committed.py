@@ -22,7 +22,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import set_group_configs, share_consumer
-from tests.integration.test_share_admin_rpcs import describe_offsets, offsets
+from tests.integration.share.test_admin_rpcs import describe_offsets, offsets
 
 
 @pytest.fixture(scope="module")

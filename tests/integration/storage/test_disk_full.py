@@ -21,9 +21,9 @@ from protocol.codec import request_module
 from protocol.messages import make
 from tests.conftest import BrokerProcess
 from tests.integration.rawclient import RawClient, request
-from tests.integration.test_durability import read_all
+from tests.integration.storage.test_durability import read_all
 
-from ..unit.batches import make_batch
+from tests.unit.batches import make_batch
 
 SMALL = {"offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "1"}
 PARTITIONS = 3

@@ -46,8 +46,8 @@ from persister.segment_log import PartitionLog
 from protocol.codec import request_module
 from protocol.messages import make
 
-from ..unit.batches import make_batch
-from .rawclient import request
+from tests.unit.batches import make_batch
+from tests.integration.rawclient import request
 
 SMALL = {"offsets.topic.num.partitions": 1, "share.coordinator.state.topic.num.partitions": 1}
 

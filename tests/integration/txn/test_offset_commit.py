@@ -32,8 +32,8 @@ from protocol.messages import make
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 
-from .rawclient import RawClient, request, request_module
-from .test_classic_bad_input import join_new, sync
+from tests.integration.rawclient import RawClient, request, request_module
+from tests.integration.groups.test_classic_bad_input import join_new, sync
 
 pytestmark = pytest.mark.timeout(90)
 

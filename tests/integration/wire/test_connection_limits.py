@@ -24,7 +24,7 @@ from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient, closed_by_peer, recv_exact, request
 from tests.integration.share_helpers import produce
-from tests.integration.test_share_protocol import Member, heartbeat, topic_id
+from tests.integration.share.test_protocol import Member, heartbeat, topic_id
 
 
 def _started(tmp: Path, overrides: dict[str, str]) -> BrokerProcess:

@@ -2,7 +2,7 @@
 
 For every (api key, version) the dispatcher serves (which is what ApiVersions advertises),
 hypothesis builds valid-shaped request bodies from kio's generated types
-(``tests/integration/wirefuzz.py``) and damaged copies of them (bit flips, truncation, inflated
+(``tests/integration/wire/wirefuzz.py``) and damaged copies of them (bit flips, truncation, inflated
 length fields, spliced bytes), and sends them to a broker of the module's own. Each example
 asserts:
 
@@ -41,7 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.dispatch import default_dispatcher
 from tests.conftest import BrokerProcess
-from tests.integration import wirefuzz as wf
+from tests.integration.wire import wirefuzz as wf
 from tests.integration.rawclient import RawClient, request, request_module
 from tests.integration.share_helpers import produce, set_group_configs
 from tests.unit.batches import make_batch

@@ -24,7 +24,7 @@ from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient, closed_by_peer, recv_exact
-from tests.integration.test_share_protocol import Member, topic_id
+from tests.integration.share.test_protocol import Member, topic_id
 
 CAP = 20
 MAX_FRAME = 16 * 1024 * 1024

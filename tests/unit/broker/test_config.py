@@ -80,7 +80,7 @@ def test_no_effect_names_are_not_declared_configs() -> None:
 
 
 def test_the_readme_lists_every_no_effect_name() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
     assert [n for n in NO_EFFECT_KAFKA_CONFIGS if f"`{n}`" not in readme] == []
 
 

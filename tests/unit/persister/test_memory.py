@@ -22,7 +22,7 @@ from persister.api import (
 )
 from persister.memory import InMemoryPersister
 
-from .share_coordinator_support import rebuild, states
+from tests.unit.coordinator.share.support import rebuild, states
 
 TOPIC = uuid.UUID(int=0xABCDEF)
 KEY = SharePartitionKey("orders", TOPIC, 2)

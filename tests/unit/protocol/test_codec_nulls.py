@@ -1,6 +1,6 @@
 """Null where the schema forbids it: refused at decode time, as Kafka's readers do.
 
-Found by ``tests/integration/test_wire_fuzz.py``: kio decodes a null array as ``None`` even when
+Found by ``tests/integration/wire/test_fuzz.py``: kio decodes a null array as ``None`` even when
 the field is non-nullable, and handlers then crashed iterating it (CreateTopics v5 with a
 compact ``topics`` length of 0, Fetch v14 with a null ``partitions``).
 """

@@ -31,7 +31,7 @@ from protocol.record_batch import (
     with_partition_leader_epoch,
 )
 
-from .batches import DEFAULT_TS, make_batch
+from tests.unit.batches import DEFAULT_TS, make_batch
 
 RECORDS = [(b"k0", b"value-0"), (None, b"value-1"), (b"k2", None)]
 

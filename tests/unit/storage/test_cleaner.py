@@ -29,7 +29,7 @@ from persister.segment_log import LogConfig, PartitionLog
 from protocol.compression import decompress
 from protocol.record_batch import HEADER_STRUCT, LOG_OVERHEAD
 
-from .batches import make_batch
+from tests.unit.batches import make_batch
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000

@@ -19,7 +19,7 @@ from persister.log_dir import LogDir, LogDirOfflineError
 from persister.log_loader import CLEAN_SHUTDOWN_MARKER
 from persister.segment_log import LogConfig, PartitionLog
 
-from .batches import make_batch
+from tests.unit.batches import make_batch
 
 T0 = 1_700_000_000_000
 

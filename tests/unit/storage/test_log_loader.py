@@ -21,7 +21,7 @@ from persister.log_loader import (
 )
 from persister.segment_log import LogConfig, PartitionLog
 
-from .batches import make_value_batch
+from tests.unit.batches import make_value_batch
 
 T0 = 1_700_000_000_000
 CFG = LogConfig(segment_bytes=1024, index_interval_bytes=128)

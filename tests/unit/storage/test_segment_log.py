@@ -31,7 +31,7 @@ from persister.log_loader import (
 from persister.segment_log import LogConfig, PartitionLog
 from protocol.record_batch import CorruptRecordError, iter_batches, parse_header
 
-from .batches import make_batch, make_value_batch
+from tests.unit.batches import make_batch, make_value_batch
 
 T0 = 1_700_000_000_000
 _dirs = itertools.count()

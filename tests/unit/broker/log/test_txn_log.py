@@ -419,7 +419,7 @@ COMPACT = Topic("txc", uuid.UUID(int=8), 1, {"cleanup.policy": "compact",
 
 def _batches(lg: Any) -> list[tuple[int, int, bool, int, list[tuple[bytes | None, bytes | None]]]]:
     """(base offset, producer id, control, attributes, [(key, value)]) of every batch."""
-    from tests.unit.test_log_cleaner import decode
+    from tests.unit.storage.test_cleaner import decode
 
     out = []
     offset = lg.log_start_offset

@@ -24,7 +24,7 @@ from broker.security.listeners import (
 
 P = SecurityProtocol
 # A copy of shared/reference/secure-server.properties (issue 13: Shoal starts from it unchanged).
-REFERENCE = Path(__file__).parents[1] / "secure-server.properties"
+REFERENCE = Path(__file__).parents[3] / "secure-server.properties"
 
 ENDPOINTS = [
     ("PLAINTEXT://127.0.0.1:9092", ("PLAINTEXT", "127.0.0.1", 9092)),

@@ -20,7 +20,7 @@ from broker.share.backoff import redelivery_delay_ms
 from broker.share.partition import AcquireMode, SharePartition, SharePartitionConfig
 from broker.share.record_state import RecordState
 from persister.api import PersisterStateBatch, ReadResult
-from tests.unit.test_share_partition import (
+from tests.unit.broker.share.test_partition import (
     ACCEPT,
     AK,
     AQ,

@@ -1,7 +1,8 @@
 """KIP-1191 dead letters in the sans-IO share-partition: the ARCHIVING transitions, the records
 handed to the shell, restart, key ordering; the dead-letter record encoding; and a hypothesis
 property: every rejected or limit-exhausted record ends ARCHIVED with one dead-letter write per
-attempt, never lost across a crash at any point (tests/unit/test_share_partition.py helpers)."""
+attempt, never lost across a crash at any point (tests/unit/broker/share/test_partition.py
+helpers)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from broker.share.record_state import RecordState
 from kio.schema.errors import ErrorCode
 from persister.api import PersisterStateBatch, ReadResult, WriteParams
 from tests.unit.batches import make_batch
-from tests.unit.test_share_partition import (
+from tests.unit.broker.share.test_partition import (
     ACCEPT,
     AQ,
     AR,
@@ -403,7 +404,7 @@ def test_dead_letter_group_configs_default_off_and_check_the_broker_prefix(tmp_p
 
 
 def test_dead_letters_with_backoff_and_renew() -> None:
-    from tests.unit.test_share_partition import RENEW
+    from tests.unit.broker.share.test_partition import RENEW
 
     p, _ = make(start=0, dead_letter=True, delivery_count_limit=2, delivery_backoff_ms=1_000)
     assert fetch(p, "m", [(0, 1)], 0) == [(0, 1, 1)]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from broker.share.inflight import MAX_EXPLODED_OFFSETS
 from broker.share.partition import SharePartition
-from tests.unit.test_share_partition import ACCEPT, AK, AQ, AV, REJECT, RELEASE, RL, ack, fetch, make
+from tests.unit.broker.share.test_partition import (
+    ACCEPT, AK, AQ, AV, REJECT, RELEASE, RL, ack, fetch, make,
+)
 
 
 def infos(p: SharePartition) -> int:

@@ -22,7 +22,7 @@ from persister.api import ReadResult
 from protocol.record_batch import crc_ok, iter_batches
 from protocol.record_keys import BatchKeys, record_key_hashes, trim_batch
 from tests.unit.batches import make_batch
-from tests.unit.test_share_partition import ACCEPT, KEY, RELEASE, Config, ack, batch, make
+from tests.unit.broker.share.test_partition import ACCEPT, KEY, RELEASE, Config, ack, batch, make
 
 REJECT = 3
 RL = AcquireMode.RECORD_LIMIT

@@ -25,7 +25,7 @@ from broker.share.partition import AcquireMode, OffsetView, SharePartition
 from broker.share.record_state import AckType, RecordState
 from coordinator.share.batch_combiner import combine_state_batches
 from persister.api import PersisterStateBatch, ReadResult, WriteParams
-from tests.unit.test_share_partition import KEY, Config, make
+from tests.unit.broker.share.test_partition import KEY, Config, make
 
 from kio.schema.errors import ErrorCode
 

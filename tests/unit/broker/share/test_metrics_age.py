@@ -17,8 +17,10 @@ from broker.share.drain import (
     drain_eta_s,
     first_unacked_offset,
 )
-from tests.unit.test_share_backoff import LOCK, backoff, fetch, fire
-from tests.unit.test_share_partition import ACCEPT, AK, AV, GAP, RELEASE, REJECT, ack, batch, make
+from tests.unit.broker.share.test_backoff import LOCK, backoff, fetch, fire
+from tests.unit.broker.share.test_partition import (
+    ACCEPT, AK, AV, GAP, RELEASE, REJECT, ack, batch, make,
+)
 
 # --------------------------------------------------------------------------- the rate
 

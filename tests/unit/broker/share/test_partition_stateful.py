@@ -45,7 +45,7 @@ from broker.share.partition import AcquireMode, OffsetView, SharePartition
 from broker.share.record_state import LEGAL_TRANSITIONS, AckType, RecordState
 from coordinator.share.batch_combiner import combine_state_batches
 from persister.api import PERSISTED_STATES, PersisterStateBatch, ReadResult, WriteParams
-from tests.unit.test_share_partition import KEY, Config, batch, make
+from tests.unit.broker.share.test_partition import KEY, Config, batch, make
 
 MEMBERS = ("m1", "m2", "m3")
 LOCK_MS = 1_000

@@ -19,7 +19,7 @@ from broker.share.acquisition import log_spans
 from broker.share.partition import AcquireMode, SharePartition
 from broker.share.record_state import RecordState
 from broker.share.txn_filter import CONTROL, TRANSACTIONAL, TxnBatch, skip_ranges
-from tests.unit.test_share_partition import ACCEPT, RELEASE, ack, make
+from tests.unit.broker.share.test_partition import ACCEPT, RELEASE, ack, make
 
 BO = AcquireMode.BATCH_OPTIMIZED
 RL = AcquireMode.RECORD_LIMIT

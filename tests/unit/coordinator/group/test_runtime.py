@@ -24,7 +24,7 @@ from coordinator.runtime.records import decode_batches
 from coordinator.runtime.result import CoordinatorResult
 from persister.segment_log import LogConfig, PartitionLog
 
-from .runtime_support import LogProxy
+from tests.unit.coordinator.runtime.support import LogProxy
 
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)

@@ -27,7 +27,7 @@ from persister.api import InitializeParams, ReadParams, SharePartitionKey, Write
 from persister.memory import InMemoryPersister
 from persister.segment_log import LogConfig, PartitionLog
 
-from .runtime_support import LogProxy
+from tests.unit.coordinator.runtime.support import LogProxy
 
 T0 = 1_700_000_000_000
 TOPIC = Topic("t", uuid.UUID(int=0x77), 2)

@@ -31,9 +31,9 @@ from coordinator.runtime.records import CONTROL_COMMIT, decode_log_batches
 from persister.segment_log import LogConfig, PartitionLog
 from protocol.record_batch import validate_batches
 
-from .runtime_support import LogProxy
-from .test_consumer_groups import Ctx as ConsumerCtx
-from .test_group_classic import Harness, stable_pair
+from tests.unit.coordinator.runtime.support import LogProxy
+from tests.unit.coordinator.group.test_consumer_groups import Ctx as ConsumerCtx
+from tests.unit.coordinator.group.test_classic import Harness, stable_pair
 
 T0 = 1_700_000_000_000
 G = "g"
@@ -424,7 +424,7 @@ def test_replay_without_runtime_matches(commit: bool) -> None:
 async def test_service_txn_commit_and_complete_transaction(tmp_path: Path) -> None:
     """``ShareGroupService.txn_commit_offsets`` / ``complete_transaction`` as the transaction
     coordinator calls them, over four real partitions, surviving a restart."""
-    from .test_group_runtime_service import CountingPersister, service
+    from tests.unit.coordinator.group.test_service import CountingPersister, service
 
     persister = CountingPersister()
     p0 = parts((0, 40))

@@ -13,7 +13,9 @@ from coordinator.runtime.loop import CoordinatorFailure, PartitionStatus
 from coordinator.runtime.records import decode_batches, encode_batch
 from coordinator.runtime.result import CoordinatorResult
 
-from .runtime_support import T0, KVShard, LogProxy, TimedKVShard, get, kv_runtime, open_log, put
+from tests.unit.coordinator.runtime.support import (
+    T0, KVShard, LogProxy, TimedKVShard, get, kv_runtime, open_log, put,
+)
 
 
 def log_records(lg) -> list[tuple[int, bytes, bytes | None]]:

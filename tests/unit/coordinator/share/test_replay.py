@@ -21,7 +21,9 @@ from coordinator.share.serde import decode_record, encode_record
 from coordinator.share.shard import KeyState, ShareCoordinatorShard
 from persister.api import SharePartitionKey
 
-from .share_coordinator_support import TOPIC, ShardContext, b, delete, init, read, rebuild, states, write
+from tests.unit.coordinator.share.support import (
+    TOPIC, ShardContext, b, delete, init, read, rebuild, states, write,
+)
 
 KEYS = [
     SharePartitionKey("group1", TOPIC, 0),

@@ -39,8 +39,8 @@ from persister.coordinator_persister import CoordinatorPersister
 from persister.memory import InMemoryPersister
 from persister.segment_log import LogConfig, PartitionLog
 
-from .runtime_support import LogProxy
-from .share_coordinator_support import states
+from tests.unit.coordinator.runtime.support import LogProxy
+from tests.unit.coordinator.share.support import states
 
 TOPIC = uuid.UUID(int=0xABCDEF)
 KEY = SharePartitionKey("orders", TOPIC, 2)

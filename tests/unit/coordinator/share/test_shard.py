@@ -20,7 +20,7 @@ from coordinator.share.records import (
 from coordinator.share.shard import ShareCoordinatorShard
 from persister.api import ReadParams, ReadResult, SharePartitionKey, SummaryResult, WriteResult
 
-from .share_coordinator_support import (
+from tests.unit.coordinator.share.support import (
     KEY,
     NOW,
     TOPIC,

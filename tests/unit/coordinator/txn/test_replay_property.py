@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode as E
 
 from coordinator.txn.metadata import PREPARED, VALID_PREVIOUS, TxnMetadata
-from tests.unit.txn_support import TxnContext
+from tests.unit.coordinator.txn.support import TxnContext
 
 IDS = st.sampled_from(["a", "b", "c"])
 PARTS = st.frozensets(st.tuples(st.sampled_from(["x", "y"]), st.integers(0, 2)), min_size=1,

@@ -12,7 +12,7 @@ from coordinator.txn.metadata import (
     check_transition,
 )
 from coordinator.txn.shard import ProducerIdAndEpoch
-from tests.unit.txn_support import T0, TxnContext
+from tests.unit.coordinator.txn.support import T0, TxnContext
 
 S = TxnState
 
