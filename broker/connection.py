@@ -59,7 +59,7 @@ from broker.authz import ANONYMOUS, Principal
 from broker.connection_limits import RateLimitedLog
 from broker.context import NO_RESPONSE, RequestContext
 from broker.dispatch import Route
-from broker.handlers import api_versions, sasl_authenticate, sasl_handshake
+from broker.handlers import api_versions, sasl_handshake
 from broker.security.sasl import Authenticator
 from broker.security.tls import NoMatchingRule, PrincipalMapper, tls_principal
 from broker.wire_limits import EncodeOffLoop, decode_off_loop

@@ -39,9 +39,10 @@ def _plan(entity_type: type) -> tuple[_Step, ...]:
         tp, nullable = _unwrap(f.type)
         if get_origin(tp) is tuple:
             inner, _ = _unwrap(get_args(tp)[0])
-            sub = inner if dataclasses.is_dataclass(inner) and _plan(inner) else None
+            nested = isinstance(inner, type) and dataclasses.is_dataclass(inner) and _plan(inner)
+            sub = inner if nested else None
             steps.append((f.name, nullable, sub, True))
-        elif dataclasses.is_dataclass(tp) and _plan(tp):
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and _plan(tp):
             steps.append((f.name, True, tp, False))  # a null struct is kio's to refuse
     return tuple(steps)
 

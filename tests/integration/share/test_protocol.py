@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from protocol import codec
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
-from tests.integration.rawclient import RawClient, request
+from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import initialize_share_state, produce, set_group_configs
 
 Acks = dict[int, list[tuple[int, int, tuple[int, ...]]]]
@@ -352,7 +352,6 @@ def test_share_session_limit_reached_and_freed_by_closing(tmp_path: Path, unique
             tid = topic_id(c, unique)
         first = Member(b.bootstrap, unique, "first", tid)
         second = Member(b.bootstrap, unique, "second", tid)
-        cleanup = [first, second]
         assert first.fetch(max_wait_ms=0).error_code == ErrorCode.none
         t0 = time.monotonic()
         resp = second.fetch(max_wait_ms=300)

@@ -134,7 +134,7 @@ def test_retention_moves_log_start_and_old_offsets_are_out_of_range(fresh_broker
     create_topic(b.bootstrap, topic, 1)
     p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0,
                   "batch.num.messages": 1})
-    for i in range(300):
+    for _ in range(300):
         p.produce(topic, b"x" * 100, partition=0)
         p.flush(10)
 

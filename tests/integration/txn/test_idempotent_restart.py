@@ -38,7 +38,7 @@ def test_retried_batch_after_restart_is_not_appended_twice(fresh_broker: BrokerP
     with RawClient(b.bootstrap) as c:
         pid, epoch = init_producer_id(c)
         seq = 0
-        for i in range(12):
+        for _ in range(12):
             data = _batch(pid, epoch, seq, 3, unique)
             got = produce(c, unique, data)
             assert got.error_code == ErrorCode.none, got
