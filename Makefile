@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java clean
+.PHONY: setup run lint test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -54,9 +54,21 @@ java:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
-## The whole fast suite (slow soak runs are excluded; see test-slow).
-test: $(VENV)/.installed-test kcat java
-	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider
+## The layers and the checks that find bugs without running anything (README "Layout"):
+## import-linter contracts (pyproject [tool.importlinter]; tools/lint_imports.py skips a package
+## this tree does not have yet), ruff's small rule set, mypy on the sans-IO packages.
+MYPY_PACKAGES ?= $(wildcard protocol storage coordinator)
+lint: $(VENV)/.installed-test
+	$(BIN)/python tools/lint_imports.py
+	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy $(MYPY_PACKAGES)
+
+## The whole fast suite after the lint (slow soak runs are excluded; see test-slow), on
+## TEST_WORKERS processes (pytest-xdist): most integration tests wait on sockets and brokers,
+## so 4 workers keep a 2-core machine busy.
+TEST_WORKERS ?= 4
+test: $(VENV)/.installed-test lint kcat java
+	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider -n $(TEST_WORKERS)
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
 test-slow: $(VENV)/.installed-test kcat java
