@@ -37,7 +37,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         cmd = [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(self.data_dir)]
         ready = self.data_dir.parent / f"broker-{self.port}.ready"
         if self.listen:
