@@ -19,18 +19,38 @@ EXTRAS_test  := [test,spark]
 EXTRAS_bench := [bench]
 EXTRAS_spark := [spark]
 
-# The venv is created without pip: ensurepip costs ~5 s of CPU, a third of a first `make run`.
-# $(PYTHON)'s own pip installs into it (pip >= 22.3: --python); a Python without one gets pip in
-# the venv instead. Once the venv has a pip (the test extra brings one), that one is used.
+# uv (from PyPI) makes the venv and installs in about a third of pip's CPU time, which is most of
+# a first `make run`. It is taken from PATH, or from UV_HOME, where the first run puts it with
+# $(PYTHON)'s pip (once per machine); when neither works, or with `make ... UV=`, the stdlib venv
+# and pip do the same. Either way the venv gets its own pip (uv venv --seed; pip installs one).
+UV_HOME ?= $(HOME)/.cache/shoal-uv
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(UV_HOME)/bin/uv)
+HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || \
+	PYTHONPATH= $(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(UV_HOME) uv \
+	>/dev/null 2>&1; } && [ -x "$(UV)" ]
+
+# Without uv the venv is created without pip: ensurepip costs ~5 s of CPU. $(PYTHON)'s own pip
+# installs into it (pip >= 22.3: --python), pip included; a Python without one gets ensurepip.
 PIP = $(if $(wildcard $(BIN)/pip),$(BIN)/pip,$(PYTHON) -m pip --python $(BIN)/python)
 
 $(VENV)/.created:
-	$(PYTHON) -m venv --without-pip $(VENV)
-	$(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip
+	@if $(HAVE_UV); then \
+	  echo "$(UV) venv --seed $(VENV)"; $(UV) venv --quiet --seed --python $(PYTHON) $(VENV); \
+	else \
+	  echo "$(PYTHON) -m venv --without-pip $(VENV)"; $(PYTHON) -m venv --without-pip $(VENV) && \
+	  { $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || \
+	    $(BIN)/python -m ensurepip; }; \
+	fi
 	touch $@
 
+# uv first (if it fails, e.g. offline with only pip's configured indexes, pip takes over).
 $(VENV)/.installed-%: pyproject.toml $(VENV)/.created
-	$(PIP) install --quiet --disable-pip-version-check -e '.$(EXTRAS_$*)'
+	@if $(HAVE_UV) && $(UV) pip install --quiet --python $(BIN)/python -e '.$(EXTRAS_$*)'; then \
+	  echo "$(UV) pip install -e '.$(EXTRAS_$*)'"; \
+	else \
+	  echo "pip install -e '.$(EXTRAS_$*)' pip"; \
+	  $(PIP) install --quiet --disable-pip-version-check -e '.$(EXTRAS_$*)' pip; \
+	fi
 	touch $@
 
 # Everything the single stamp of earlier Makefiles installed, for targets written against it.
