@@ -90,9 +90,10 @@ TEST_WORKERS ?= 4
 test: $(VENV)/.installed-test lint kcat java
 	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider -n $(TEST_WORKERS)
 
-## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, ...).
+## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, the wire
+## fuzz soak); CI runs them after `make test` (.ci/run).
 test-slow: $(VENV)/.installed-test kcat java
-	$(BIN)/pytest -m "slow and not compose" -p no:cacheprovider
+	$(BIN)/pytest -m "slow and not compose" -p no:cacheprovider -n $(TEST_WORKERS)
 
 ## The share-state crash test repeated at 20 random kill points.
 test-crash: $(VENV)/.installed-test
