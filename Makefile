@@ -85,15 +85,17 @@ lint: $(VENV)/.installed-test
 
 ## The whole fast suite after the lint (slow soak runs are excluded; see test-slow), on
 ## TEST_WORKERS processes (pytest-xdist): most integration tests wait on sockets and brokers,
-## so 4 workers keep a 2-core machine busy.
+## so 4 workers keep a 2-core machine busy. A module's tests stay on one worker (loadscope), so
+## a module-scoped broker starts once.
 TEST_WORKERS ?= 4
+XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(VENV)/.installed-test lint kcat java
-	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider -n $(TEST_WORKERS)
+	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider $(XDIST)
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, the wire
 ## fuzz soak); CI runs them after `make test` (.ci/run).
 test-slow: $(VENV)/.installed-test kcat java
-	$(BIN)/pytest -m "slow and not compose" -p no:cacheprovider -n $(TEST_WORKERS)
+	$(BIN)/pytest -m "slow and not compose" -p no:cacheprovider $(XDIST)
 
 ## The share-state crash test repeated at 20 random kill points.
 test-crash: $(VENV)/.installed-test

@@ -3,7 +3,7 @@
 kio's reader decodes a length of -1 (or a compact length of 0) as ``None`` for every array, also
 for arrays the schema declares non-nullable, while it refuses null strings of non-nullable
 fields itself. Handlers iterate the arrays they are given, so a three-byte request with a null
-``topics`` crashed the handler (found by ``tests/integration/test_wire_fuzz.py``). Kafka's
+``topics`` crashed the handler (found by ``tests/integration/wire/test_fuzz.py``). Kafka's
 generated readers throw "non-nullable field ... was serialized as null" for this; so do we,
 before any handler sees the body.
 
