@@ -65,7 +65,7 @@ def scenario_x(settings: Any, system: Any) -> dict[str, Any]:
     _produce(p, topic, TXN_RECORDS)
     p.commit_transaction(60)
     t0 = time.perf_counter()
-    for start in range(0, n, TXN_RECORDS):
+    for _ in range(0, n, TXN_RECORDS):
         p.begin_transaction()
         _produce(p, topic, TXN_RECORDS)
         p.commit_transaction(60)

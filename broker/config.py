@@ -577,7 +577,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
 # Real Apache Kafka broker configs that Shoal accepts at startup but ignores, each with the reason
 # it has no effect (logged). They are the ones Kafka's config/server.properties and common
 # docker-compose setups for share groups carry. A declared name never appears here
-# (tests/unit/test_broker_config.py checks), and nothing here can be changed at runtime.
+# (tests/unit/broker/test_config.py checks), and nothing here can be changed at runtime.
 NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     # KRaft: Shoal is one process with no controller quorum.
     "process.roles": "Shoal is a single process with no KRaft controller",

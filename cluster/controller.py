@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from cluster.etcd_store import EtcdClusterStore
@@ -61,8 +62,7 @@ async def run_controller(store: EtcdClusterStore) -> None:
     while True:
         me = await store.campaign()
         # The view learns of the election through the watch, right after.
-        await store.wait_for(lambda: view.controller is not None
-                             and view.controller.epoch >= me.epoch, 30)
+        await store.wait_for(_elected(view, me.epoch), 30)
         wake.set()
         while view.controller is not None and view.controller.epoch == me.epoch:
             await wake.wait()
@@ -72,6 +72,10 @@ async def run_controller(store: EtcdClusterStore) -> None:
                 if await store.update_topic(record, view.topic_revisions.get(record.name, 0)):
                     log.info("controller %d moved leaders of topic %s: %s", me.node_id,
                              record.name, _describe(before, record))
+
+
+def _elected(view: ClusterView, epoch: int) -> Callable[[], bool]:
+    return lambda: view.controller is not None and view.controller.epoch >= epoch
 
 
 def _describe(before: TopicRecord, after: TopicRecord) -> str:

@@ -25,7 +25,8 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 import aetcd
 
@@ -350,8 +351,8 @@ class EtcdClusterStore:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _spawn(self, coro: object, what: str) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        task = asyncio.ensure_future(coro)
         task.add_done_callback(lambda t: _log_end(t, what))
         self._tasks.append(task)
 

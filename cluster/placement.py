@@ -53,7 +53,7 @@ def place(count: int, replication: int, brokers: Sequence[Candidate],
     for _ in range(count):
         start = position.get(last_leader, -1) + 1
 
-        def turn(b: Candidate) -> int:
+        def turn(b: Candidate, start: int = start) -> int:
             return (position[b.node_id] - start) % len(ordered)
 
         chosen: list[Candidate] = []

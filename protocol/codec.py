@@ -21,6 +21,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32
 
 from protocol import guard, nulls
 from protocol.errors import LocalProtocolError, MalformedRequestError, UnsupportedApiError
@@ -105,7 +106,7 @@ def _response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     )
 
 
-def _payload_type(module: Any, suffix: str) -> type:
+def _payload_type(module: Any, suffix: str) -> type[Any]:
     for name in dir(module):
         obj = getattr(module, name)
         if (
@@ -212,9 +213,9 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     flexible = request_type.__flexible__
     header_type = RequestHeaderV2 if flexible else RequestHeaderV1
     header = header_type(
-        request_api_key=api_key,
-        request_api_version=api_version,
-        correlation_id=correlation_id,
+        request_api_key=i16(api_key),
+        request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id),
         client_id=client_id,
     )
     buf = io.BytesIO()

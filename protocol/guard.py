@@ -85,7 +85,7 @@ class _Gen:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.names: dict[tuple[type, tuple[str, ...]], str] = {}
+        self.names: dict[tuple[type, CountPaths], str] = {}
         self.min_sizes: dict[type, int] = {}
         self.env: dict[str, Any] = {"_uv": _uvarint, "_too_many": _too_many, "_end": _check_end,
                                     "_I16": _I16.unpack_from, "_I32": _I32.unpack_from,
@@ -93,7 +93,7 @@ class _Gen:
 
     # -- sizes --------------------------------------------------------------------------------
 
-    def min_size(self, entity_type: type) -> int:
+    def min_size(self, entity_type: type[Any]) -> int:
         """Fewest bytes one encoded element of ``entity_type`` takes."""
         cached = self.min_sizes.get(entity_type)
         if cached is not None:
@@ -123,7 +123,7 @@ class _Gen:
 
     # -- code ---------------------------------------------------------------------------------
 
-    def walker(self, entity_type: type, paths: CountPaths) -> str:
+    def walker(self, entity_type: type[Any], paths: CountPaths) -> str:
         """Name of the function walking one ``entity_type`` (counting ``paths`` below it)."""
         key = (entity_type, paths)
         name = self.names.get(key)
@@ -190,7 +190,7 @@ class _Gen:
         if isinstance(fc, EntityField):
             child = self.walker(fc.type_, below)
             if is_optional(f):
-                return [f"if buf[pos] == 0xFF:",
+                return ["if buf[pos] == 0xFF:",
                         "    pos += 1",
                         "else:",
                         "    pos += 1",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -22,7 +22,7 @@ def field_names(cls: type) -> frozenset[str]:
 
 def make(cls: type[T], **values: Any) -> T:
     """Instantiate ``cls`` with the subset of ``values`` it has fields for."""
-    names = field_names(cls)
+    names = field_names(cast(type, cls))  # mypy does not take type[T] as Hashable
     return cls(**{k: v for k, v in values.items() if k in names})
 
 

@@ -3,7 +3,7 @@
 kio's reader decodes a length of -1 (or a compact length of 0) as ``None`` for every array, also
 for arrays the schema declares non-nullable, while it refuses null strings of non-nullable
 fields itself. Handlers iterate the arrays they are given, so a three-byte request with a null
-``topics`` crashed the handler (found by ``tests/integration/test_wire_fuzz.py``). Kafka's
+``topics`` crashed the handler (found by ``tests/integration/wire/test_fuzz.py``). Kafka's
 generated readers throw "non-nullable field ... was serialized as null" for this; so do we,
 before any handler sees the body.
 
@@ -39,9 +39,10 @@ def _plan(entity_type: type) -> tuple[_Step, ...]:
         tp, nullable = _unwrap(f.type)
         if get_origin(tp) is tuple:
             inner, _ = _unwrap(get_args(tp)[0])
-            sub = inner if dataclasses.is_dataclass(inner) and _plan(inner) else None
+            nested = isinstance(inner, type) and dataclasses.is_dataclass(inner) and _plan(inner)
+            sub = inner if nested else None
             steps.append((f.name, nullable, sub, True))
-        elif dataclasses.is_dataclass(tp) and _plan(tp):
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and _plan(tp):
             steps.append((f.name, True, tp, False))  # a null struct is kio's to refuse
     return tuple(steps)
 

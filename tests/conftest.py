@@ -28,7 +28,7 @@ class BrokerProcess:
         # handshake).
         self.listen = listen
         # Tests read a metric right after the action that changes it: every scrape renders
-        # (the default, 1 s of page cache, is covered by tests/integration/test_metrics.py).
+        # (the default, 1 s of page cache, is covered by tests/integration/admin/test_metrics.py).
         self.overrides = {"metrics.render.cache.ms": "0", **(overrides or {})}
         self.extra_args = list(extra_args or [])  # more `shoal broker` options
         self.port = port or free_port()
@@ -39,7 +39,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 60.0) -> None:
         cmd = [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(self.data_dir)]
         ready = self.data_dir.parent / f"broker-{self.port}.ready"
         if self.listen:

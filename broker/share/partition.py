@@ -19,7 +19,7 @@ Driving it (one serial executor per partition, STYLE.md 1.5):
    in-memory effect already stands.
 4. ``take_wakeup()`` says whether parked ShareFetches should retry.
 
-Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
+Invariants (property-tested in tests/unit/broker/share/test_partition_stateful.py):
 - a record is ACQUIRED by at most one member, and only ACQUIRED records have an owner and a lock;
 - delivery counts never decrease, and grow only by AVAILABLE -> ACQUIRED;
 - the SPSO only moves past terminal (ACKNOWLEDGED/ARCHIVED) records, or to a moved log start;
@@ -33,7 +33,7 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
   delivery n at time t is not acquired before t + delay(n), nothing else waits for it, and the
   SPSO stops at it; its backoff deadline is never persisted (restart rule in that module).
 - with a dead-letter topic (opt-in, KIP-1191, :mod:`broker.share.dead_letter`; property-tested in
-  tests/unit/test_share_dead_letter.py): a REJECTed or delivery-limit record goes ACQUIRED ->
+  tests/unit/broker/share/test_dead_letter.py): a REJECTed or delivery-limit record goes ACQUIRED ->
   ARCHIVING (persisted) and becomes ARCHIVED only through ``complete_dead_letters``, which the
   shell calls once the dead-letter record is durable (or was given up on: DLQ topic missing or
   not allowed); ARCHIVING records loaded from the share state are handed out again. Every
@@ -42,9 +42,9 @@ Invariants (property-tested in tests/unit/test_share_partition_stateful.py):
 - transaction markers are never acquired; with ``share.isolation.level=read_committed`` no
   acquisition includes an offset at or past the last stable offset or a record of an aborted
   transaction (:mod:`broker.share.txn_filter`; property-tested in
-  tests/unit/test_share_read_committed.py);
+  tests/unit/broker/share/test_read_committed.py);
 - with ``share.ordering=key`` (opt-in, :mod:`broker.share.key_order`; property-tested in
-  tests/unit/test_share_key_ordering_stateful.py): at most one record per key is in flight, and
+  tests/unit/broker/share/test_key_ordering_stateful.py): at most one record per key is in flight, and
   a record is acquired only when every lower record of its key is done, so a key's records are
   first delivered in offset order and a released record comes back before later ones of its key.
 

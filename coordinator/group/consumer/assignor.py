@@ -6,7 +6,8 @@ of the broker's ``group.consumer.assignors``, Kafka default ``uniform, range``).
 subscription is already resolved to existing topic ids (names plus regex matches); ``current`` is
 the member's partitions in the previous target assignment, the only input for stickiness.
 
-Contract of every assignor (property-tested in tests/unit/test_consumer_assignor.py):
+Contract of every assignor (property-tested in
+tests/unit/coordinator/group/test_consumer_assignor.py):
 - every member id appears in the result, possibly with ``{}``; no empty partition sets;
 - every partition of every topic in ``topics`` that at least one member subscribes to is assigned
   to exactly one member subscribed to it; partitions of other topics are not assigned; subscribed

@@ -21,7 +21,7 @@ Algorithm (our own), topic by topic in name order:
    does not hold a partition r with spare capacity moves from q to r, and the member takes q. A
    holder like Y always exists (r has fewer than k holders, q has k), so every slot is filled.
 
-Invariants (property-tested in tests/unit/test_group_assignor.py):
+Invariants (property-tested in tests/unit/coordinator/group/test_assignor.py):
 - Members get partitions only of topics they subscribe to; every assignable partition of a topic
   with at least one subscriber is assigned, to exactly ``ceil(S/P)`` members.
 - Per topic, subscribers' counts differ by at most one; if all members subscribe to the same

@@ -13,8 +13,8 @@ from broker.share.drain import (
     drain_eta_s,
     since_progress_s,
 )
-from tests.unit.test_share_backoff import fetch
-from tests.unit.test_share_partition import ACCEPT, RELEASE, ack, make
+from tests.unit.broker.share.test_backoff import fetch
+from tests.unit.broker.share.test_partition import ACCEPT, RELEASE, ack, make
 
 MINUTE = 60_000
 
