@@ -43,7 +43,13 @@ from broker.log.cleaner_driver import LogCleaner
 from broker.log.manager import LogManager
 from broker.log.producer_state import ProducerStates
 from broker.log.producer_state_manager import ProducerStateManager
-from broker.log.topics import Topic, TopicRegistry, atomic_write, topic_name_problem
+from broker.log.topics import (
+    Topic,
+    TopicError,
+    TopicRegistry,
+    atomic_write,
+    topic_name_problem,
+)
 from broker.log.txn_log import TransactionalLog
 from broker.metrics import MetricsServer
 from broker.security.metrics_web import load_web_config
@@ -65,15 +71,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.broker")
 
 PRODUCER_ID_BLOCK = 1000
-
-
-class TopicError(Exception):
-    """A topic operation that cannot be done; carries the Kafka error code and a message."""
-
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
 
 
 class Broker:

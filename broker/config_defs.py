@@ -21,7 +21,10 @@ from broker.config_types import (
     _minus_one_or_at_least,
     _ratio,
 )
+from broker.connection_limits import overrides_problem
 from broker.security.listeners import DEFAULT_PROTOCOL_MAP
+from broker.security.setup import authorizer_class_problem, super_users_problem
+from broker.security.tls import TlsConfigError, parse_mapping_rules
 
 
 _BROKER_DEFS: list[ConfigDef] = [
@@ -417,8 +420,6 @@ def _protocols_problem(value: str) -> str | None:
 
 
 def _mapping_rules_problem(value: str) -> str | None:
-    from broker.security.tls import TlsConfigError, parse_mapping_rules
-
     try:
         parse_mapping_rules(value, "rules")
     except TlsConfigError as exc:
@@ -434,14 +435,10 @@ def _mechanisms_problem(value: str) -> str | None:
 # The authorizer checks live with the authorizer; imported when used, since broker.security
 # builds on this module.
 def _authorizer_class_problem(value: str) -> str | None:
-    from broker.security.setup import authorizer_class_problem
-
     return authorizer_class_problem(value)
 
 
 def _super_users_problem(value: str) -> str | None:
-    from broker.security.setup import super_users_problem
-
     return super_users_problem(value)
 
 
@@ -454,8 +451,6 @@ def _listener_problem(value: str) -> str | None:
 
 
 def _overrides_problem(value: str) -> str | None:
-    from broker.connection_limits import overrides_problem
-
     return overrides_problem(value)
 
 

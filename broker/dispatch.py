@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from broker.handlers import ALL_HANDLERS
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -55,6 +57,4 @@ class Dispatcher:
 
 
 def default_dispatcher() -> Dispatcher:
-    from broker.handlers import ALL_HANDLERS
-
     return Dispatcher(ALL_HANDLERS)

@@ -92,6 +92,8 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     ``add_scram`` credentials are stored when the broker starts (``--add-scram``). Each
     listener's address is printed on stdout, or logged as an ``event: listening`` record when
     ``log_format`` is ``json`` so that stdout and stderr carry only JSON lines."""
+    # Imported here, not at the top: `shoal topics ...` and the other CLI verbs load this module
+    # for the broker subcommand's options and should not pay for importing the whole broker.
     from broker.app import Broker
     from broker.server import Server
 
@@ -167,7 +169,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-    from broker.resources import raise_open_file_limit
+    from broker.resources import raise_open_file_limit  # (the same reason as in run_broker)
 
     raise_open_file_limit()
     try:

@@ -10,11 +10,10 @@ on the resource, after the duplicate check (``config_authorization`` in describe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker
 from broker.authz import Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
@@ -22,6 +21,9 @@ from broker.handlers.describe_configs import ResourceType, config_authorization
 from broker.handlers.incremental_alter_configs import AlterOp, OpType, alter, duplicate_resources
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 33
 VERSIONS = (0, 2)

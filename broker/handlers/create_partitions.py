@@ -15,16 +15,19 @@ principal may not alter is TOPIC_AUTHORIZATION_FAILED whether or not it exists (
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker, TopicError
+from broker.log.topics import TopicError
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 37
 VERSIONS = (0, 3)

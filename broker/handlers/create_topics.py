@@ -34,17 +34,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker, TopicError
+from broker.log.topics import TopicError
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.handlers.describe_configs import topic_entries
 from protocol.codec import response_module
 from protocol.messages import has_field, make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 19
 VERSIONS = (2, 7)

@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker
 from broker.authz import Operation, ResourceType
 from broker.config import cleanup_policies, topic_config_value
 from broker.context import RequestContext
@@ -36,6 +35,9 @@ from protocol.codec import response_module
 from protocol.messages import make
 from storage.log import LogClosedError, OffsetOutOfRangeError
 from storage.log import PartitionLogLike as PartitionLog
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 log = logging.getLogger("shoal.admin")
 

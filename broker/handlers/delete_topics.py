@@ -26,17 +26,19 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.log.topics import Topic
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 20
 VERSIONS = (1, 6)

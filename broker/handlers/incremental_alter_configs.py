@@ -34,11 +34,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker, TopicError
+from broker.log.topics import TopicError
 from broker.config import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
@@ -60,6 +60,9 @@ from broker.log.topics import topic_name_problem
 from storage.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 44
 VERSIONS = (0, 1)
@@ -86,7 +89,7 @@ class AlterOp:
 
 
 Altered = tuple[ErrorCode, str | None]
-Alterer = Callable[[Broker, str, Sequence[AlterOp], bool], Altered]
+Alterer = Callable[["Broker", str, Sequence[AlterOp], bool], Altered]
 
 
 def _items(value: str | None) -> list[str]:

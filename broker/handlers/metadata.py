@@ -22,7 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import TopicError
+from broker.log.topics import TopicError
 from broker.authz import (
     CLUSTER,
     OPERATIONS_NOT_REQUESTED,

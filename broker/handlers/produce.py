@@ -46,11 +46,10 @@ import asyncio
 import datetime
 import inspect
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.app import Broker
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
@@ -76,6 +75,9 @@ from protocol.record_batch import (
     COMPRESSION_MASK,
     RECORD_COUNT_OFFSET,
 )
+
+if TYPE_CHECKING:
+    from broker.app import Broker
 
 API_KEY = 0
 VERSIONS = (3, NEWEST_PRODUCE_VERSION)

@@ -10,6 +10,8 @@ Names starting with ``__`` are internal (hidden from Metadata unless asked for b
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
 import json
 import os
 import re
@@ -22,6 +24,16 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 
 INTERNAL_TOPICS = ("__consumer_offsets", "__share_group_state", "__transaction_state")
+
+
+class TopicError(Exception):
+    """A topic operation that cannot be done; carries the Kafka error code and a message."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
 
 
 def topic_name_problem(name: str | None) -> str | None:
