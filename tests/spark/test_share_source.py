@@ -215,13 +215,17 @@ def test_lapsed_locks_fail_the_query_and_renew_prevents_them(spark: Any, tmp_pat
         with pytest.raises(Exception, match="refused to accept 100 records"):
             q.awaitTermination(120)
 
-        # The same slow sink with RENEW on (the default): the locks outlive the batch and
-        # every record is accepted once. The failed query released its batch, so it comes back.
+        # A slow sink with RENEW on (the default): the locks outlive the batch and every record
+        # is accepted once. The failed query released its batch, so it comes back. The lock is
+        # 3 s here and the sink takes 4.5 s: RENEW every second keeps it with 2 s to spare, which
+        # a 1 s lock (renewed every 333 ms) did not always leave while Spark's JVM held both
+        # cores of a 2-core machine.
+        set_group_configs(b.bootstrap, unique, {"share.record.lock.duration.ms": "3000"})
         sink = Collector()
 
         def slow_collect(df: Any, batch_id: int) -> None:
             sink(df, batch_id)
-            time.sleep(2.5)
+            time.sleep(4.5)
 
         df = _reader(spark, b.bootstrap, unique, unique, prefetch="false")
         q = (df.writeStream.foreachBatch(slow_collect)
