@@ -142,10 +142,7 @@ class RuntimeBase(Generic[S]):
             finish(event.future, [failure] * max(1, len(event.ops)))
 
     # ------------------------------------------------------------------------------------------
-    # Pruning
-
-    # ------------------------------------------------------------------------------------------
-    # Implemented by the parts (loop.py composes them)
+    # Implemented by the parts (loop.py composes them); declared here so each part type-checks
 
     async def _run(self, ctx: PartitionState[S]) -> None:
         raise NotImplementedError  # append.py
