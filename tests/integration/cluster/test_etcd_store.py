@@ -233,3 +233,14 @@ async def test_the_controller_takes_a_dead_brokers_partitions_offline_and_back(e
         await asyncio.gather(task, return_exceptions=True)
         await ctl.close()
         await other.close()
+
+
+async def test_id_blocks_never_overlap_between_brokers(etcd):
+    a, b = await member(etcd), await member(etcd)
+    try:
+        starts = await asyncio.gather(*(s.allocate_block("producer_ids", 1000)
+                                        for s in (a, b) for _ in range(10)))
+    finally:
+        await a.close()
+        await b.close()
+    assert sorted(starts) == [i * 1000 for i in range(20)]
