@@ -60,18 +60,30 @@ async def run_controller(store: EtcdClusterStore) -> None:
                        else None)
     view = store.view
     while True:
-        me = await store.campaign()
-        # The view learns of the election through the watch, right after.
-        await store.wait_for(_elected(view, me.epoch), 30)
-        wake.set()
-        while view.controller is not None and view.controller.epoch == me.epoch:
-            await wake.wait()
-            wake.clear()
-            for record in leader_changes(view):
-                before = view.topics[record.name]
-                if await store.update_topic(record, view.topic_revisions.get(record.name, 0)):
-                    log.info("controller %d moved leaders of topic %s: %s", me.node_id,
-                             record.name, _describe(before, record))
+        try:
+            await _serve_term(store, view, wake)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # etcd unreachable, or a lapsed session: campaign again
+            log.warning("controller duties interrupted (%s: %s); campaigning again in 1 s",
+                        type(e).__name__, e)
+            await asyncio.sleep(1)
+
+
+async def _serve_term(store: EtcdClusterStore, view: ClusterView, wake: asyncio.Event) -> None:
+    """Win an election, then keep leaders live until another broker is controller."""
+    me = await store.campaign()
+    # The view learns of the election through the watch, right after.
+    await store.wait_for(_elected(view, me.epoch), 30)
+    wake.set()
+    while view.controller is not None and view.controller.epoch == me.epoch:
+        await wake.wait()
+        wake.clear()
+        for record in leader_changes(view):
+            before = view.topics[record.name]
+            if await store.update_topic(record, view.topic_revisions.get(record.name, 0)):
+                log.info("controller %d moved leaders of topic %s: %s", me.node_id,
+                         record.name, _describe(before, record))
 
 
 def _elected(view: ClusterView, epoch: int) -> Callable[[], bool]:

@@ -306,27 +306,69 @@ class EtcdClusterStore:
         self._listeners.append(listener)
 
     async def start(self) -> None:
-        """Load the whole prefix into the view, then keep it current with one watch."""
+        """Load the whole prefix into the view, then keep it current with one watch.
+
+        The watch outlives etcd outages: when its stream breaks, the view stays as it was (the
+        broker keeps serving from it) and the store reloads the prefix and watches again, with
+        backoff, until etcd answers; what changed meanwhile, deletions included, reaches the
+        listeners as ordinary events.
+        """
+        revision = await self._load_snapshot()
+        self._spawn(self._follow(revision), "metadata watch")
+
+    async def _load_snapshot(self) -> int:
+        """Apply the prefix's current contents (and the deletion of anything the view holds
+        that is gone); returns the snapshot's revision."""
         etcd = self._etcd()
-        snapshot = await etcd.get_prefix(self.keys.root)
+        snapshot = await asyncio.wait_for(etcd.get_prefix(self.keys.root), RPC_TIMEOUT_S)
+        present = {kv.key for kv in snapshot}
+        view, k = self.view, self.keys
+        gone = [k.broker(n) for n in view.brokers if k.broker(n) not in present]
+        gone += [k.topic(t) for t in view.topics if k.topic(t) not in present]
+        if view.controller is not None and k.controller not in present:
+            gone.append(k.controller)
+        for key in gone:
+            self._notify(view.apply_delete(key, snapshot.header.revision))
         for kv in snapshot:
             self._apply_put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
         self.view.revision = max(self.view.revision, snapshot.header.revision)
-        watch = await etcd.watch_prefix(self.keys.root,
-                                        start_revision=snapshot.header.revision + 1)
-        self._spawn(self._follow(watch), "metadata watch")
+        return int(snapshot.header.revision)
 
-    async def _follow(self, watch: aetcd.Watch) -> None:
-        try:
-            async for event in watch:
-                kv = event.kv
-                if event.kind == aetcd.EventKind.PUT:
-                    self._apply_put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
-                else:
-                    self._notify(self.view.apply_delete(kv.key, kv.mod_revision))
-        finally:
-            with contextlib.suppress(Exception):
-                await watch.cancel()
+    async def _follow(self, revision: int) -> None:
+        etcd = self._etcd()
+        backoff = 0.2
+        broken_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if broken_since is not None:
+                    revision = await self._load_snapshot()
+                    log.warning("etcd %s is reachable again after %.1f s; cluster metadata "
+                                "reloaded", self._where(), loop.time() - broken_since)
+                    broken_since, backoff = None, 0.2
+                watch = await etcd.watch_prefix(self.keys.root, start_revision=revision + 1)
+                try:
+                    async for event in watch:
+                        kv = event.kv
+                        revision = max(revision, kv.mod_revision)
+                        if event.kind == aetcd.EventKind.PUT:
+                            self._apply_put(kv.key, kv.value, kv.mod_revision, kv.create_revision)
+                        else:
+                            self._notify(self.view.apply_delete(kv.key, kv.mod_revision))
+                finally:
+                    with contextlib.suppress(Exception):
+                        await watch.cancel()
+                raise ConnectionError("the watch stream ended")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if broken_since is None:
+                    broken_since = loop.time()
+                    log.warning("lost the cluster metadata watch on etcd %s (%s); serving from "
+                                "the last known metadata and retrying; metadata changes are "
+                                "refused until etcd is back", self._where(), type(e).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     def _apply_put(self, key: bytes, value: bytes, mod: int, create: int) -> None:
         try:

@@ -205,3 +205,40 @@ def test_unreachable_etcd_is_a_clear_start_failure(tmp_path: Path) -> None:
                        "--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "d")])
     assert out.returncode == 1
     assert "cannot reach etcd" in out.stderr
+
+
+def test_brokers_keep_serving_while_etcd_is_away_and_metadata_changes_wait_for_it(
+        cluster: Cluster) -> None:
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic("steady", 3, 1)])["steady"].result(T)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        p.produce("steady", value=str(i).encode(), partition=i % 3)
+    assert p.flush(T) == 0
+    # The group's coordinator exists before etcd goes (__consumer_offsets is created on first
+    # use, which needs etcd, as Kafka's needs its controller).
+    assert len(_consume_all(cluster.bootstrap, "steady", "while-away", 30)) == 30
+
+    cluster.etcd.stop()
+    try:
+        for i in range(30, 60):
+            p.produce("steady", value=str(i).encode(), partition=i % 3)
+        assert p.flush(T) == 0
+        got = _consume_all(cluster.bootstrap, "steady", "while-away", 30)
+        assert sorted(int(v) for v in got) == list(range(30, 60))
+        refused = admin.create_topics([NewTopic("while-away", 1, 1)], request_timeout=25)
+        error = refused["while-away"].exception(T)
+        assert error is not None and error.args[0].code() == KafkaError.REQUEST_TIMED_OUT
+        assert "etcd" in error.args[0].str()
+    finally:
+        cluster.etcd.start()
+    _wait(lambda: _try_create(admin, "after-etcd"), 30, "topic creation working again")
+    assert sorted(_admin(cluster.bootstrap).list_topics(timeout=T).brokers) == [1, 2, 3]
+
+
+def _try_create(admin: AdminClient, name: str) -> bool:
+    try:
+        admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name].result(15)
+        return True
+    except Exception as e:
+        return "already exists" in str(e)

@@ -244,3 +244,31 @@ async def test_id_blocks_never_overlap_between_brokers(etcd):
         await a.close()
         await b.close()
     assert sorted(starts) == [i * 1000 for i in range(20)]
+
+
+async def test_the_view_survives_an_etcd_restart_and_catches_up(etcd):
+    a = await member(etcd, 1, session_ms=20000)
+    b = await member(etcd)
+    try:
+        record = TopicRecord("before", uuid.uuid4().hex, (PartitionAssignment((1,), 1),))
+        assert await b.create_topic(record)
+        await a.wait_for(lambda: "before" in a.view.topics, 10)
+        etcd.stop()
+        await asyncio.sleep(1.5)
+        assert "before" in a.view.topics  # still serving from what it knew
+        etcd.start()
+        after = TopicRecord("after", uuid.uuid4().hex, (PartitionAssignment((1,), 1),))
+        deadline = time.monotonic() + 20
+        while True:  # b's own client reconnects on a later call
+            try:
+                assert await b.create_topic(after)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        await a.wait_for(lambda: "after" in a.view.topics, 20)
+        assert 1 in a.view.brokers  # the registration outlived the outage (20 s session)
+    finally:
+        await a.close()
+        await b.close()
