@@ -112,6 +112,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("queued.max.requests", "int", 500,
               "Requests a single connection may have in flight before the broker stops reading "
               "from it (backpressure).", at_least(1)),
+    ConfigDef("max.request.partition.size.limit", "int", 2000,
+              "The most partitions a DescribeTopicPartitions response lists (Kafka's); a "
+              "client pages through the rest with the response's cursor.", at_least(1)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024,
               "Cap on a Fetch response's MaxBytes.", at_least(1024), dynamic=True),
     # Connection and request bounds (issue 12, sections 1 and 4; broker/connection_limits.py).

@@ -423,6 +423,10 @@ class GroupConfigs:
             value = min(max(value, self._broker.get(bounds[0])), self._broker.get(bounds[1]))
         return value
 
+    def group_ids(self) -> list[str]:
+        """The groups that have configs of their own, sorted (ListConfigResources)."""
+        return sorted(self._overrides)
+
     def overrides(self, group_id: str) -> dict[str, Any]:
         """The configs set on the group (parsed values)."""
         return dict(self._overrides.get(group_id, {}))

@@ -42,14 +42,18 @@ API_KEY = 3
 VERSIONS = (0, 12)
 
 
+def partition_entry(cls: Any, node_id: int, topic: Topic, p: int) -> Any:
+    """One partition's leader, epoch, replicas and ISR as ``cls`` (Metadata's and
+    DescribeTopicPartitions' partition types share these fields), so both APIs tell the same."""
+    return make(cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
+                leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
+                offline_replicas=())
+
+
 def topic_entry(m: Any, node_id: int, topic: Topic,
                 ops: int = OPERATIONS_NOT_REQUESTED) -> Any:
-    parts = tuple(
-        make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
-             leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
-             offline_replicas=())
-        for p in range(topic.partitions)
-    )
+    parts = tuple(partition_entry(m.MetadataResponsePartition, node_id, topic, p)
+                  for p in range(topic.partitions))
     return make(m.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
                 topic_id=topic.topic_id, is_internal=topic.internal, partitions=parts,
                 topic_authorized_operations=ops)
