@@ -44,10 +44,12 @@ VERSIONS = (0, 12)
 
 def partition_entry(cls: Any, node_id: int, topic: Topic, p: int) -> Any:
     """One partition's leader, epoch, replicas and ISR as ``cls`` (Metadata's and
-    DescribeTopicPartitions' partition types share these fields), so both APIs tell the same."""
+    DescribeTopicPartitions' partition types share these fields), so both APIs tell the same.
+    The ELR fields (DescribeTopicPartitions only) are empty, never null: Kafka's Admin reads
+    them unchecked."""
     return make(cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
                 leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
-                offline_replicas=())
+                offline_replicas=(), eligible_leader_replicas=(), last_known_elr=())
 
 
 def topic_entry(m: Any, node_id: int, topic: Topic,

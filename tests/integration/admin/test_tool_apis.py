@@ -106,7 +106,7 @@ def test_describe_log_dirs_gives_sizes_lag_and_the_directory(broker, unique) -> 
     topic = f"{unique}-l"
     _create(broker.bootstrap, topic, 2)
     p = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(10):
+    for _ in range(10):
         p.produce(topic, value=b"v" * 100, partition=0)
     assert p.flush(T) == 0
     with RawClient(broker.bootstrap) as c:
@@ -151,6 +151,9 @@ def test_describe_topic_partitions_pages_with_its_cursor(broker, unique) -> None
     assert [p.partition_index for p in first.topics[0].partitions] == [0, 1]
     assert first.topics[0].partitions[0].leader_id == 1
     assert first.topics[0].partitions[0].isr_nodes == (1,)
+    # Empty, not null: Kafka's Admin reads the ELR lists without a null check.
+    assert first.topics[0].partitions[0].eligible_leader_replicas == ()
+    assert first.topics[0].partitions[0].last_known_elr == ()
     assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (a, 2)
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in second.topics] == [
         (a, [2]), (b, [0])]
