@@ -245,7 +245,7 @@ class BrokerMetrics:
             ("shoal_share_partition_lag", "gauge",
              "Records not yet acknowledged or archived: log end offset - start offset - "
              "records already completed after it (KIP-1226)."),
-            ("shoal_share_partition_oldest_unacked_age_seconds", "gauge",
+            ("shoal_share_partition_oldest_acquired_age_seconds", "gauge",
              "Seconds since the oldest record still acquired (unacknowledged) was acquired; "
              "0 when none is."),
             ("shoal_share_acquisition_lock_timeouts_total", "counter",
@@ -255,7 +255,7 @@ class BrokerMetrics:
             ("shoal_share_archived_records_total", "counter",
              "Records archived by REJECT or GAP acknowledgements or at the delivery count "
              "limit."),
-            ("shoal_share_partition_oldest_unacked_record_age_seconds", "gauge",
+            ("shoal_share_partition_oldest_unacked_append_age_seconds", "gauge",
              "Seconds since the oldest record not yet acknowledged or archived (acquired, "
              "released, in redelivery backoff or never delivered) at or after the start offset "
              "was appended (its log batch timestamp; redelivery does not reset it); 0 when none "
@@ -288,8 +288,8 @@ class BrokerMetrics:
         group_lag = Family("shoal_share_group_lag", "gauge",
                            "Sum of shoal_share_partition_lag over the group's share-partitions.",
                            ("group",))
-        group_age = Family("shoal_share_group_oldest_unacked_age_seconds", "gauge",
-                           "Largest shoal_share_partition_oldest_unacked_age_seconds of the "
+        group_age = Family("shoal_share_group_oldest_acquired_age_seconds", "gauge",
+                           "Largest shoal_share_partition_oldest_acquired_age_seconds of the "
                            "group.", ("group",))
         per_group: dict[str, list[float]] = {}  # group -> [partitions, lag, age]
         # group -> [lag, drain rate, oldest unacked record age, least seconds since progress
@@ -320,7 +320,7 @@ class BrokerMetrics:
             fams["shoal_share_dead_letter_skipped_records_total"].add(
                 labels, m.dead_letter_skipped_records)
             fams["shoal_share_partition_archiving_records"].add(labels, m.archiving_records)
-            fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
+            fams["shoal_share_partition_oldest_unacked_append_age_seconds"].add(labels,
                                                                                  record_age)
             fams["shoal_share_partition_drain_rate"].add(labels, rate)
             d[1] += rate
@@ -346,7 +346,7 @@ class BrokerMetrics:
                 d[0] += lag
             at = m.oldest_unacked_acquired_at_ms
             age = max(0.0, (now - at) / 1000) if at is not None else 0.0
-            fams["shoal_share_partition_oldest_unacked_age_seconds"].add(labels, age)
+            fams["shoal_share_partition_oldest_acquired_age_seconds"].add(labels, age)
             agg[2] = max(agg[2], age)
             fams["shoal_share_acquisition_lock_timeouts_total"].add(labels, m.lock_timeouts)
             fams["shoal_share_delivery_limit_archived_records_total"].add(
@@ -377,12 +377,12 @@ class BrokerMetrics:
                          "shoal_share_dead_lettered_records_total",
                          "shoal_share_dead_letter_skipped_records_total",
                          "shoal_share_partition_archiving_records",
-                         "shoal_share_partition_oldest_unacked_age_seconds",
+                         "shoal_share_partition_oldest_acquired_age_seconds",
                          "shoal_share_partition_drain_rate"):
                 fams[name].add(labels, 0)
             for t in AckType:
                 acks.add((*labels, t.name.lower()), 0)
-            fams["shoal_share_partition_oldest_unacked_record_age_seconds"].add(labels,
+            fams["shoal_share_partition_oldest_unacked_append_age_seconds"].add(labels,
                                                                                  record_age)
             d[2] = max(d[2], record_age)
             lag = share_lag(lg.log_end_offset, pp.start_offset, pp.delivery_complete_count)
@@ -399,8 +399,8 @@ class BrokerMetrics:
                      "Share-partitions left out of the per-partition share metrics this scrape "
                      f"(more than {MAX_SHARE_PARTITION_SERIES}).", samples=[((), dropped)])
         group_record_age = Family(
-            "shoal_share_group_oldest_unacked_record_age_seconds", "gauge",
-            "Largest shoal_share_partition_oldest_unacked_record_age_seconds of the group.",
+            "shoal_share_group_oldest_unacked_append_age_seconds", "gauge",
+            "Largest shoal_share_partition_oldest_unacked_append_age_seconds of the group.",
             ("group",))
         group_rate = Family("shoal_share_group_drain_rate", "gauge",
                             "Sum of shoal_share_partition_drain_rate over the group.", ("group",))

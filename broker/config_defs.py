@@ -13,6 +13,7 @@ from broker.config_types import (
     LONG_MAX,
     ConfigDef,
     ConfigError,
+    assignment_interval_problem,
     at_least,
     between,
     cleanup_policy_problem,
@@ -125,6 +126,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("queued.max.requests", "int", 500,
               "Requests a single connection may have in flight before the broker stops reading "
               "from it (backpressure).", at_least(1)),
+    ConfigDef("max.request.partition.size.limit", "int", 2000,
+              "The most partitions a DescribeTopicPartitions response lists (Kafka's); a "
+              "client pages through the rest with the response's cursor.", at_least(1)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024,
               "Cap on a Fetch response's MaxBytes.", at_least(1024), dynamic=True),
     # Connection and request bounds (issue 12, sections 1 and 4; broker/connection_limits.py).
@@ -304,9 +308,17 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("group.share.max.partition.max.record.locks", "int", 4000,
               "Highest share.partition.max.record.locks a group may set.",
               between(2000, 10_000)),
-    ConfigDef("group.share.assignment.interval.ms", "int", 1000,
-              "Default share.assignment.interval.ms (accepted and described; assignments are "
-              "currently computed at once, as in Kafka 4.2).", at_least(0), dynamic=True),
+    ConfigDef("share.version", "int", 2,
+              "The finalized share.version feature level ApiVersions advertises (Kafka sets it "
+              "with kafka-features or kafka-storage format --feature): 2 (Kafka 4.4) enables "
+              "share-group dead-letter topics (KIP-1191); 1 (Kafka 4.2) is share groups "
+              "without them, so records given up on are archived with no dead-letter copy.",
+              between(1, 2)),
+    ConfigDef("group.share.assignment.interval.ms", "int", 0,
+              "Default share.assignment.interval.ms. Only 0 is accepted: Shoal computes a share "
+              "group's target assignment at once on every change; any other value is refused "
+              "(INVALID_CONFIG) rather than ignored.", assignment_interval_problem,
+              dynamic=True),
     ConfigDef("group.share.min.assignment.interval.ms", "int", 0,
               "Lowest share.assignment.interval.ms a group may set.", at_least(0)),
     ConfigDef("group.share.max.assignment.interval.ms", "int", 15_000,

@@ -30,6 +30,14 @@ def at_least(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"must be at least {n}"
 
 
+def assignment_interval_problem(v: Any) -> str | None:
+    """``share.assignment.interval.ms`` and its broker default: only 0 is honoured (issue 25)."""
+    if v == 0:
+        return None
+    return ("must be 0: Shoal computes a share group's target assignment at once on every "
+            "membership or subscription change, with no rate limit to configure")
+
+
 def between(lo: int, hi: int) -> Callable[[Any], str | None]:
     return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
 

@@ -64,6 +64,7 @@ from broker.config import (
     one_of,
     parse_value,
 )
+from broker.config_types import assignment_interval_problem
 from broker.log.topics import atomic_write, topic_name_problem
 from broker.share.dead_letter import dlq_topic_name_problem
 
@@ -230,9 +231,11 @@ _DEFS: list[ConfigDef] = [
               "Whether consumers may renew record locks (RENEW acknowledgements, KIP-1222).",
               dynamic=True),
     ConfigDef("share.assignment.interval.ms", "int", None,
-              "Minimum time between target assignment computations (accepted and described; "
-              "assignments are currently computed at once).",
-              at_least(0), dynamic=True, synonym="group.share.assignment.interval.ms"),
+              "Minimum time between target assignment computations. Only 0 is accepted: "
+              "assignments are computed at once on every change, so any other value is refused "
+              "(INVALID_CONFIG) rather than ignored.",
+              assignment_interval_problem, dynamic=True,
+              synonym="group.share.assignment.interval.ms"),
     ConfigDef("share.record.locks.count.inflight.only", "bool", False,
               "Shoal extension: count only non-terminal (available/acquired) records toward "
               "share.partition.max.record.locks, so one slow record does not stall a partition.",
@@ -422,6 +425,10 @@ class GroupConfigs:
         if bounds is not None:
             value = min(max(value, self._broker.get(bounds[0])), self._broker.get(bounds[1]))
         return value
+
+    def group_ids(self) -> list[str]:
+        """The groups that have configs of their own, sorted (ListConfigResources)."""
+        return sorted(self._overrides)
 
     def overrides(self, group_id: str) -> dict[str, Any]:
         """The configs set on the group (parsed values)."""

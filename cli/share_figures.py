@@ -36,7 +36,7 @@ BROKER_RESOURCE = 4
 METRICS_LISTEN = "metrics.listen"
 MAX_SCRAPE_BYTES = 64 << 20
 
-AGE = "shoal_share_partition_oldest_unacked_record_age_seconds"
+AGE = "shoal_share_partition_oldest_unacked_append_age_seconds"
 IN_FLIGHT = "shoal_share_partition_acquired_records"
 ETA = "shoal_share_partition_drain_eta_seconds"
 RATE = "shoal_share_partition_drain_rate"

@@ -2,7 +2,9 @@
 
 A request at a version above 4 gets the v0 response with UNSUPPORTED_VERSION (handled in the
 connection, which cannot parse such a request; KIP-511). We also advertise the ``share.version``
-feature at level 1, as a Kafka 4.2+ cluster with share groups enabled does.
+feature as Kafka 4.4 does: supported levels 0-2 (level 2 adds share-group dead-letter topics,
+KIP-1191), finalized at the broker config ``share.version`` (2 by default; 1 turns dead-letter
+topics off, as a Kafka cluster finalized at level 1 has none).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
 API_KEY = 18
 VERSIONS = (0, 4)
 
-_FEATURES = (("share.version", 0, 1),)
+# (name, lowest supported level, highest supported level, broker config holding the finalized
+# level)
+_FEATURES = (("share.version", 0, 2, "share.version"),)
 
 
 def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
@@ -32,11 +36,12 @@ def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
     fields: dict[str, Any] = {"error_code": error, "api_keys": keys, "throttle_time": NO_THROTTLE}
     if version >= 3:
         fields["supported_features"] = tuple(
-            m.SupportedFeatureKey(name=n, min_version=lo, max_version=hi) for n, lo, hi in _FEATURES)
+            m.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
+            for n, lo, hi, _c in _FEATURES)
         fields["finalized_features_epoch"] = 1
         fields["finalized_features"] = tuple(
-            m.FinalizedFeatureKey(name=n, max_version_level=hi, min_version_level=hi)
-            for n, _lo, hi in _FEATURES)
+            m.FinalizedFeatureKey(name=n, max_version_level=level, min_version_level=level)
+            for n, level in ((n, int(broker.config.get(c))) for n, _lo, _hi, c in _FEATURES))
     return make(m.ApiVersionsResponse, **fields)
 
 

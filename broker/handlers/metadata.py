@@ -44,38 +44,38 @@ API_KEY = 3
 VERSIONS = (0, 12)
 
 
+def partition_entry(cls: Any, node_id: int, topic: Topic, p: int,
+                    cluster: ClusterMetadata | None = None) -> Any:
+    """One partition's leader, epoch, replicas and ISR as ``cls`` (Metadata's and
+    DescribeTopicPartitions' partition types share these fields), so both APIs tell the same.
+    Without ``cluster`` (or a single broker's) ``node_id`` leads every partition; a cluster
+    member tells each partition's leader, epoch, replicas and ISR, and LEADER_NOT_AVAILABLE with
+    leader -1 for a partition whose leader is down. The ELR fields (DescribeTopicPartitions
+    only) are empty, never null: Kafka's Admin reads them unchecked."""
+    if cluster is None or not cluster.clustered:
+        return make(cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
+                    leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
+                    offline_replicas=(), eligible_leader_replicas=(), last_known_elr=())
+    info = cluster.partition(topic.name, p)
+    if info is None:  # created here, not yet in the view: say so, the client asks again
+        return make(cls, error_code=ErrorCode.leader_not_available, partition_index=p,
+                    leader_id=-1, leader_epoch=-1, replica_nodes=(), isr_nodes=(),
+                    offline_replicas=(), eligible_leader_replicas=(), last_known_elr=())
+    offline = info.leader == NO_LEADER
+    return make(cls, error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
+                partition_index=p, leader_id=info.leader, leader_epoch=info.leader_epoch,
+                replica_nodes=info.replicas, isr_nodes=() if offline else info.isr,
+                offline_replicas=info.replicas if offline else (),
+                eligible_leader_replicas=(), last_known_elr=())
+
+
 def topic_entry(m: Any, node_id: int, topic: Topic,
                 ops: int = OPERATIONS_NOT_REQUESTED, cluster: ClusterMetadata | None = None) -> Any:
-    """One topic's Metadata entry. Without ``cluster`` (or a single broker's) ``node_id`` leads
-    every partition; a cluster member tells each partition's leader, epoch, replicas and ISR,
-    and LEADER_NOT_AVAILABLE with leader -1 for a partition whose leader is down."""
-    if cluster is None or not cluster.clustered:
-        parts = tuple(
-            make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
-                 leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,),
-                 isr_nodes=(node_id,), offline_replicas=())
-            for p in range(topic.partitions)
-        )
-    else:
-        parts = tuple(_partition_entry(m, cluster, topic.name, p)
-                      for p in range(topic.partitions))
+    parts = tuple(partition_entry(m.MetadataResponsePartition, node_id, topic, p, cluster)
+                  for p in range(topic.partitions))
     return make(m.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
                 topic_id=topic.topic_id, is_internal=topic.internal, partitions=parts,
                 topic_authorized_operations=ops)
-
-
-def _partition_entry(m: Any, cluster: ClusterMetadata, topic: str, p: int) -> Any:
-    info = cluster.partition(topic, p)
-    if info is None:  # created here, not yet in the view: say so, the client asks again
-        return make(m.MetadataResponsePartition, error_code=ErrorCode.leader_not_available,
-                    partition_index=p, leader_id=-1, leader_epoch=-1, replica_nodes=(),
-                    isr_nodes=(), offline_replicas=())
-    offline = info.leader == NO_LEADER
-    return make(m.MetadataResponsePartition,
-                error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
-                partition_index=p, leader_id=info.leader, leader_epoch=info.leader_epoch,
-                replica_nodes=info.replicas, isr_nodes=() if offline else info.isr,
-                offline_replicas=info.replicas if offline else ())
 
 
 def _error_entry(m: Any, error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:

@@ -7,7 +7,10 @@ state write), then records are acquired from the session's partitions in rotated
 one MaxRecords budget. With nothing acquired, the request waits up to MaxWaitMs, woken by produce
 and by records becoming available again (release, lock expiry). Responses carry the log's own
 batches covering the acquired ranges plus the AcquiredRecords list; the client ignores offsets
-not listed. v2 adds ShareAcquireMode (record_limit) and IsRenewAck (acknowledge only, no fetch).
+not listed. MinBytes is honoured with MaxWaitMs, as Kafka's share fetch purgatory does: while
+fewer than MinBytes bytes were acquired (and MaxRecords / MaxBytes are not used up) the request
+keeps waiting, and acquires more as records arrive, until MaxWaitMs; then it answers with what
+it has. Records acquired early in that wait stay acquired (their lock runs) until the answer. v2 adds ShareAcquireMode (record_limit) and IsRenewAck (acknowledge only, no fetch).
 
 Bounds (issue 12): a partition of a topic that does not exist (or a partition number the topic does
 not have) never enters the session; it is answered UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION in
@@ -47,6 +50,7 @@ from broker.share.partition_manager import share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
+from protocol.record_batch import CorruptRecordError, iter_batches
 from protocol.messages import make
 
 API_KEY = 78
@@ -189,11 +193,25 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         readable = [tp for tp in order if tp[0] not in refused]
     else:
         readable = order
+    fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
+    budget, room = req.max_records, req.max_bytes
     while True:
-        fetched, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode)
+        got, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode,
+                                           budget, room)
+        for tp, (_code, data, acquired) in got.items():
+            budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            room -= len(data)
+            if tp in fetched:
+                _c, had, had_acquired = fetched[tp]
+                fetched[tp] = (ErrorCode.none, _join_batches(had, data), had_acquired + acquired)
+            else:
+                fetched[tp] = (ErrorCode.none, bytes(data), list(acquired))
+        size = sum(len(d) for _c, d, _a in fetched.values())
         remaining = deadline - broker.clock.monotonic_ms()
-        if (fetched or errors or unknown or (denied and not readable) or remaining <= 0
-                or req.min_bytes <= 0):
+        # MinBytes with MaxWaitMs, as Kafka's share fetch purgatory: answer once MinBytes are
+        # acquired (or MaxRecords / MaxBytes are used up), else when MaxWaitMs runs out.
+        if (size >= req.min_bytes or budget <= 0 or room <= 0 or errors or unknown
+                or (denied and not readable) or remaining <= 0):
             break
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
@@ -242,12 +260,26 @@ def _known_partitions(broker: Any, topics: Any
     return known, unknown
 
 
+def _join_batches(had: bytes, more: bytes) -> bytes:
+    """``had`` followed by the batches of ``more`` it does not already hold (by base offset): a
+    later acquisition in the same response may cover the rest of a batch an earlier one sent."""
+    try:
+        seen = {h.base_offset for _pos, h in iter_batches(had)}
+        out = bytearray(had)
+        for pos, h in iter_batches(more):
+            if h.base_offset not in seen:
+                out += more[pos:pos + h.total_size]
+    except CorruptRecordError:  # not whole batches: the client sorts them out by offset
+        return bytes(had) + bytes(more)
+    return bytes(out)
+
+
 async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,
-                   order: list[tuple[uuid.UUID, int]], req: Any, mode: AcquireMode
-                   ) -> tuple[dict, dict, list]:
+                   order: list[tuple[uuid.UUID, int]], req: Any, mode: AcquireMode,
+                   budget: int, room: int) -> tuple[dict, dict, list]:
+    """Acquire up to ``budget`` records and about ``room`` bytes from ``order``."""
     broker = ctx.broker
-    budget = req.max_records
-    per_partition_bytes = max(1, req.max_bytes // max(1, len(order)))
+    per_partition_bytes = max(1, room // max(1, len(order)))
     fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
     errors: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
     keys: list[Any] = []

@@ -205,3 +205,25 @@ class ProducerStates:
             if s.txn_first_offset >= 0:
                 states._ongoing[s.producer_id] = s.txn_first_offset
         return states
+
+    # -- description ---------------------------------------------------------------------------
+
+    def describe(self) -> list[ProducerView]:
+        """Every producer id known here, as DescribeProducers tells it (sorted by id)."""
+        return [ProducerView(pid, e.epoch, e.batches[-1][1] if e.batches else -1,
+                             e.last_append_ms, e.coordinator_epoch, e.txn_first_offset)
+                for pid, e in sorted(self._entries.items())]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerView:
+    """One producer id's state in a partition: its epoch, last sequence (-1: none cached), last
+    append time (-1: none), the coordinator epoch of its last marker (-1: none) and the first
+    offset of its ongoing transaction (-1: none)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_append_ms: int
+    coordinator_epoch: int
+    txn_start_offset: int

@@ -79,10 +79,11 @@ HEADER_MESSAGE = "__dlq.errors.message"
 
 REASON_REJECTED = "rejected"
 REASON_DELIVERY_LIMIT = "delivery_limit"
+# The ``__dlq.errors.message`` values: wire data, so Kafka 4.4's texts exactly (its ShareGroupDLQ
+# causes CLIENT_REJECT and DELIVERY_COUNT_EXCEEDED), which tools match on.
 _MESSAGES = {
-    REASON_REJECTED: "The record was rejected by a share consumer (REJECT acknowledgement).",
-    REASON_DELIVERY_LIMIT: "The record reached the share group's delivery count limit "
-                           "(share.delivery.count.limit) without being acknowledged.",
+    REASON_REJECTED: "Offset rejected by client.",
+    REASON_DELIVERY_LIMIT: "Offset delivery count exceeded the threshold.",
 }
 
 # Most bytes one compressed source batch may expand to when it is read back for copying.

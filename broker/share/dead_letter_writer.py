@@ -171,8 +171,10 @@ class DeadLetterWriter:
                               f"{_GROUP_ENABLE}=true (or set the broker config "
                               "errors.deadletterqueue.auto.create.topics.enable=true)")
             try:
+                # CreateTime pinned (as Kafka 4.4 creates it): a dead-letter record's timestamp
+                # is when it was dead-lettered, whatever log.message.timestamp.type says.
                 topic = b.create_topic(name, b.config.get("num.partitions"),
-                                       {_GROUP_ENABLE: True})
+                                       {_GROUP_ENABLE: True, "message.timestamp.type": "CreateTime"})
             except Exception as exc:  # TopicError, or it was created meanwhile by another path
                 topic = b.topics.get(name)
                 if topic is None:

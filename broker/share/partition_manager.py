@@ -139,8 +139,10 @@ class SharePartitionManager:
         self._configs[group_id] = (c, made)
         return made
 
-    @staticmethod
-    def _partition_config(c: Any) -> SharePartitionConfig:
+    def _partition_config(self, c: Any) -> SharePartitionConfig:
+        # Dead-letter topics belong to share.version 2 (Kafka's ShareVersion.SV_2): below it a
+        # record given up on is archived at once, whatever the group's DLQ config says.
+        dlq_level = int(self._broker.config.get("share.version")) >= 2
         return SharePartitionConfig(
             record_lock_duration_ms=c.record_lock_duration_ms,
             delivery_count_limit=c.delivery_count_limit,
@@ -151,7 +153,7 @@ class SharePartitionManager:
             delivery_backoff_max_ms=c.delivery_backoff_max_ms,
             delivery_backoff_multiplier=c.delivery_backoff_multiplier,
             key_ordering=c.ordering == "key",
-            dead_letter=bool(c.dlq_topic),
+            dead_letter=bool(c.dlq_topic) and dlq_level,
             read_committed=c.isolation_level == "read_committed",
         )
 

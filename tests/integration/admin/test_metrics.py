@@ -177,7 +177,7 @@ def test_scrape_during_share_consumption_shows_acks_and_lag_falling_to_zero(mb, 
     assert after.value("shoal_share_group_lag", group=unique) == 0
     assert after.value("shoal_share_partition_start_offset", **where) == 500
     assert after.value("shoal_share_partition_in_flight_records", **where) == 0
-    assert after.value("shoal_share_partition_oldest_unacked_age_seconds", **where) == 0
+    assert after.value("shoal_share_partition_oldest_acquired_age_seconds", **where) == 0
     assert after.value("shoal_share_fetch_bytes_total", topic=unique) > 0
     assert after.value("shoal_share_acquired_records_total", topic=unique) == 500
     assert after.value("shoal_share_fetch_requests_total") > 0
@@ -263,8 +263,8 @@ def test_lock_timeouts_unacked_age_and_member_expiry(mb, unique) -> None:
         time.sleep(0.2)  # let the acquisition age
         held = scrape(mb)
         assert held.value("shoal_share_partition_acquired_records", **where) == 10
-        assert held.value("shoal_share_partition_oldest_unacked_age_seconds", **where) >= 0.1
-        assert held.value("shoal_share_group_oldest_unacked_age_seconds", group=unique) >= 0.1
+        assert held.value("shoal_share_partition_oldest_acquired_age_seconds", **where) >= 0.1
+        assert held.value("shoal_share_group_oldest_acquired_age_seconds", group=unique) >= 0.1
         assert held.value("shoal_share_partition_lag", **where) == 10
 
         deadline = time.monotonic() + 10
@@ -278,7 +278,7 @@ def test_lock_timeouts_unacked_age_and_member_expiry(mb, unique) -> None:
                 "shoal_share_acquisition_lock_timeouts_total", **where))
             time.sleep(0.1)
     assert s.value("shoal_share_partition_acquired_records", **where) == 0
-    assert s.value("shoal_share_partition_oldest_unacked_age_seconds", **where) == 0
+    assert s.value("shoal_share_partition_oldest_acquired_age_seconds", **where) == 0
     assert s.value("shoal_share_partition_lag", **where) == 10  # released, not consumed
     assert {"member_joined", "acquisition_lock_timeout", "member_expired"} <= kinds
     expired = [e for e in mb.events() if e.get("event") == "member_expired"

@@ -36,7 +36,7 @@ SCENARIOS = [
     # The slowest first, so the four threads of the JVM finish together.
     "share_explicit", "share_implicit", "share_two_members", "share_lock_timeout",
     "admin_share_groups", "share_close_releases", "consumer_classic", "consumer_consumer",
-    "txn_read_committed", "txn_fencing", "admin_configs", "admin_acls_scram",
+    "txn_read_committed", "txn_fencing", "admin_configs", "admin_acls_scram", "admin_tools",
 ]
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -251,6 +251,18 @@ def test_admin_configs(results: dict[str, Any]) -> None:
     assert r["deleted"] == {"value": "604800000", "source": "DEFAULT_CONFIG"}
     assert r["bad_value"] == "InvalidConfigurationException"
     assert r["group"] == {"value": "20000", "source": "DYNAMIC_GROUP_CONFIG"}
+
+
+def test_admin_tools(results: dict[str, Any], java_broker: tuple[str, str]) -> None:
+    """What kafka-topics --describe (DescribeTopicPartitions, paged), kafka-transactions
+    describe-producers and abort, kafka-log-dirs and kafka-configs --describe --entity-type
+    groups (ListConfigResources) read through Kafka's Admin."""
+    r = scenario(results, "admin_tools")
+    assert r["partitions"] == ["0:1", "1:1", "2:1"]
+    assert r["producers"] == 1 and r["epoch"] == 0 and r["last_sequence"] == 0
+    assert r["txn_start"] == 0 and r["txn_start_after_abort"] == -1
+    assert r["log_dir"].endswith("/data") and r["size_positive"] and r["offset_lag"] == 0
+    assert r["group_listed"] is True
 
 
 def test_admin_acls_and_scram_users(results: dict[str, Any]) -> None:

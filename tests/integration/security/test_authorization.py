@@ -322,6 +322,25 @@ CASES: list[Case] = [
                                                              partition_indexes=(0,)),)),)),
      lambda e, r: CAF not in [p.error_code for m in r.markers for t in m.topics
                               for p in t.partitions] or pytest.fail(r)),
+    # The tool APIs (issue 25): DESCRIBE on the cluster (denied here) for kafka-log-dirs,
+    # DESCRIBE_CONFIGS on the cluster (ALTER does not imply it) for ListConfigResources, READ on
+    # the topic for DescribeProducers, DESCRIBE on the topic for DescribeTopicPartitions (a named
+    # topic refused with the zero id; the all-topics listing leaves it out).
+    ("describe_log_dirs", 35, 4, lambda e: dict(topics=None),
+     lambda e, r: (r.error_code, r.results) == (CAF, ()) or pytest.fail(r)),
+    ("describe_producers", 61, 0, lambda e: dict(topics=(request_module(61, 0).TopicRequest(
+        name=TOPIC, partition_indexes=(0,)),)),
+     lambda e, r: _codes(r, "topics", "partitions") == [TAF] or pytest.fail(r)),
+    ("list_config_resources", 74, 1, lambda e: dict(resource_types=()),
+     lambda e, r: (r.error_code, r.config_resources) == (CAF, ()) or pytest.fail(r)),
+    ("describe_topic_partitions", 75, 0, lambda e: dict(topics=(
+        request_module(75, 0).TopicRequest(name=TOPIC),), response_partition_limit=10),
+     lambda e, r: ([(t.error_code, t.name, t.topic_id) for t in r.topics]
+                   == [(TAF, TOPIC, None)]) or pytest.fail(r)),  # the zero id decodes as None
+    ("describe_topic_partitions_all", 75, 0, lambda e: dict(topics=(),
+                                                              response_partition_limit=10),
+     lambda e, r: (TOPIC not in {t.name for t in r.topics} and r.next_cursor is None)
+     or pytest.fail(r)),
     ("describe_transactions", 65, 0, lambda e: dict(transactional_ids=("tx",)),
      lambda e, r: _codes(r, "transaction_states") == [
          ErrorCode.transactional_id_authorization_failed] or pytest.fail(r)),

@@ -120,7 +120,7 @@ def test_rejected_records_appear_once_on_the_dlq_topic_with_context_headers(mb, 
             assert h["__dlq.errors.partition"] == "0"
             assert h["__dlq.errors.group"] == unique
             assert h["__dlq.errors.delivery.count"] == "1"
-            assert "rejected" in h["__dlq.errors.message"]
+            assert h["__dlq.errors.message"] == "Offset rejected by client."  # Kafka 4.4's
             assert m.key() is None and m.value() is None  # copy.record.enable is false
         assert drain(c, 1.5) == []  # rejected records are never delivered again
         s = scrape(mb)
@@ -145,7 +145,7 @@ def test_a_record_at_the_delivery_limit_is_dead_lettered_with_its_key_and_value(
         (m,) = read_dlq(mb.bootstrap, dlq, 0, 1)
         h = headers(m)
         assert (h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"]) == ("1", "2")
-        assert "delivery count limit" in h["__dlq.errors.message"]
+        assert h["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
         assert (m.key(), m.value()) == (b"k1", b"v1")  # copied
         assert drain(c, 1.5) == []
     finally:
@@ -207,11 +207,16 @@ def test_auto_creation_makes_a_dlq_enabled_topic_when_the_broker_allows_it(mb, u
             c.close()
         (m,) = read_dlq(mb.bootstrap, dlq, 0, 1)
         assert headers(m)["__dlq.errors.offset"] == "0"
-        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+        from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
         a = AdminClient({"bootstrap.servers": mb.bootstrap})
         (fut,) = a.describe_configs([ConfigResource(ResourceType.TOPIC, dlq)]).values()
-        assert fut.result(timeout=10)["errors.deadletterqueue.group.enable"].value == "true"
+        described = fut.result(timeout=10)
+        assert described["errors.deadletterqueue.group.enable"].value == "true"
+        # Pinned on the topic (as Kafka 4.4 creates it), not inherited from the broker default.
+        ts = described["message.timestamp.type"]
+        source = int(getattr(ts.source, "value", ts.source))
+        assert (ts.value, source) == ("CreateTime", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     finally:
         alter_broker(mb.bootstrap, {"errors.deadletterqueue.auto.create.topics.enable": "false"})
 
@@ -301,3 +306,49 @@ def test_dead_letters_respect_the_dlq_topics_max_message_bytes(mb, unique) -> No
     assert len(got) == 5 and sorted(by_offset) == [0, 1, 2, 3, 4]
     # Small records are copied; the one too large for the DLQ topic goes with headers only.
     assert by_offset == {0: b"small-0", 1: None, 2: b"small-2", 3: b"small-3", 4: b"small-4"}
+
+
+def _share_version(bootstrap: str) -> tuple[tuple[int, int], int]:
+    """(supported min, max) and finalized level of share.version from ApiVersions."""
+    from tests.integration.rawclient import RawClient, request
+
+    with RawClient(bootstrap) as c:
+        resp = c.call(18, 3, request(18, 3, client_software_name="t",
+                                     client_software_version="1"))
+    (sup,) = [f for f in resp.supported_features if f.name == "share.version"]
+    (fin,) = [f for f in resp.finalized_features if f.name == "share.version"]
+    return (int(sup.min_version), int(sup.max_version)), int(fin.max_version_level)
+
+
+def test_share_version_2_is_advertised_as_kafka_4_4_does(mb) -> None:
+    assert _share_version(mb.bootstrap) == ((0, 2), 2)
+
+
+def test_below_share_version_2_rejected_records_are_archived_without_a_dead_letter(
+        tmp_path: Path, unique: str) -> None:
+    """Dead-letter topics belong to share.version 2 (Kafka's SV_2): finalized at 1, a group's
+    DLQ config has no effect and a REJECTed record is archived at once."""
+    b = MetricsBroker(tmp_path / "data")
+    b.overrides["share.version"] = "1"
+    b.start()
+    try:
+        assert _share_version(b.bootstrap) == ((0, 2), 1)
+        dlq = setup(b.bootstrap, unique)
+        produce_keyed(b.bootstrap, unique, 2)
+        c = share_consumer(b.bootstrap, unique, unique, explicit=True)
+        try:
+            consume(c, lambda v, _n: AcknowledgeType.REJECT if v == b"v0"
+                    else AcknowledgeType.ACCEPT, 2)
+            labels = {"group": unique, "topic": unique, "partition": "0"}
+            deadline = time.monotonic() + 10
+            while scrape(b).value("shoal_share_partition_start_offset", **labels) != 2:
+                assert time.monotonic() < deadline, "the rejected record was not archived"
+                time.sleep(0.1)
+            s = scrape(b)
+            assert s.value("shoal_share_dead_lettered_records_total", **labels) == 0
+            assert s.value("shoal_share_dead_letter_skipped_records_total", **labels) == 0
+            assert read_dlq(b.bootstrap, dlq, 0, 0, timeout=1, settle=0.5) == []
+        finally:
+            c.close()
+    finally:
+        b.stop()

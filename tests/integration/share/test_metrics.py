@@ -24,7 +24,7 @@ from tests.integration.admin.test_cli import Cli
 from tests.integration.admin.test_metrics import MetricsBroker, Scrape, scrape
 from tests.unit.broker.test_metrics import assert_valid_exposition
 
-AGE = "shoal_share_partition_oldest_unacked_record_age_seconds"
+AGE = "shoal_share_partition_oldest_unacked_append_age_seconds"
 ETA = "shoal_share_partition_drain_eta_seconds"
 
 
@@ -88,7 +88,7 @@ def test_age_grows_while_a_record_is_held_and_drops_once_acknowledged(mb, unique
         second = scrape(mb)
         age2 = second.value(AGE, **where)
         assert age2 is not None and age2 >= age1 + 1.0, (age1, age2)  # the record is held
-        assert second.value("shoal_share_group_oldest_unacked_record_age_seconds",
+        assert second.value("shoal_share_group_oldest_unacked_append_age_seconds",
                             group=unique) == age2
 
         c.acknowledge(held, AcknowledgeType.ACCEPT)

@@ -4,6 +4,7 @@ and a v2 RENEW keeping a record locked past its original lock time."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -14,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from protocol import codec
+from protocol.record_batch import iter_batches
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient
@@ -408,3 +410,31 @@ def test_fetch_of_share_state_the_group_never_initialized_fails_and_initializes_
         assert a.acquire(3) == [(0, 2, 1)]
     finally:
         a.close()
+
+
+# -- MinBytes with MaxWaitMs ----------------------------------------------------------------------
+
+
+def test_share_fetch_waits_for_min_bytes_and_acquires_what_arrives_meanwhile(sb, mk, topic
+                                                                             ) -> None:
+    """Kafka's share fetch purgatory: with fewer than MinBytes available the fetch waits (up to
+    MaxWaitMs) and answers with what arrived meanwhile too, not with the first records alone.
+    The records are whole batches, none twice."""
+    a = mk()
+    later = threading.Timer(0.3, produce, (sb.bootstrap, topic[0], 10),
+                            {"prefix": "late"})
+    later.start()
+    try:
+        p = part(a.fetch(min_bytes=1 << 20, max_wait_ms=3000))
+    finally:
+        later.join()
+    acquired = sorted((x.first_offset, x.last_offset) for x in p.acquired_records)
+    offsets = {o for f, l in acquired for o in range(f, l + 1)}
+    assert offsets == set(range(20)), acquired  # the 10 there at once and the 10 produced later
+    bases = [h.base_offset for _pos, h in iter_batches(p.records)]
+    assert len(bases) == len(set(bases)) and min(bases) == 0
+
+
+def test_share_fetch_with_min_bytes_1_answers_with_what_is_there(mk, topic) -> None:
+    p = part(mk().fetch(min_bytes=1, max_wait_ms=3000))
+    assert [(x.first_offset, x.last_offset) for x in p.acquired_records][-1][1] == 9

@@ -112,8 +112,8 @@ def test_declared_configs_still_work() -> None:
     assert cfg.get("group.share.record.lock.duration.ms") == 20000
     assert cfg.get("offsets.topic.num.partitions") == 3
     assert cfg.get("share.coordinator.append.fsync") is False
-    cfg.set("group.share.assignment.interval.ms", "2000")
-    assert cfg.get("group.share.assignment.interval.ms") == 2000
+    cfg.set("producer.id.expiration.ms", "2000")
+    assert cfg.get("producer.id.expiration.ms") == 2000
 
 
 # ------------------------------------------------------------- properties file and --override
@@ -182,7 +182,9 @@ ALTERS = [
     ("group.share.record.lock.duraton.ms", ErrorCode.invalid_config),
     ("group.no.such.thing", ErrorCode.invalid_config),
     ("offsets.topic.replication.factor", ErrorCode.invalid_config),  # no effect, not alterable
-    ("group.share.assignment.interval.ms", ErrorCode.none),
+    ("producer.id.expiration.ms", ErrorCode.none),
+    # Only 0 is honoured (assignments are computed at once): refused, not ignored (issue 25).
+    ("group.share.assignment.interval.ms", ErrorCode.invalid_config),
 ]
 
 

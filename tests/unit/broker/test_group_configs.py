@@ -58,7 +58,9 @@ VALIDATION = [
     ("share.partition.max.record.locks", "99", False),
     ("share.partition.max.record.locks", "4001", False),
     ("share.assignment.interval.ms", "0", True),
-    ("share.assignment.interval.ms", "15000", True),
+    # Refused, not silently ignored: assignments are computed at once (issue 25).
+    ("share.assignment.interval.ms", "1", False),
+    ("share.assignment.interval.ms", "15000", False),
     ("share.assignment.interval.ms", "-1", False),
     ("share.assignment.interval.ms", "15001", False),
     ("share.auto.offset.reset", "latest", True),
@@ -179,7 +181,7 @@ def test_defaults_come_from_broker_configs(tmp_path: Path) -> None:
     assert c.delivery_count_limit == 5
     assert c.partition_max_record_locks == 2000
     assert c.renew_acknowledge_enable is True
-    assert c.assignment_interval_ms == 1000
+    assert c.assignment_interval_ms == 0
     assert c.record_locks_count_inflight_only is False
     broker = configs(tmp_path, **{"group.share.record.lock.duration.ms": "20000",
                                   "group.share.delivery.count.limit": "3"}).get("any")
@@ -210,9 +212,8 @@ def test_effective_configs_are_kept_until_a_group_or_broker_config_changes(tmp_p
     gc.alter("g", {"share.record.lock.duration.ms": "20000"})
     assert gc.get("g").record_lock_duration_ms == 20_000
     assert gc.get("other").record_lock_duration_ms == 30_000
-    before = gc.get("other").assignment_interval_ms
-    broker.set("group.share.assignment.interval.ms", str(before + 500))  # a dynamic one
-    assert gc.get("other").assignment_interval_ms == before + 500
+    broker.set("group.share.assignment.interval.ms", "0")  # the one dynamic share config
+    assert gc.get("other").assignment_interval_ms == 0
     assert gc.get("g").record_lock_duration_ms == 20_000
 
 
@@ -330,13 +331,15 @@ def test_broker_share_configs(overrides: dict[str, str], problem: str | None) ->
             BrokerConfig(overrides)
 
 
-def test_dynamic_assignment_interval_is_bounded() -> None:
+def test_dynamic_assignment_interval_other_than_0_is_refused() -> None:
+    """Shoal computes assignments at once: an interval would be ignored, so it is refused."""
     cfg = BrokerConfig()
-    cfg.set("group.share.assignment.interval.ms", "2000")
-    assert cfg.get("group.share.assignment.interval.ms") == 2000
-    with pytest.raises(ConfigError, match="between"):
-        cfg.set("group.share.assignment.interval.ms", "20000")
-    assert cfg.get("group.share.assignment.interval.ms") == 2000
+    assert cfg.get("group.share.assignment.interval.ms") == 0
+    with pytest.raises(ConfigError, match="must be 0"):
+        cfg.set("group.share.assignment.interval.ms", "2000")
+    assert cfg.get("group.share.assignment.interval.ms") == 0
+    with pytest.raises(ConfigError, match="must be 0"):
+        BrokerConfig({"group.share.assignment.interval.ms": "1000"})
     with pytest.raises(ConfigError, match="cannot be changed while the broker runs"):
         cfg.set("group.share.record.lock.duration.ms", "20000")
 

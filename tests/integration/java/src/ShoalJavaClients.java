@@ -96,6 +96,7 @@ public final class ShoalJavaClients {
         all.put("admin_share_groups", ShoalJavaClients::adminShareGroups);
         all.put("admin_configs", ShoalJavaClients::adminConfigs);
         all.put("admin_acls_scram", ShoalJavaClients::adminAclsScram);
+        all.put("admin_tools", ShoalJavaClients::adminTools);
         List<String> wanted = new ArrayList<>();
         for (int i = 3; i < args.length; i++) {
             wanted.add(args[i]);
@@ -640,6 +641,58 @@ public final class ShoalJavaClients {
      * the SASL listener, is refused a topic until an ACL allows it, and cannot log in once its
      * credential is deleted.
      */
+    /**
+     * What kafka-topics --describe, kafka-transactions (describe-producers, abort), kafka-log-dirs
+     * and kafka-configs --describe --entity-type groups read through Admin: DescribeTopicPartitions
+     * paged two partitions at a time, DescribeProducers with an open transaction, abortTransaction
+     * (WriteTxnMarkers; ANONYMOUS is a super user here), DescribeLogDirs and ListConfigResources.
+     */
+    static Map<String, Object> adminTools() throws Exception {
+        String topic = prefix + "-tools", group = prefix + "-tools-g";
+        createTopic(topic, 3, Map.of());
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin(plain);
+             KafkaProducer<String, String> p = txnProducer(prefix + "-tools-tx")) {
+            p.initTransactions();
+            p.beginTransaction();
+            p.send(new ProducerRecord<>(topic, 1, "k", "open")).get();
+            p.flush();
+            org.apache.kafka.clients.admin.TopicDescription d = admin.describeTopics(List.of(topic),
+                new org.apache.kafka.clients.admin.DescribeTopicsOptions().partitionSizeLimitPerResponse(2))
+                .allTopicNames().get().get(topic);
+            out.put("partitions", d.partitions().stream().map(x -> x.partition() + ":" + x.leader().id())
+                .collect(Collectors.toList()));
+            TopicPartition tp = new TopicPartition(topic, 1);
+            List<org.apache.kafka.clients.admin.ProducerState> ps =
+                admin.describeProducers(List.of(tp)).all().get().get(tp).activeProducers();
+            org.apache.kafka.clients.admin.ProducerState s = ps.get(0);
+            out.put("producers", ps.size());
+            out.put("epoch", (int) s.producerEpoch());
+            out.put("last_sequence", s.lastSequence());
+            out.put("txn_start", s.currentTransactionStartOffset().orElse(-1));
+            admin.abortTransaction(new org.apache.kafka.clients.admin.AbortTransactionSpec(
+                tp, s.producerId(), (short) s.producerEpoch(), s.coordinatorEpoch().orElse(0))).all().get();
+            out.put("txn_start_after_abort", admin.describeProducers(List.of(tp)).all().get().get(tp)
+                .activeProducers().get(0).currentTransactionStartOffset().orElse(-1));
+            int node = admin.describeCluster().nodes().get().iterator().next().id();
+            Map<String, org.apache.kafka.clients.admin.LogDirDescription> dirs =
+                admin.describeLogDirs(List.of(node)).allDescriptions().get().get(node);
+            String dir = dirs.keySet().iterator().next();
+            org.apache.kafka.clients.admin.ReplicaInfo r = dirs.get(dir).replicaInfos().get(tp);
+            out.put("log_dir", dir);
+            out.put("size_positive", r.size() > 0);
+            out.put("offset_lag", r.offsetLag());
+            admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, group),
+                List.of(new AlterConfigOp(new ConfigEntry("share.record.lock.duration.ms", "20000"),
+                    AlterConfigOp.OpType.SET)))).all().get();
+            out.put("group_listed", admin.listConfigResources(Set.of(ConfigResource.Type.GROUP),
+                new org.apache.kafka.clients.admin.ListConfigResourcesOptions()).all().get()
+                .contains(new ConfigResource(ConfigResource.Type.GROUP, group)));
+            p.close(Duration.ZERO);
+        }
+        return out;
+    }
+
     static Map<String, Object> adminAclsScram() throws Exception {
         String topic = prefix + "-acl", user = prefix + "-alice";
         createTopic(topic, 1, Map.of());

@@ -155,7 +155,7 @@ def test_cli_reads_the_figures_of_the_asked_groups_from_the_exposition() -> None
         'shoal_share_partition_drain_eta_seconds{group="g",topic="t",partition="0"} +Inf\n'
         'shoal_share_partition_drain_eta_seconds{group="g",topic="t",partition="1"} 12.5\n'
         'shoal_share_partition_drain_eta_seconds{group="other",topic="t",partition="0"} 1\n'
-        'shoal_share_partition_oldest_unacked_record_age_seconds{group="g",topic="t",'
+        'shoal_share_partition_oldest_unacked_append_age_seconds{group="g",topic="t",'
         'partition="0"} 3.25\n'
         'shoal_share_partition_acquired_records{group="g",topic="t",partition="0"} 4\n'
         'shoal_share_partition_lag{group="g",topic="t",partition="0"} 9\n'
