@@ -147,7 +147,11 @@ class Broker:
             self.member = ClusterMember(self)
             self.cluster = self.member.metadata
             local = self._stored_cluster_id()
-            self.cluster_id = await self.member.join(local, _kafka_style_id())
+            try:
+                self.cluster_id = await self.member.join(local, _kafka_style_id())
+            except BaseException:
+                await self.member.close()  # no watch or lease renewal outlives a refusal
+                raise
             if local is None:
                 self._write_cluster_id(self.cluster_id)
         else:

@@ -31,6 +31,7 @@ import logging
 import socket
 import ssl
 
+from cluster.metadata import LocalMetadata
 from broker.app import Broker
 from broker.connection import Connection
 from broker.connection_limits import ConnectionLimits
@@ -74,6 +75,8 @@ class Server:
             raise
         first = self.endpoints[0]
         self.broker.advertised_override = first.advertised
+        if isinstance(self.broker.cluster, LocalMetadata):
+            self.broker.cluster.set_endpoints({e.name: e.advertised for e in self.endpoints})
         self._sweeper = loop.create_task(self._sweep())
         log.info("Shoal broker %d listening on %s (data in %s, cluster id %s)",
                  self.broker.node_id,

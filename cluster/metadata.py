@@ -102,6 +102,10 @@ class LocalMetadata:
     def node_id(self) -> int:
         return self._node_id
 
+    def set_endpoints(self, endpoints: Mapping[str, tuple[str, int]]) -> None:
+        """The advertised address per listener, once the server has bound them."""
+        self._endpoints = dict(endpoints)
+
     def live_nodes(self, listener: str) -> list[Node]:
         node = self.node(self._node_id, listener)
         return [node] if node is not None else []

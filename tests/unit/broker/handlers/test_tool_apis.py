@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from cluster.metadata import LocalMetadata
 from broker.authz import DefaultAuthorizer, DenialLog, Operation, Principal, Resource
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
@@ -57,8 +58,10 @@ class Topics:
 
 
 def _broker(tmp_path: Path, *topics: Topic, authorizer: Any = None, **config: str) -> Any:
+    registry = Topics(*topics)
     return SimpleNamespace(
-        topics=Topics(*topics), node_id=1, config=BrokerConfig(config),
+        topics=registry, node_id=1, config=BrokerConfig(config),
+        cluster=LocalMetadata(1, {}, lambda t: (x.partitions if (x := registry.get(t)) else None)),
         authorizer=authorizer if authorizer is not None else DefaultAuthorizer(),
         metrics=SimpleNamespace(authorization_denied=LabelledCounter(
             "denied_total", "", ("operation", "resource_type"))),
