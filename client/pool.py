@@ -15,9 +15,11 @@ Contract:
 - Reconnect on demand: a connection that failed (peer closed, read error) is dropped and the
   next call opens a new one; a failed connect is not cached, the next call tries again.
 - Connects to different nodes never wait on each other (one lock per node); concurrent callers
-  of one node share one connect attempt.
+  of one node share one connect attempt, and its failure (a ``ConnectionError`` for those that
+  waited), so a black-holed node costs each burst of callers one ``connect_timeout``, not one
+  per caller.
 - A connection unused for ``idle_timeout`` seconds is closed when the pool is next used (Kafka's
-  ``connections.max.idle.ms``); nothing runs in the background.
+  ``connections.max.idle.ms``), in a task the pool owns, so the caller never waits for it.
 - ``close()`` closes every connection; later calls raise ``ConnectionError``.
 
 Errors (``request``): ``ConnectionError``/``OSError`` (unreachable, or the connection failed),
@@ -71,6 +73,8 @@ class _Slot:
     lock: asyncio.Lock
     conn: PooledConnection | None = None
     last_used: float = 0.0
+    failures: int = 0  # connect attempts that failed
+    error: BaseException | None = None  # why the last one failed
 
 
 class ConnectionPool:
@@ -92,6 +96,7 @@ class ConnectionPool:
         self._clock = clock
         self._factory = factory or self._broker_connection
         self._slots: dict[int, _Slot] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
         self.connects = 0  # connections opened (a metric, and for tests)
         self.connect_failures = 0
@@ -114,7 +119,7 @@ class ConnectionPool:
         if self._closed:
             raise ConnectionError("the inter-broker connection pool is closed")
         now = self._clock()
-        await self._close_idle(now, keep=node_id)
+        self._close_idle(now, keep=node_id)
         slot = self._slots.get(node_id)
         if slot is None or (slot.host, slot.port) != (host, port):
             if slot is not None:  # the node moved: its old connection is useless
@@ -123,9 +128,15 @@ class ConnectionPool:
             self._slots[node_id] = slot
         conn = slot.conn
         if conn is None or conn.closed:
+            failures = slot.failures
             async with slot.lock:
                 conn = slot.conn
                 if conn is None or conn.closed:
+                    if slot.failures != failures and slot.error is not None:
+                        # Another caller's attempt failed while this one waited: share its
+                        # answer rather than queue connect timeouts one after another.
+                        raise ConnectionError(f"cannot connect to broker {node_id} at "
+                                              f"{host}:{port}: {slot.error}")
                     conn = await self._open(slot, node_id)
         slot.last_used = self._clock()
         return conn
@@ -137,10 +148,14 @@ class ConnectionPool:
         conn = self._factory(slot.host, slot.port, node_id)
         try:
             await conn.connect(self.connect_timeout)
-        except BaseException:
+        except BaseException as e:
             self.connect_failures += 1
+            slot.failures += 1
+            slot.error = e if not isinstance(e, TimeoutError) else TimeoutError(
+                f"no connection within {self.connect_timeout} s")
             await conn.close()
             raise
+        slot.error = None
         if self._closed:  # closed while connecting
             await conn.close()
             raise ConnectionError("the inter-broker connection pool is closed")
@@ -176,7 +191,7 @@ class ConnectionPool:
             slot.conn = None
         await conn.close()
 
-    async def _close_idle(self, now: float, keep: int) -> None:
+    def _close_idle(self, now: float, keep: int) -> None:
         for node_id, slot in list(self._slots.items()):
             if node_id == keep or slot.lock.locked():
                 continue
@@ -185,7 +200,13 @@ class ConnectionPool:
                 slot.conn = None
             elif conn is not None and now - slot.last_used >= self.idle_timeout:
                 slot.conn = None
-                await conn.close()
+                self._close_later(conn)
+
+    def _close_later(self, conn: PooledConnection) -> None:
+        # A close may wait for the peer (TLS close_notify); a call to another node must not.
+        task = asyncio.create_task(conn.close(), name="shoal-pool-close-idle")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _drop(self, slot: _Slot) -> None:
         conn, slot.conn = slot.conn, None
@@ -199,3 +220,5 @@ class ConnectionPool:
         self._slots.clear()
         for slot in slots:
             await self._drop(slot)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

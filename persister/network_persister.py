@@ -280,6 +280,7 @@ class NetworkPersister:
             _version, response = await self._transport.request(
                 node.node_id, node.host, node.port, op.value, lo, hi,
                 lambda v: build_request(op, group, params, v), send.timeout_ms / 1000)
+            return ErrorCode.none, "", parse_response(op, response, params)
         except TimeoutError:
             return (ErrorCode.request_timed_out,
                     f"{where} did not answer {op.name} within {send.timeout_ms} ms", None)
@@ -290,5 +291,4 @@ class NetworkPersister:
         except Exception as e:  # noqa: BLE001 - a response that did not decode, a bug
             log.exception("share-state %s to %s failed", op.name, where)
             return ErrorCode.unknown_server_error, f"{where}: {e}", None
-        return ErrorCode.none, "", parse_response(op, response, params)
 
