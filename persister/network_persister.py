@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -114,7 +114,7 @@ class NetworkPersister:
         # Metrics (see stats()).
         self.requests: Counter[tuple[int, int]] = Counter()
         self.errors: Counter[tuple[int, int, str]] = Counter()
-        self.latency_sum_s: Counter[tuple[int, int]] = Counter()
+        self.latency_sum_s: defaultdict[tuple[int, int], float] = defaultdict(float)
         self.latency_count: Counter[tuple[int, int]] = Counter()
         self.max_in_flight: Counter[tuple[int, int]] = Counter()
         self.failed_calls: Counter[tuple[int, str]] = Counter()

@@ -9,6 +9,9 @@ broker's own share coordinator; many concurrent writes to one destination leave 
 never more than one in flight; a broker restarted mid-way is found again within the deadline; a
 broker that is gone fails its calls with Kafka's code after the deadline without holding back
 calls to a live broker; a principal outside ``super.users`` gets CLUSTER_AUTHORIZATION_FAILED.
+Last, the same round trip over SASL_SSL from the reference Kafka ``server.properties``
+(tests/secure-server.properties: StandardAuthorizer, ``super.users=User:admin``, the JAAS login
+of the listener), with nothing but ``inter.broker.listener.name`` and the mechanism added.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import trustme
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, read_properties
 from broker.inter_broker import inter_broker_listener, inter_broker_security
 from client.pool import ConnectionPool
 from client.security import SecuritySettings
@@ -278,5 +282,56 @@ async def test_a_principal_outside_super_users_is_refused(
             result = await call()  # type: ignore[misc]
             assert result.error == refused, result
             assert "CLUSTER_ACTION" in (result.error_message or "")
+    finally:
+        await p.close()
+
+
+def test_over_sasl_ssl_from_a_kafka_server_properties(tmp_path: Path, unique: str) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(certs / "ca.pem"))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(certs / "server.pem"))
+    sasl_port, ssl_port = free_port(), free_port()
+    reference = Path(__file__).parents[2] / "secure-server.properties"
+    config_file = tmp_path / "server.properties"
+    config_file.write_text(
+        reference.read_text().replace("/etc/shoal/certs", str(certs))
+        .replace(":9093", f":{sasl_port}").replace(":9094", f":{ssl_port}")
+        .replace("log.dirs=/var/lib/shoal", f"log.dirs={tmp_path / 'data'}")
+        + "inter.broker.listener.name=SASL_SSL\nsasl.mechanism.inter.broker.protocol=PLAIN\n")
+    b = BrokerProcess(tmp_path / "data", port=sasl_port, listen=False,
+                      extra_args=["--config", str(config_file)])
+    b.start()
+    try:
+        config = BrokerConfig(read_properties(config_file))
+        listener = inter_broker_listener(config)
+        security = inter_broker_security(config, listener)
+        assert (security.protocol, security.sasl_mechanism, security.sasl_username,
+                security.ssl_ca_location, security.check_hostname) == (
+            "SASL_SSL", "PLAIN", "admin", str(certs / "ca.pem"), True)
+        asyncio.run(_round_trip_over(b, listener.name, security, unique))
+    finally:
+        assert b.stop() == 0, b.logs()
+
+
+async def _round_trip_over(b: BrokerProcess, listener: str, security: SecuritySettings,
+                           unique: str) -> None:
+    admin = ConnectionPool("test-admin", security)
+    try:
+        tid = await create_topic(admin, b, unique, 1)
+    finally:
+        await admin.close()
+    metadata = LocalMetadata(1, {listener: ("127.0.0.1", b.port)},
+                             lambda t: STATE_PARTITIONS if t == STATE_TOPIC else None)
+    pool = ConnectionPool("test-persister", security)
+    p = NetworkPersister(metadata, pool, listener=listener, num_partitions=STATE_PARTITIONS)
+    key = SharePartitionKey(unique, tid, 0)
+    try:
+        assert (await p.initialize(InitializeParams(key, 0, 0))).error == E.none
+        assert (await p.write(write_params(key, 3))).error == E.none
+        read = await p.read(ReadParams(key, 0))
+        assert (read.error, read.start_offset) == (E.none, 3)
     finally:
         await p.close()
