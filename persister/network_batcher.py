@@ -29,7 +29,8 @@ is the caller's answer at once.
 Invariants:
 - calls for one key run one at a time, in submission order (a later write never overtakes an
   earlier one that is being retried), so the keys of one request are unique;
-- at most one flush per (destination, op) is in flight;
+- at most one flush per (destination, op) is in flight, of at most ``max_keys_per_request``
+  keys per group;
 - every submitted call ends in exactly one ``Done``;
 - a destination that does not answer holds back only the calls routed to it.
 """
@@ -48,9 +49,12 @@ from kio.schema.errors import ErrorCode
 from coordinator.share.service import StateOp
 from persister.api import SharePartitionKey
 
-__all__ = ["RETRIABLE", "Done", "Send", "StateBatcher"]
+__all__ = ["MAX_KEYS_PER_REQUEST", "RETRIABLE", "Done", "Send", "StateBatcher"]
 
 E = ErrorCode
+# Keys in one request at most; more wait for the next flush. Bounds the frame (a write carries
+# its state batches) and the coordinator's work per request.
+MAX_KEYS_PER_REQUEST = 1000
 RETRIABLE = frozenset({E.not_coordinator, E.coordinator_load_in_progress,
                        E.coordinator_not_available, E.network_exception, E.request_timed_out})
 
@@ -116,14 +120,16 @@ class StateBatcher:
     def __init__(self, route: Callable[[SharePartitionKey], int | None], *,
                  deadline_ms: int = 30_000, backoff_ms: int = 100, backoff_max_ms: int = 1_000,
                  request_timeout_ms: int = 30_000, jitter: float = 0.2,
+                 max_keys_per_request: int = MAX_KEYS_PER_REQUEST,
                  rand: Callable[[], float] = random.random) -> None:
         """Raises:
-            ValueError: a non-positive deadline, backoff or request timeout, or jitter outside
-                [0, 1).
+            ValueError: a non-positive deadline, backoff, request timeout or request size, or
+                jitter outside [0, 1).
         """
-        if min(deadline_ms, backoff_ms, backoff_max_ms, request_timeout_ms) <= 0:
-            raise ValueError("deadline_ms, backoff_ms, backoff_max_ms and request_timeout_ms "
-                             "must be positive")
+        if min(deadline_ms, backoff_ms, backoff_max_ms, request_timeout_ms,
+               max_keys_per_request) <= 0:
+            raise ValueError("deadline_ms, backoff_ms, backoff_max_ms, request_timeout_ms and "
+                             "max_keys_per_request must be positive")
         if not 0 <= jitter < 1:
             raise ValueError("jitter must be in [0, 1)")
         self._route = route
@@ -131,6 +137,7 @@ class StateBatcher:
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = max(backoff_ms, backoff_max_ms)
         self.request_timeout_ms = request_timeout_ms
+        self.max_keys_per_request = max_keys_per_request
         self._jitter = jitter
         self._rand = rand
         self._next_id = 0
@@ -203,8 +210,12 @@ class StateBatcher:
                 groups = node.pending.pop(op)
                 flush = _Flush()
                 for group_id, call_ids in groups.items():
-                    live = []
-                    for call_id in call_ids:
+                    live: list[_Call] = []
+                    for i, call_id in enumerate(call_ids):
+                        if len(live) == self.max_keys_per_request:
+                            # The rest go in the next flush (bounded request size).
+                            node.pending.setdefault(op, {})[group_id] = call_ids[i:]
+                            break
                         call = self._calls[call_id]
                         if now_ms >= call.deadline_ms:
                             self._expire(call, now_ms)

@@ -189,6 +189,18 @@ def test_a_non_retriable_transport_error_ends_every_call_of_the_request() -> Non
         (c, E.sasl_authentication_failed) for c in calls]
 
 
+def test_a_flush_carries_at_most_max_keys_per_request_per_group() -> None:
+    b = batcher(max_keys_per_request=4)
+    calls = [b.submit(StateOp.WRITE, write(p), 0) for p in range(10)]
+    sizes = []
+    while b.outstanding:
+        (s,) = b.sends(1)
+        sizes.append(len(s.call_ids))
+        b.on_results(s.send_id, ok(len(s.call_ids)), 1)
+    assert sizes == [4, 4, 2]
+    assert [d.call_id for d in b.completed()] == calls
+
+
 def test_request_timeout_never_outlasts_the_calls_deadline() -> None:
     b = batcher(deadline_ms=2000, request_timeout_ms=30_000)
     b.submit(StateOp.WRITE, write(0), 0)
@@ -197,7 +209,7 @@ def test_request_timeout_never_outlasts_the_calls_deadline() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"deadline_ms": 0}, {"backoff_ms": -1},
-                                 {"request_timeout_ms": 0}])
+                                 {"request_timeout_ms": 0}, {"max_keys_per_request": 0}])
 def test_bounds_are_checked(bad: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         batcher(**bad)
