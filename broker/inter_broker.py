@@ -8,7 +8,8 @@ Kafka's rules (``KafkaConfig.interBrokerListenerName`` / ``interBrokerSecurityPr
   cluster is expected to have it; its endpoint comes from the cluster metadata).
 - Its security protocol (``listener.security.protocol.map``) is the client's
   ``security.protocol``.
-- SASL: the mechanism is ``sasl.mechanism.inter.broker.protocol`` and the login is the
+- SASL: the mechanism is ``sasl.mechanism.inter.broker.protocol`` (one of the listener's
+  ``sasl.enabled.mechanisms``) and the login is the
   ``username``/``password`` options of the listener's JAAS config for that mechanism
   (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config``), as Kafka
   logs its inter-broker connections in. For SCRAM that user needs a credential (``--add-scram``),
@@ -100,6 +101,12 @@ def _sasl_login(values: dict[str, Any], listener: Listener) -> dict[str, Any]:
             f"sasl.mechanism.inter.broker.protocol={mechanism or '(empty)'} cannot be used on "
             f"the inter-broker listener {listener.name}; set it to one of "
             f"{', '.join(MECHANISMS)}")
+    enabled = str(listener_config(values, listener.name, "sasl.enabled.mechanisms") or "")
+    if mechanism not in {m.strip().upper() for m in enabled.split(",")}:
+        raise InterBrokerConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism} must be one of the "
+            f"sasl.enabled.mechanisms of the inter-broker listener {listener.name} "
+            f"({enabled or 'none'}), as Kafka requires")
     text = jaas_config(values, listener.name, mechanism)
     where = f"{listener.config_prefix}{mechanism.lower()}.sasl.jaas.config"
     if text is None:

@@ -63,9 +63,14 @@ def test_security_inter_broker_protocol_picks_the_listener_of_that_name() -> Non
       "listener.name.sasl_plaintext.plain.sasl.jaas.config":
           'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";'},
      "no username/password"),
+    ({"listeners": TWO, "inter.broker.listener.name": "SASL_PLAINTEXT",
+      "sasl.enabled.mechanisms": "SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+      "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS},
+     "must be one of the sasl.enabled.mechanisms"),
     ({"listeners": "SSL://127.0.0.1:9094", "inter.broker.listener.name": "SSL",
       "ssl.truststore.location": "/ca.jks"}, "ssl.truststore.type must be PEM"),
-], ids=["both-names", "no-such-listener", "gssapi", "no-jaas", "jaas-without-login", "jks"])
+], ids=["both-names", "no-such-listener", "gssapi", "no-jaas", "jaas-without-login",
+        "mechanism-not-enabled", "jks"])
 def test_unusable_settings_name_the_config_to_fix(configs: dict[str, str], fix: str) -> None:
     with pytest.raises(InterBrokerConfigError) as info:
         inter_broker_security(BrokerConfig(configs))
