@@ -290,6 +290,21 @@ async def test_a_principal_outside_super_users_is_refused(
         await p.close()
 
 
+async def test_a_wrong_password_fails_at_once_with_sasl_authentication_failed(
+        sasl_broker: BrokerProcess, topic: uuid.UUID, unique: str) -> None:
+    """Not retried until the deadline: a login the broker refuses will not start working."""
+    security = SecuritySettings(protocol=LISTENER, sasl_mechanism="PLAIN",
+                                sasl_username="broker", sasl_password="wrong")
+    p = persister(metadata_for(sasl_broker), security, deadline_ms=60_000)
+    try:
+        result = await asyncio.wait_for(p.write(write_params(SharePartitionKey(unique, topic, 0),
+                                                             0)), 30)
+        assert result.error == E.sasl_authentication_failed, result
+        assert p.stats()["failed_calls"] == {(WRITE, "SASL_AUTHENTICATION_FAILED"): 1}
+    finally:
+        await p.close()
+
+
 def test_over_sasl_ssl_from_a_kafka_server_properties(tmp_path: Path, unique: str) -> None:
     certs = tmp_path / "certs"
     certs.mkdir()
