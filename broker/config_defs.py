@@ -389,6 +389,21 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("inter.broker.listener.name", "string", "",
               "Accepted and checked to name a listener; a single broker has no inter-broker "
               "traffic."),
+    # The broker's client for broker-to-broker calls (broker/inter_broker.py, issue 23).
+    ConfigDef("security.inter.broker.protocol", "string", "PLAINTEXT",
+              "Security protocol brokers call each other with when inter.broker.listener.name "
+              "is not set (the listener of that name is used); set only one of the two.",
+              one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI",
+              "SASL mechanism brokers call each other with on a SASL inter-broker listener "
+              "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the login is the username/password of "
+              "that listener's JAAS config for the mechanism)."),
+    ConfigDef("request.timeout.ms", "int", 30_000,
+              "How long a broker-to-broker request (the share-state RPCs to the share "
+              "coordinator) may take, retries included, before it fails.", at_least(1)),
+    ConfigDef("socket.connection.setup.timeout.ms", "long", 10_000,
+              "How long a broker may take to connect to another broker (TCP, TLS and SASL).",
+              at_least(1)),
     ConfigDef("sasl.enabled.mechanisms", "list", "GSSAPI",
               "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's "
               "default GSSAPI is not supported: set this on a SASL listener).",
