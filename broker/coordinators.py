@@ -3,8 +3,9 @@
 The coordinators (``coordinator/``) see the broker only as a ``CoordinatorHost``
 (``coordinator/host.py``); what else each needs is passed here explicitly:
 
-1. the share coordinator over ``__share_group_state`` (the default persister is backed by it;
-   a test may have injected another one into ``broker.persister``);
+1. the share coordinator over ``__share_group_state`` (the default persister is backed by it,
+   or in a cluster reaches it over the wire, ``broker/inter_broker.py``; a test may have
+   injected another one into ``broker.persister``);
 2. the group coordinator over ``__consumer_offsets``, with the persister and the per-group
    configs; it hears about topic changes and the share-partition leaders hear about members
    that left (the latter wired in ``ShareService``);
@@ -25,7 +26,9 @@ from broker.group_configs import GroupConfigs
 from coordinator.group.service import open_group_coordinator
 from coordinator.share.opener import open_share_coordinator
 from coordinator.txn.service import open_transactions
+from broker.inter_broker import network_persister_for
 from persister.coordinator_persister import CoordinatorPersister
+from persister.network_persister import NetworkPersister
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -38,6 +41,10 @@ async def open_coordinators(broker: Broker) -> None:
     broker.share_coordinator = await open_share_coordinator(broker)
     await broker.delete_share_state_of_deleted_topics()
     persister = broker.persister
+    if persister is None and broker.member is not None:
+        # A cluster member reaches whichever broker leads the key's state partition over the
+        # wire (the share-state RPCs), itself included, as Kafka's persister does.
+        persister = broker.persister = network_persister_for(broker)
     if persister is None:
         persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
     broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
@@ -55,4 +62,6 @@ async def close_coordinators(broker: Broker) -> None:
     await broker.transactions.close()
     await broker.share_groups.stop()
     await broker.shares.stop()
+    if isinstance(broker.persister, NetworkPersister):
+        await broker.persister.close()
     await broker.share_coordinator.close()

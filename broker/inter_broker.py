@@ -36,6 +36,8 @@ from broker.security.listeners import Listener, jaas_config, listener_config
 from client.pool import ConnectionPool
 from client.security import MECHANISMS, SecurityConfigError, SecuritySettings
 from persister.network_persister import NetworkPersister
+from cluster.metadata import PartitionInfo
+from coordinator.share.opener import SHARE_STATE_TOPIC
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -174,6 +176,25 @@ def network_persister_for(broker: Broker) -> NetworkPersister:
         connect_timeout=int(config.get("socket.connection.setup.timeout.ms")) / 1000,
         request_timeout=timeout_ms / 1000)
     return NetworkPersister(
-        broker.cluster, pool, listener=listener.name,
+        _StateTopicOnFirstUse(broker), pool, listener=listener.name,
         num_partitions=lambda: int(config.get("share.coordinator.state.topic.num.partitions")),
         deadline_ms=timeout_ms, request_timeout_ms=timeout_ms)
+
+
+class _StateTopicOnFirstUse:
+    """The broker's ``ClusterMetadata`` for the persister, except that asking where a partition
+    of ``__share_group_state`` lives before the topic exists creates it (in the background; the
+    persister retries), as a FindCoordinator(SHARE) would."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker.cluster, name)
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self._broker.cluster.partition(topic, partition)
+        member = self._broker.member
+        if info is None and member is not None and topic == SHARE_STATE_TOPIC:
+            member.request_internal_topic(topic)
+        return info

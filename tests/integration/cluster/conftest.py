@@ -83,19 +83,39 @@ CLUSTER_OVERRIDES = {
 }
 
 
+# Brokers call each other on their own listener, authenticated as a super user (share-state
+# RPCs need CLUSTER_ACTION); clients use the PLAINTEXT one.
+INTERNAL_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+                 'username="broker" password="broker-secret" user_broker="broker-secret";')
+
+
+def member_configs(client_port: int, internal_port: int) -> dict[str, str]:
+    return {
+        "listeners": f"PLAINTEXT://127.0.0.1:{client_port},INTERNAL://127.0.0.1:{internal_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": INTERNAL_JAAS,
+        "super.users": "User:broker",
+    }
+
+
 class Cluster:
     """Real etcd and ``n`` real broker processes (node ids 1..n) on loopback."""
 
     def __init__(self, root: Path, etcd: Etcd, n: int = 3,
                  overrides: dict[str, str] | None = None) -> None:
         self.etcd = etcd
-        self.brokers = [
-            BrokerProcess(root / f"broker-{i}" / "data", {**CLUSTER_OVERRIDES, **(overrides or {})},
-                          extra_args=["--cluster", etcd.endpoint, "--node-id", str(i)])
-            for i in range(1, n + 1)
-        ]
-        for b in self.brokers:
+        self.brokers = []
+        for i in range(1, n + 1):
+            port = free_port()
+            configs = {**CLUSTER_OVERRIDES, **member_configs(port, free_port()),
+                       **(overrides or {})}
+            b = BrokerProcess(root / f"broker-{i}" / "data", configs, port=port, listen=False,
+                              extra_args=["--cluster", etcd.endpoint, "--node-id", str(i)])
             b.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            self.brokers.append(b)
 
     @property
     def bootstrap(self) -> str:

@@ -1,0 +1,71 @@
+"""Share groups on a 3-broker cluster, with unmodified confluent-kafka ShareConsumers.
+
+A share-partition's leader is the broker leading the topic-partition; it keeps the share state
+with the share coordinator on whichever broker leads the key's ``__share_group_state``
+partition, over the share-state RPCs; the group coordinator sits on the leader of the group's
+``__consumer_offsets`` partition. A user sees one thing: every record delivered and
+acknowledged exactly once, wherever those pieces live.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from confluent_kafka import AcknowledgeType
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.cluster.conftest import Cluster
+from tests.integration.share_helpers import poll_until, produce, share_consumer
+
+T = 30
+
+
+def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("work", 12, 1)])["work"].result(T)
+    leaders = {p: m.leader for p, m in admin.list_topics("work", timeout=T)
+               .topics["work"].partitions.items()}
+    assert Counter(leaders.values()) == {1: 4, 2: 4, 3: 4}
+    consumers = [share_consumer(cluster.brokers[i % 3].bootstrap, "workers", "work",
+                                explicit=True) for i in range(6)]
+    # The members join first: the share-partitions start at the end of the (empty) log, as
+    # share.auto.offset.reset=latest says, so everything produced next is delivered.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for c in consumers:
+            assert not list(c.poll(0.1))
+    sent = produce(cluster.bootstrap, "work", 1200, partitions=12)
+    seen: Counter[bytes] = Counter()
+    by_member: Counter[int] = Counter()
+
+    def on_message(i: int, msg) -> None:  # type: ignore[no-untyped-def]
+        seen[msg.value()] += 1
+        by_member[i] += 1
+        consumers[i].acknowledge(msg, AcknowledgeType.ACCEPT)
+
+    try:
+        poll_until(consumers, lambda: len(seen) == len(sent), timeout=90, on_message=on_message)
+        for c in consumers:  # the last acknowledgements go out with these polls
+            c.poll(0.5)
+    finally:
+        for c in consumers:
+            c.close()
+    assert set(seen) == set(sent)
+    assert all(n == 1 for n in seen.values()), [v for v, n in seen.items() if n > 1][:5]
+    assert len(by_member) >= 3  # the work was shared
+
+    # The share state partitions and the group's coordinator live on several brokers.
+    state = admin.list_topics("__share_group_state", timeout=T).topics["__share_group_state"]
+    assert len({p.leader for p in state.partitions.values()}) >= 2
+
+    # Nothing is left to deliver: a new member of the group gets no record again.
+    late = share_consumer(cluster.bootstrap, "workers", "work", explicit=True)
+    try:
+        again = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            again += [m for m in late.poll(0.3) if m.error() is None]
+    finally:
+        late.close()
+    assert again == []
