@@ -28,7 +28,8 @@ for an older epoch) and needs the request's transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else INVALID_RECORD). When it would begin
 the producer's transaction in the partition, the transaction coordinator (``broker.transactions``)
 is asked whether the partition is in that transaction (``verify_partition``); its error answers the
-partition otherwise. A plain batch of a producer whose transaction is ongoing there is
+partition otherwise, translated as Kafka's ReplicaManager does (``broker.log.append.verification_error``:
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH, retriable coordinator errors NOT_ENOUGH_REPLICAS). A plain batch of a producer whose transaction is ongoing there is
 INVALID_TXN_STATE. Control batches (markers) are refused from clients (INVALID_RECORD,
 ``protocol/log_validator.py``): only the coordinator writes them. Non-transactional batches pay one
 attribute test for all this.

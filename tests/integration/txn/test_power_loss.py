@@ -94,14 +94,18 @@ async def call(b: Broker, module: Any, version: int, req: Any) -> Any:
     return await out if asyncio.iscoroutine(out) or isinstance(out, asyncio.Future) else out
 
 
+async def create(b: Broker, topic: str, partitions: int = 1) -> None:
+    m = request_module(19, 7)
+    created = await call(b, create_topics, 7, request(19, 7, topics=(make(
+        m.CreatableTopic, name=topic, num_partitions=partitions, replication_factor=-1,
+        assignments=(), configs=()),), timeout=timedelta(seconds=5), validate_only=False))
+    assert created.topics[0].error_code == ErrorCode.none
+
+
 async def _transaction(b: Broker, topic: str, txn: str) -> None:
     """Create ``topic`` and commit three records to it in one transaction; the data is fsynced
     before the commit (as the flush scheduler would do)."""
-    m = request_module(19, 7)
-    created = await call(b, create_topics, 7, request(19, 7, topics=(make(
-        m.CreatableTopic, name=topic, num_partitions=1, replication_factor=-1, assignments=(),
-        configs=()),), timeout=timedelta(seconds=5), validate_only=False))
-    assert created.topics[0].error_code == ErrorCode.none
+    await create(b, topic)
     tx = b.transactions
     got = await tx.init_producer_id(txn, 60_000, None)
     assert got.error == ErrorCode.none
