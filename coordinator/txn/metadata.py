@@ -120,6 +120,10 @@ class TxnMetadata:
     prev_producer_id: int = NO_PRODUCER_ID
     next_producer_id: int = NO_PRODUCER_ID
     client_tv: int = 0
+    # Kafka ``lastProducerEpoch``: the epoch before a client-requested bump, so a retried
+    # InitProducerId (its first answer lost) is answered again rather than fenced. Not in any
+    # record (as in Kafka): -1 after a reload, and not part of a state's equality.
+    last_producer_epoch: int = field(default=NO_PRODUCER_EPOCH, compare=False)
 
     def moved_to(self, state: TxnState, **changes: object) -> TxnMetadata:
         """A copy in ``state`` with ``changes`` applied.

@@ -20,9 +20,10 @@ state, rebuilt from replay (a reload keeps each transaction's deadline).
 
 Reads (DescribeTransactions, ListTransactions, ``verify``) use the committed view.
 
-What Kafka keeps and the v0 value record cannot (``lastProducerEpoch``, ``previousProducerId``)
-is not kept: as on a Kafka coordinator after a reload, a retried InitProducerId whose first answer
-was lost is fenced rather than answered again.
+A retried InitProducerId whose first answer was lost (the client sends the producer id and
+epoch it had) is answered again rather than fenced, from ``last_producer_epoch`` (Kafka
+``lastProducerEpoch``) and ``prev_producer_id`` (after a move to a new producer id). As in Kafka
+the former is kept in memory only: after a reload such a retry is fenced.
 
 Invariants: ``txns`` equals the fold of the replayed records (a shard rebuilt from the log equals
 the live one); an op never mutates; every written state follows ``VALID_PREVIOUS``.
@@ -40,6 +41,7 @@ from coordinator.runtime.result import CoordinatorResult
 from coordinator.runtime.timer import Timer
 from coordinator.runtime.undo import UndoLog
 from coordinator.txn.metadata import (
+    EXHAUSTED_EPOCH,
     EXPIRABLE,
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -198,13 +200,14 @@ class TxnShard:
                          expected: tuple[int, int] | None, now_ms: int,
                          new_producer_id: Callable[[], int]) -> Result:
         """InitProducerId with a transactional id (Kafka ``handleInitProducerId``); the caller
-        has checked the id is not empty and the timeout is allowed."""
+        has checked the id is not empty and the timeout is allowed. ``expected``: the producer
+        id and epoch the client holds (KIP-360), None for a new producer instance."""
         meta = self.txns.get(transactional_id)
         if meta is None:
             fresh = TxnMetadata(transactional_id, new_producer_id(), 0, timeout_ms, S.EMPTY,
                                 last_update_ms=now_ms)
             return _answer(fresh, ProducerIdAndEpoch(E.none, fresh.producer_id, 0))
-        if expected is not None and expected[0] != meta.producer_id:
+        if expected is not None and not _expected_producer(meta, expected):
             return CoordinatorResult(response=ProducerIdAndEpoch(E.producer_fenced))
         if meta.state in PREPARED:
             return CoordinatorResult(response=ProducerIdAndEpoch(E.concurrent_transactions))
@@ -212,16 +215,25 @@ class TxnShard:
             # Abort the zombie's transaction (bumping the epoch fences it) and let the client
             # retry once the abort completes; its retry bumps the epoch again (Kafka).
             return _answer(_fenced_abort(meta, now_ms), ProducerIdAndEpoch(E.concurrent_transactions))
+        reset = {"timeout_ms": timeout_ms, "partitions": frozenset(), "start_ms": -1,
+                 "last_update_ms": now_ms}
         if meta.epoch_exhausted and (expected is None or expected[1] == meta.producer_epoch):
+            # A new producer id; the old one is kept as the previous (a retry names it).
             new = meta.moved_to(S.EMPTY, producer_id=new_producer_id(), producer_epoch=0,
-                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
-                                last_update_ms=now_ms)
-        elif expected is not None and expected[1] != meta.producer_epoch:
-            return CoordinatorResult(response=ProducerIdAndEpoch(E.producer_fenced))
-        else:
+                                prev_producer_id=meta.producer_id,
+                                last_producer_epoch=meta.producer_epoch if expected else
+                                NO_PRODUCER_EPOCH, **reset)
+        elif expected is None:
             new = meta.moved_to(S.EMPTY, producer_epoch=meta.producer_epoch + 1,
-                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
-                                last_update_ms=now_ms)
+                                last_producer_epoch=NO_PRODUCER_EPOCH, **reset)
+        elif expected[1] == meta.producer_epoch:
+            new = meta.moved_to(S.EMPTY, producer_epoch=meta.producer_epoch + 1,
+                                last_producer_epoch=meta.producer_epoch, **reset)
+        elif expected[1] == meta.last_producer_epoch:
+            # A retry of a bump whose answer was lost: the same answer, no second bump.
+            new = meta.moved_to(S.EMPTY, **reset)
+        else:
+            return CoordinatorResult(response=ProducerIdAndEpoch(E.producer_fenced))
         return _answer(new, ProducerIdAndEpoch(E.none, new.producer_id, new.producer_epoch))
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -293,8 +305,18 @@ def _check_producer(meta: TxnMetadata | None, producer_id: int,
     return None
 
 
+def _expected_producer(meta: TxnMetadata, expected: tuple[int, int]) -> bool:
+    """Whether the producer id and epoch a client sends in InitProducerId may resume ``meta``
+    (Kafka ``isValidProducerId``): its current producer id, or the previous one with an
+    exhausted epoch (a retry of the bump that moved to a new producer id)."""
+    pid, epoch = expected
+    return (meta.producer_id == pid or meta.producer_epoch == NO_PRODUCER_EPOCH
+            or (pid == meta.prev_producer_id and epoch >= EXHAUSTED_EPOCH))
+
+
 def _fenced_abort(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
     """PrepareAbort with the epoch bumped (Kafka ``prepareFenceProducerEpoch`` then the abort)."""
     epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
     meta.moved_to(S.PREPARE_EPOCH_FENCE)  # checks the move as Kafka's two-step transition
-    return meta.moved_to(S.PREPARE_ABORT, producer_epoch=epoch, last_update_ms=now_ms)
+    return meta.moved_to(S.PREPARE_ABORT, producer_epoch=epoch, last_update_ms=now_ms,
+                         last_producer_epoch=NO_PRODUCER_EPOCH)

@@ -47,6 +47,39 @@ def test_reinit_with_a_stale_producer_is_fenced(expected: tuple[int, int]) -> No
     assert ctx.init("t", expected=expected).error is E.producer_fenced
 
 
+def test_a_retried_bump_whose_answer_was_lost_is_answered_again() -> None:
+    """Kafka lastProducerEpoch: the client bumps (1001, 1) -> (1001, 2), loses the answer and
+    sends (1001, 1) again: the same answer, no second bump, nothing fenced."""
+    ctx = TxnContext()
+    ctx.init("t")
+    ctx.init("t")
+    assert ctx.init("t", expected=(1001, 1)) == ProducerIdAndEpoch(E.none, 1001, 2)
+    assert ctx.init("t", expected=(1001, 1)) == ProducerIdAndEpoch(E.none, 1001, 2)
+    assert ctx.init("t", expected=(1001, 2)) == ProducerIdAndEpoch(E.none, 1001, 3)
+    assert ctx.init("t", expected=(1001, 1)).error is E.producer_fenced  # two bumps back
+    # A bump without an expected epoch (a new instance) keeps no previous epoch.
+    assert ctx.init("t") == ProducerIdAndEpoch(E.none, 1001, 4)
+    assert ctx.init("t", expected=(1001, 3)).error is E.producer_fenced
+    # Kafka keeps the previous epoch in memory only: after a reload the retry is fenced.
+    assert ctx.init("t", expected=(1001, 4)) == ProducerIdAndEpoch(E.none, 1001, 5)
+    ctx.shard = ctx.reloaded()
+    assert ctx.init("t", expected=(1001, 4)).error is E.producer_fenced
+
+
+def test_a_retried_bump_onto_a_new_producer_id_is_answered_again() -> None:
+    ctx = TxnContext()
+    ctx.init("t")
+    ctx.shard.replay(len(ctx.log), "t", TxnMetadata("t", 1001, 32766, 60_000,
+                                                     S.COMPLETE_COMMIT, start_ms=T0,
+                                                     last_update_ms=T0))
+    first = ctx.init("t", expected=(1001, 32766))
+    assert first == ProducerIdAndEpoch(E.none, 1002, 0)
+    assert ctx.init("t", expected=(1001, 32766)) == first
+    assert ctx.shard.txns["t"].prev_producer_id == 1001
+    assert ctx.reloaded().txns["t"].prev_producer_id == 1001  # written in a v1 value
+    assert ctx.init("t", expected=(1001, 5)).error is E.producer_fenced
+
+
 def test_an_exhausted_epoch_gets_a_new_producer_id() -> None:
     ctx = TxnContext()
     ctx.init("t")
