@@ -2,7 +2,8 @@
 
 A request at a version above 4 gets the v0 response with UNSUPPORTED_VERSION (handled in the
 connection, which cannot parse such a request; KIP-511). We also advertise the ``share.version``
-feature at level 1, as a Kafka 4.2+ cluster with share groups enabled does.
+feature at level 1, as a Kafka 4.2+ cluster with share groups enabled does, and
+``transaction.version`` at level 2 (transaction protocol v2, KIP-890 part 2).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 API_KEY = 18
 VERSIONS = (0, 4)
 
-_FEATURES = (("share.version", 0, 1),)
+# transaction.version 2: KIP-890 part 2 (EndTxn v5, Produce v12 adds partitions), Kafka 4.x's default.
+_FEATURES = (("share.version", 0, 1), ("transaction.version", 0, 2))
 
 
 def _response(broker: Broker, version: int, error: ErrorCode) -> Any:

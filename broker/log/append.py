@@ -153,7 +153,7 @@ def append_partition(broker: AppendHost, topic_name: str, configs: dict[str, Any
                                 message=_sequence_message(check.error, topic_name, p, h))
     if check.duplicate_of is not None:
         return PartitionOutcome(ErrorCode.none, check.duplicate_of[0], lso)
-    if txn and states.ongoing_first_offset(h.producer_id) < 0:
+    if txn and states.begins_transaction(h.producer_id, h.producer_epoch):
         # The batch would begin the producer's transaction here: the coordinator must have it in
         # the transaction (KIP-890 verification; later batches of it need no question).
         assert transactional_id is not None  # _transactional_refusal checked it

@@ -170,6 +170,15 @@ class ProducerStates:
         """First offset of the producer's ongoing transaction here, or -1."""
         return self._ongoing.get(producer_id, -1)
 
+    def begins_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether a transactional batch of the producer at ``epoch`` would begin a transaction
+        here (so the coordinator is asked first): none is ongoing, or the ongoing one is of an
+        earlier epoch (a transaction-version-2 producer's next transaction, produced before the
+        previous one's marker is written here)."""
+        if producer_id not in self._ongoing:
+            return True
+        return epoch > self._entries[producer_id].epoch
+
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest ongoing transaction (the last stable offset), or None."""
         ongoing = self._ongoing
