@@ -400,8 +400,11 @@ def _expected_producer(meta: TxnMetadata, expected: tuple[int, int]) -> bool:
 
 
 def _fenced_abort(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
-    """PrepareAbort with the epoch bumped (Kafka ``prepareFenceProducerEpoch`` then the abort)."""
-    epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+    """PrepareAbort with the epoch bumped (Kafka ``prepareFenceProducerEpoch`` then the abort).
+    A transaction-version-2 transaction's abort bumps it once more, as every v2 end does, so
+    its producer's EndTxn (from the epoch two below) is fenced rather than taken for a retry."""
+    bump = 2 if meta.client_tv >= 2 else 1
+    epoch = min(meta.producer_epoch + bump, MAX_EPOCH)
     meta.moved_to(S.PREPARE_EPOCH_FENCE)  # checks the move as Kafka's two-step transition
     return meta.moved_to(S.PREPARE_ABORT, producer_epoch=epoch, last_update_ms=now_ms,
                          last_producer_epoch=NO_PRODUCER_EPOCH)

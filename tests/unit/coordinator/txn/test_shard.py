@@ -339,3 +339,18 @@ def test_v2_end_at_an_exhausted_epoch_moves_to_a_new_producer_id() -> None:
     assert (meta.producer_id, meta.producer_epoch, meta.prev_producer_id) == (1002, 0, 1001)
     assert end2(ctx, 1001, 32766, True) == ProducerIdAndEpoch(E.none, 1002, 0)  # a retry
     assert ctx.reloaded().txns["t"] == meta
+
+
+def test_v2_a_timed_out_transaction_fences_its_producer() -> None:
+    """As Kafka with transaction version 2: the timeout's fence and the v2 end each bump the
+    epoch, so the producer's EndTxn is fenced rather than answered as a retry."""
+    ctx = TxnContext()
+    out = ctx.init("t", timeout_ms=1000)
+    pid, epoch = out.producer_id, out.producer_epoch
+    assert ctx.run(ctx.shard.add_partitions("t", pid, epoch, frozenset({("orders", 0)}),
+                                            ctx.now, 2)) is E.none
+    ctx.sleep(1000)
+    assert ctx.shard.txns["t"].producer_epoch == epoch + 2
+    ctx.complete_prepared()
+    assert end2(ctx, pid, epoch, False).error is E.producer_fenced
+    assert end2(ctx, pid, epoch, True).error is E.producer_fenced
