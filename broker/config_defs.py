@@ -119,7 +119,7 @@ _BROKER_DEFS: list[ConfigDef] = [
               dynamic=True),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "An idempotent producer id with no append to a partition for this long is "
-              "forgotten by that partition (its next batch must then start a new epoch).",
+              "forgotten by that partition (its next batch is then accepted at any sequence, KIP-360).",
               at_least(1), dynamic=True),
     ConfigDef("producer.id.expiration.check.interval.ms", "int", 600_000,
               "How often idle producer ids are looked for.", at_least(1)),

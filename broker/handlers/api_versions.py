@@ -4,7 +4,8 @@ A request at a version above 4 gets the v0 response with UNSUPPORTED_VERSION (ha
 connection, which cannot parse such a request; KIP-511). We also advertise the ``share.version``
 feature as Kafka 4.4 does: supported levels 0-2 (level 2 adds share-group dead-letter topics,
 KIP-1191), finalized at the broker config ``share.version`` (2 by default; 1 turns dead-letter
-topics off, as a Kafka cluster finalized at level 1 has none).
+topics off, as a Kafka cluster finalized at level 1 has none). ``transaction.version`` is
+advertised at level 2 (transaction protocol v2, KIP-890 part 2), finalized at 2.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ API_KEY = 18
 VERSIONS = (0, 4)
 
 # (name, lowest supported level, highest supported level, broker config holding the finalized
-# level)
-_FEATURES = (("share.version", 0, 2, "share.version"),)
+# level, or None: finalized at the highest). transaction.version 2: KIP-890 part 2 (EndTxn v5,
+# Produce v12 adds partitions), Kafka 4.x's default.
+_FEATURES = (("share.version", 0, 2, "share.version"), ("transaction.version", 0, 2, None))
 
 
 def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
@@ -41,7 +43,8 @@ def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
         fields["finalized_features_epoch"] = 1
         fields["finalized_features"] = tuple(
             m.FinalizedFeatureKey(name=n, max_version_level=level, min_version_level=level)
-            for n, level in ((n, int(broker.config.get(c))) for n, _lo, _hi, c in _FEATURES))
+            for n, level in ((n, hi if c is None else int(broker.config.get(c)))
+                             for n, _lo, hi, c in _FEATURES))
     return make(m.ApiVersionsResponse, **fields)
 
 

@@ -1,4 +1,4 @@
-"""EndTxn (26) v0-4: commit or abort a producer's transaction (KIP-98).
+"""EndTxn (26) v0-5: commit or abort a producer's transaction (KIP-98).
 
 Answered once PrepareCommit/PrepareAbort is durable in ``__transaction_state``; the markers
 follow (``coordinator/txn/service.py``). A retry after completion answers NONE; a commit of an aborted
@@ -7,8 +7,11 @@ the markers are written CONCURRENT_TRANSACTIONS; a fenced epoch PRODUCER_FENCED
 (INVALID_PRODUCER_EPOCH before v2); an unknown id or another producer id
 INVALID_PRODUCER_ID_MAPPING.
 
-v5 (KIP-890 part 2, transaction version 2: an epoch bump at every EndTxn) is not served, and the
-``transaction.version`` feature is not advertised, so clients use the v0-4 protocol.
+v5 is transaction version 2 (KIP-890 part 2; the ``transaction.version`` feature at level 2 is
+advertised, ``broker/handlers/api_versions.py``): every EndTxn bumps the producer epoch and the
+answer carries the producer id and epoch of the producer's next transaction; an abort without a
+transaction is allowed; a retry from the epoch before the bump is answered NONE
+(``TxnShard.end_txn_v2``).
 
 Authorization (``broker/authz.py``), as Kafka: WRITE on the transactional id, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
@@ -27,7 +30,7 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 API_KEY = 26
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:
@@ -37,7 +40,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         return make(m.EndTxnResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.transactional_id_authorization_failed)
     out = await ctx.broker.transactions.end_txn(req.transactional_id, req.producer_id,
-                                                req.producer_epoch, req.committed)
+                                                req.producer_epoch, req.committed,
+                                                tv2=ctx.api_version >= 5)
     error = out.error
     if error is ErrorCode.producer_fenced and ctx.api_version < 2:
         error = ErrorCode.invalid_producer_epoch

@@ -1,6 +1,9 @@
 """InitProducerId (22) v0-5: producer ids for idempotent and transactional producers.
 
-Without a transactional id: a fresh producer id (or, KIP-360, the given one with its epoch bumped).
+Without a transactional id: always a fresh producer id from the broker's own sequence with epoch 0,
+whatever producer id and epoch the request names (Kafka ``handleInitProducerId``: an idempotent
+producer that bumps after UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER gets a new id; the
+broker never bumps an id it may not have issued, which could belong to another producer).
 With one (KIP-98; ``coordinator/txn/service.py``): the transaction coordinator answers, as Kafka's
 ``handleInitProducerId``: a new id gets a producer id and epoch 0, a known one the same producer id
 with the epoch bumped (a new producer id once the epoch is exhausted), which fences older producer
@@ -47,12 +50,6 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             and not ctx.authorize_by_resource_type(Operation.WRITE, ResourceType.TOPIC)):
         ctx.refused(Operation.IDEMPOTENT_WRITE, CLUSTER)
         return _answer(m, ErrorCode.cluster_authorization_failed)
-    existing = getattr(req, "producer_id", -1)
-    if existing >= 0:
-        # An idempotent producer bumping its epoch after UNKNOWN_PRODUCER_ID/OUT_OF_ORDER (KIP-360).
-        epoch = getattr(req, "producer_epoch", -1) + 1
-        if epoch < 32767:
-            return _answer(m, ErrorCode.none, existing, epoch)
     try:
         return _answer(m, ErrorCode.none, ctx.broker.next_producer_id(), 0)
     except ProducerIdsUnavailable:  # a cluster member waiting for its next block: retriable

@@ -28,8 +28,10 @@ for an older epoch) and needs the request's transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and a producer id (else INVALID_RECORD). When it would begin
 the producer's transaction in the partition, the transaction coordinator (``broker.transactions``)
 is asked whether the partition is in that transaction (``verify_partition``); its error answers the
-partition otherwise. A plain batch of a producer whose transaction is ongoing there is
-INVALID_TXN_STATE. Control batches (markers) are refused from clients (INVALID_RECORD,
+partition otherwise, translated as Kafka's ReplicaManager does (``broker.log.append.verification_error``:
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH, retriable coordinator errors NOT_ENOUGH_REPLICAS). A plain batch of a producer whose transaction is ongoing there is
+INVALID_TXN_STATE. From v12 (transaction version 2, KIP-890 part 2) the broker adds such a
+partition to the transaction itself (``_implicit_additions``), before appending. Control batches (markers) are refused from clients (INVALID_RECORD,
 ``protocol/log_validator.py``): only the coordinator writes them. Non-transactional batches pay one
 attribute test for all this.
 
@@ -55,10 +57,12 @@ from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import leader_problem
 from broker.log.append import (
+    FIRST_TV2_PRODUCE_VERSION,
     NEWEST_PRODUCE_VERSION,
     PartitionOutcome,
     append_partition,
     validation_policy,
+    verification_error,
 )
 from broker.log.topics import Topic
 from protocol.codec import response_module
@@ -72,9 +76,13 @@ from protocol.log_validator import (
 from protocol.messages import make
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
     BATCH_HEADER_SIZE,
     COMPRESSION_MASK,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
     RECORD_COUNT_OFFSET,
+    TRANSACTIONAL_MASK,
 )
 
 if TYPE_CHECKING:
@@ -101,7 +109,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     order = _order(broker)
     before = order.get(ctx.connection_id)
-    if before is None and validation_cost(req) < OFFLOAD_COST:
+    if (before is None and validation_cost(req) < OFFLOAD_COST
+            and not _implicit_additions(ctx, req)):
         return _produce(ctx, req, {})
     # Validated in a worker thread so other connections keep being served; later Produce
     # requests of this connection wait for it, so its appends stay in request order (an
@@ -169,10 +178,73 @@ async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[A
         results = await asyncio.to_thread(
             lambda: [validate_produced(r, policy, now) for _, r, policy in jobs])
         checks = {key: res for (key, _, _), res in zip(jobs, results, strict=True)}
+    additions = _implicit_additions(ctx, req)
+    if additions:
+        checks.update(await _add_implicitly(ctx, req.transactional_id, additions))
     result = _produce(ctx, req, checks)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+def _implicit_additions(ctx: RequestContext, req: Any) -> dict[tuple[int, int], tuple[str, int, int, int]]:
+    """Produce v12+ of a transaction-version-2 producer (KIP-890 part 2): (topic index, partition
+    index) -> (topic, partition, producer id, epoch) of each transactional batch that would begin
+    the producer's transaction in its partition. The broker adds those partitions to the
+    transaction itself (Kafka's ``addPartition`` verification), as the producer sends no
+    AddPartitionsToTxn. Partitions that cannot be appended anyway are left to ``_produce``."""
+    txn_id = getattr(req, "transactional_id", None)
+    if txn_id is None or ctx.api_version < FIRST_TV2_PRODUCE_VERSION:
+        return {}
+    broker = ctx.broker
+    out: dict[tuple[int, int], tuple[str, int, int, int]] = {}
+    for ti, td in enumerate(req.topic_data):
+        topic = _topic(broker, td, ctx.api_version)
+        if topic is None or topic.internal or not ctx.authorized(
+                Operation.WRITE, Resource(ResourceType.TOPIC, topic.name), audit=False):
+            continue
+        for pi, pd in enumerate(td.partition_data):
+            r = pd.records
+            if (not r or len(r) < BATCH_HEADER_SIZE or not 0 <= pd.index < topic.partitions
+                    or not r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK):
+                continue
+            pid = int.from_bytes(r[PRODUCER_ID_OFFSET:PRODUCER_EPOCH_OFFSET], "big", signed=True)
+            epoch = int.from_bytes(r[PRODUCER_EPOCH_OFFSET:BASE_SEQUENCE_OFFSET], "big",
+                                   signed=True)
+            if pid < 0 or broker.logs.get(topic.name, pd.index) is None:
+                continue
+            try:
+                if not broker.producer_states(topic.name, pd.index).begins_transaction(pid, epoch):
+                    continue
+            except OSError:
+                continue  # the append answers KAFKA_STORAGE_ERROR
+            out[(ti, pi)] = (topic.name, pd.index, pid, epoch)
+    return out
+
+
+async def _add_implicitly(ctx: RequestContext, txn_id: str,
+                          additions: dict[tuple[int, int], tuple[str, int, int, int]]
+                          ) -> dict[tuple[int, int], Rejected]:
+    """Add the partitions to the producer's transaction (one coordinator write per producer
+    id and epoch in the request); the refusals, translated as Kafka's ReplicaManager does, for
+    the partitions not added. Authorization is checked first, as Produce checks it anyway."""
+    if not ctx.authorized(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, txn_id),
+                          audit=False):
+        return {}  # _produce refuses every partition
+    by_producer: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key, (_, _, pid, epoch) in additions.items():
+        by_producer.setdefault((pid, epoch), []).append(key)
+    refused: dict[tuple[int, int], Rejected] = {}
+    for (pid, epoch), keys in by_producer.items():
+        parts = [additions[k][:2] for k in keys]
+        error = await ctx.broker.transactions.add_partitions(txn_id, pid, epoch, parts,
+                                                             client_tv=2)
+        if error != ErrorCode.none:
+            answer, why = verification_error(error, ctx.api_version)
+            for k in keys:
+                refused[k] = Rejected(answer, f"transactional id {txn_id!r} (producer {pid}, "
+                                              f"epoch {epoch}): {why}")
+    return refused
 
 
 def _topic(broker: Broker, td: Any, api_version: int) -> Topic | None:

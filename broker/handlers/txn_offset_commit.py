@@ -16,7 +16,8 @@ UNKNOWN_TOPIC_OR_PARTITION. Errors are per partition (the response has no other 
 When the broker has a transaction coordinator (``broker.transactions``), the group's offsets
 partition must be part of the producer's ongoing transaction (AddOffsetsToTxn):
 ``verify_partition(transactional_id, producer_id, epoch, "__consumer_offsets", partition)``; its
-refusal (e.g. INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH) answers every partition.
+refusal (e.g. INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH) answers every partition. From v5
+(transaction version 2) the broker adds that partition to the transaction itself.
 
 Authorization (``broker/authz.py``), as Kafka's ``KafkaApis.handleTxnOffsetCommitRequest``: WRITE
 on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), then
@@ -85,7 +86,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not parts:
         return _respond(ctx, req, codes)
     service = ctx.broker.share_groups
-    error = _verify(ctx, req, service.partition_for(req.group_id))
+    error = await _verify(ctx, req, service.partition_for(req.group_id))
     if error is not None:
         codes.update({(p.topic, p.partition): error for p in parts})
         return _respond(ctx, req, codes)
@@ -98,10 +99,16 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return _respond(ctx, req, codes)
 
 
-def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:
+async def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:
     """The transaction coordinator's answer whether the group's offsets partition is in the
-    producer's ongoing transaction (None: yes)."""
-    code: ErrorCode = ctx.broker.transactions.verify_partition(
-        req.transactional_id, req.producer_id, req.producer_epoch, CONSUMER_OFFSETS_TOPIC,
-        partition)
+    producer's ongoing transaction (None: yes). From v5 (transaction version 2, KIP-890 part 2)
+    the producer sends no AddOffsetsToTxn: the partition is added here instead."""
+    txns = ctx.broker.transactions
+    if ctx.api_version >= 5:
+        code: ErrorCode = await txns.add_partitions(
+            req.transactional_id, req.producer_id, req.producer_epoch,
+            ((CONSUMER_OFFSETS_TOPIC, partition),), client_tv=2)
+    else:
+        code = txns.verify_partition(req.transactional_id, req.producer_id, req.producer_epoch,
+                                     CONSUMER_OFFSETS_TOPIC, partition)
     return None if code == ErrorCode.none else code

@@ -153,17 +153,17 @@ def append_partition(broker: AppendHost, topic_name: str, configs: dict[str, Any
                                 message=_sequence_message(check.error, topic_name, p, h))
     if check.duplicate_of is not None:
         return PartitionOutcome(ErrorCode.none, check.duplicate_of[0], lso)
-    if txn and states.ongoing_first_offset(h.producer_id) < 0:
+    if txn and states.begins_transaction(h.producer_id, h.producer_epoch):
         # The batch would begin the producer's transaction here: the coordinator must have it in
         # the transaction (KIP-890 verification; later batches of it need no question).
         assert transactional_id is not None  # _transactional_refusal checked it
         error = broker.transactions.verify_partition(transactional_id, h.producer_id,
                                                      h.producer_epoch, topic_name, p)
         if error != ErrorCode.none:
-            return PartitionOutcome(error, log_start_offset=lso, message=(
-                f"{topic_name}-{p} is not in the ongoing transaction of transactional id "
-                f"{transactional_id!r} (producer {h.producer_id}, epoch {h.producer_epoch}):"
-                f" {error.name.upper()}; the producer must add it (AddPartitionsToTxn) first"))
+            answer, why = verification_error(error, api_version)
+            return PartitionOutcome(answer, log_start_offset=lso, message=(
+                f"{topic_name}-{p}, transactional id {transactional_id!r} (producer "
+                f"{h.producer_id}, epoch {h.producer_epoch}): {why}"))
     try:
         result = lg.append(checked.data, now)
     except OSError as exc:  # LogDirOfflineError: the directory is offline, the broker stopping
@@ -180,6 +180,40 @@ def append_partition(broker: AppendHost, topic_name: str, configs: dict[str, Any
     metrics.produce_records.inc(topic_name, h.record_count)
     return PartitionOutcome(ErrorCode.none, result.base_offset, lg.log_start_offset,
                             log_append_time_ms=checked.log_append_time_ms)
+
+
+#: Produce v11 (KIP-890) knows TRANSACTION_ABORTABLE; v12 is the transaction-version-2 Produce.
+FIRST_ABORTABLE_PRODUCE_VERSION = 11
+FIRST_TV2_PRODUCE_VERSION = 12
+_RETRIABLE_VERIFICATION = frozenset({
+    ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator})
+
+
+def verification_error(error: ErrorCode, api_version: int) -> tuple[ErrorCode, str]:
+    """What a Produce partition is answered when the coordinator's verification said ``error``
+    (Kafka ``AddPartitionsToTxnManager`` and ``ReplicaManager``), and the message.
+
+    PRODUCER_FENCED is INVALID_PRODUCER_EPOCH (producers abort on it, where PRODUCER_FENCED in a
+    Produce answer would be fatal); TRANSACTION_ABORTABLE is INVALID_TXN_STATE below v11, which
+    does not know it. Retriable coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE, and CONCURRENT_TRANSACTIONS below v12) are NOT_ENOUGH_REPLICAS,
+    which every producer retries without refreshing its metadata; v12 keeps
+    CONCURRENT_TRANSACTIONS, common while the previous transaction of a transaction-version-2
+    producer completes."""
+    if error is ErrorCode.producer_fenced:
+        return (ErrorCode.invalid_producer_epoch,
+                "the producer epoch is fenced by a newer producer with the same transactional id")
+    if error is ErrorCode.transaction_abortable and api_version < FIRST_ABORTABLE_PRODUCE_VERSION:
+        error = ErrorCode.invalid_txn_state
+    if error is ErrorCode.invalid_txn_state or error is ErrorCode.transaction_abortable:
+        return error, ("Partition was not added to the transaction; the producer must add it "
+                       "(AddPartitionsToTxn) first")
+    if error in _RETRIABLE_VERIFICATION or (error is ErrorCode.concurrent_transactions
+                                            and api_version < FIRST_TV2_PRODUCE_VERSION):
+        return (ErrorCode.not_enough_replicas, "Unable to verify the partition has been added "
+                f"to the transaction. Underlying error: {error.name.upper()}; retry")
+    return error, f"not in the ongoing transaction: {error.name.upper()}"
 
 
 def _transactional_refusal(topic: str, p: int, producer_id: int,

@@ -8,8 +8,10 @@ Kafka's rules (KIP-98), checked before a batch is appended:
 - a batch identical (first and last sequence) to one of the last five appended is a duplicate: it
   is not appended again and the original offsets are returned with no error, as Kafka does;
 - otherwise the first sequence must be the last sequence + 1 (wrapping at 2^31-1);
-- a producer id this partition has never seen may start anywhere only if the broker lost its state
-  (restart): then UNKNOWN_PRODUCER_ID, which clients handle by bumping their epoch.
+- a producer id this partition holds no state for (never seen, or expired after
+  ``producer.id.expiration.ms``, or its batches removed by retention) is accepted at any sequence
+  (KIP-360, Kafka's ``ProducerAppendInfo.checkSequence``): UNKNOWN_PRODUCER_ID is never answered,
+  so a producer idle for longer than the expiration carries on where it was.
 
 Transactions (KIP-98): a transactional batch of a producer with no ongoing transaction in this
 partition begins one there (its first offset is remembered); a COMMIT or ABORT marker of that
@@ -93,9 +95,7 @@ class ProducerStates:
         last_seq = _next_seq(first_seq, record_count - 1)
         e = self._entries.get(producer_id)
         if e is None:
-            if first_seq == 0:
-                return SequenceCheck(ErrorCode.none)
-            return SequenceCheck(ErrorCode.unknown_producer_id)
+            return SequenceCheck(ErrorCode.none)  # KIP-360: no state, any sequence (module doc)
         if epoch < e.epoch:
             return SequenceCheck(ErrorCode.invalid_producer_epoch)
         if epoch > e.epoch:
@@ -169,6 +169,15 @@ class ProducerStates:
     def ongoing_first_offset(self, producer_id: int) -> int:
         """First offset of the producer's ongoing transaction here, or -1."""
         return self._ongoing.get(producer_id, -1)
+
+    def begins_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether a transactional batch of the producer at ``epoch`` would begin a transaction
+        here (so the coordinator is asked first): none is ongoing, or the ongoing one is of an
+        earlier epoch (a transaction-version-2 producer's next transaction, produced before the
+        previous one's marker is written here)."""
+        if producer_id not in self._ongoing:
+            return True
+        return epoch > self._entries[producer_id].epoch
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest ongoing transaction (the last stable offset), or None."""

@@ -18,6 +18,18 @@ never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offse
 state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
 cleans at or past it.
 
+Durable markers: ``write_marker`` answers NONE only once the marker is fsynced, whatever the
+partition's flush policy; the coordinator writes its fsynced CompleteCommit/CompleteAbort record
+only after every marker is answered. Kafka gets the same order from replication (markers are
+written with acks=all before the Complete record); a single copy on one disk needs the fsync.
+Otherwise a power loss could keep a transaction's data (flushed by the scheduler or a segment
+roll) without its marker while the coordinator, finding the transaction complete, never writes
+it again: the partition's LSO would stop there for ever. The alternative, repairing on load, would
+mean reading every data partition's open transactions against the coordinator's state at start-up
+(across brokers once clustered); one fsync per partition per transaction, off the event loop and
+in parallel across the transaction's partitions, costs less. The fsync also makes the
+transaction's data durable (it precedes the marker in the log).
+
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
 ``appendAsLeader`` of markers), ``ProducerStateManager`` (behaviour only).
 """
@@ -127,7 +139,7 @@ class TransactionalLog:
 
         NONE when written, also when the producer had no ongoing transaction there (as Kafka);
         UNKNOWN_TOPIC_OR_PARTITION when the partition no longer exists; KAFKA_STORAGE_ERROR when
-        the append (or the fsync the flush policy asks for) failed; INVALID_PRODUCER_EPOCH for an
+        the append or its fsync failed; INVALID_PRODUCER_EPOCH for an
         epoch below the producer's and TRANSACTION_COORDINATOR_FENCED for a coordinator epoch
         below the last marker's (a stale coordinator; nothing is written).
         """
@@ -179,7 +191,10 @@ class TransactionalLog:
                 return ErrorCode.kafka_storage_error
         broker.logs.appended(topic, partition)  # the LSO moved: wake read_committed fetches
         try:
-            await broker.logs.flush_if_needed(topic, partition)
-        except OSError:
+            # Always synced, whatever the flush policy (module doc, "Durable markers").
+            await broker.logs.flush(topic, partition)
+        except OSError as exc:
+            log.warning("%s-%d: syncing the transaction marker of producer %d failed: %s",
+                        topic, partition, producer_id, exc)
             return ErrorCode.kafka_storage_error
         return ErrorCode.none

@@ -6,6 +6,7 @@ one ``TxnMetadata`` value (immutable), rewritten whole by each ``__transaction_s
     Empty --AddPartitions--> Ongoing --EndTxn(commit)--> PrepareCommit --markers--> CompleteCommit
                                      --EndTxn(abort), timeout, re-init--> PrepareAbort --> CompleteAbort
     Empty/CompleteCommit/CompleteAbort --InitProducerId--> Empty (epoch + 1)
+    Empty/CompleteCommit/CompleteAbort --EndTxn v5 (abort)--> PrepareAbort (transaction version 2)
     Empty/CompleteCommit/CompleteAbort --expiration--> (tombstone; Dead is never written)
 
 Rule 1: a new state is legal only if the current state is in ``VALID_PREVIOUS[new]`` (Kafka's
@@ -77,7 +78,9 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # Transaction version 2 (KIP-890) may abort from Empty or a completed state (EndTxn v5).
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT,
+                                S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -120,6 +123,10 @@ class TxnMetadata:
     prev_producer_id: int = NO_PRODUCER_ID
     next_producer_id: int = NO_PRODUCER_ID
     client_tv: int = 0
+    # Kafka ``lastProducerEpoch``: the epoch before a client-requested bump, so a retried
+    # InitProducerId (its first answer lost) is answered again rather than fenced. Not in any
+    # record (as in Kafka): -1 after a reload, and not part of a state's equality.
+    last_producer_epoch: int = field(default=NO_PRODUCER_EPOCH, compare=False)
 
     def moved_to(self, state: TxnState, **changes: object) -> TxnMetadata:
         """A copy in ``state`` with ``changes`` applied.

@@ -3,12 +3,15 @@
 Key (version 0, int16 version prefix): ``transactional_id`` (int16-length string).
 Value (int16 version prefix):
 
-- v0 (what Kafka writes until transaction.version >= 1, and what Shoal writes): producer_id int64,
+- v0 (what Kafka writes until transaction.version >= 1): producer_id int64,
   producer_epoch int16, transaction_timeout_ms int32, transaction_status int8, partitions
   (nullable array, int32 count: topic string, partition ids int32 array; null for Empty),
   last_update_timestamp_ms int64, start_timestamp_ms int64.
-- v1 (flexible, read only): the same fields with compact strings/arrays and tagged fields
+- v1 (flexible): the same fields with compact strings/arrays and tagged fields
   0 previous_producer_id int64, 1 next_producer_id int64, 2 client_transaction_version int16.
+
+Shoal writes v0 unless the state holds one of v1's tagged fields (a previous or next producer id,
+or a client transaction version): then v1, so what only v1 can hold survives a reload.
 
 A null value is a tombstone (the id expired). An unknown key version is skipped on load (as Kafka);
 an unknown value version is an error (as Kafka).
@@ -72,11 +75,13 @@ def _grouped(partitions: frozenset[TopicPartition]) -> list[tuple[str, list[int]
 
 
 def encode_value(meta: TxnMetadata) -> bytes:
-    """Value v0 bytes (Kafka writes partitions as null for Empty).
+    """Value bytes, v0 or v1 (module doc; Kafka writes partitions as null for Empty).
 
     Raises:
         ValueError: a field does not fit its wire type, or an Empty state holds partitions.
     """
+    if meta.prev_producer_id != -1 or meta.next_producer_id != -1 or meta.client_tv != 0:
+        return _encode_value_v1(meta)
     out = bytearray(_H.pack(VALUE_VERSION))
     out += _V0_HEAD.pack(meta.producer_id, meta.producer_epoch, meta.timeout_ms, meta.state.id)
     if meta.state is TxnState.EMPTY:
@@ -91,6 +96,51 @@ def encode_value(meta: TxnMetadata) -> bytes:
             out += _I.pack(len(parts))
             out += b"".join(_I.pack(p) for p in parts)
     out += _TAIL.pack(meta.last_update_ms, meta.start_ms)
+    return bytes(out)
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _compact_string(s: str) -> bytes:
+    data = s.encode()
+    if len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
+    return _uvarint(len(data) + 1) + data
+
+
+def _encode_value_v1(meta: TxnMetadata) -> bytes:
+    out = bytearray(_H.pack(1))
+    out += _V0_HEAD.pack(meta.producer_id, meta.producer_epoch, meta.timeout_ms, meta.state.id)
+    if meta.state is TxnState.EMPTY:
+        if meta.partitions:
+            raise ValueError("an Empty transaction holds no partitions")
+        out += _uvarint(0)  # null
+    else:
+        groups = _grouped(meta.partitions)
+        out += _uvarint(len(groups) + 1)
+        for topic, parts in groups:
+            out += _compact_string(topic)
+            out += _uvarint(len(parts) + 1)
+            out += b"".join(_I.pack(p) for p in parts)
+            out += _uvarint(0)  # no tagged fields
+    out += _TAIL.pack(meta.last_update_ms, meta.start_ms)
+    tags = []
+    if meta.prev_producer_id != -1:
+        tags.append((0, _Q.pack(meta.prev_producer_id)))
+    if meta.next_producer_id != -1:
+        tags.append((1, _Q.pack(meta.next_producer_id)))
+    if meta.client_tv != 0:
+        tags.append((2, _H.pack(meta.client_tv)))
+    out += _uvarint(len(tags))
+    for tag, data in tags:
+        out += _uvarint(tag) + _uvarint(len(data)) + data
     return bytes(out)
 
 

@@ -247,13 +247,16 @@ class TransactionService:
         return out  # type: ignore[no-any-return]
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> ErrorCode:
-        """AddPartitionsToTxn (and AddOffsetsToTxn's ``__consumer_offsets`` partition)."""
+                             partitions: Iterable[TopicPartition],
+                             client_tv: int | None = None) -> ErrorCode:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's ``__consumer_offsets`` partition);
+        ``client_tv=2``: added implicitly by a transaction-version-2 producer (Produce v12,
+        TxnOffsetCommit v5)."""
         if not transactional_id:
             return ErrorCode.invalid_request
         parts = frozenset(partitions)
         out = await self._write(transactional_id, lambda shard, now: shard.add_partitions(
-            transactional_id, producer_id, producer_epoch, parts, now))
+            transactional_id, producer_id, producer_epoch, parts, now, client_tv))
         if out is ErrorCode.unknown_server_error:
             log.warning("transactional id %s: adding %d partition(s) would make its %s record "
                         "larger than message.max.bytes; refused (end the transaction sooner or "
@@ -262,22 +265,28 @@ class TransactionService:
         return out  # type: ignore[no-any-return]
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                          group_id: str, offsets_partitions: int) -> ErrorCode:
+                          group_id: str, offsets_partitions: int,
+                          client_tv: int | None = None) -> ErrorCode:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
         p = partition_for_group(group_id, offsets_partitions)
         return await self.add_partitions(transactional_id, producer_id, producer_epoch,
-                                         ((CONSUMER_OFFSETS_TOPIC, p),))
+                                         ((CONSUMER_OFFSETS_TOPIC, p),), client_tv)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      commit: bool) -> ProducerIdAndEpoch:
-        """EndTxn v0-4: answered once PrepareCommit/PrepareAbort is durable and, Shoal's
+                      commit: bool, tv2: bool = False) -> ProducerIdAndEpoch:
+        """EndTxn (``tv2``: v5, transaction version 2, which bumps the epoch and answers the
+        next transaction's producer id and epoch; ``TxnShard.end_txn_v2``).
+
+        Answered once PrepareCommit/PrepareAbort is durable and, Shoal's
         addition, the markers are written too or ``transaction.end.wait.ms`` has passed (0:
         answer at once, as Kafka). The markers are local appends, usually done within that wait,
         so the producer's next transaction does not meet CONCURRENT_TRANSACTIONS and back off."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
-        out = await self._write(transactional_id, lambda shard, now: shard.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, now))
+        new_pid = self._next_pid
+        out = await self._write(transactional_id, lambda shard, now: shard.end_txn_v2(
+            transactional_id, producer_id, producer_epoch, commit, now, new_pid) if tv2 else
+            shard.end_txn(transactional_id, producer_id, producer_epoch, commit, now))
         if isinstance(out, ErrorCode):
             return ProducerIdAndEpoch(out)
         wait_ms = int(self._get("transaction.end.wait.ms"))

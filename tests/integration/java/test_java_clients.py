@@ -191,9 +191,15 @@ def test_consumer_group_commits_and_resumes(results: dict[str, Any], protocol: s
 # ---------------------------------------------------------------------- transactions
 
 def test_read_committed_sees_committed_transactions_only(results: dict[str, Any]) -> None:
-    """A transactional producer commits, aborts, commits: read_committed sees the committed
-    records, read_uncommitted sees all; both end past the last commit marker."""
+    """A transactional producer commits, aborts, commits (with a group's offsets):
+    read_committed sees the committed records, read_uncommitted sees all; both end past the last
+    commit marker."""
     r = scenario(results, "txn_read_committed")
+    # The broker advertises transaction.version 2, so the producer uses it (KIP-890 part 2): its
+    # epoch is bumped at the end of each of its three transactions, and its group offsets go
+    # to the transaction with TxnOffsetCommit v5 (no AddOffsetsToTxn).
+    assert r["producer_epoch"] == 3
+    assert r["group_offset"] == 3
     assert r["read_committed"] == ["c0", "c1", "c2", "c3"]
     assert r["read_uncommitted"] == ["c0", "c1", "c2", "a0", "a1", "c3"]
     # 6 records + 3 control markers (commit, abort, commit).

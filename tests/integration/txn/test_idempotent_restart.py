@@ -67,3 +67,23 @@ def test_retried_batch_after_restart_is_not_appended_twice(fresh_broker: BrokerP
     if segment_bytes == "2048":
         snapshots = sorted(p.name for p in (b.data_dir / f"{unique}-0").glob("*.snapshot"))
         assert snapshots, "rolled segments leave producer-state snapshots"
+
+
+def test_a_producer_whose_state_expired_carries_on_at_its_sequence(fresh_broker: BrokerProcess,
+                                                                  unique) -> None:
+    """KIP-360: once ``producer.id.expiration.ms`` has removed an idle producer's state, its next
+    batch (at the sequence it was at) is appended, not answered UNKNOWN_PRODUCER_ID."""
+    b = fresh_broker
+    b.overrides.update({"producer.id.expiration.ms": "300",
+                        "producer.id.expiration.check.interval.ms": "100"})
+    b.start()
+    create_topic(b.bootstrap, unique, 1)
+    with RawClient(b.bootstrap) as c:
+        pid, epoch = init_producer_id(c)
+        assert produce(c, unique, _batch(pid, epoch, 0, 3, unique)).error_code == ErrorCode.none
+        time.sleep(1.0)  # idle past the expiration, and a sweep or more
+        got = produce(c, unique, _batch(pid, epoch, 3, 3, unique))
+        assert (got.error_code, got.base_offset) == (ErrorCode.none, 3), got
+        retried = produce(c, unique, _batch(pid, epoch, 3, 3, unique))
+        assert (retried.error_code, retried.base_offset) == (ErrorCode.none, 3)  # a duplicate
+        assert log_end_offset(c, unique) == 6

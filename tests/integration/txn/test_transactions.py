@@ -100,6 +100,39 @@ def test_init_bumps_the_epoch_and_fences_older_producers(txn_broker: BrokerProce
         still_serving(c)
 
 
+def test_a_retried_init_whose_answer_was_lost_is_not_fenced(txn_broker: BrokerProcess) -> None:
+    """KIP-360 with a transactional id: the producer bumps its epoch naming the one it holds;
+    when that answer is lost it sends the same request again and gets the same answer."""
+    with RawClient(txn_broker.bootstrap) as c:
+        first = init_pid(c, "raw-retry")
+        pid = first.producer_id
+        bumped = init_pid(c, "raw-retry", pid=pid, epoch=0)
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (E.none, pid, 1)
+        again = init_pid(c, "raw-retry", pid=pid, epoch=0)  # the first answer was lost
+        assert (again.error_code, again.producer_id, again.producer_epoch) == (E.none, pid, 1)
+        assert init_pid(c, "raw-retry", pid=pid, epoch=1).producer_epoch == 2
+
+
+def test_an_idempotent_producer_only_gets_ids_the_broker_issues(txn_broker: BrokerProcess
+                                                                 ) -> None:
+    """Without a transactional id, InitProducerId never bumps the producer id the request names
+    (it may be another producer's): a fresh id with epoch 0 every time, as Kafka."""
+    with RawClient(txn_broker.bootstrap) as c:
+        def init(pid: int, epoch: int) -> tuple[int, int]:
+            r = c.call(22, 4, request(22, 4, transactional_id=None,
+                                      transaction_timeout=timedelta(seconds=60),
+                                      producer_id=pid, producer_epoch=epoch))
+            assert r.error_code == E.none, r
+            return int(r.producer_id), int(r.producer_epoch)
+
+        issued, epoch = init(-1, -1)
+        assert epoch == 0
+        chosen = init(issued + 10_000, 7)
+        assert chosen[1] == 0 and chosen[0] != issued + 10_000
+        again = init(issued, 0)
+        assert again[1] == 0 and again[0] not in (issued, chosen[0])
+
+
 def test_timeout_above_the_maximum_is_refused(txn_broker: BrokerProcess) -> None:
     with RawClient(txn_broker.bootstrap) as c:
         assert init_pid(c, "raw-timeout", 120_001).error_code == E.invalid_transaction_timeout

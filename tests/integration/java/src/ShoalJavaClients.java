@@ -461,7 +461,17 @@ public final class ShoalJavaClients {
             p.abortTransaction();
             p.beginTransaction();
             p.send(new ProducerRecord<>(topic, 0, null, "c3"));
+            // The consume-transform-produce step: a group's offsets commit with the transaction.
+            p.sendOffsetsToTransaction(Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(3)),
+                new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(prefix + "-tx-group"));
             p.commitTransaction();
+        }
+        try (Admin admin = admin(plain)) {
+            // Transaction version 2 ends every transaction with an epoch bump: 3 after three.
+            out.put("producer_epoch", admin.describeTransactions(List.of(prefix + "-tx-id"))
+                .description(prefix + "-tx-id").get().producerEpoch());
+            out.put("group_offset", admin.listConsumerGroupOffsets(prefix + "-tx-group")
+                .partitionsToOffsetAndMetadata().get().get(new TopicPartition(topic, 0)).offset());
         }
         for (String iso : List.of("read_committed", "read_uncommitted")) {
             try (KafkaConsumer<String, String> c = consumer(null, "classic", iso)) {

@@ -224,8 +224,15 @@ def test_idle_producer_ids_expire(tmp_path: Path, clock: FakeClock) -> None:
     assert node.producers.expire() == 1  # 100 idle for 60 s, 200 for 30 s
     states = node.producers.states(TOPIC.name, 0)
     assert len(states) == 1
-    assert node.produce(100, 0, 2)[0] == ErrorCode.unknown_producer_id
+    # KIP-360: the expired producer carries on at its next sequence (Kafka accepts any sequence
+    # from a producer it holds no state for, rather than answering UNKNOWN_PRODUCER_ID).
+    end = node.log.log_end_offset
+    assert node.produce(100, 0, 2) == (ErrorCode.none, end)
     assert node.produce(200, 0, 2)[0] == ErrorCode.none
+    assert node.produce(100, 0, 4)[0] == ErrorCode.none
+    # Its state is back: a retry is a duplicate again, a gap is out of order.
+    assert node.produce(100, 0, 4) == (ErrorCode.none, end + 4)
+    assert node.produce(100, 0, 9)[0] == ErrorCode.out_of_order_sequence_number
     node.close()
 
 

@@ -91,3 +91,16 @@ def test_any_record_round_trips(txn_id: str, pid: int, epoch: int, timeout: int,
     meta = TxnMetadata(txn_id, pid, epoch, timeout, state, partitions, start, update)
     serde = TxnRecordSerde()
     assert serde.decode(*serde.encode(new_txn_record(meta))) == (txn_id, meta)
+
+
+@pytest.mark.parametrize("meta", [
+    TxnMetadata("x", 9, 0, 1000, S.EMPTY, last_update_ms=5, prev_producer_id=8),
+    TxnMetadata("x", 9, 4, 1000, S.ONGOING, frozenset({("t", 0), ("t", 5), ("u", 1)}),
+                start_ms=40, last_update_ms=50, client_tv=2),
+    TxnMetadata("x", 9, 32766, 1000, S.PREPARE_ABORT, frozenset({("t", 0)}), start_ms=40,
+                last_update_ms=50, prev_producer_id=3, next_producer_id=10, client_tv=2),
+], ids=["empty-prev-id", "ongoing-tv2", "prepare-next-id"])
+def test_a_state_with_v1_fields_is_written_as_v1_and_read_back(meta: TxnMetadata) -> None:
+    data = encode_value(meta)
+    assert data[:2] == b"\x00\x01"
+    assert decode_value("x", data) == meta

@@ -1,6 +1,7 @@
 """Property: replaying the __transaction_state records gives the same state.
 
-A Hypothesis state machine drives a ``TxnShard`` with InitProducerId, AddPartitions, EndTxn,
+A Hypothesis state machine drives a ``TxnShard`` with InitProducerId, AddPartitions, EndTxn
+(v0-4 and transaction version 2's v5, with implicit additions),
 marker completion, time passing (timeouts) and id expiration, for a few ids and producers
 (current, fenced, unknown). Invariants after every step: each written state follows Kafka's
 transition table, and a shard rebuilt from the encoded log equals the live one (states and
@@ -56,6 +57,23 @@ class TxnMachine(RuleBasedStateMachine):
     @rule(txn=IDS, commit=st.booleans(), stale=st.booleans())
     def end(self, txn: str, commit: bool, stale: bool) -> None:
         self.ctx.end(txn, *self._who(txn, stale), commit)
+        self._check_written()
+
+    @rule(txn=IDS, commit=st.booleans(), stale=st.booleans())
+    def end_v2(self, txn: str, commit: bool, stale: bool) -> None:
+        """EndTxn v5 (transaction version 2): the epoch is bumped; the producer takes it."""
+        pid, epoch = self._who(txn, stale)
+        out = self.ctx.run(self.ctx.shard.end_txn_v2(txn, pid, epoch, commit, self.ctx.now,
+                                                     self.ctx.next_pid))
+        if out.error is E.none and not stale:
+            self.producers[txn] = (out.producer_id, out.producer_epoch)
+        self._check_written()
+
+    @rule(txn=IDS, parts=PARTS, stale=st.booleans())
+    def add_implicitly(self, txn: str, parts: frozenset[tuple[str, int]], stale: bool) -> None:
+        """A transaction-version-2 producer's partitions, added by Produce v12."""
+        pid, epoch = self._who(txn, stale)
+        self.ctx.run(self.ctx.shard.add_partitions(txn, pid, epoch, parts, self.ctx.now, 2))
         self._check_written()
 
     @rule()

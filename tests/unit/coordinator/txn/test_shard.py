@@ -47,6 +47,39 @@ def test_reinit_with_a_stale_producer_is_fenced(expected: tuple[int, int]) -> No
     assert ctx.init("t", expected=expected).error is E.producer_fenced
 
 
+def test_a_retried_bump_whose_answer_was_lost_is_answered_again() -> None:
+    """Kafka lastProducerEpoch: the client bumps (1001, 1) -> (1001, 2), loses the answer and
+    sends (1001, 1) again: the same answer, no second bump, nothing fenced."""
+    ctx = TxnContext()
+    ctx.init("t")
+    ctx.init("t")
+    assert ctx.init("t", expected=(1001, 1)) == ProducerIdAndEpoch(E.none, 1001, 2)
+    assert ctx.init("t", expected=(1001, 1)) == ProducerIdAndEpoch(E.none, 1001, 2)
+    assert ctx.init("t", expected=(1001, 2)) == ProducerIdAndEpoch(E.none, 1001, 3)
+    assert ctx.init("t", expected=(1001, 1)).error is E.producer_fenced  # two bumps back
+    # A bump without an expected epoch (a new instance) keeps no previous epoch.
+    assert ctx.init("t") == ProducerIdAndEpoch(E.none, 1001, 4)
+    assert ctx.init("t", expected=(1001, 3)).error is E.producer_fenced
+    # Kafka keeps the previous epoch in memory only: after a reload the retry is fenced.
+    assert ctx.init("t", expected=(1001, 4)) == ProducerIdAndEpoch(E.none, 1001, 5)
+    ctx.shard = ctx.reloaded()
+    assert ctx.init("t", expected=(1001, 4)).error is E.producer_fenced
+
+
+def test_a_retried_bump_onto_a_new_producer_id_is_answered_again() -> None:
+    ctx = TxnContext()
+    ctx.init("t")
+    ctx.shard.replay(len(ctx.log), "t", TxnMetadata("t", 1001, 32766, 60_000,
+                                                     S.COMPLETE_COMMIT, start_ms=T0,
+                                                     last_update_ms=T0))
+    first = ctx.init("t", expected=(1001, 32766))
+    assert first == ProducerIdAndEpoch(E.none, 1002, 0)
+    assert ctx.init("t", expected=(1001, 32766)) == first
+    assert ctx.shard.txns["t"].prev_producer_id == 1001
+    assert ctx.reloaded().txns["t"].prev_producer_id == 1001  # written in a v1 value
+    assert ctx.init("t", expected=(1001, 5)).error is E.producer_fenced
+
+
 def test_an_exhausted_epoch_gets_a_new_producer_id() -> None:
     ctx = TxnContext()
     ctx.init("t")
@@ -244,3 +277,80 @@ def test_a_transaction_record_past_the_size_limit_is_refused() -> None:
     assert ctx.add("t", out.producer_id, 0, *many) is E.unknown_server_error
     assert len(ctx.log) == n and ctx.shard.txns["t"].state is S.EMPTY
     assert ctx.add("t", out.producer_id, 0, *many[:3]) is E.none
+
+
+# ---------------------------------------------------------------- transaction version 2 (KIP-890)
+
+
+def end2(ctx: TxnContext, pid: int, epoch: int, commit: bool, txn: str = "t") -> ProducerIdAndEpoch:
+    return ctx.run(ctx.shard.end_txn_v2(txn, pid, epoch, commit, ctx.now, ctx.next_pid))
+
+
+def test_v2_end_bumps_the_epoch_every_transaction_and_writes_markers_at_it() -> None:
+    ctx = TxnContext()
+    pid, epoch = started(ctx)
+    assert end2(ctx, pid, epoch, True) == ProducerIdAndEpoch(E.none, pid, epoch + 1)
+    prepared = ctx.prepared[-1]
+    assert (prepared.state, prepared.producer_epoch, prepared.client_tv) == (
+        S.PREPARE_COMMIT, epoch + 1, 2)
+    # The markers are pending: the next transaction's requests wait (CONCURRENT_TRANSACTIONS).
+    assert ctx.add("t", pid, epoch + 1, ("orders", 0)) is E.concurrent_transactions
+    assert end2(ctx, pid, epoch, True).error is E.concurrent_transactions  # a retry
+    ctx.complete_prepared()
+    assert ctx.shard.txns["t"].state is S.COMPLETE_COMMIT
+    # A retry from the epoch before the bump is answered with the current producer and epoch.
+    assert end2(ctx, pid, epoch, True) == ProducerIdAndEpoch(E.none, pid, epoch + 1)
+    assert end2(ctx, pid, epoch, False).error is E.invalid_txn_state
+    # The next transaction, added implicitly (Produce v12), at the new epoch.
+    assert ctx.run(ctx.shard.add_partitions("t", pid, epoch + 1, frozenset({("orders", 2)}),
+                                            ctx.now, 2)) is E.none
+    assert ctx.add("t", pid, epoch, ("orders", 0)) is E.producer_fenced  # the old epoch
+    assert end2(ctx, pid, epoch + 1, False) == ProducerIdAndEpoch(E.none, pid, epoch + 2)
+    ctx.complete_prepared()
+    assert ctx.reloaded().txns["t"] == ctx.shard.txns["t"]
+
+
+def test_v2_abort_without_a_transaction_and_commit_without_one() -> None:
+    ctx = TxnContext()
+    out = ctx.init("t")
+    pid, epoch = out.producer_id, out.producer_epoch
+    assert end2(ctx, pid, epoch, True).error is E.invalid_txn_state
+    assert end2(ctx, pid, epoch, False) == ProducerIdAndEpoch(E.none, pid, epoch + 1)
+    ctx.complete_prepared()  # no partitions: completes at once
+    assert ctx.shard.txns["t"].state is S.COMPLETE_ABORT
+    assert end2(ctx, pid, epoch, False) == ProducerIdAndEpoch(E.none, pid, epoch + 1)  # retry
+    assert end2(ctx, pid, epoch + 1, False) == ProducerIdAndEpoch(E.none, pid, epoch + 2)
+    ctx.complete_prepared()
+    assert end2(ctx, pid, epoch + 7, False).error is E.producer_fenced
+    assert end2(ctx, pid + 50, epoch + 2, False).error is E.invalid_producer_id_mapping
+
+
+def test_v2_end_at_an_exhausted_epoch_moves_to_a_new_producer_id() -> None:
+    ctx = TxnContext()
+    ctx.init("t")
+    ctx.shard.replay(len(ctx.log), "t", TxnMetadata("t", 1001, 32766, 60_000, S.ONGOING,
+                                                     frozenset({("orders", 0)}), start_ms=T0,
+                                                     last_update_ms=T0))
+    out = end2(ctx, 1001, 32766, True)
+    assert out == ProducerIdAndEpoch(E.none, 1002, 0)
+    assert ctx.prepared[-1].producer_epoch == 32767  # the markers' epoch
+    ctx.complete_prepared()
+    meta = ctx.shard.txns["t"]
+    assert (meta.producer_id, meta.producer_epoch, meta.prev_producer_id) == (1002, 0, 1001)
+    assert end2(ctx, 1001, 32766, True) == ProducerIdAndEpoch(E.none, 1002, 0)  # a retry
+    assert ctx.reloaded().txns["t"] == meta
+
+
+def test_v2_a_timed_out_transaction_fences_its_producer() -> None:
+    """As Kafka with transaction version 2: the timeout's fence and the v2 end each bump the
+    epoch, so the producer's EndTxn is fenced rather than answered as a retry."""
+    ctx = TxnContext()
+    out = ctx.init("t", timeout_ms=1000)
+    pid, epoch = out.producer_id, out.producer_epoch
+    assert ctx.run(ctx.shard.add_partitions("t", pid, epoch, frozenset({("orders", 0)}),
+                                            ctx.now, 2)) is E.none
+    ctx.sleep(1000)
+    assert ctx.shard.txns["t"].producer_epoch == epoch + 2
+    ctx.complete_prepared()
+    assert end2(ctx, pid, epoch, False).error is E.producer_fenced
+    assert end2(ctx, pid, epoch, True).error is E.producer_fenced
