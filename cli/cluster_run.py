@@ -170,7 +170,10 @@ def exit_text(code: int) -> str:
 
 
 def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as etcd's and the broker's
+    listeners set it: connections of a stopped run in TIME_WAIT do not hold a port)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
