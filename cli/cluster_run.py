@@ -273,9 +273,10 @@ class Launcher:
             self._wait_etcd(etcd)
             if self.stop_requested:
                 return 0
-            self.say(f"etcd: {self.etcd.client_url} (client port {self.etcd.client_port}, "
-                     f"peer port {self.etcd.peer_port}), data {self.etcd.data_dir}, "
-                     f"log {self.etcd.log}")
+            assert etcd.proc is not None
+            self.say(f"etcd: {self.etcd.client_url} (pid {etcd.proc.pid}), client port "
+                     f"{self.etcd.client_port}, peer port {self.etcd.peer_port}, data "
+                     f"{self.etcd.data_dir}, log {self.etcd.log}")
             for b in self.brokers:
                 child = Child(f"broker {b.node_id}", b.command, b.log)
                 self.children.append(child)
@@ -323,13 +324,21 @@ class Launcher:
                 self.say(f"etcd exited with {exit_text(etcd.proc.returncode)}; the brokers "
                          f"cannot change cluster metadata until it is back. Its log: "
                          f"{self.etcd.log}. Restart it with:\n  {shlex.join(self.etcd.command)}")
-            if not announced and all(c.ready for c in self.children[1:]):
+            if not announced and all(c.ready or c.reported for c in self.children[1:]):
                 announced = True
-                bootstrap = ",".join(b.address for b in self.brokers)
-                self.say(f"cluster ready: {len(self.brokers)} brokers, bootstrap servers "
-                         f"{bootstrap}; shoal cluster describe --bootstrap-server "
-                         f"{self.brokers[0].address}. Ctrl-C stops everything.")
+                self.say(self._ready_line())
             time.sleep(POLL_S)
+
+    def _ready_line(self) -> str:
+        """Once every broker listens or has exited: the bootstrap servers of those up."""
+        up = [b for c, b in zip(self.children[1:], self.brokers, strict=True) if c.ready]
+        if not up:
+            return ("no broker is running (see the lines above and their logs); etcd keeps "
+                    "running. Ctrl-C stops it.")
+        bootstrap = ",".join(b.address for b in up)
+        return (f"cluster ready: {len(up)} of {len(self.brokers)} brokers, bootstrap servers "
+                f"{bootstrap}; shoal cluster describe --bootstrap-server {up[0].address}. "
+                "Ctrl-C stops everything.")
 
     def stop(self) -> None:
         """Brokers first, then etcd: each group SIGTERMed, SIGKILLed after the timeout."""

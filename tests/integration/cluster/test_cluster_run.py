@@ -7,6 +7,10 @@ is reported, and etcd and the other brokers keep running; broker 2's printed com
 by hand from the same directory, brings it back. SIGTERM stops every process the launcher
 started. A second run on the same data directory reuses etcd's data: the same etcd cluster and
 the same Shoal cluster id.
+
+Also: a broker that cannot start (a config every broker refuses) is reported and etcd keeps
+running until SIGTERM; without etcd on PATH the launcher says how to install it and starts
+nothing. The scenario needs cluster mode in the broker (``shoal broker --cluster``).
 """
 
 from __future__ import annotations
@@ -104,13 +108,15 @@ def _until(what: str, check: object, timeout: float = WAIT_S) -> None:
 class Launcher:
     """``python -m cli.main cluster run`` from the checkout, its output in a file."""
 
-    def __init__(self, cwd: Path, port: int, out: Path) -> None:
+    def __init__(self, cwd: Path, port: int, out: Path, brokers: int = BROKERS,
+                 *extra: str) -> None:
         self.cwd, self.port, self.out = cwd, port, out
+        self.etcd_pid = 0
         with open(out, "wb") as f:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cli.main", "cluster", "run", "--brokers",
-                 str(BROKERS), "--port", str(port), "--data-dir", DATA, "--stop-timeout", "20"],
-                cwd=cwd, env=ENV, stdout=f, stderr=subprocess.STDOUT)
+                 str(brokers), "--port", str(port), "--data-dir", DATA, "--stop-timeout", "20",
+                 *extra], cwd=cwd, env=ENV, stdout=f, stderr=subprocess.STDOUT)
 
     def text(self) -> str:
         return self.out.read_text()
@@ -130,7 +136,8 @@ class Launcher:
 
     def started(self) -> tuple[str, dict[int, int], dict[int, list[str]]]:
         """etcd's client URL, broker pids and printed restart command lines by node id."""
-        url = self.wait_for(r"^etcd: (http://127\.0\.0\.1:\d+) ").group(1)
+        etcd = self.wait_for(r"^etcd: (http://127\.0\.0\.1:\d+) \(pid (\d+)\)")
+        url, self.etcd_pid = etcd.group(1), int(etcd.group(2))
         self.wait_for(rf"^broker {BROKERS}: .*\n  restart by hand: ")
         pids = {int(n): int(pid) for n, pid in
                 re.findall(r"^broker (\d+): 127\.0\.0\.1:\d+ \(pid (\d+)\)", self.text(), re.M)}
@@ -181,7 +188,7 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
                         "--data-dir", f"{DATA}/broker-{i}"]
             assert commands[i] == expected
             assert _alive(pids[i]) and _cmdline(pids[i]) == expected
-        launcher.wait_for(r"^cluster ready: 3 brokers, bootstrap servers "
+        launcher.wait_for(r"^cluster ready: 3 of 3 brokers, bootstrap servers "
                           rf"127\.0\.0\.1:{port},127\.0\.0\.1:{port + 1},127\.0\.0\.1:{port + 2}")
         everyone = [(i, port + i - 1) for i in range(1, BROKERS + 1)]
         for i in range(BROKERS):  # through any broker
@@ -211,7 +218,7 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
         out = launcher.text()
         assert "stopping 2 broker(s)\n" in out and out.endswith("stopping etcd\n")
         assert not any(_alive(p) for p in pids.values())
-        assert not _etcd_healthy(url)
+        assert not _alive(launcher.etcd_pid) and not _etcd_healthy(url)
     finally:
         if by_hand is not None and by_hand.poll() is None:
             by_hand.kill()
@@ -226,7 +233,7 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
         _until("the brokers register again", lambda: _registered(port, everyone))
         assert _describe(port)["cluster_id"] == shoal_cluster_id
         assert again.stop() == 0
-        assert not any(_alive(p) for p in pids2.values())
+        assert not any(_alive(p) for p in [again.etcd_pid, *pids2.values()])
     finally:
         again.kill()
 
@@ -240,4 +247,28 @@ def test_without_etcd_on_path_it_says_how_to_install_it(tmp_path: Path) -> None:
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == ("shoal cluster run: etcd is not installed (not on PATH); `make etcd` "
                         "installs Debian's etcd-server\n")
+
+
+
+def test_a_broker_that_cannot_start_is_reported_and_etcd_keeps_running(tmp_path: Path) -> None:
+    """A broker config every broker refuses (a misspelt name): each broker exits with status 2,
+    which the launcher reports with the log and the command line; etcd stays up until
+    SIGTERM, which stops it."""
+    port = _consecutive_free_ports(1)
+    launcher = Launcher(tmp_path, port, tmp_path / "launcher.out", 1, "-o", "no.such.config=1")
+    try:
+        etcd = launcher.wait_for(r"^etcd: (http://127\.0\.0\.1:\d+) \(pid (\d+)\)")
+        url, etcd_pid = etcd.group(1), int(etcd.group(2))
+        launcher.wait_for(r"^broker 1 \(pid \d+\) exited with status 2; etcd and 0 other "
+                          r"broker\(s\) keep running\. Its log: data-cluster/broker-1\.log\. "
+                          r"Restart it with:\n  .* --override no\.such\.config=1$")
+        launcher.wait_for(r"^no broker is running \(see the lines above and their logs\); etcd "
+                          r"keeps running\. Ctrl-C stops it\.$")
+        assert _etcd_healthy(url)
+        assert _cmdline(etcd_pid)[:1] == ["etcd"]
+        assert launcher.stop() == 0
+        assert launcher.text().endswith("stopping etcd\n")
+        assert not _alive(etcd_pid) and not _etcd_healthy(url)
+    finally:
+        launcher.kill()
 
