@@ -58,6 +58,8 @@ from broker.security.authorizer import AclAuthorizer
 from broker.security.scram_store import ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
+from cluster.errors import ClusterStoreError
+from cluster.metadata import ClusterMetadata, LocalMetadata
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.host import PartitionLogLike
 from coordinator.share.runtime_service import ShareCoordinatorService
@@ -66,6 +68,7 @@ from persister.api import Persister
 from storage.log_dir import LogDir, describe
 
 if TYPE_CHECKING:
+    from broker.cluster_member import ClusterMember
     from broker.connection import Connection
 
 log = logging.getLogger("shoal.broker")
@@ -121,12 +124,34 @@ class Broker:
         # adding those given with ``shoal broker --add-scram``.
         self.scram_credentials: ScramStore
         self.scram_bootstrap: list[ScramArg] = []
+        # Who leads what (cluster/metadata.py): this broker alone, or etcd's view in cluster
+        # mode, where ``member`` links the broker to the cluster (broker/cluster_member.py).
+        self.cluster: ClusterMetadata = LocalMetadata(
+            config.node_id, {}, lambda t: (x.partitions if (x := self.topics.get(t)) else None))
+        self.member: ClusterMember | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._load_cluster_id()
+        if self.config.get("cluster.etcd.endpoints"):
+            # Imported here: cluster mode needs the etcd client (the ``cluster`` extra), which
+            # the embedded single broker does without.
+            try:
+                from broker.cluster_member import ClusterMember
+            except ImportError as e:
+                raise ClusterStoreError(
+                    f"cluster mode needs the etcd client ({e}); install the cluster extra: "
+                    "pip install -e '.[cluster]' (make cluster does)") from None
+
+            self.member = ClusterMember(self)
+            self.cluster = self.member.metadata
+            local = self._stored_cluster_id()
+            self.cluster_id = await self.member.join(local, _kafka_style_id())
+            if local is None:
+                self._write_cluster_id(self.cluster_id)
+        else:
+            self.cluster_id = self._load_cluster_id()
         self.acl_authorizer = build_authorizer(self.config, self.data_dir)
         if self.acl_authorizer is not None:
             self.authorizer = AclSeam(self.acl_authorizer)
@@ -139,9 +164,12 @@ class Broker:
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()
         self.logs.log_dir.add_listener(self._on_log_dir_offline)
-        for topic in self.topics.all():
-            self.logs.open_topic(topic)
         self.producers = ProducerStateManager(self.logs, self.config, self.clock)
+        if self.member is None:
+            for topic in self.topics.all():
+                self.logs.open_topic(topic)
+        else:
+            self.member.start_syncing()
         self.txn_log = TransactionalLog(self)
         self._load_producer_ids()
         # The share, group and transaction coordinators over their internal topics, every
@@ -160,6 +188,8 @@ class Broker:
                                 self._expire_producer_ids))
         self.config.on_change(self._on_broker_config_change)
         await self._start_metrics_server()
+        if self.member is not None:
+            self.member.start_following()
         self.started = True
 
     async def stop(self) -> None:
@@ -174,6 +204,8 @@ class Broker:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
+        if self.member is not None:
+            await self.member.close()
         if self.started:
             await close_coordinators(self)
             await asyncio.to_thread(self.cleaner.stop)
@@ -245,14 +277,23 @@ class Broker:
                 log.exception("background task %s failed; it will run again", fn.__name__)
 
     def _load_cluster_id(self) -> str:
+        cid = self._stored_cluster_id()
+        if cid is None:
+            cid = _kafka_style_id()
+            self._write_cluster_id(cid)
+        return cid
+
+    def _stored_cluster_id(self) -> str | None:
         path = self.data_dir / "meta.properties"
         if path.exists():
             for line in path.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
-        cid = _kafka_style_id()
-        atomic_write(path, f"version=1\ncluster.id={cid}\nnode.id={self.config.node_id}\n".encode())
-        return cid
+        return None
+
+    def _write_cluster_id(self, cid: str) -> None:
+        atomic_write(self.data_dir / "meta.properties",
+                     f"version=1\ncluster.id={cid}\nnode.id={self.config.node_id}\n".encode())
 
     # -- connections -------------------------------------------------------------------------
 
@@ -266,6 +307,10 @@ class Broker:
     def add_topic_listener(self, cb: Callable[[str], None]) -> None:
         """Call ``cb(topic name)`` after a topic is created, deleted or gets more partitions."""
         self._topic_listeners.append(cb)
+
+    def topic_changed(self, name: str) -> None:
+        """Tell the topic listeners that ``name`` was created, deleted or grew."""
+        self._topics_changed(name)
 
     def _topics_changed(self, name: str) -> None:
         for cb in self._topic_listeners:
@@ -354,6 +399,40 @@ class Broker:
         self._topics_changed(name)
         return topic
 
+    async def admin_create_topic(self, name: str, partitions: int,
+                                 configs: dict[str, Any] | None = None) -> Topic:
+        """CreateTopics: ``create_topic`` here, or through etcd in cluster mode (placed over the
+        live brokers, answered once this broker has it).
+
+        Raises:
+            TopicError: as ``create_topic``, or ``ClusterMember.create_topic``.
+        """
+        if self.member is not None:
+            return await self.member.create_topic(name, partitions, dict(configs or {}))
+        return self.create_topic(name, partitions, configs)
+
+    async def admin_delete_topic(self, name: str) -> None:
+        """DeleteTopics: ``delete_topic`` here, or through etcd in cluster mode.
+
+        Raises:
+            TopicError: only in cluster mode (``ClusterMember.delete_topic``).
+        """
+        if self.member is not None:
+            await self.member.delete_topic(name)
+        else:
+            self.delete_topic(name)
+
+    async def admin_add_partitions(self, name: str, total: int) -> None:
+        """CreatePartitions: ``add_partitions`` here, or through etcd in cluster mode.
+
+        Raises:
+            TopicError: as ``add_partitions`` or ``ClusterMember.add_partitions``.
+        """
+        if self.member is not None:
+            await self.member.add_partitions(name, total)
+        else:
+            self.add_partitions(name, total)
+
     def auto_create(self, name: str) -> Topic | None:
         """Create a topic on first use if ``auto.create.topics.enable``; None if not allowed.
 
@@ -373,6 +452,11 @@ class Broker:
         it; a differing setting is logged) and gets whichever of ``configs`` it lacks."""
         partitions = self.config.get(partitions_config)
         topic = self.topics.get(name)
+        if topic is None and self.member is not None:
+            # A cluster creates it on first use (FindCoordinator), as Kafka does, so that its
+            # partitions spread over the brokers live by then; until then nothing is loaded.
+            self.member.internal_specs[name] = (partitions, dict(configs))
+            return Topic(name, uuid.UUID(int=0), partitions, dict(configs))
         if topic is None:
             return self.create_topic(name, partitions, configs)
         missing = {k: v for k, v in configs.items() if k not in topic.configs}
@@ -395,7 +479,14 @@ class Broker:
         return lg
 
     def delete_topic(self, name: str) -> Topic:
-        topic = self.topics.delete(name)
+        topic = self.topics.get(name)
+        assert topic is not None
+        return self.forget_topic(topic)
+
+    def forget_topic(self, topic: Topic) -> Topic:
+        """Unregister ``topic`` and delete its logs and state on this broker."""
+        name = topic.name
+        self.topics.delete(name)
         self.logs.drop_topic(topic)
         self.producers.drop_topic(name, topic.partitions)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
@@ -451,6 +542,15 @@ class Broker:
         self.logs.reconfigure(topic)
         self.cleaner.wake()
 
+    def cleaner_wake(self) -> None:
+        """A topic's cleanup settings changed: let the log cleaner look again."""
+        if self.started:
+            self.cleaner.wake()
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this broker leads ``topic``'s ``partition`` (``coordinator/host.py``)."""
+        return self.cluster.is_leader(topic, partition)
+
     def _on_broker_config_change(self, name: str) -> None:
         if name.startswith("log."):
             for topic in self.topics.all():
@@ -475,7 +575,15 @@ class Broker:
         self._pid_limit = start
 
     def next_producer_id(self) -> int:
-        """Allocate a producer id, never reused across restarts (ids are reserved in blocks)."""
+        """Allocate a producer id, never reused across restarts (ids are reserved in blocks;
+        in a cluster the blocks come from etcd, so no two brokers hand out the same id).
+
+        Raises:
+            ProducerIdsUnavailable: cluster mode only, the block ran out before etcd granted
+                the next one (retriable).
+        """
+        if self.member is not None:
+            return self.member.next_producer_id()
         if self._next_pid >= self._pid_limit:
             self._pid_limit = self._next_pid + PRODUCER_ID_BLOCK
             atomic_write(self.data_dir / "producer-id-block", str(self._pid_limit).encode())

@@ -29,6 +29,19 @@ from broker.security.tls import TlsConfigError, parse_mapping_rules
 
 _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("node.id", "int", 1, "Id of this broker in Metadata responses.", at_least(0)),
+    # Cluster mode (broker/cluster_member.py): empty runs the embedded single broker.
+    ConfigDef("cluster.etcd.endpoints", "string", "",
+              "Shoal extension: etcd endpoints (etcd://HOST:PORT[,HOST:PORT...] or "
+              "HOST:PORT,...) holding the cluster's metadata; empty runs one broker on its own."),
+    ConfigDef("cluster.etcd.prefix", "string", "/shoal",
+              "Shoal extension: the etcd key prefix of this cluster (one cluster per prefix)."),
+    ConfigDef("broker.session.timeout.ms", "int", 9000,
+              "A cluster member that stops renewing its etcd session for this long leaves "
+              "Metadata and its partitions go offline.", at_least(2000)),
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000,
+              "How often a cluster member renews its etcd session.", at_least(100)),
+    ConfigDef("broker.rack", "string", "",
+              "Rack of this broker; new partitions are spread over racks."),
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",
               "Listeners, NAME://host:port,... (host:port alone is PLAINTEXT)."),
     ConfigDef("advertised.listeners", "string", "",

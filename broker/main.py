@@ -11,6 +11,10 @@ The admin commands (``shoal share-groups``, ``shoal topics``, ...) live in the `
 whose ``cli/main.py`` is the ``shoal`` entry point; it registers this module's ``broker``
 subcommand (``add_broker_parser``, ``run_broker_command``). ``python -m broker.main broker ...``
 runs the broker alone.
+
+``--cluster etcd://HOST:PORT --node-id N`` makes the broker a member of the cluster whose
+metadata is in that etcd (``broker/cluster_member.py``); unreachable etcd, another cluster's
+data directory or a live duplicate node id end the start with exit status 1 and a message.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
 from broker.security.metrics_web import WebConfigError
 from broker.security.tls import TlsConfigError
+from cluster.errors import ClusterStoreError
 
 
 def _setup_logging(level: str, fmt: str) -> None:
@@ -73,6 +78,10 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         values["listeners"] = args.listen
     if args.data_dir:
         values["log.dirs"] = args.data_dir
+    if getattr(args, "cluster", None):
+        values["cluster.etcd.endpoints"] = args.cluster
+    if getattr(args, "node_id", None) is not None:
+        values["node.id"] = str(args.node_id)
     if getattr(args, "metrics_listen", None):
         values["metrics.listen"] = args.metrics_listen
     return BrokerConfig(values)
@@ -135,6 +144,11 @@ def add_broker_parser(sub: Any) -> argparse.ArgumentParser:
                    help="a Kafka-style .properties file (default: none, built-in defaults)")
     b.add_argument("--override", "-o", action="append", metavar="NAME=VALUE",
                    help="set any broker config (repeatable)")
+    b.add_argument("--cluster", metavar="etcd://HOST:PORT[,HOST:PORT]",
+                   help="join the cluster whose metadata is in this etcd (config "
+                   "cluster.etcd.endpoints; default: run one broker on its own)")
+    b.add_argument("--node-id", metavar="N", type=int,
+                   help="this broker's id in the cluster (Kafka: node.id; default 1)")
     b.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (config "
                    "metrics.listen; off by default)")
@@ -177,7 +191,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
     except (TlsConfigError, SaslConfigError, WebConfigError) as exc:
         print(f"shoal: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ScramError) as exc:
+    except (OSError, ScramError, ClusterStoreError, ValueError) as exc:
         print(f"shoal: could not start: {exc}", file=sys.stderr)
         return 1
     return code

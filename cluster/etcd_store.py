@@ -30,6 +30,7 @@ from typing import Any
 
 import aetcd
 
+from cluster.errors import ClusterIdMismatchError, ClusterStoreError, DuplicateNodeIdError
 from cluster.view import (
     BrokerRegistration,
     ClusterView,
@@ -43,18 +44,6 @@ log = logging.getLogger("shoal.cluster")
 
 # Seconds each etcd call may take before it counts as failed.
 RPC_TIMEOUT_S = 5
-
-
-class ClusterStoreError(Exception):
-    """A cluster-metadata operation failed; ``str()`` tells the operator what and what to do."""
-
-
-class DuplicateNodeIdError(ClusterStoreError):
-    """Another live broker is registered with this node id."""
-
-
-class ClusterIdMismatchError(ClusterStoreError):
-    """The broker's data directory belongs to another cluster than the one in etcd."""
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -258,6 +247,28 @@ class EtcdClusterStore:
                 log.info("node %d is the controller (epoch %d)", node_id, revision)
                 return ControllerRecord(node_id, revision)
             await self._wait_view(lambda: self.view.controller is None)
+
+    # -- id blocks ------------------------------------------------------------------------------
+
+    async def allocate_block(self, name: str, size: int) -> int:
+        """Reserve ``size`` consecutive ids of counter ``name`` for this broker; returns the
+        first. Compare-and-swap on the counter's revision, so no two brokers get overlapping
+        blocks (producer ids: Kafka's controller hands out blocks the same way)."""
+        etcd = self._etcd()
+        key = f"{self.keys.prefix}/counters/{name}".encode()
+        while True:
+            got = await etcd.get(key)
+            if got is None:
+                start = 0
+                compare = [etcd.transactions.create(key) == 0]
+            else:
+                start = int(got.value.decode())
+                compare = [etcd.transactions.mod(key) == got.mod_revision]
+            ok, _ = await etcd.transaction(
+                compare=compare, success=[etcd.transactions.put(key, str(start + size).encode())],
+                failure=[])
+            if ok:
+                return start
 
     # -- topics (compare-and-swap) -------------------------------------------------------------
 

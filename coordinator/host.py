@@ -10,6 +10,7 @@ structurally (no inheritance; ``broker/coordinators.py`` passes the broker as th
   and partition count;
 - ``ensure_internal_topic``: a coordinator's internal topic, created if missing;
 - ``log_for``: the partition log of a registered topic (internal topics are always open);
+- ``leads``: whether this broker leads a partition (a coordinator serves only those);
 - ``next_producer_id``: a producer id never handed out before (the transaction coordinator).
 
 Everything else a coordinator needs (a persister, marker writers, per-group configs) is passed
@@ -96,6 +97,11 @@ class CoordinatorHost(Protocol):
         Raises:
             KeyError: no such topic partition.
         """
+        ...
+
+    def leads(self, topic: str, partition: int) -> bool:
+        """Whether this broker leads ``topic``'s ``partition`` now: a coordinator loads (serves)
+        the internal partitions it leads. A single broker leads them all."""
         ...
 
     def next_producer_id(self) -> int:

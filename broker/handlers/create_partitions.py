@@ -47,8 +47,8 @@ def _assignment_problem(broker: Broker, added: int, assignments: Any) -> str | N
     return None
 
 
-def create_partitions(broker: Broker, name: str, count: int, assignments: Any,
-                      validate_only: bool) -> tuple[ErrorCode, str | None]:
+async def create_partitions(broker: Broker, name: str, count: int, assignments: Any,
+                            validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Check and (unless ``validate_only``) raise one topic's partition count."""
     topic = broker.topics.get(name)
     if topic is None:
@@ -69,13 +69,13 @@ def create_partitions(broker: Broker, name: str, count: int, assignments: Any,
     try:
         broker.check_partition_budget(count - current)
         if not validate_only:
-            broker.add_partitions(name, count)
+            await broker.admin_add_partitions(name, count)
     except TopicError as exc:
         return exc.error, exc.message
     return OK, None
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
     results = []
@@ -88,8 +88,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             error, message = ErrorCode.topic_authorization_failed, refusal(
                 ctx.principal, Operation.ALTER, Resource(ResourceType.TOPIC, t.name))
         else:
-            error, message = create_partitions(ctx.broker, t.name, t.count, t.assignments,
-                                               req.validate_only)
+            error, message = await create_partitions(ctx.broker, t.name, t.count,
+                                                     t.assignments, req.validate_only)
         results.append(make(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                             error_message=err_message(error, message)))
     for name, n in counts.items():

@@ -100,7 +100,7 @@ def _partitions_from_assignments(broker: Broker, t: Any) -> int:
     return len(indexes)
 
 
-def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
+async def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
     """Check and (unless ``validate_only``) create one topic; failures are in the result."""
     out = Created(t.name)
     try:
@@ -124,7 +124,7 @@ def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
     out.partitions, out.replication, out.configs = partitions, 1, configs
     if not validate_only:
         try:
-            out.topic_id = broker.create_topic(t.name, partitions, configs).topic_id
+            out.topic_id = (await broker.admin_create_topic(t.name, partitions, configs)).topic_id
         except TopicError as exc:
             return Created(t.name, exc.error, exc.message)
     return out
@@ -147,7 +147,7 @@ def _result(m: Any, broker: Broker, c: Created) -> Any:
                 num_partitions=c.partitions, replication_factor=c.replication, configs=configs)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
@@ -164,7 +164,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             results.append(Created(t.name, ErrorCode.topic_authorization_failed, refusal(
                 ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name))))
             continue
-        created = create_one(broker, t, req.validate_only)
+        created = await create_one(broker, t, req.validate_only)
         created.describable = t.name not in hidden
         results.append(created)
     # Duplicates last and once per name, as Kafka's controller answers them.

@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
-from broker.log.topics import Topic
+from broker.log.topics import TopicError, Topic
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -50,6 +50,8 @@ class Deleted:
     topic_id: uuid.UUID | None
     error: ErrorCode = OK
     message: str | None = None
+    # Cluster mode: checked here, deleted through etcd by ``handle`` (an await).
+    in_cluster: bool = False
 
 
 def _id(value: uuid.UUID | None) -> uuid.UUID | None:
@@ -65,6 +67,8 @@ def _delete(broker: Broker, topic: Topic, version: int) -> Deleted:
     if topic.internal:
         return Deleted(topic.name, topic.topic_id, _disabled_code(version),
                        f"{topic.name} is an internal topic and cannot be deleted")
+    if broker.member is not None:
+        return Deleted(topic.name, topic.topic_id, in_cluster=True)
     broker.delete_topic(topic.name)
     return Deleted(topic.name, topic.topic_id)
 
@@ -157,8 +161,25 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                 else refusal(ctx.principal, operation, resource)
         return answers[key]
 
-    results = tuple(
-        make(m.DeletableTopicResult, name=d.name, topic_id=d.topic_id, error_code=d.error,
-             error_message=err_message(d.error, d.message))
-        for d in delete_topics(ctx.broker, refs, ctx.api_version, refused))
-    return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)
+    deleted = delete_topics(ctx.broker, refs, ctx.api_version, refused)
+
+    def response() -> Any:
+        results = tuple(
+            make(m.DeletableTopicResult, name=d.name, topic_id=d.topic_id, error_code=d.error,
+                 error_message=err_message(d.error, d.message))
+            for d in deleted)
+        return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)
+
+    if not any(d.in_cluster for d in deleted):
+        return response()
+
+    async def in_cluster() -> Any:
+        for d in deleted:
+            if d.in_cluster and d.name is not None:
+                try:
+                    await ctx.broker.admin_delete_topic(d.name)
+                except TopicError as exc:
+                    d.error, d.message = exc.error, exc.message
+        return response()
+
+    return in_cluster()

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import CLUSTER, OPERATIONS_NOT_REQUESTED, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import broker_entries
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -49,10 +50,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         error, message = (ErrorCode.unsupported_endpoint_type,
                           f"unknown endpoint type {endpoint_type}")
     else:
-        host, port = ctx.advertised
-        brokers = (make(m.DescribeClusterBroker, broker_id=broker.node_id, host=host, port=port,
-                        rack=None, is_fenced=False),)
+        brokers = broker_entries(ctx, m, "DescribeClusterBroker", is_fenced=False)
     return make(m.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=error,
                 error_message=message, endpoint_type=endpoint_type, cluster_id=broker.cluster_id,
-                controller_id=broker.node_id, brokers=brokers,
+                controller_id=broker.cluster.controller_id(), brokers=brokers,
                 cluster_authorized_operations=ops)

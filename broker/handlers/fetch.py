@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import leader_problem
 from broker.log.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
@@ -114,6 +115,11 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
             if refused:
                 errors = True
                 parts.append(_pdata(m, p, ErrorCode.topic_authorization_failed, -1, -1, b""))
+                continue
+            not_here = leader_problem(ctx, topic.name, p) if topic is not None else None
+            if not_here is not None:
+                errors = True
+                parts.append(_pdata(m, p, not_here, -1, -1, b""))
                 continue
             lg = broker.logs.get(topic.name, p) if topic is not None else None
             if lg is None:

@@ -1,4 +1,9 @@
-"""FindCoordinator (10) v0-6: this broker coordinates every group, transaction and share key.
+"""FindCoordinator (10) v0-6: who coordinates a group, transaction or share key.
+
+A single broker coordinates every key. In a cluster the coordinator is the leader of the key's
+partition of the internal topic (``__consumer_offsets``, ``__transaction_state``,
+``__share_group_state``), partitioned by Kafka's rule (Java string hash); no live leader
+answers COORDINATOR_NOT_AVAILABLE, so the client retries.
 
 Key types: 0 GROUP, 1 TRANSACTION, 2 SHARE (v6, key ``group:topicId:partition``). v4+ batches keys.
 Authorization (broker/authz.py), per key as Kafka: a GROUP key needs DESCRIBE on the group
@@ -23,6 +28,9 @@ from broker.authz import (
 )
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import current_leader
+from coordinator.group.placement import partition_for_group
+from coordinator.share.service import partition_for as share_partition_for
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -30,6 +38,7 @@ API_KEY = 10
 VERSIONS = (0, 6)
 
 KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
+INTERNAL_TOPIC = {0: "__consumer_offsets", 1: "__transaction_state", 2: "__share_group_state"}
 
 
 def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
@@ -52,21 +61,43 @@ def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str
     return ErrorCode.none, None
 
 
+def _locate(ctx: RequestContext, key_type: int,
+            key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of ``key``'s coordinator: this broker alone, or in
+    a cluster the leader of the key's internal partition (COORDINATOR_NOT_AVAILABLE while that
+    partition has no live leader, or the internal topic does not exist yet)."""
+    err, msg = _check(ctx, key_type, key)
+    if err != ErrorCode.none:
+        return err, msg, -1, "", -1
+    broker = ctx.broker
+    if not broker.cluster.clustered:
+        host, port = ctx.advertised
+        return ErrorCode.none, None, broker.node_id, host, port
+    topic_name = INTERNAL_TOPIC[key_type]
+    topic = broker.topics.get(topic_name)
+    if topic is not None:
+        p = (share_partition_for(key, topic.partitions) if key_type == 2
+             else partition_for_group(key, topic.partitions))
+        leader, _epoch, node = current_leader(ctx, topic_name, p)
+        if node is not None:
+            return ErrorCode.none, None, leader, node.host, node.port
+    elif broker.member is not None:
+        broker.member.request_internal_topic(topic_name)  # first use: create it
+    return (ErrorCode.coordinator_not_available,
+            f"the {KEY_TYPES[key_type]} coordinator for {key!r} is not available: its "
+            f"partition of {topic_name} has no live leader; retry", -1, "", -1)
+
+
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    node = ctx.broker.node_id
-    host, port = ctx.advertised
     key_type = getattr(req, "key_type", 0)
     if ctx.api_version >= 4:
         coords = []
         for key in req.coordinator_keys:
-            err, msg = _check(ctx, key_type, key)
-            ok = err == ErrorCode.none
-            coords.append(m.Coordinator(key=key, node_id=node if ok else -1, host=host if ok else "",
-                                        port=port if ok else -1, error_code=err, error_message=msg))
+            err, msg, node, host, port = _locate(ctx, key_type, key)
+            coords.append(m.Coordinator(key=key, node_id=node, host=host, port=port,
+                                        error_code=err, error_message=msg))
         return m.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(coords))
-    err, msg = _check(ctx, key_type, req.key)
-    ok = err == ErrorCode.none
+    err, msg, node, host, port = _locate(ctx, key_type, req.key)
     return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=err,
-                error_message=msg, node_id=node if ok else -1, host=host if ok else "",
-                port=port if ok else -1)
+                error_message=msg, node_id=node, host=host, port=port)

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation, Resource, ResourceType
 from broker.context import RequestContext
+from cluster.errors import ProducerIdsUnavailable
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
 from protocol.messages import make
@@ -52,7 +53,10 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         epoch = getattr(req, "producer_epoch", -1) + 1
         if epoch < 32767:
             return _answer(m, ErrorCode.none, existing, epoch)
-    return _answer(m, ErrorCode.none, ctx.broker.next_producer_id(), 0)
+    try:
+        return _answer(m, ErrorCode.none, ctx.broker.next_producer_id(), 0)
+    except ProducerIdsUnavailable:  # a cluster member waiting for its next block: retriable
+        return _answer(m, ErrorCode.coordinator_load_in_progress)
 
 
 async def _transactional(ctx: RequestContext, m: Any, req: Any) -> Any:

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import leader_problem
 from protocol.codec import response_module
 from protocol.log_validator import DECOMPRESSED_FLOOR
 from protocol.messages import make
@@ -70,6 +71,11 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         topic = broker.topics.get(t.name) if not refused else None
         parts = []
         for p in t.partitions:
+            not_here = leader_problem(ctx, t.name, p.partition_index) if topic else None
+            if not_here is not None:
+                parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                                  error_code=not_here, timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             lg = broker.logs.get(t.name, p.partition_index) if topic is not None else None
             if lg is None:
                 error = ErrorCode.topic_authorization_failed if refused \

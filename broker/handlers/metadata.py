@@ -32,7 +32,9 @@ from broker.authz import (
 )
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import broker_entries
 from broker.log.topics import Topic, topic_name_problem
+from cluster.metadata import NO_LEADER, ClusterMetadata
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -43,16 +45,37 @@ VERSIONS = (0, 12)
 
 
 def topic_entry(m: Any, node_id: int, topic: Topic,
-                ops: int = OPERATIONS_NOT_REQUESTED) -> Any:
-    parts = tuple(
-        make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
-             leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,),
-             offline_replicas=())
-        for p in range(topic.partitions)
-    )
+                ops: int = OPERATIONS_NOT_REQUESTED, cluster: ClusterMetadata | None = None) -> Any:
+    """One topic's Metadata entry. Without ``cluster`` (or a single broker's) ``node_id`` leads
+    every partition; a cluster member tells each partition's leader, epoch, replicas and ISR,
+    and LEADER_NOT_AVAILABLE with leader -1 for a partition whose leader is down."""
+    if cluster is None or not cluster.clustered:
+        parts = tuple(
+            make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
+                 leader_id=node_id, leader_epoch=0, replica_nodes=(node_id,),
+                 isr_nodes=(node_id,), offline_replicas=())
+            for p in range(topic.partitions)
+        )
+    else:
+        parts = tuple(_partition_entry(m, cluster, topic.name, p)
+                      for p in range(topic.partitions))
     return make(m.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
                 topic_id=topic.topic_id, is_internal=topic.internal, partitions=parts,
                 topic_authorized_operations=ops)
+
+
+def _partition_entry(m: Any, cluster: ClusterMetadata, topic: str, p: int) -> Any:
+    info = cluster.partition(topic, p)
+    if info is None:  # created here, not yet in the view: say so, the client asks again
+        return make(m.MetadataResponsePartition, error_code=ErrorCode.leader_not_available,
+                    partition_index=p, leader_id=-1, leader_epoch=-1, replica_nodes=(),
+                    isr_nodes=(), offline_replicas=())
+    offline = info.leader == NO_LEADER
+    return make(m.MetadataResponsePartition,
+                error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
+                partition_index=p, leader_id=info.leader, leader_epoch=info.leader_epoch,
+                replica_nodes=info.replicas, isr_nodes=() if offline else info.isr,
+                offline_replicas=info.replicas if offline else ())
 
 
 def _error_entry(m: Any, error: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
@@ -72,16 +95,16 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     node = broker.node_id
-    host, port = ctx.advertised
     v8 = ctx.api_version >= 8
     topic_ops = v8 and bool(getattr(req, "include_topic_authorized_operations", False))
 
     def entry(t: Topic) -> Any:
         ops = (ctx.authorized_operations(Resource(ResourceType.TOPIC, t.name)) if topic_ops
                else OPERATIONS_NOT_REQUESTED)
-        return topic_entry(m, node, t, ops)
+        return topic_entry(m, node, t, ops, broker.cluster)
 
     topics: list[Any] = []
+    pending: list[tuple[int, str]] = []  # cluster mode: (position, name) to auto-create
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         listed = [t for t in broker.topics.all() if not t.internal]
         hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in listed),
@@ -120,6 +143,11 @@ def handle(ctx: RequestContext, req: Any) -> Any:
                     and not topic_name_problem(name) and not _may_create(ctx, name)):
                 topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, name))
                 continue
+            if t is None and allow_auto and broker.member is not None:
+                if broker.config.get("auto.create.topics.enable") and not topic_name_problem(name):
+                    pending.append((len(topics), name))
+                    topics.append(None)
+                    continue
             if t is None and allow_auto:
                 try:
                     t = broker.auto_create(name)
@@ -138,7 +166,29 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         # Kafka: only to a principal allowed to describe the cluster; 0 otherwise.
         cluster_ops = (ctx.authorized_operations(CLUSTER)
                        if ctx.authorized(Operation.DESCRIBE, CLUSTER, audit=False) else 0)
-    brokers = (make(m.MetadataResponseBroker, node_id=node, host=host, port=port, rack=None),)
-    return make(m.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
-                cluster_id=broker.cluster_id, controller_id=node, topics=tuple(topics),
-                cluster_authorized_operations=cluster_ops)
+
+    def response() -> Any:
+        brokers = broker_entries(ctx, m, "MetadataResponseBroker")
+        return make(m.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
+                    cluster_id=broker.cluster_id, controller_id=broker.cluster.controller_id(),
+                    topics=tuple(topics), cluster_authorized_operations=cluster_ops)
+
+    if not pending:
+        return response()
+
+    async def create_then_answer() -> Any:
+        for i, name in pending:
+            try:
+                t = broker.topics.get(name) or await broker.admin_create_topic(
+                    name, broker.config.get("num.partitions"))
+            except TopicError as exc:
+                if exc.error == ErrorCode.topic_already_exists and broker.topics.get(name):
+                    topics[i] = entry(broker.topics.get(name))  # type: ignore[arg-type]
+                    continue
+                log.warning("auto-creating topic %s failed: %s", name, exc.message)
+                topics[i] = _error_entry(m, exc.error, name)
+                continue
+            topics[i] = entry(t)
+        return response()
+
+    return create_then_answer()

@@ -53,6 +53,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.handlers._routing import leader_problem
 from broker.log.append import (
     NEWEST_PRODUCE_VERSION,
     PartitionOutcome,
@@ -225,6 +226,10 @@ def _produce(ctx: RequestContext, req: Any,
                 parts.append(_partition(m, pd.index, PartitionOutcome(
                     ErrorCode.invalid_topic_exception,
                     message=f"cannot produce to internal topic {topic.name}")))
+                continue
+            not_here = leader_problem(ctx, topic.name, pd.index)
+            if not_here is not None:
+                parts.append(_partition(m, pd.index, PartitionOutcome(not_here)))
                 continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
                                    ctx.api_version, checks.get((ti, pi)), txn_id)

@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
+from broker.handlers._routing import leader_problem
 from broker.log.watch import wait_for_any
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
@@ -257,6 +258,10 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
             continue
         if not 0 <= p < topic.partitions:
             errors[(topic_id, p)] = (ErrorCode.unknown_topic_or_partition, b"", [])
+            continue
+        not_here = leader_problem(ctx, topic.name, p)
+        if not_here is not None:
+            errors[(topic_id, p)] = (not_here, b"", [])
             continue
         keys.append((topic.name, p))
         keys.append(share_watch_key(group, topic.name, p))

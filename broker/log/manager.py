@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +78,11 @@ class LogManager:
             delete_retention_ms=int(v("delete.retention.ms")),
         )
 
-    def open_topic(self, topic: Topic, first_partition: int = 0, fresh: bool = False) -> None:
-        """Open (recovering if needed) or create the logs of a topic's partitions.
+    def open_topic(self, topic: Topic, first_partition: int = 0, fresh: bool = False,
+                   only: Container[int] | None = None) -> None:
+        """Open (recovering if needed) or create the logs of a topic's partitions (from
+        ``first_partition``; only those in ``only`` when given: a cluster member opens the
+        partitions placed on it).
 
         ``fresh``: the partitions are new, so a directory already there is a leftover of a
         creation that never completed and is removed first. All or nothing: if a partition cannot
@@ -94,7 +97,7 @@ class LogManager:
         try:
             for p in range(first_partition, topic.partitions):
                 key = (topic.name, p)
-                if key in self._logs:
+                if key in self._logs or (only is not None and p not in only):
                     continue
                 path = partition_dir(self._dir, topic.name, p)
                 if fresh and path.exists():

@@ -152,6 +152,10 @@ class ShareService:
             return AckResult(ErrorCode.unknown_topic_id)
         if not 0 <= partition < topic.partitions:
             return AckResult(ErrorCode.unknown_topic_or_partition)
+        cluster = self.broker.cluster
+        if cluster.clustered and not cluster.is_leader(topic.name, partition):
+            return AckResult(ErrorCode.not_leader_or_follower,
+                             f"this broker does not lead {topic.name}-{partition}")
         key = SharePartitionKey(group_id, topic_id, partition)
         plain = [(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
         error, message = await self.partitions.acknowledge(key, member_id, plain)

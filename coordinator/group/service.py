@@ -195,7 +195,9 @@ async def open_group_coordinator(host: CoordinatorHost, *, persister: Persister,
         clock=host.clock, broker_config=host.config, group_configs=group_configs,
         persister=persister, topics=host.topics.all, num_partitions=topic.partitions)
 
-    load_ms = await service.load(lambda p: host.log_for(CONSUMER_OFFSETS_TOPIC, p))
+    load_ms = await service.load(
+        lambda p: host.log_for(CONSUMER_OFFSETS_TOPIC, p),
+        [p for p in range(topic.partitions) if host.leads(CONSUMER_OFFSETS_TOPIC, p)])
     if any(g.deleting for p in service.runtime.partitions()
            if (shard := service.runtime.shard(p)) is not None for g in shard.groups.values()):
         service.topics_changed()  # finish deleting the share state of deleted topics
@@ -206,6 +208,6 @@ async def open_group_coordinator(host: CoordinatorHost, *, persister: Persister,
     groups = sum(len(shard.groups) for shard in shards)
     consumer = sum(len(shard.consumer.store.groups) for shard in shards)
     log.info("group coordinator loaded %d partition(s) of %s (%d records, %d share groups, %d "
-             "consumer groups) in %.0f ms", topic.partitions, CONSUMER_OFFSETS_TOPIC, records,
+             "consumer groups) in %.0f ms", len(runtime.partitions()), CONSUMER_OFFSETS_TOPIC, records,
              groups, consumer, load_ms)
     return service

@@ -153,11 +153,13 @@ class GroupServiceBase:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self, log_for: Callable[[int], PartitionLogLike]) -> float:
-        """Load every partition in parallel; returns the ms taken. A partition that fails to
-        load answers NOT_COORDINATOR (logged by the runtime)."""
-        self.load_ms = await self.runtime.load_many(
-            {p: log_for(p) for p in range(self.num_partitions)})
+    async def load(self, log_for: Callable[[int], PartitionLogLike],
+                   partitions: Iterable[int] | None = None) -> float:
+        """Load every partition, or those of ``partitions`` (a cluster member loads the ones it
+        leads), in parallel; returns the ms taken. A partition that fails to load, or is not
+        loaded, answers NOT_COORDINATOR (logged by the runtime)."""
+        chosen = range(self.num_partitions) if partitions is None else partitions
+        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in chosen})
         return self.load_ms
 
     async def stop(self) -> None:

@@ -75,9 +75,11 @@ async def open_share_coordinator(host: CoordinatorHost) -> ShareCoordinatorServi
         cold_snapshot_interval_ms=cfg.get("share.coordinator.cold.partition.snapshot.interval.ms"),
     )
 
-    load_ms = await service.load_all(lambda p: host.log_for(SHARE_STATE_TOPIC, p))
+    load_ms = await service.load_all(
+        lambda p: host.log_for(SHARE_STATE_TOPIC, p),
+        [p for p in range(topic.partitions) if host.leads(SHARE_STATE_TOPIC, p)])
     records = sum(s.load.records for p in runtime.partitions()
                   if (s := runtime.stats(p)) is not None and s.load is not None)
     log.info("share coordinator loaded %d partition(s) of %s (%d records) in %.0f ms; fsync=%s",
-             topic.partitions, SHARE_STATE_TOPIC, records, load_ms, runtime.fsync)
+             len(runtime.partitions()), SHARE_STATE_TOPIC, records, load_ms, runtime.fsync)
     return service

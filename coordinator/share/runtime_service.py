@@ -206,15 +206,19 @@ class ShareCoordinatorService:
     # ------------------------------------------------------------------------------------------
     # Lifecycle
 
-    async def load_all(self, log_for: Callable[[int], PartitionLogLike]) -> float:
-        """Load every partition (in parallel) and arm the cold-snapshot timers; returns the ms taken.
+    async def load_all(self, log_for: Callable[[int], PartitionLogLike],
+                       partitions: Iterable[int] | None = None) -> float:
+        """Load every partition, or those of ``partitions`` (a cluster member loads the ones it
+        leads), in parallel, and arm their cold-snapshot timers; returns the ms taken.
 
-        Partitions that fail to load answer NOT_COORDINATOR (logged by the runtime).
+        Partitions that fail to load answer NOT_COORDINATOR (logged by the runtime); those not
+        loaded answer NOT_COORDINATOR too.
         """
-        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in range(self.num_partitions)})
+        chosen = list(range(self.num_partitions) if partitions is None else partitions)
+        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in chosen})
         if self._cold_interval is not None and self._cold_interval > 0:
             first = self._clock_ms() + self._cold_interval
-            for p in range(self.num_partitions):
+            for p in chosen:
                 self.runtime.schedule(p, _COLD_SNAPSHOT_TIMER, first, _ColdSnapshotTick(),
                                       repeat_ms=self._cold_interval)
         return self.load_ms

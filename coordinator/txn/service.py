@@ -135,12 +135,15 @@ class TransactionService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self, log_for: Callable[[int], PartitionLogLike]) -> float:
-        """Load every partition in parallel and arm the id-expiration sweep; returns the ms."""
-        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in range(self.num_partitions)})
+    async def load(self, log_for: Callable[[int], PartitionLogLike],
+                   partitions: Iterable[int] | None = None) -> float:
+        """Load every partition, or those of ``partitions`` (a cluster member loads the ones it
+        leads), in parallel and arm their id-expiration sweep; returns the ms."""
+        chosen = list(range(self.num_partitions) if partitions is None else partitions)
+        self.load_ms = await self.runtime.load_many({p: log_for(p) for p in chosen})
         interval = int(self._get("transaction.remove.expired.transaction.cleanup.interval.ms"))
         first = self._clock_ms() + interval
-        for p in range(self.num_partitions):
+        for p in chosen:
             self.runtime.schedule(p, _EXPIRE_TIMER, first, self._expire_op, repeat_ms=interval)
         return self.load_ms
 
@@ -420,12 +423,14 @@ async def open_transactions(host: CoordinatorHost, *, data_markers: DataMarkerWr
         next_producer_id=host.next_producer_id, num_partitions=topic.partitions,
         data_markers=data_markers, offset_markers=offset_markers)
 
-    load_ms = await service.load(lambda p: host.log_for(TRANSACTION_STATE_TOPIC, p))
+    load_ms = await service.load(
+        lambda p: host.log_for(TRANSACTION_STATE_TOPIC, p),
+        [p for p in range(topic.partitions) if host.leads(TRANSACTION_STATE_TOPIC, p)])
     runtime = service.runtime
     shards = [s for p in runtime.partitions() if (s := runtime.shard(p)) is not None]
     ids = sum(len(s.txns) for s in shards)
     prepared = sum(1 for s in shards for m in s.txns.values() if m.state in PREPARED)
     log.info("transaction coordinator loaded %d partition(s) of %s (%d transactional ids, %d "
-             "completing) in %.0f ms", topic.partitions, TRANSACTION_STATE_TOPIC, ids, prepared,
+             "completing) in %.0f ms", len(runtime.partitions()), TRANSACTION_STATE_TOPIC, ids, prepared,
              load_ms)
     return service

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import BrokerProcess, free_port
 
 
 class Etcd:
@@ -70,3 +70,51 @@ def etcd(tmp_path: Path) -> Iterator[Etcd]:
         yield server
     finally:
         server.close()
+
+
+# Small internal topics and a short session, so a 3-broker cluster starts and notices a dead
+# broker quickly on a 2-core CI machine.
+CLUSTER_OVERRIDES = {
+    "offsets.topic.num.partitions": "6",
+    "share.coordinator.state.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+}
+
+
+class Cluster:
+    """Real etcd and ``n`` real broker processes (node ids 1..n) on loopback."""
+
+    def __init__(self, root: Path, etcd: Etcd, n: int = 3,
+                 overrides: dict[str, str] | None = None) -> None:
+        self.etcd = etcd
+        self.brokers = [
+            BrokerProcess(root / f"broker-{i}" / "data", {**CLUSTER_OVERRIDES, **(overrides or {})},
+                          extra_args=["--cluster", etcd.endpoint, "--node-id", str(i)])
+            for i in range(1, n + 1)
+        ]
+        for b in self.brokers:
+            b.data_dir.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.alive())
+
+    def start(self) -> None:
+        for b in self.brokers:
+            b.start()
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, etcd: Etcd) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, etcd)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()

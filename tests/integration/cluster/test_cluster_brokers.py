@@ -1,0 +1,207 @@
+"""Three real brokers on a real etcd, used through unmodified Kafka clients (confluent-kafka).
+
+What a user of a Kafka cluster would notice: every broker lists the same live brokers and
+controller; a topic's partitions spread over the brokers; clients produce and consume through
+any bootstrap broker; a broker killed with kill -9 takes only its own partitions offline
+(LEADER_NOT_AVAILABLE, as Kafka with replication factor 1) while the others keep serving; when it
+comes back its data and committed offsets are there; and a broker that would split the cluster
+(a duplicate node id, another cluster's data) or cannot reach etcd is refused with a message.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.integration.cluster.conftest import CLUSTER_OVERRIDES, Cluster, Etcd
+
+T = 30
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
+    md = admin.list_topics(topic, timeout=T)
+    return {p: md.topics[topic].partitions[p].leader for p in md.topics[topic].partitions}
+
+
+def _wait(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.2)
+
+
+def _consume_all(bootstrap: str, topic: str, group: str, n: int) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            got.append(m.value())
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_every_broker_describes_the_same_cluster_and_partitions_spread(cluster: Cluster) -> None:
+    for b in cluster.brokers:
+        md = _admin(b.bootstrap).list_topics(timeout=T)
+        assert sorted(md.brokers) == [1, 2, 3]
+        assert {md.brokers[i].port for i in md.brokers} == {x.port for x in cluster.brokers}
+        assert md.controller_id in (1, 2, 3)
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic("spread", 12, 1)])["spread"].result(T)
+    leaders = _leaders(_admin(cluster.brokers[2].bootstrap), "spread")
+    assert Counter(leaders.values()) == {1: 4, 2: 4, 3: 4}
+    # Every broker answers the same placement.
+    assert all(_leaders(_admin(b.bootstrap), "spread") == leaders for b in cluster.brokers)
+    # The topic's logs exist only where its partitions were placed.
+    for b in cluster.brokers:
+        node = cluster.brokers.index(b) + 1
+        mine = {p for p, leader in leaders.items() if leader == node}
+        assert {int(d.name.rsplit("-", 1)[1]) for d in b.data_dir.glob("spread-*")} == mine
+    # More partitions go on the brokers with fewer.
+    admin.create_partitions([NewPartitions("spread", 15)])["spread"].result(T)
+    def grown_to_15() -> dict[int, int] | None:
+        x = _leaders(admin, "spread")
+        return x if len(x) == 15 else None
+
+    grown = _wait(grown_to_15, T, "the new partitions appearing")
+    assert Counter(grown.values()) == {1: 5, 2: 5, 3: 5}
+    admin.delete_topics(["spread"], operation_timeout=T)["spread"].result(T)
+    for b in cluster.brokers:
+        _wait(lambda b=b: "spread" not in _admin(b.bootstrap).list_topics(timeout=T).topics, T,
+              "the deletion reaching every broker")
+        _wait(lambda b=b: not list(b.data_dir.glob("spread-*")), T, "the logs being deleted")
+
+
+def test_produce_and_consume_through_any_broker_with_coordinators_spread(cluster: Cluster) -> None:
+    admin = _admin(cluster.brokers[0].bootstrap)
+    admin.create_topics([NewTopic("orders", 12, 1)])["orders"].result(T)
+    # A bootstrap list of one broker is enough: clients find each partition's leader.
+    p = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "acks": "all",
+                  "enable.idempotence": True})
+    for i in range(1200):
+        p.produce("orders", key=str(i).encode(), value=str(i).encode())
+    assert p.flush(T) == 0
+    got = _consume_all(cluster.brokers[2].bootstrap, "orders", "orders-readers", 1200)
+    assert sorted(got, key=int) == [str(i).encode() for i in range(1200)]
+    # __consumer_offsets was created on first use, spread over the three brokers.
+    offsets = _leaders(admin, "__consumer_offsets")
+    assert set(offsets.values()) == {1, 2, 3}
+
+
+def test_a_killed_broker_takes_only_its_partitions_offline_and_returns_with_its_data(
+        cluster: Cluster) -> None:
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic("durable", 6, 1)])["durable"].result(T)
+    leaders = _leaders(admin, "durable")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(600):
+        p.produce("durable", value=str(i).encode(), partition=i % 6)
+    assert p.flush(T) == 0
+    assert len(_consume_all(cluster.bootstrap, "durable", "before", 600)) == 600
+
+    victim = cluster.brokers[2]
+    victim.kill()
+    survivors = _admin(cluster.brokers[0].bootstrap)
+    def without_3():  # type: ignore[no-untyped-def]
+        m = survivors.list_topics("durable", timeout=T)
+        return m if 3 not in m.brokers else None
+
+    md = _wait(without_3, 20, "broker 3 leaving Metadata")
+    for pid, part in md.topics["durable"].partitions.items():
+        if leaders[pid] == 3:
+            assert part.leader == -1 and part.error.code() == KafkaError.LEADER_NOT_AVAILABLE
+        else:
+            assert part.leader == leaders[pid] and part.error is None
+    # The other brokers' partitions keep taking writes.
+    failed: list[int] = []
+    p2 = Producer({"bootstrap.servers": cluster.brokers[0].bootstrap, "acks": "all",
+                   "message.timeout.ms": 4000})
+    for pid in range(6):
+        p2.produce("durable", value=b"during", partition=pid,
+                   on_delivery=lambda e, m: failed.append(m.partition()) if e else None)
+    p2.flush(T)
+    assert sorted(failed) == sorted(pid for pid, leader in leaders.items() if leader == 3)
+
+    victim.start()
+    _wait(lambda: _leaders(admin, "durable") == leaders, 30, "broker 3 leading again")
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "before"})
+    try:
+        committed = c.committed([TopicPartition("durable", pid) for pid in range(6)], timeout=T)
+        assert [tp.offset for tp in committed] == [100] * 6
+        ends = [c.get_watermark_offsets(TopicPartition("durable", pid), timeout=T)[1]
+                for pid in range(6)]
+    finally:
+        c.close()
+    assert ends == [100 if leaders[pid] == 3 else 101 for pid in range(6)]
+
+
+def test_a_new_controller_takes_over_and_topic_creation_works_again(cluster: Cluster) -> None:
+    admin = _admin(cluster.bootstrap)
+    controller = admin.list_topics(timeout=T).controller_id
+    cluster.brokers[controller - 1].kill()
+    others = [b for i, b in enumerate(cluster.brokers) if i != controller - 1]
+    other_admin = _admin(others[0].bootstrap)
+    _wait(lambda: other_admin.list_topics(timeout=T).controller_id not in (controller, -1), 20,
+          "a new controller")
+    other_admin.create_topics([NewTopic("after-failover", 4, 1)])["after-failover"].result(T)
+    leaders = _leaders(other_admin, "after-failover")
+    assert set(leaders.values()) <= {int(b.extra_args[-1]) for b in others}
+
+
+def _run_broker(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "broker.main", "broker", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_duplicate_node_id_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    out = _run_broker(["--cluster", cluster.etcd.endpoint, "--node-id", "2", "--listen",
+                       f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "dup"),
+                       *sum((["-o", f"{k}={v}"] for k, v in CLUSTER_OVERRIDES.items()), [])])
+    assert out.returncode == 1
+    assert "node id 2 is already registered by a live broker" in out.stderr
+
+
+def test_another_clusters_data_directory_is_refused(etcd: Etcd, tmp_path: Path) -> None:
+    alone = BrokerProcess(tmp_path / "alone" / "data")  # a single broker: its own cluster id
+    alone.data_dir.parent.mkdir(parents=True)
+    alone.start()
+    alone.stop()
+    member = Cluster(tmp_path / "c", etcd, n=1)
+    member.start()
+    try:
+        out = _run_broker(["--cluster", etcd.endpoint, "--node-id", "7", "--listen",
+                           f"127.0.0.1:{free_port()}", "--data-dir", str(alone.data_dir)])
+    finally:
+        member.stop()
+    assert out.returncode == 1
+    assert "belongs to cluster" in out.stderr and "etcd" in out.stderr
+
+
+def test_unreachable_etcd_is_a_clear_start_failure(tmp_path: Path) -> None:
+    out = _run_broker(["--cluster", f"etcd://127.0.0.1:{free_port()}", "--node-id", "1",
+                       "--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "d")])
+    assert out.returncode == 1
+    assert "cannot reach etcd" in out.stderr
