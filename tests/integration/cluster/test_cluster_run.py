@@ -2,9 +2,11 @@
 
 The scenario a user goes through: the launcher starts etcd (healthy on the port it prints) and
 brokers 1..3 with the printed command lines (node id i, port P+i-1, data in D/broker-i), which
-register (``shoal cluster describe`` through any of them lists all three). kill -9 of broker 2
-is reported, and etcd and the other brokers keep running; broker 2's printed command line, run
-by hand from the same directory, brings it back. SIGTERM stops every process the launcher
+register (``shoal cluster describe`` through any of them lists all three) and share a 6-partition
+topic's leadership. kill -9 of broker 2 is reported, and etcd and the other brokers keep
+running; once its session lapses, describe lists brokers 1 and 3 and broker 2's partitions as
+offline. Broker 2's printed command line, run by hand from the same directory, brings it back
+with its partitions. SIGTERM stops every process the launcher
 started. A second run on the same data directory reuses etcd's data: the same etcd cluster and
 the same Shoal cluster id.
 
@@ -163,6 +165,10 @@ def _describe(port: int) -> dict:
     return doc
 
 
+def _orders(doc: dict) -> list[dict]:
+    return [p for p in doc["partitions"] if p["topic"] == "orders"]
+
+
 def _registered(port: int, expected: list[tuple[int, int]]) -> bool:
     """Whether describe through ``port`` lists exactly ``expected`` (node id, port)."""
     r = shoal("cluster", "describe", "--bootstrap-server", f"127.0.0.1:{port}", "--json")
@@ -196,6 +202,12 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
                    lambda i=i: _registered(port + i, everyone))
         shoal_cluster_id = _describe(port)["cluster_id"]
         etcd_cluster_id = _etcd_cluster_id(url)
+        created = shoal("topics", "--bootstrap-server", f"127.0.0.1:{port}", "--create",
+                        "--topic", "orders", "--partitions", "6")
+        assert created.returncode == 0, created.stderr
+        placed = _orders(_describe(port + 2))
+        assert {p["leader"] for p in placed} == {1, 2, 3}
+        on_2 = [p["partition"] for p in placed if p["leader"] == 2]
 
         os.kill(pids[2], signal.SIGKILL)
         launcher.wait_for(r"^broker 2 \(pid \d+\) exited with signal 9 \(SIGKILL\); etcd and 2 "
@@ -204,6 +216,13 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
         assert _alive(pids[1]) and _alive(pids[3]) and launcher.proc.poll() is None
         assert _etcd_healthy(url)
         assert _listening(port) and _listening(port + 2)
+        # Once its session lapses, describe shows broker 2 gone and its partitions offline.
+        _until("broker 2 leaves the cluster", lambda: _registered(port, [(1, port),
+                                                                         (3, port + 2)]))
+        doc = _describe(port)
+        assert [(p["topic"], p["partition"]) for p in doc["offline_partitions"]] == [
+            ("orders", i) for i in on_2]
+        assert [p["partition"] for p in _orders(doc) if p["offline"]] == on_2
 
         # The printed command line, run by hand from the same directory, brings it back.
         with open(tmp_path / "broker-2-by-hand.log", "wb") as log:
@@ -211,6 +230,14 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
                                        stderr=subprocess.STDOUT)
         _until("broker 2, restarted by hand, listens", lambda: _listening(port + 1))
         _until("broker 2 is registered again", lambda: _registered(port, everyone))
+        _until("broker 2's partitions are back online",
+               lambda: not _describe(port)["offline_partitions"])
+        back = _orders(_describe(port + 1))
+        assert [(p["partition"], p["leader"], p["replicas"]) for p in back] == [
+            (p["partition"], p["leader"], p["replicas"]) for p in placed]
+        # Leadership changed twice for broker 2's partitions (gone, back): new leader epochs.
+        assert [p["partition"] for p, q in zip(back, placed, strict=True)
+                if p["leader_epoch"] > q["leader_epoch"]] == on_2
         by_hand.send_signal(signal.SIGTERM)
         assert by_hand.wait(60) == 0
 
