@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run client lint test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
+.PHONY: setup run cluster client lint test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -18,6 +18,8 @@ EXTRAS_core  :=
 EXTRAS_test  := [test,spark]
 EXTRAS_bench := [bench]
 EXTRAS_spark := [spark]
+# make cluster: the brokers' etcd client (aetcd).
+EXTRAS_cluster := [cluster]
 # make client: the asyncio client (client/), plus confluent-kafka for the README's examples and
 # pip, so that .venv/bin/pip (and `pip` after `source .venv/bin/activate`) installs into the venv.
 EXTRAS_client := [client] confluent-kafka==2.16.1 'pip>=22.3'
@@ -64,6 +66,16 @@ setup: $(VENV)/.installed-core
 ## Start a broker in the foreground on 127.0.0.1:$(PORT) with data in $(DATA_DIR).
 run: $(VENV)/.installed-core
 	$(BIN)/shoal broker --listen 127.0.0.1:$(PORT) --data-dir $(DATA_DIR)
+
+## A cluster on this machine (README "Cluster"): etcd and BROKERS brokers in the foreground
+## (shoal cluster run). Broker i listens on 127.0.0.1:PORT+i-1 with node id i and data in
+## DATA_DIR/broker-i; etcd's data is in DATA_DIR/etcd, on a free port it prints. DATA_DIR is
+## ./data-cluster unless given (make cluster DATA_DIR=...), so `make run`'s ./data stays apart.
+## Ctrl-C or SIGTERM stops them all; a broker that dies is reported and the rest keep running.
+BROKERS ?= 3
+CLUSTER_DATA_DIR = $(if $(filter command line environment%,$(origin DATA_DIR)),$(DATA_DIR),./data-cluster)
+cluster: $(VENV)/.installed-cluster etcd
+	$(BIN)/shoal cluster run --brokers $(BROKERS) --port $(PORT) --data-dir $(CLUSTER_DATA_DIR)
 
 ## A ready client environment in .venv (README "Quick start"): confluent-kafka, the asyncio client
 ## and pip. Use it with `source .venv/bin/activate` or as .venv/bin/python, .venv/bin/shoal.
@@ -170,4 +182,4 @@ bench-hostile: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run --only h $(if $(SCALE),--scale $(SCALE),)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data data-cluster .pytest_cache

@@ -1,5 +1,5 @@
-"""``shoal`` admin commands: share groups, consumer groups, topics, configs, ACLs and SCRAM users
-over the Kafka protocol.
+"""``shoal`` admin commands: share groups, consumer groups, topics, configs, ACLs, SCRAM users
+and the cluster over the Kafka protocol (and ``shoal cluster run``, a local cluster launcher).
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
@@ -26,9 +26,9 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls`` and ``users``
-    to the ``shoal`` subparsers."""
-    from cli import acls, configs, consumer_groups, share_groups, topics, users
+    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls``, ``users``
+    and ``cluster`` to the ``shoal`` subparsers."""
+    from cli import acls, cluster, configs, consumer_groups, share_groups, topics, users
 
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
@@ -36,13 +36,18 @@ def add_commands(sub: Any) -> None:
     configs.add_parser(sub)
     acls.add_parser(sub)
     users.add_parser(sub)
+    cluster.add_parser(sub)
 
 
-def new_parser(sub: Any, name: str, help_text: str, description: str) -> argparse.ArgumentParser:
-    """A subcommand parser with the common connection options and one-line usage errors."""
+def new_parser(sub: Any, name: str, help_text: str, description: str,
+               bootstrap_default: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand parser with the common connection options and one-line usage errors
+    (``--bootstrap-server`` is required unless ``bootstrap_default`` is given)."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description)
-    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                   help="the broker(s) to connect to")
+    p.add_argument("--bootstrap-server", required=bootstrap_default is None,
+                   default=bootstrap_default, metavar="HOST:PORT[,HOST:PORT]",
+                   help="the broker(s) to connect to"
+                   + (f" (default {bootstrap_default})" if bootstrap_default else ""))
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
                    help=f"timeout of each request in ms (default {DEFAULT_TIMEOUT_MS})")
     p.add_argument("--output", choices=("table", "json"), default="table",

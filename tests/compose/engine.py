@@ -1,14 +1,16 @@
-"""What the compose test needs on the host, set up the way a Debian machine without an image
+"""What the compose tests need on the host, set up the way a Debian machine without an image
 registry allows: a Docker engine and a compose command (Debian packages), a running ``dockerd``,
-a Python base image, and wheels for an offline image build.
+a Python base image, an etcd base image (the cluster file), and wheels for an offline image
+build.
 
 Each step either works or raises ``StepFailed`` naming the step and why, with the command's
 output. ``Unprovisionable`` means the machine can do none of it (no root and no package
 manager), the one case the test skips. Nothing here reaches beyond this machine except apt
 and pip, which use the mirror and index the host is already configured with.
 
-Kept between runs (documented in README "Docker"): the installed packages, the base image
-``shoal-python-base:bookworm`` and the wheels in ``docker/wheels/``. Everything else a step
+Kept between runs (documented in README "Docker"): the installed packages, the base images
+``shoal-python-base:bookworm`` and ``shoal-etcd-base:bookworm`` and the wheels in
+``docker/wheels/``. Everything else a step
 starts is stopped by its owner (``DockerDaemon.stop``).
 """
 
@@ -37,6 +39,11 @@ BASE_SUITE = "bookworm"
 BASE_RECIPE = "1"
 BASE_RECIPE_LABEL = "io.shoal.base-recipe"
 BASE_PACKAGES = ("python3", "python3-venv")
+# docker-compose.cluster.yml's etcd image (docker/etcd.Dockerfile) is built on ETCD_BASE_IMAGE;
+# where that cannot be pulled, on this one: Debian with etcd-server and etcd-client installed.
+ETCD_BASE_DEFAULT = "debian:bookworm-slim"
+ETCD_BASE_IMAGE = "shoal-etcd-base:bookworm"
+ETCD_BASE_PACKAGES = ("etcd-server", "etcd-client")
 # Not needed by a Python service; dropped to keep the broker image small.
 BASE_TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
              "usr/lib/x86_64-linux-gnu/gconv", "usr/lib/aarch64-linux-gnu/gconv",
@@ -306,6 +313,30 @@ def ensure_python_image(configured: str, work_dir: Path) -> str:
     return BASE_IMAGE
 
 
+def ensure_etcd_base_image(configured: str, work_dir: Path) -> str:
+    """The base image of the etcd image: ``configured`` when present or pullable (the etcd
+    Dockerfile then installs etcd-server with apt), else a Debian image with etcd-server
+    already in it (built once with debootstrap, then reused).
+
+    Raises:
+        StepFailed, Unprovisionable.
+    """
+    if image_exists(configured):
+        return configured
+    try:
+        pulled = subprocess.run(["docker", "pull", "--quiet", configured], capture_output=True,
+                                text=True, timeout=120)
+        if pulled.returncode == 0:
+            return configured
+        why = _tail(pulled.stderr, 300)
+    except subprocess.TimeoutExpired:
+        why = "no answer from the registry within 120 s"
+    if _base_recipe(ETCD_BASE_IMAGE) != BASE_RECIPE:
+        build_base_image(work_dir, reason=f"{configured} cannot be pulled ({why})",
+                         image=ETCD_BASE_IMAGE, packages=ETCD_BASE_PACKAGES)
+    return ETCD_BASE_IMAGE
+
+
 def _base_recipe(image: str) -> str | None:
     done = subprocess.run(["docker", "image", "inspect", "--format",
                            f'{{{{index .Config.Labels "{BASE_RECIPE_LABEL}"}}}}', image],
@@ -357,15 +388,16 @@ def _apt_sources() -> list[tuple[str, list[str]]]:
     return found
 
 
-def build_base_image(work_dir: Path, reason: str) -> None:
-    """debootstrap a minimal Debian with python3 + venv, trim it and ``docker import`` it as
-    BASE_IMAGE.
+def build_base_image(work_dir: Path, reason: str, image: str = BASE_IMAGE,
+                     packages: Sequence[str] = BASE_PACKAGES) -> None:
+    """debootstrap a minimal Debian with ``packages`` (python3 + venv by default), trim it and
+    ``docker import`` it as ``image``.
 
     Raises:
         StepFailed, Unprovisionable.
     """
-    step = "build the Python base image"
-    why = f"{reason}; the fallback base image {BASE_IMAGE} is built with debootstrap"
+    step = f"build the base image {image}"
+    why = f"{reason}; the fallback base image {image} is built with debootstrap"
     root = as_root(step, why)
     if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
         apt_install(f"{step} (install debootstrap)", ["debootstrap"])
@@ -375,7 +407,7 @@ def build_base_image(work_dir: Path, reason: str) -> None:
     rootfs = Path(tempfile.mkdtemp(prefix="shoal-rootfs-", dir=parent))
     try:
         run(step, [*root, "debootstrap", "--variant=minbase",
-                   f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, str(rootfs), mirror],
+                   f"--include={','.join(packages)}", BASE_SUITE, str(rootfs), mirror],
             timeout=1200)
         trim = [str(rootfs / p) for p in BASE_TRIM if (rootfs / p).is_dir()]
         run(step, [*root, "find", *trim, "-mindepth", "1", "-delete"], timeout=120)
@@ -386,8 +418,8 @@ def build_base_image(work_dir: Path, reason: str) -> None:
                        "--change", "ENV LANG=C.UTF-8",
                        "--change", 'CMD ["python3"]',
                        "--change", f"LABEL {BASE_RECIPE_LABEL}={BASE_RECIPE}",
-                       "--message", f"debootstrap {BASE_SUITE} + {' '.join(BASE_PACKAGES)}",
-                       "-", BASE_IMAGE], timeout=600, stdin=tar.stdout)  # type: ignore[arg-type]
+                       "--message", f"debootstrap {BASE_SUITE} + {' '.join(packages)}",
+                       "-", image], timeout=600, stdin=tar.stdout)  # type: ignore[arg-type]
         finally:
             assert tar.stdout is not None
             tar.stdout.close()
@@ -454,6 +486,7 @@ def image_requirements() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     examples = (ROOT / "docker" / "examples" / "requirements.txt").read_text().splitlines()
     return [*project["build-system"]["requires"], *project["project"]["dependencies"],
+            *project["project"]["optional-dependencies"]["cluster"],
             *(line.strip() for line in examples if line.strip() and not line.startswith("#"))]
 
 
