@@ -100,8 +100,8 @@ class ClusterMember:
         store = self.store
         await store.connect()
         await store.start()
-        cluster_id = await store.ensure_cluster_id(
-            local_cluster_id or store.view.cluster_id or new_cluster_id)
+        cluster_id = await store.ensure_cluster_id(local_cluster_id or new_cluster_id,
+                                                   adopt=local_cluster_id is None)
         await store.register(BrokerRegistration(
             node_id=self.node_id, endpoints=self._endpoints(),
             rack=self.broker.config.get("broker.rack") or None, incarnation=uuid.uuid4().hex))

@@ -139,11 +139,13 @@ class EtcdClusterStore:
 
     # -- cluster id ----------------------------------------------------------------------------
 
-    async def ensure_cluster_id(self, local: str) -> str:
-        """The cluster's id: ``local`` is written if etcd has none yet.
+    async def ensure_cluster_id(self, local: str, adopt: bool = False) -> str:
+        """The cluster's id: ``local`` is written if etcd has none yet. With ``adopt`` (a data
+        directory that has no id yet) whatever etcd holds is the answer, so brokers starting
+        together on an empty etcd all end up with the id of the one that wrote first.
 
         Raises:
-            ClusterIdMismatchError: etcd holds another id than ``local``.
+            ClusterIdMismatchError: etcd holds another id than ``local`` (and not ``adopt``).
         """
         etcd = self._etcd()
         key = self.keys.cluster_id
@@ -152,7 +154,7 @@ class EtcdClusterStore:
             success=[etcd.transactions.put(key, local.encode())], failure=[])
         got = await etcd.get(key)
         stored = got.value.decode() if got is not None else local
-        if stored != local:
+        if stored != local and not adopt:
             raise ClusterIdMismatchError(
                 f"this broker's data directory belongs to cluster {local}, but etcd "
                 f"({self._where()}) holds cluster {stored}; point --cluster at the right etcd "

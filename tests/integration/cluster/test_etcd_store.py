@@ -272,3 +272,16 @@ async def test_the_view_survives_an_etcd_restart_and_catches_up(etcd):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_brokers_starting_together_on_an_empty_etcd_agree_on_the_first_id(etcd):
+    stores = [EtcdClusterStore(parse_endpoints(etcd.endpoint)) for _ in range(4)]
+    try:
+        for s in stores:
+            await s.connect()
+        ids = await asyncio.gather(*(s.ensure_cluster_id(f"fresh-{i}", adopt=True)
+                                     for i, s in enumerate(stores)))
+    finally:
+        for s in stores:
+            await s.close()
+    assert len(set(ids)) == 1 and ids[0].startswith("fresh-")
