@@ -9,10 +9,15 @@ What it starts, all on 127.0.0.1:
   ``D/etcd.log``, on a free client port and a free peer port. The ports are kept in
   ``D/cluster.json`` and reused by the next run on ``D`` while they are free, so a re-run keeps
   etcd's data (the same cluster, the same cluster id) and, mostly, the same command lines.
-- broker i (1..N): ``shoal broker --cluster etcd://127.0.0.1:C --node-id i --listen
-  127.0.0.1:P+i-1 --data-dir D/broker-i``, output appended to ``D/broker-i.log``. The exact
-  command line is printed, so a broker that died (or was killed with kill -9) can be started
-  again by hand from the same directory.
+- broker i (1..N): ``shoal broker --cluster etcd://127.0.0.1:C --node-id i --config
+  D/broker-i.properties --data-dir D/broker-i``, output appended to ``D/broker-i.log``. The
+  exact command line is printed, so a broker that died (or was killed with kill -9) can be
+  started again by hand from the same directory.
+- ``D/broker-i.properties`` (written here, readable by its owner only): clients connect to
+  PLAINTEXT 127.0.0.1:P+i-1; brokers call each other on INTERNAL 127.0.0.1:P+100+i-1, SASL
+  PLAIN as the super user ``broker`` with a password generated for this data directory
+  (``D/inter-broker.secret``), since the share-state and other inter-broker RPCs need
+  CLUSTER_ACTION.
 
 While it runs, a broker that exits is reported (status, log, command line to restart it) and
 etcd and the other brokers keep running. SIGINT (Ctrl-C) or SIGTERM stops everything: the
@@ -141,14 +146,35 @@ def shoal_command(argv0: str, executable: str) -> list[str]:
     return [executable, "-m", "cli.main"]
 
 
+INTERNAL_PORT_OFFSET = 100  # broker i's inter-broker listener: P + 100 + i - 1
+
+
+def broker_properties(port: int, internal_port: int, secret: str) -> str:
+    """Broker configs of one member: a PLAINTEXT listener for clients and a SASL PLAIN one for
+    the other brokers, whose user ``broker`` is a super user (see the module doc)."""
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="broker" password="{secret}" user_broker="{secret}";')
+    return "\n".join([
+        "# Written by shoal cluster run: clients use PLAINTEXT, brokers call each other on",
+        "# INTERNAL as the super user broker.",
+        f"listeners=PLAINTEXT://{HOST}:{port},INTERNAL://{HOST}:{internal_port}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name=INTERNAL",
+        "sasl.enabled.mechanisms=PLAIN",
+        "sasl.mechanism.inter.broker.protocol=PLAIN",
+        f"listener.name.internal.plain.sasl.jaas.config={jaas}",
+        "super.users=User:broker", ""])
+
+
 def broker_plans(shoal: Sequence[str], etcd_endpoint: str, brokers: int, port: int,
                  data_dir: str, overrides: Sequence[str] = ()) -> list[BrokerPlan]:
-    """Broker i: node id i, port ``port``+i-1, data in ``data_dir``/broker-i."""
+    """Broker i: node id i, port ``port``+i-1, data in ``data_dir``/broker-i, configs in
+    ``data_dir``/broker-i.properties (``write_properties``)."""
     plans = []
     for i in range(1, brokers + 1):
         d = os.path.join(data_dir, f"broker-{i}")
         cmd = [*shoal, "broker", "--cluster", etcd_endpoint, "--node-id", str(i),
-               "--listen", f"{HOST}:{port + i - 1}", "--data-dir", d]
+               "--config", os.path.join(data_dir, f"broker-{i}.properties"), "--data-dir", d]
         for o in overrides:
             cmd += ["--override", o]
         plans.append(BrokerPlan(i, port + i - 1, d, os.path.join(data_dir, f"broker-{i}.log"),
@@ -410,6 +436,22 @@ def run_command(args: argparse.Namespace) -> int:
         return exc.exit_code
 
 
+def write_properties(data: Path, brokers: int, port: int) -> None:
+    """``broker-i.properties`` for every broker, with the data directory's inter-broker
+    password (made once, kept in ``inter-broker.secret``); both readable by the owner only."""
+    import secrets
+
+    secret_file = data / "inter-broker.secret"
+    if not secret_file.exists():
+        secret_file.write_text(secrets.token_urlsafe(24) + "\n")
+        secret_file.chmod(0o600)
+    secret = secret_file.read_text().strip()
+    for i in range(1, brokers + 1):
+        f = data / f"broker-{i}.properties"
+        f.write_text(broker_properties(port + i - 1, port + INTERNAL_PORT_OFFSET + i - 1, secret))
+        f.chmod(0o600)
+
+
 def prepare(args: argparse.Namespace) -> Launcher:
     """Check the options, the ports and etcd; make the data directories; the plan.
 
@@ -422,10 +464,13 @@ def prepare(args: argparse.Namespace) -> Launcher:
     if shutil.which("etcd") is None:
         raise CliError("etcd is not installed (not on PATH); `make etcd` installs Debian's "
                        "etcd-server", exit_code=2)
-    ports = range(args.port, args.port + args.brokers)
+    ports = [*range(args.port, args.port + args.brokers),
+             *range(args.port + INTERNAL_PORT_OFFSET,
+                    args.port + INTERNAL_PORT_OFFSET + args.brokers)]
     busy = [p for p in ports if not port_free(p)]
     if busy:
-        raise CliError(f"port {busy[0]} (broker {busy[0] - args.port + 1}) is in use; stop "
+        raise CliError(f"port {busy[0]} (broker "
+                       f"{(busy[0] - args.port) % INTERNAL_PORT_OFFSET + 1}) is in use; stop "
                        "what listens there (another cluster on this data dir?) or give another "
                        "--port (make cluster PORT=...)", exit_code=2)
     data = Path(args.data_dir)
@@ -433,6 +478,7 @@ def prepare(args: argparse.Namespace) -> Launcher:
     client_port, peer_port = etcd_ports(data, set(ports))
     etcd = EtcdPlan(client_port, peer_port, os.path.join(args.data_dir, "etcd"),
                     os.path.join(args.data_dir, "etcd.log"))
+    write_properties(data, args.brokers, args.port)
     shoal = shoal_command(sys.argv[0], sys.executable)
     return Launcher(etcd, broker_plans(shoal, etcd.endpoint, args.brokers, args.port,
                                        args.data_dir, args.override), args.stop_timeout)

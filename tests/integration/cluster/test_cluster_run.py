@@ -190,7 +190,7 @@ def test_launcher_starts_reports_a_dead_broker_and_stops_everything(tmp_path: Pa
         assert sorted(pids) == sorted(commands) == [1, 2, 3]
         for i in range(1, BROKERS + 1):
             expected = [sys.executable, "-m", "cli.main", "broker", "--cluster", endpoint,
-                        "--node-id", str(i), "--listen", f"127.0.0.1:{port + i - 1}",
+                        "--node-id", str(i), "--config", f"{DATA}/broker-{i}.properties",
                         "--data-dir", f"{DATA}/broker-{i}"]
             assert commands[i] == expected
             assert _alive(pids[i]) and _cmdline(pids[i]) == expected

@@ -105,8 +105,18 @@ def test_broker_i_gets_node_id_i_port_p_plus_i_minus_1_and_its_own_data_dir() ->
         (3, "127.0.0.1:9094", "./data-cluster/broker-3", "./data-cluster/broker-3.log")]
     assert plans[1].command == (
         "shoal", "broker", "--cluster", "etcd://127.0.0.1:2379", "--node-id", "2",
-        "--listen", "127.0.0.1:9093", "--data-dir", "./data-cluster/broker-2",
-        "--override", "broker.rack=r1")
+        "--config", "./data-cluster/broker-2.properties", "--data-dir",
+        "./data-cluster/broker-2", "--override", "broker.rack=r1")
+
+
+def test_members_listen_for_clients_and_call_each_other_as_a_super_user() -> None:
+    props = dict(line.split("=", 1) for line in cr.broker_properties(9093, 9193, "s3").splitlines()
+                 if line and not line.startswith("#"))
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9093,INTERNAL://127.0.0.1:9193"
+    assert props["inter.broker.listener.name"] == "INTERNAL"
+    assert props["super.users"] == "User:broker"
+    assert 'username="broker" password="s3" user_broker="s3"' in \
+        props["listener.name.internal.plain.sasl.jaas.config"]
 
 
 def test_etcd_command_uses_its_data_dir_and_both_ports() -> None:
