@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.group_configs import GroupConfigs
 from broker.log.topics import Topic, TopicError
 from cluster.controller import run_controller
 from cluster.errors import ProducerIdsUnavailable
@@ -79,6 +80,7 @@ class ClusterMember:
         # coordinators open; ``request_internal_topic`` creates one on first use.
         self.internal_specs: dict[str, tuple[int, dict[str, Any]]] = {}
         self._creating: set[str] = set()
+        self._group_configs: GroupConfigs | None = None
         # Producer ids: [next, limit) of the block reserved in etcd, and one reserved ahead.
         self._pid_next = self._pid_limit = 0
         self._pid_spare: tuple[int, int] | None = None
@@ -188,7 +190,38 @@ class ClusterMember:
 
     # -- following the view --------------------------------------------------------------------
 
+    def attach_group_configs(self, configs: GroupConfigs) -> None:
+        """Group configs live in etcd: load them from the view, follow its changes, and send
+        changes made through this broker there (``GroupConfigs.publish``)."""
+        self._group_configs = configs
+        for group_id in configs.group_ids():
+            if group_id not in self.store.view.group_configs:
+                configs.install_texts(group_id, None)  # a leftover of single-broker days
+        for group_id, texts in self.store.view.group_configs.items():
+            configs.install_texts(group_id, texts)
+        configs.publish = self._publish_group_configs
+
+    async def _publish_group_configs(self, changes: dict[str, dict[str, str] | None]) -> None:
+        """Raises:
+            OSError: etcd did not take the change (the handler answers it as a storage error,
+                naming etcd); nothing changed.
+        """
+        view = self.store.view
+        try:
+            await asyncio.wait_for(self.store.put_group_configs(changes), VISIBLE_TIMEOUT_S)
+            await self.store.wait_for(
+                lambda: all(view.group_configs.get(g) == (c or None) for g, c in changes.items()),
+                VISIBLE_TIMEOUT_S)
+        except Exception as e:
+            raise OSError(f"the cluster metadata store (etcd) did not take the group configs "
+                          f"({type(e).__name__}); nothing changed, retry once etcd is "
+                          "reachable") from None
+
     def _on_change(self, kind: str) -> None:
+        if kind == "group_config" and self._group_configs is not None:
+            for group_id in self.store.view.changed_groups:
+                self._group_configs.install_texts(
+                    group_id, self.store.view.group_configs.get(group_id))
         if kind == "topic":
             self.sync_topics()
         if kind in ("topic", "broker"):

@@ -48,6 +48,8 @@ async def open_coordinators(broker: Broker) -> None:
     if persister is None:
         persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
     broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
+    if broker.member is not None:
+        broker.member.attach_group_configs(broker.group_configs)
     broker.share_groups = await open_group_coordinator(
         broker, persister=persister, group_configs=broker.group_configs)
     broker.add_topic_listener(broker.share_groups.topics_changed)

@@ -47,7 +47,7 @@ import difflib
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,6 +357,10 @@ class GroupConfigs:
         # get()'s answers, read on every share fetch and acknowledgement: dropped whenever a
         # group's overrides or any broker config change, so live changes still apply at once.
         self._effective: dict[str, ShareGroupConfig] = {}
+        # Cluster mode (broker/cluster_member.py): ``commit`` hands the changed groups'
+        # overrides (as text) to this, which makes them durable in etcd and returns once they
+        # came back through the watch into ``install_texts``; the local file is not used.
+        self.publish: Callable[[dict[str, dict[str, str] | None]], Awaitable[None]] | None = None
         broker_config.on_change(lambda _name: self._effective.clear())
         if self._path.exists():
             doc = json.loads(self._path.read_text(encoding="utf-8"))
@@ -551,9 +555,34 @@ class GroupConfigs:
         Raises:
             OSError: the file could not be written; nothing changed.
         """
+        if self.publish is not None:
+            await self.publish({
+                g: {n: t for n, v in new.items() if (t := format_value(v)) is not None} or None
+                for g, new in plans.items()})
+            return
         merged = self.staged(plans)
         await asyncio.to_thread(self.write, merged)
         self.install(merged, plans)
+
+    def install_texts(self, group_id: str, texts: Mapping[str, str] | None) -> None:
+        """Make a group's overrides, given as text, the live ones (cluster mode: from etcd).
+        Values that do not parse are logged and left out, as when loading the file."""
+        overrides: dict[str, Any] = {}
+        for name, raw in (texts or {}).items():
+            d = GROUP_CONFIGS.get(name)
+            try:
+                if d is None:
+                    raise ConfigError(f"unknown group config {name!r}")
+                overrides[name] = self._parse(d, raw, check_bounds=False)
+            except ConfigError as exc:
+                log.warning("ignoring config of group %s from the cluster metadata: %s",
+                            group_id, exc)
+        merged = dict(self._overrides)
+        if overrides:
+            merged[group_id] = overrides
+        else:
+            merged.pop(group_id, None)
+        self.install(merged, (group_id,))
 
     # ------------------------------------------------------------------ helpers
 

@@ -272,6 +272,19 @@ class EtcdClusterStore:
             if ok:
                 return start
 
+    # -- group configs ---------------------------------------------------------------------------
+
+    async def put_group_configs(self, changes: dict[str, dict[str, str] | None]) -> None:
+        """Write the overrides of several groups in one transaction (None or empty: the group
+        has none any more); all or nothing."""
+        etcd = self._etcd()
+        ops = []
+        for group_id, configs in changes.items():
+            key = self.keys.group_config(group_id)
+            ops.append(etcd.transactions.put(key, _json_bytes(configs)) if configs
+                       else etcd.transactions.delete(key))
+        await etcd.transaction(compare=[], success=ops, failure=[])
+
     # -- topics (compare-and-swap) -------------------------------------------------------------
 
     async def create_topic(self, record: TopicRecord) -> bool:
@@ -327,6 +340,7 @@ class EtcdClusterStore:
         view, k = self.view, self.keys
         gone = [k.broker(n) for n in view.brokers if k.broker(n) not in present]
         gone += [k.topic(t) for t in view.topics if k.topic(t) not in present]
+        gone += [k.group_config(g) for g in view.group_configs if k.group_config(g) not in present]
         if view.controller is not None and k.controller not in present:
             gone.append(k.controller)
         for key in gone:
@@ -418,3 +432,7 @@ class EtcdClusterStore:
 def _log_end(task: asyncio.Task[None], what: str) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("cluster %s stopped: %r", what, task.exception())
+
+
+def _json_bytes(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()

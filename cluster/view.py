@@ -10,7 +10,9 @@ Every piece of cluster metadata is one key in the store, holding a small JSON do
 - ``<prefix>/topics/<name>``: a ``TopicRecord``: id, configs and one ``PartitionAssignment`` per
   partition (replicas, leader, leader epoch, ISR). With one replica per partition the leader is
   that replica; the ISR and the leader epoch are there so that replication fits without a new
-  format.
+  format;
+- ``<prefix>/group_configs/<group id>``: a group's config overrides (name -> text), the same
+  everywhere so that any broker's answer and any group coordinator's behaviour agree.
 
 ``ClusterView`` applies put/delete events (the initial read and the watch give the same events)
 and answers the questions routing needs: live brokers, the controller, a partition's leader. It
@@ -155,6 +157,10 @@ class Keys:
         self.controller = f"{self.prefix}/controller".encode()
         self.brokers = f"{self.prefix}/brokers/".encode()
         self.topics = f"{self.prefix}/topics/".encode()
+        self.group_configs = f"{self.prefix}/group_configs/".encode()
+
+    def group_config(self, group_id: str) -> bytes:
+        return self.group_configs + group_id.encode()
 
     def broker(self, node_id: int) -> bytes:
         return self.brokers + str(node_id).encode()
@@ -180,6 +186,10 @@ class ClusterView:
         self.topics: dict[str, TopicRecord] = {}
         # The store revision of each topic's last change: the compare-and-swap token.
         self.topic_revisions: dict[str, int] = {}
+        # Group id -> its config overrides as text (broker/group_configs.py parses them).
+        self.group_configs: dict[str, dict[str, str]] = {}
+        # The group ids whose configs the last applied event changed.
+        self.changed_groups: list[str] = []
 
     def apply_put(self, key: bytes, value: bytes, mod_revision: int,
                   create_revision: int) -> str | None:
@@ -207,6 +217,12 @@ class ClusterView:
                 self.topics[topic.name] = topic
                 self.topic_revisions[topic.name] = mod_revision
                 kind = "topic"
+            elif key.startswith(k.group_configs):
+                group_id = key[len(k.group_configs):].decode()
+                doc = _load(value)
+                self.group_configs[group_id] = {str(n): str(v) for n, v in doc.items()}
+                self.changed_groups = [group_id]
+                kind = "group_config"
         except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise MetadataFormatError(
                 f"{key.decode(errors='replace')}: {e}") from None
@@ -231,6 +247,11 @@ class ClusterView:
             self.topics.pop(name, None)
             self.topic_revisions.pop(name, None)
             kind = "topic"
+        elif key.startswith(k.group_configs):
+            group_id = key[len(k.group_configs):].decode(errors="replace")
+            self.group_configs.pop(group_id, None)
+            self.changed_groups = [group_id]
+            kind = "group_config"
         self.revision = max(self.revision, mod_revision)
         return kind
 

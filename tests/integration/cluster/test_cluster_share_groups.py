@@ -69,3 +69,32 @@ def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster:
     finally:
         late.close()
     assert again == []
+
+
+def test_a_group_config_set_through_one_broker_applies_on_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from tests.integration.share_helpers import set_group_configs
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("backlog", 6, 1)])["backlog"].result(T)
+    sent = produce(cluster.bootstrap, "backlog", 300, partitions=6)  # before anyone joins
+    set_group_configs(cluster.brokers[0].bootstrap, "late-joiners",
+                      {"share.auto.offset.reset": "earliest"})
+    for b in cluster.brokers:  # every broker describes the same value
+        one = AdminClient({"bootstrap.servers": b.bootstrap})
+        res = ConfigResource(ResourceType.GROUP, "late-joiners")
+        entries = one.describe_configs([res])[res].result(T)
+        assert entries["share.auto.offset.reset"].value == "earliest"
+    # The group's coordinator, wherever it is, starts the share-partitions at the earliest
+    # offset, so the backlog is delivered.
+    consumers = [share_consumer(cluster.brokers[i].bootstrap, "late-joiners", "backlog")
+                 for i in range(3)]
+    seen: Counter[bytes] = Counter()
+    try:
+        poll_until(consumers, lambda: len(seen) == len(sent), timeout=60,
+                   on_message=lambda _i, m: seen.update([m.value()]))
+    finally:
+        for c in consumers:
+            c.close()
+    assert set(seen) == set(sent)

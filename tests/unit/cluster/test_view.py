@@ -89,3 +89,16 @@ def test_the_controller_moves_leaders_off_dead_brokers_and_back_with_new_epochs(
     [back] = leader_changes(view)
     assert back.partitions[2] == PartitionAssignment((2,), 2, 2, (2,))
     assert back.partitions[1] == moved.partitions[1]  # a live leader is not moved back
+
+
+def test_group_configs_are_kept_per_group_and_their_deletion_is_seen() -> None:
+    from cluster.view import ClusterView, Keys
+
+    keys = Keys("/p")
+    view = ClusterView(keys)
+    assert view.apply_put(keys.group_config("g1"), b'{"share.record.lock.duration.ms":"15000"}',
+                          3, 3) == "group_config"
+    assert view.group_configs == {"g1": {"share.record.lock.duration.ms": "15000"}}
+    assert view.changed_groups == ["g1"]
+    assert view.apply_delete(keys.group_config("g1"), 4) == "group_config"
+    assert view.group_configs == {} and view.changed_groups == ["g1"]
