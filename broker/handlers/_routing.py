@@ -62,3 +62,31 @@ def current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int
     if info is None or info.leader == NO_LEADER:
         return -1, -1, None
     return info.leader, info.leader_epoch, cluster.node(info.leader, listener_name(ctx))
+
+
+class LeaderNotes:
+    """KIP-951's CurrentLeader per partition and NodeEndpoints for a ShareFetch or
+    ShareAcknowledge response (``m``: its response module): this broker (epoch 0) on a single
+    broker; in a cluster each partition's leader and epoch, and the endpoint of every leader a
+    NOT_LEADER_OR_FOLLOWER partition should move to, so the consumer moves without a Metadata
+    round trip."""
+
+    def __init__(self, ctx: RequestContext, m: Any) -> None:
+        self._ctx, self._m = ctx, m
+        self._nodes: dict[int, Node] = {}
+
+    def leader(self, topic_id: Any, partition: int, error: Any = ErrorCode.none) -> Any:
+        broker = self._ctx.broker
+        if not broker.cluster.clustered:
+            return self._m.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
+        topic = broker.topics.by_id(topic_id)
+        if topic is None:
+            return self._m.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+        leader, epoch, node = current_leader(self._ctx, topic.name, partition)
+        if error == ErrorCode.not_leader_or_follower and node is not None:
+            self._nodes[leader] = node
+        return self._m.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+
+    def endpoints(self) -> tuple[Any, ...]:
+        return tuple(make(self._m.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port,
+                          rack=n.rack) for n in self._nodes.values())

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
+from broker.handlers._routing import LeaderNotes
 from broker.handlers.share_fetch import max_session_partitions
 from broker.share.service import ShareService, request_problem, top_level
 from protocol.codec import response_module
@@ -85,16 +86,16 @@ async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
         svc.sessions.close(group, member)
         svc.release_session(session)
         ctx.broker.logs.watch.notify(("share-session-freed",))
-    leader = m.LeaderIdAndEpoch(leader_id=ctx.broker.node_id, leader_epoch=0)
+    notes = LeaderNotes(ctx, m)
     by_topic: dict[Any, list[Any]] = {}
     for (topic_id, p), ack in acks.items():
         by_topic.setdefault(topic_id, []).append(make(
             m.PartitionData, partition_index=p, error_code=ack.error,
             error_message=ack.message if ack.error != ErrorCode.none else None,
-            current_leader=leader))
+            current_leader=notes.leader(topic_id, p, ack.error)))
     return top(ErrorCode.none, None, tuple(
         m.ShareAcknowledgeTopicResponse(topic_id=t, partitions=tuple(ps))
-        for t, ps in by_topic.items()))
+        for t, ps in by_topic.items()), notes.endpoints())
 
 
 def _refused_topics(ctx: RequestContext, topics: Any) -> frozenset[Any]:

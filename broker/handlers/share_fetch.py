@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.broker_metrics import counted
 from broker.context import RequestContext
-from broker.handlers._routing import leader_problem
+from broker.handlers._routing import LeaderNotes, leader_problem
 from broker.log.watch import wait_for_any
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
@@ -176,9 +176,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         svc.sessions.close(group, member)
         svc.release_session(session)
         broker.logs.watch.notify(("share-session-freed",))
-        return top(ErrorCode.none, None, _responses(m, ctx, unknown, acks, (), full=False))
+        return top(ErrorCode.none, None, *_responses(m, ctx, unknown, acks, (), full=False))
     if is_renew or req.max_records <= 0 or req.max_bytes <= 0:
-        return top(ErrorCode.none, None, _responses(m, ctx, unknown, acks, (), full=epoch == 0))
+        return top(ErrorCode.none, None, *_responses(m, ctx, unknown, acks, (), full=epoch == 0))
 
     mode = AcquireMode(acquire_mode)
     deadline = broker.clock.monotonic_ms() + max_wait_ms
@@ -218,7 +218,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         if session is not svc.sessions.get(group, member):
             break  # the session was closed or replaced while we waited
     results = {**unknown, **denied, **errors, **fetched}
-    return top(ErrorCode.none, None, _responses(m, ctx, results, acks, order, full=epoch == 0))
+    return top(ErrorCode.none, None, *_responses(m, ctx, results, acks, order, full=epoch == 0))
 
 
 _NOT_AUTHORIZED = (ErrorCode.topic_authorization_failed, b"", [])
@@ -315,9 +315,9 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
 
 
 def _responses(m: Any, ctx: RequestContext, results: dict, acks: dict[Any, AckResult],
-               order: Any, *, full: bool) -> tuple[Any, ...]:
-    node = ctx.broker.node_id
-    leader = m.LeaderIdAndEpoch(leader_id=node, leader_epoch=0)
+               order: Any, *, full: bool) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The per-topic responses and the NodeEndpoints of the leaders they point to."""
+    notes = LeaderNotes(ctx, m)
     keys = list(dict.fromkeys([*(order if full else ()), *results, *acks]))
     by_topic: dict[uuid.UUID, list[Any]] = {}
     for tp in keys:
@@ -327,10 +327,10 @@ def _responses(m: Any, ctx: RequestContext, results: dict, acks: dict[Any, AckRe
             m.PartitionData, partition_index=tp[1], error_code=error, error_message=None,
             acknowledge_error_code=(ack.error.value if ack else 0),
             acknowledge_error_message=(ack.message if ack and ack.error != ErrorCode.none else None),
-            current_leader=leader, records=data,
+            current_leader=notes.leader(tp[0], tp[1], error), records=data,
             acquired_records=tuple(m.AcquiredRecords(first_offset=a.first_offset,
                                                      last_offset=a.last_offset,
                                                      delivery_count=a.delivery_count)
                                    for a in acquired)))
     return tuple(m.ShareFetchableTopicResponse(topic_id=t, partitions=tuple(ps))
-                 for t, ps in by_topic.items())
+                 for t, ps in by_topic.items()), notes.endpoints()

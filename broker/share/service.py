@@ -54,10 +54,11 @@ def request_problem(group_id: str | None, member_id: str | None) -> str | None:
 def top_level(response_type: type, lock_ms: int) -> Any:
     """A builder of ShareFetch/ShareAcknowledge responses: (error, message, responses) -> response."""
 
-    def build(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = ()) -> Any:
+    def build(error: ErrorCode, message: str | None = None, responses: tuple[Any, ...] = (),
+              node_endpoints: tuple[Any, ...] = ()) -> Any:
         return make(response_type, throttle_time=timedelta(0), error_code=error,
                     error_message=message, acquisition_lock_timeout=timedelta(milliseconds=lock_ms),
-                    responses=responses, node_endpoints=())
+                    responses=responses, node_endpoints=node_endpoints)
 
     return build
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 from confluent_kafka import AcknowledgeType
+from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.cluster.conftest import Cluster
@@ -98,3 +99,32 @@ def test_a_group_config_set_through_one_broker_applies_on_every_broker(cluster: 
         for c in consumers:
             c.close()
     assert set(seen) == set(sent)
+
+
+def test_kip951_share_fetch_at_the_wrong_broker_names_the_leader_and_its_endpoint(
+        cluster: Cluster) -> None:
+    """KIP-951 for share groups: a ShareFetch for a partition another broker leads answers
+    NOT_LEADER_OR_FOLLOWER with that leader's id, epoch and endpoint, so the consumer moves."""
+    from tests.integration.rawclient import RawClient
+    from tests.integration.share.test_protocol import Member, topic_id
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("elsewhere", 3, 1)])["elsewhere"].result(T)
+    leaders = {p: m.leader for p, m in admin.list_topics("elsewhere", timeout=T)
+               .topics["elsewhere"].partitions.items()}
+    wrong = next(i for i in (1, 2, 3) if i != leaders[0])
+    bootstrap = cluster.brokers[wrong - 1].bootstrap
+    with RawClient(bootstrap) as c:
+        tid = topic_id(c, "elsewhere")
+    member = Member(bootstrap, "kip951", "m1", tid)
+    try:
+        resp = member.fetch(partitions=(0,), max_wait_ms=100)
+    finally:
+        member.c.close()
+    (topic,) = resp.responses
+    (part,) = topic.partitions
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == leaders[0]
+    right = cluster.brokers[leaders[0] - 1]
+    assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [
+        (leaders[0], "127.0.0.1", right.port)]
