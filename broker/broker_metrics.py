@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster_metrics import collect_cluster
 from broker.metrics import Family, Registry
 from broker.share.drain import age_s, drain_eta_s, since_progress_s
 from broker.share.record_state import AckType
@@ -155,6 +156,7 @@ class BrokerMetrics:
         r.add_collector(self._collect_share_partitions)
         r.add_collector(self._collect_consumer_groups)
         r.add_collector(self._collect_transactions)
+        r.add_collector(lambda: collect_cluster(broker))
         self._series_capped = False
 
     def render(self) -> str:

@@ -88,6 +88,10 @@ class EtcdClusterStore:
         self._listeners: list[Callable[[str], None]] = []
         self._view_changed = asyncio.Event()
         self._lease_lost = False
+        # Health, for metrics and logs: the watch is following etcd; the last lease renewal
+        # succeeded.
+        self.watch_ok = False
+        self.session_ok = False
 
     # -- connection --------------------------------------------------------------------------
 
@@ -195,6 +199,7 @@ class EtcdClusterStore:
             await etcd.refresh_lease(self._lease.id)  # ours must outlive the wait
         self.registration = registration
         self._lease_lost = False
+        self.session_ok = True
         self._spawn(self._keep_alive(), "lease renewal")
         log.info("registered as node %d in etcd %s (session timeout %d s)",
                  registration.node_id, self._where(), ttl)
@@ -210,6 +215,7 @@ class EtcdClusterStore:
                 reply = await asyncio.wait_for(self.client.refresh_lease(self._lease.id),
                                                RPC_TIMEOUT_S)
             except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
+                self.session_ok = False
                 if not warned:
                     log.warning("cannot renew this broker's etcd session at %s (%s); it "
                                 "ends %d ms after the last renewal unless etcd comes back",
@@ -217,6 +223,7 @@ class EtcdClusterStore:
                     warned = True
                 continue
             warned = False
+            self.session_ok = reply is not None and reply.TTL > 0
             if reply is None or reply.TTL <= 0:
                 self._lease_lost = True
                 log.warning("this broker's etcd session expired; registering again")
@@ -363,6 +370,7 @@ class EtcdClusterStore:
                                 "reloaded", self._where(), loop.time() - broken_since)
                     broken_since, backoff = None, 0.2
                 watch = await etcd.watch_prefix(self.keys.root, start_revision=revision + 1)
+                self.watch_ok = True
                 try:
                     async for event in watch:
                         kv = event.kv
@@ -378,6 +386,7 @@ class EtcdClusterStore:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self.watch_ok = False
                 if broken_since is None:
                     broken_since = loop.time()
                     log.warning("lost the cluster metadata watch on etcd %s (%s); serving from "

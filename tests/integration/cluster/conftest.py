@@ -108,9 +108,12 @@ class Cluster:
                  overrides: dict[str, str] | None = None) -> None:
         self.etcd = etcd
         self.brokers = []
+        self.metrics_ports: list[int] = []
         for i in range(1, n + 1):
             port = free_port()
+            self.metrics_ports.append(free_port())
             configs = {**CLUSTER_OVERRIDES, **member_configs(port, free_port()),
+                       "metrics.listen": f"127.0.0.1:{self.metrics_ports[-1]}",
                        **(overrides or {})}
             b = BrokerProcess(root / f"broker-{i}" / "data", configs, port=port, listen=False,
                               extra_args=["--cluster", etcd.endpoint, "--node-id", str(i)])

@@ -17,7 +17,12 @@ from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.cluster.conftest import Cluster
-from tests.integration.share_helpers import poll_until, produce, share_consumer
+from tests.integration.share_helpers import (
+    poll_until,
+    produce,
+    set_group_configs,
+    share_consumer,
+)
 
 T = 30
 
@@ -75,8 +80,6 @@ def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster:
 def test_a_group_config_set_through_one_broker_applies_on_every_broker(cluster: Cluster) -> None:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    from tests.integration.share_helpers import set_group_configs
-
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("backlog", 6, 1)])["backlog"].result(T)
     sent = produce(cluster.bootstrap, "backlog", 300, partitions=6)  # before anyone joins
@@ -128,3 +131,54 @@ def test_kip951_share_fetch_at_the_wrong_broker_names_the_leader_and_its_endpoin
     right = cluster.brokers[leaders[0] - 1]
     assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [
         (leaders[0], "127.0.0.1", right.port)]
+
+
+def test_each_broker_exports_its_cluster_figures(cluster: Cluster) -> None:
+    import urllib.request
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("figures", 6, 1)])["figures"].result(T)
+    sent = produce(cluster.bootstrap, "figures", 60, partitions=6)
+    consumers = [share_consumer(b.bootstrap, "figures-group", "figures", explicit=True)
+                 for b in cluster.brokers]
+    got: list[bytes] = []
+
+    def accept(i: int, m) -> None:  # type: ignore[no-untyped-def]
+        got.append(m.value())
+        consumers[i].acknowledge(m, AcknowledgeType.ACCEPT)
+
+    try:
+        set_group_configs(cluster.brokers[0].bootstrap, "figures-group",
+                          {"share.auto.offset.reset": "earliest"})
+        poll_until(consumers, lambda: len(got) >= len(sent), timeout=60, on_message=accept)
+        for c in consumers:
+            c.commit_sync(10)
+    finally:
+        for c in consumers:
+            c.close()
+
+    def scrape(port: int) -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        out: dict[str, float] = {}
+        for line in text.decode().splitlines():
+            if line.startswith("shoal_cluster_") or line.startswith("shoal_inter_broker_"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = out.get(name, 0) + float(value)
+        return out
+
+    figures = [scrape(p) for p in cluster.metrics_ports]
+    assert all(f["shoal_cluster_member"] == 1 for f in figures)
+    assert all(f["shoal_cluster_etcd_session_up"] == 1 for f in figures)
+    assert all(f["shoal_cluster_live_brokers"] == 3 for f in figures)
+    assert sum(f["shoal_cluster_controller"] for f in figures) == 1
+    assert all(f["shoal_cluster_offline_partitions"] == 0 for f in figures)
+    # Every partition (the topic and the internal ones) is led by exactly one broker.
+    md = admin.list_topics(timeout=T)
+    internal = sum(len(admin.list_topics(t, timeout=T).topics[t].partitions)
+                   for t in ("__consumer_offsets", "__share_group_state"))
+    assert sum(f["shoal_cluster_partitions_led"] for f in figures) == \
+        len(md.topics["figures"].partitions) + internal
+    # The acknowledgements went to the share coordinators over the wire.
+    writes = sum(v for f in figures for k, v in f.items()
+                 if k.startswith('shoal_inter_broker_requests_total{api="WriteShareGroupState"'))
+    assert writes > 0
