@@ -29,7 +29,9 @@ class ConsumerGroupOps(GroupServiceBase):
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
             settling_heartbeat_interval_ms=get("group.consumer.settling.heartbeat.interval.ms"),
             max_size=get("group.consumer.max.size"),
-            assignors=consumer_assignors(get("group.consumer.assignors")))
+            assignors=consumer_assignors(get("group.consumer.assignors")),
+            migration_policy=get("group.consumer.migration.policy"),
+            classic_max_size=get("group.max.size"))
 
     def _consumer_member_removed(self, group_id: str, member_id: str) -> None:
         if (group_id, member_id) in self._consumer_leaving:
