@@ -16,9 +16,16 @@ group id has one type at a time, and a rolling switch of a group's clients betwe
 - **Downgrade**: when the last member using the consumer protocol leaves (a leave heartbeat,
   or its session or rebalance timeout) and only classic members remain, the consumer group
   becomes a classic group, if the policy allows downgrades and the remaining members are no more
-  than ``group.classic.max.size``: generation = the group epoch, Stable, each member's assignment
-  is its target assignment in the consumer protocol's format, the leader is the first member;
-  the classic group then rebalances at once (its members learn it from REBALANCE_IN_PROGRESS).
+  than ``group.classic.max.size``: Stable, each member's assignment is its target assignment in
+  the consumer protocol's format, the leader is the first member; the classic group then
+  rebalances at once.
+
+Deliberate difference: Kafka gives the classic group the consumer group's epoch as its
+generation, so its members, Stable at that generation, learn of the rebalance from
+REBALANCE_IN_PROGRESS; the rebalance is soft state, and a coordinator that fails before it
+completes reloads a Stable group in which the leaver's partitions belong to nobody until the
+next membership change. Shoal writes generation = group epoch + 1: the members' heartbeats (at
+the group epoch) answer ILLEGAL_GENERATION and they rejoin, before or after a reload.
 
 Durability, as Kafka writes it: an upgrade writes the GroupMetadata tombstone, then each
 member's metadata record, the group epoch, each member's target, the target epoch and each
@@ -194,7 +201,7 @@ def consumer_to_classic(group: ConsumerGroup, leaving: tuple[str, ...], topics: 
     """The classic group that replaces ``group`` once ``leaving`` left (Stable; the caller writes
     its GroupMetadata, then starts a rebalance)."""
     g = ClassicGroup(group.group_id, state=ClassicState.STABLE,
-                     protocol_type=CONSUMER_PROTOCOL_TYPE, generation=group.group_epoch,
+                     protocol_type=CONSUMER_PROTOCOL_TYPE, generation=group.group_epoch + 1,
                      state_timestamp=now_ms)
     for mid, m in group.members.items():
         if mid in leaving or m.classic is None:

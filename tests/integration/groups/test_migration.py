@@ -189,3 +189,45 @@ def test_disabled_policy_refuses_the_upgrade(tmp_path_factory: pytest.TempPathFa
             fleet.close()
     finally:
         b.stop()
+
+
+def test_the_conversions_survive_a_broker_kill(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The upgrade and the downgrade are records on __consumer_offsets: after a SIGKILL the
+    broker replays them into the same group (the mixed consumer group with its classic member,
+    then the classic group), and its instances carry on where they committed."""
+    b = BrokerProcess(tmp_path_factory.mktemp("migration-kill") / "data", overrides=FAST)
+    b.start()
+    try:
+        topic, group = "migration-kill", "migration-kill-g"
+        create_topic(b.bootstrap, topic, partitions=PARTITIONS)
+        sent = produce(b.bootstrap, topic, 100, PARTITIONS, prefix="a")
+        fleet = Fleet(b.bootstrap, group, topic)
+        try:
+            fleet.start("old", "classic")
+            fleet.run(20, until=50)
+            fleet.start("new", "consumer")
+            wait_type(b.bootstrap, group, ConsumerGroupType.CONSUMER, fleet)
+            fleet.run(20, until=len(sent))
+            b.kill()
+            b.start()
+            assert group_type(b.bootstrap, group) == ConsumerGroupType.CONSUMER
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+            assert desc.type == ConsumerGroupType.CONSUMER and len(desc.members) == 2
+            sent += produce(b.bootstrap, topic, 100, PARTITIONS, prefix="b")
+            fleet.run(40, until=len(sent))
+            fleet.stop("new")  # the last consumer-protocol member: back to a classic group
+            wait_type(b.bootstrap, group, ConsumerGroupType.CLASSIC, fleet)
+            # Killed before the classic rebalance the downgrade starts can complete: after the
+            # reload, "old" still rejoins and takes every partition.
+            b.kill()
+            b.start()
+            assert group_type(b.bootstrap, group) == ConsumerGroupType.CLASSIC
+            sent += produce(b.bootstrap, topic, 100, PARTITIONS, prefix="c")
+            fleet.run(40, until=len(sent))
+        finally:
+            fleet.close()
+        assert set(fleet.done) == set(sent)
+        assert not [v for v, n in fleet.done.items() if n > 1]
+    finally:
+        b.stop()
