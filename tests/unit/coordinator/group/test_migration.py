@@ -289,3 +289,29 @@ def test_policy_names_are_kafkas_and_case_insensitive() -> None:
     assert MigrationPolicy.parse("upgrade").upgrades and \
         not MigrationPolicy.parse("upgrade").downgrades
     assert not MigrationPolicy.parse("DISABLED").downgrades
+
+
+def test_a_classic_member_that_does_not_sync_or_rejoin_in_time_is_fenced() -> None:
+    ctx, lead, other, _ = upgraded()
+    # Told to rejoin (its generation is behind), "other" never does: fenced after its rebalance
+    # timeout (10 s); "lead" rejoins but never syncs: fenced after its rebalance timeout too.
+    assert ctx.beat(other, 1) == ErrorCode.rebalance_in_progress
+    assert ctx.join(lead, owned={"a": {0, 1, 2}}).error_code == ErrorCode.none
+    ctx.sleep(5_000)
+    assert set(ctx.shard.consumer.group(G).members) == {lead, other, "new"}
+    ctx.hb("new", ctx.shard.consumer.group(G).members["new"].member_epoch)
+    ctx.sleep(5_001)
+    assert set(ctx.shard.consumer.group(G).members) == {"new"}
+
+
+def test_a_classic_group_larger_than_the_consumer_max_size_is_not_upgraded() -> None:
+    ctx = MixedCtx()
+    ctx.stable_classic_group()
+    ctx.settings = ConsumerGroupSettings(max_size=1)
+    r = ctx.hb("new", 0)
+    assert r.error_code == ErrorCode.group_id_not_found and "max.size" in (r.error_message or "")
+    assert G in ctx.shard.classic.groups
+    # At the size, the group could convert, but the newcomer does not fit (as Kafka).
+    ctx.settings = ConsumerGroupSettings(max_size=2)
+    assert ctx.hb("new", 0).error_code == ErrorCode.group_max_size_reached
+    assert G in ctx.shard.classic.groups and ctx.shard.consumer.group(G) is None
