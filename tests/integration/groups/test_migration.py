@@ -155,6 +155,10 @@ def test_rolling_switch_classic_to_consumer_and_back_loses_and_repeats_nothing(
     assert not missing, f"{len(missing)} records never committed, e.g. {sorted(missing)[:5]}"
     assert not twice, f"records committed twice: {sorted(twice.items())[:5]}"
     assert set(fleet.done) == set(sent)
+    # The operator is told of both conversions.
+    logs = broker.logs()
+    assert f"classic group {group} was upgraded to a consumer group" in logs
+    assert f"consumer group {group} was downgraded to a classic group" in logs
 
 
 def test_disabled_policy_refuses_the_upgrade(tmp_path_factory: pytest.TempPathFactory) -> None:
