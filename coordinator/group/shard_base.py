@@ -466,7 +466,7 @@ class ShardBase:
                         continue
                     fenced = self.consumer.on_timer(key, now_ms, records, consumer_txns, topics)
                     if fenced is not None and not consumer_txns[gid].current.members:
-                        self.classic.offsets.arm_retention(gid, now_ms)
+                        self.classic.offsets.arm_retention(gid, now_ms, emptied=True)
                 continue
             if gid not in self._groups:
                 continue

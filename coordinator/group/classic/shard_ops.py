@@ -92,7 +92,14 @@ class ClassicShardOps(ShardBase):
         return self._classic_op(
             group_id, lambda fx: self.classic.leave(group_id, members, now_ms, fx),
             lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)),
-            in_consumer=lambda: self.consumer.classic_leave(group_id, members))
+            in_consumer=lambda: self._leave_consumer_group(group_id, members, now_ms))
+
+    def _leave_consumer_group(self, group_id: str, members: tuple[cl.LeaveMember, ...],
+                              now_ms: int) -> tuple[tuple[r.Record, ...], cl.LeaveResponse]:
+        records, response, emptied = self.consumer.classic_leave(group_id, members)
+        if emptied:
+            self.classic.offsets.arm_retention(group_id, now_ms, emptied=True)
+        return records, response
 
     def _image(self, topics: TopicsImage | None) -> TopicsImage:
         if topics is not None:

@@ -177,13 +177,14 @@ class ConsumerGroups:
         return out.response
 
     def classic_leave(self, group_id: str, members: tuple[LeaveMember, ...]
-                      ) -> tuple[tuple[Record, ...], LeaveResponse]:
+                      ) -> tuple[tuple[Record, ...], LeaveResponse, bool]:
+        """(records, answer, whether the group lost its last member)."""
         group = self.group(group_id)
         assert group is not None
         out = cm.leave(group, members)
         self._apply(out.timers)
         assert isinstance(out.response, LeaveResponse)
-        return out.records, out.response
+        return out.records, out.response, _emptied(group, out.records)
 
     def on_timer(self, key: tuple[str, ...], now_ms: int, records: list[Record],
                  txns: dict[str, ch.Txn], topics: TopicsImage | None = None

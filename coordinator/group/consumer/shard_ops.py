@@ -78,7 +78,7 @@ class ConsumerShardOps(ShardBase):
         elif records:
             self.classic.groups.pop(gid, None)  # soft state of the replaced empty classic group
         if res.emptied:
-            self.classic.offsets.arm_retention(gid, now_ms)
+            self.classic.offsets.arm_retention(gid, now_ms, emptied=True)
         return CoordinatorResult(records=all_records, response=res.response)
 
     def _upgrade(self, classic: cl.ClassicGroup, topics: TopicsImage, now_ms: int,

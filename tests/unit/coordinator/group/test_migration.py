@@ -315,3 +315,31 @@ def test_a_classic_group_larger_than_the_consumer_max_size_is_not_upgraded() -> 
     ctx.settings = ConsumerGroupSettings(max_size=2)
     assert ctx.hb("new", 0).error_code == ErrorCode.group_max_size_reached
     assert G in ctx.shard.classic.groups and ctx.shard.consumer.group(G) is None
+
+
+def test_offsets_of_a_consumer_group_emptied_by_classic_leaves_expire() -> None:
+    ctx, lead, other, _ = upgraded()
+    ctx.settings = ConsumerGroupSettings(migration_policy="upgrade")
+    assert ctx.hb("new", -1).error_code == ErrorCode.none  # no downgrade: still a consumer group
+    p = (off.OffsetCommitPartition("a", 0, 5, -1, ""),)
+    gen = ctx.shard.consumer.group(G).members[lead].member_epoch
+    assert ctx.run(ctx.shard.commit_offsets(G, lead, gen, None, p, ctx.now)).response \
+        .partitions == (("a", 0, ErrorCode.none),)
+    ctx.run(ctx.shard.classic_leave(G, (cl.LeaveMember(lead, None),
+                                        cl.LeaveMember(other, None)), ctx.now))
+    assert not ctx.shard.consumer.group(G).members
+    assert ctx.shard.fetch_offsets(G, [("a", [0])]).partitions[0].offset == 5
+    ctx.sleep(cl.ClassicSettings().offsets_retention_ms + 1)
+    assert ctx.shard.fetch_offsets(G, [("a", [0])]).partitions[0].offset == -1
+
+
+def test_offsets_committed_before_the_last_consumer_member_leaves_expire() -> None:
+    """The leave's records are replayed after the op, so the retention clock is armed for the
+    group the op empties (it was not: such offsets stayed until a reload)."""
+    ctx = Ctx()
+    epoch = ctx.hb("m1", 0).member_epoch
+    p = (off.OffsetCommitPartition("a", 0, 5, -1, ""),)
+    ctx.run(ctx.shard.commit_offsets(G, "m1", epoch, None, p, ctx.now))
+    ctx.hb("m1", -1)
+    ctx.sleep(cl.ClassicSettings().offsets_retention_ms + 1)
+    assert ctx.shard.fetch_offsets(G, [("a", [0])]).partitions[0].offset == -1
