@@ -23,6 +23,7 @@ from broker.config_types import (
     _ratio,
 )
 from broker.connection_limits import overrides_problem
+from coordinator.group.consumer.migration import POLICY_NAMES
 from broker.security.listeners import DEFAULT_PROTOCOL_MAP
 from broker.security.setup import authorizer_class_problem, super_users_problem
 from broker.security.tls import TlsConfigError, parse_mapping_rules
@@ -219,6 +220,14 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Server-side assignors consumer-protocol groups may use (uniform, range); the "
               "first is the default, a member picks another with group.remote.assignor.",
               lambda v: _assignors_problem(v)),
+    ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
+              "Online migration of groups between the classic and consumer protocols: "
+              "bidirectional (upgrade and downgrade), upgrade (a non-empty classic group becomes "
+              "a consumer group when a member joins with the consumer protocol), downgrade (a "
+              "consumer group becomes a classic group when its last consumer-protocol member "
+              "leaves and only classic members remain) or disabled (neither). Case-insensitive.",
+              lambda v: None if str(v).strip().lower() in POLICY_NAMES else
+              f"must be one of {', '.join(POLICY_NAMES)}"),
     ConfigDef("offset.metadata.max.bytes", "int", 4096,
               "Largest metadata string of a committed offset.", at_least(0)),
     ConfigDef("offsets.retention.minutes", "int", 10080,

@@ -4,7 +4,8 @@ Each id is described on its own. An unknown id, and the id of a share or classic
 GROUP_ID_NOT_FOUND in its entry (as Kafka; librdkafka's ``describe_consumer_groups`` then asks
 DescribeGroups for classic groups). Members list their instance and rack ids, subscription
 (names and regex), current assignment and target assignment, with topic names from the current
-metadata (a deleted topic's partitions are left out); v1 adds the member type (1: consumer).
+metadata (a deleted topic's partitions are left out); v1 adds the member type (1: consumer,
+0: a classic-protocol member of the group).
 
 Authorization (``broker/authz.py``), as Kafka: DESCRIBE on each group, else that group's entry
 is GROUP_AUTHORIZATION_FAILED; AuthorizedOperations (when asked) is the bitfield of the group
@@ -38,6 +39,7 @@ API_KEY = 69
 VERSIONS = (0, 1)
 
 CONSUMER_MEMBER_TYPE = 1  # v1 MemberType: 1 = consumer protocol
+CLASSIC_MEMBER_TYPE = 0  # 0 = a classic-protocol member of the consumer group (KIP-848 migration)
 
 
 def _assignment(m: Any, parts: Mapping[Any, frozenset[int]], topics: TopicsImage) -> Any:
@@ -61,7 +63,8 @@ def _member(m: Any, g: ConsumerGroup, member: ConsumerGroupMember, topics: Topic
         assignment=_assignment(m, member.assigned, topics),
         target_assignment=_assignment(m, g.target_assignment.get(member.member_id, {}), topics))
     if version >= 1:
-        fields["member_type"] = CONSUMER_MEMBER_TYPE
+        fields["member_type"] = (CLASSIC_MEMBER_TYPE if member.classic is not None
+                                 else CONSUMER_MEMBER_TYPE)
     return make(m.Member, **fields)
 
 

@@ -314,9 +314,11 @@ class CommittedOffsets:
 
     # -------------------------------------------------------------- retention
 
-    def arm_retention(self, group_id: str, now_ms: int) -> None:
-        """Start the offsets retention clock of a group that is empty (or has no group)."""
-        if self._expirable(group_id):
+    def arm_retention(self, group_id: str, now_ms: int, *, emptied: bool = False) -> None:
+        """Start the offsets retention clock of a group that is empty (or has no group).
+        ``emptied``: the caller's op removes the group's last member (its records are not
+        replayed yet, so the group still looks busy); the expiry re-checks anyway."""
+        if emptied or self._expirable(group_id):
             self._schedule((RETENTION_TIMER, group_id),
                            now_ms + self._settings(group_id).offsets_retention_ms)
 

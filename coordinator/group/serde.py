@@ -11,7 +11,8 @@ Concept: a record on ``__consumer_offsets`` is a Kafka v2 record whose key and v
 - a tombstone has no value bytes at all (``None``).
 
 This is our own small encoder for the handful of types these schemas use (string, nullable
-string, int8, int32, int64, uuid, arrays of int32/string/structs, tagged fields); it is driven by
+string, int8, int32, int64, uuid, bytes, arrays of int32/string/structs, tagged fields, and a
+tagged nullable struct: uvarint 1 then the struct, 0 for null); it is driven by
 the declarative ``_SCHEMAS`` table below, which mirrors the JSON schemas field by field.
 
 Invariants:
@@ -63,6 +64,14 @@ class _Array:
 
 
 @dataclass(frozen=True)
+class _Nullable:
+    """A nullable struct (Kafka's ``nullableVersions`` on a struct field); only as a tagged field
+    here, where it is written only when set: uvarint 1, then the struct."""
+
+    struct: Any  # _Struct
+
+
+@dataclass(frozen=True)
 class _Struct:
     cls: type
     fields: tuple[tuple[str, Any], ...]
@@ -75,6 +84,7 @@ INT8 = _Prim("int8")
 INT32 = _Prim("int32")
 INT64 = _Prim("int64")
 UUID = _Prim("uuid")
+BYTES = _Prim("bytes")
 
 _TOPIC_PARTITIONS = _Struct(r.TopicPartitions, (("topic_id", UUID), ("partitions", _Array(INT32))))
 _TOPIC_PARTITIONS_INFO = _Struct(
@@ -145,6 +155,13 @@ _SCHEMAS: dict[int, tuple[_Struct, _Struct]] = {
     ),
 }
 
+_CLASSIC_MEMBER_METADATA = _Nullable(_Struct(
+    cg.ClassicMemberMetadata,
+    (("session_timeout_ms", INT32),
+     ("supported_protocols",
+      _Array(_Struct(cg.ClassicProtocol, (("name", STRING), ("metadata", BYTES)))))),
+))
+
 # Consumer-group (KIP-848) records, types 3 and 5-8 and 16; mirrors Kafka 4.x
 # group-coordinator/src/main/resources/common/message/ConsumerGroup*.json.
 _SCHEMAS.update({
@@ -167,6 +184,7 @@ _SCHEMAS.update({
                 ("rebalance_timeout_ms", INT32),
                 ("server_assignor", NULLABLE_STRING),
             ),
+            tagged=((0, "classic_member_metadata", _CLASSIC_MEMBER_METADATA, None),),
         ),
     ),
     6: (
@@ -249,6 +267,12 @@ def _write_prim(value: Any, name: str, flexible: bool, out: bytearray) -> None:
         out += fixed.pack(value)
     elif name == "uuid":
         out += value.bytes
+    elif name == "bytes":
+        if flexible:
+            _uvarint(len(value) + 1, out)
+        else:
+            out += _I32.pack(len(value))
+        out += value
     else:
         _write_string(value, flexible, name == "nullable_string", out)
 
@@ -263,6 +287,10 @@ def _write(value: Any, typ: Any, flexible: bool, out: bytearray) -> None:
             out += _I32.pack(len(value))
         for item in value:
             _write(item, typ.elem, flexible, out)
+    elif isinstance(typ, _Nullable):
+        _uvarint(0 if value is None else 1, out)
+        if value is not None:
+            _write_struct(value, typ.struct, flexible, out)
     else:
         _write_struct(value, typ, flexible, out)
 
@@ -346,6 +374,11 @@ def _read_prim(rd: _Reader, name: str, flexible: bool) -> Any:
         return rd.unpack(fixed)
     if name == "uuid":
         return uuid.UUID(bytes=rd.take(16))
+    if name == "bytes":
+        n = rd.uvarint() - 1 if flexible else rd.unpack(_I32)
+        if n < 0:
+            raise RecordDecodeError("null for non-nullable bytes")
+        return rd.take(n)
     return _read_string(rd, flexible, name == "nullable_string")
 
 
@@ -359,6 +392,8 @@ def _read(rd: _Reader, typ: Any, flexible: bool) -> Any:
         if n > len(rd.data) - rd.pos:  # every element takes at least one byte
             raise RecordDecodeError("array length exceeds record size")
         return tuple(_read(rd, typ.elem, flexible) for _ in range(n))
+    if isinstance(typ, _Nullable):
+        return None if rd.uvarint() <= 0 else _read_struct(rd, typ.struct, flexible)
     return _read_struct(rd, typ, flexible)
 
 

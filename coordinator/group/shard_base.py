@@ -199,7 +199,14 @@ class ShardBase:
         self._consumer_config = consumer_config
         self._on_consumer_member_removed = on_consumer_member_removed
         self.consumer = ConsumerGroups(settings=consumer_config, schedule=self._schedule,
-                                       journaling=not loading)
+                                       journaling=not loading, cancel=self._cancel,
+                                       armed=lambda key: key in self._timer)
+        # The last topics image an op brought: timers run without one, and a downgrade by a
+        # session timeout needs topic names for the classic assignments it writes.
+        self._topics_seen = TopicsImage()
+        # (group, member) moved to a classic group by a downgrade: their consumer records'
+        # tombstones are no removal to report.
+        self._migrated: set[tuple[str, str]] = set()
 
     def _schedule(self, key: TimerKey, deadline_ms: int) -> None:
         self._timer.schedule(key, deadline_ms)  # through self: on_unloaded replaces the timer
@@ -358,6 +365,9 @@ class ShardBase:
         gone = self.consumer.store.commit(offset)
         if self._on_consumer_member_removed is not None:
             for gid, mid in gone:
+                if (gid, mid) in self._migrated:
+                    self._migrated.discard((gid, mid))
+                    continue
                 self._on_consumer_member_removed(gid, mid)
         self._release_deliveries()
         if self._on_member_removed is not None:
@@ -442,6 +452,7 @@ class ShardBase:
         retried: list[str] = []
         consumer_txns: dict[str, ch.Txn] = {}
         fx = cl.Effects(records)
+        downgraded: set[str] = set()
         for key in self._timer.poll(now_ms):
             gid = key[1]
             if key[0].startswith("c-"):
@@ -449,10 +460,13 @@ class ShardBase:
                     self.classic.on_timer(key, now_ms, fx)
                 continue
             if key[0].startswith("consumer-"):
-                if self._loaded:
+                if self._loaded and gid not in downgraded:
+                    if self._timer_downgrade(key, now_ms, consumer_txns, topics, fx):
+                        downgraded.add(gid)
+                        continue
                     fenced = self.consumer.on_timer(key, now_ms, records, consumer_txns, topics)
                     if fenced is not None and not consumer_txns[gid].current.members:
-                        self.classic.offsets.arm_retention(gid, now_ms)
+                        self.classic.offsets.arm_retention(gid, now_ms, emptied=True)
                 continue
             if gid not in self._groups:
                 continue
@@ -470,6 +484,26 @@ class ShardBase:
         return CoordinatorResult(
             records=tuple(records), response=TimerOutcome(tuple(expired), tuple(retried))
         )
+
+    def _timer_downgrade(self, key: TimerKey, now_ms: int, txns: dict[str, ch.Txn],
+                         topics: TopicsImage | None, fx: cl.Effects) -> bool:
+        """A session or rebalance timeout of the last consumer-protocol member of a group of
+        classic members downgrades the group instead of fencing the member (Kafka's
+        ``consumerGroupFenceMember``)."""
+        if len(key) != 3 or key[0] not in (cgs.SESSION, cgs.REBALANCE):
+            return False
+        gid, mid = key[1], key[2]
+        group = txns[gid].current if gid in txns else self.consumer.group(gid)
+        member = group.members.get(mid) if group is not None else None
+        if group is None or member is None or member.classic is not None:
+            return False
+        if key[0] == cgs.REBALANCE and member.state != cgr.STATE_UNREVOKED_PARTITIONS:
+            return False
+        return self.downgrade(group, (mid,), topics, now_ms, fx)
+
+    def downgrade(self, group: ConsumerGroup, leaving: tuple[str, ...],
+                  topics: TopicsImage | None, now_ms: int, fx: cl.Effects) -> bool:
+        raise NotImplementedError  # ConsumerShardOps
 
     # ------------------------------------------------------------------ deferred classic answers
 

@@ -16,10 +16,13 @@ from coordinator.group.classic.group import (
     SESSION_TIMER,
     SYNC_TIMER,
     UNKNOWN_MEMBER,
+    ClassicGroup,
     ClassicState,
     Effects,
+    JoinResponse,
     LeaveMember,
     LeaveResponse,
+    SyncResponse,
 )
 from coordinator.group.classic.rebalance import ClassicRebalance
 from coordinator.group.consumer.protocol import CONSUMER_PROTOCOL_TYPE
@@ -200,6 +203,41 @@ class ClassicGroups(ClassicRebalance):
         subscribed = g.subscribes_to if g is not None else (lambda _topic: False)
         return ErrorCode.none, self.offsets.delete_partitions(group_id, parts, subscribed,
                                                               fx.records)
+
+    # -------------------------------------------------------------- migration (consumer/migration.py)
+
+    def adopt(self, g: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        """A consumer group became the classic group ``g`` (Stable, with its members'
+        assignments): write its GroupMetadata, give each member a fresh session and start a
+        rebalance (its members learn it from REBALANCE_IN_PROGRESS and rejoin)."""
+        gid = g.group_id
+        self.groups[gid] = g
+        self._cancel((SYNC_TIMER, gid))
+        for m in g.members.values():
+            self._schedule((SESSION_TIMER, gid, m.member_id), now_ms + m.session_timeout_ms)
+        fx.records.append(self._metadata_record(g, now_ms))
+        self._prepare_rebalance(g, now_ms, fx)
+
+    def evict(self, group_id: str, fx: Effects) -> None:
+        """The classic group became a consumer group: drop its soft state; members waiting in
+        JoinGroup or SyncGroup are answered REBALANCE_IN_PROGRESS (they rejoin the consumer
+        group), as Kafka's ``convertToConsumerGroup``."""
+        g = self.groups.pop(group_id, None)
+        if g is None:
+            return
+        for m in g.members.values():
+            if m.join_waiter is not None:
+                fx.deliveries.append((m.join_waiter, JoinResponse(
+                    ErrorCode.rebalance_in_progress, member_id=m.member_id)))
+            if m.sync_waiter is not None:
+                fx.deliveries.append((m.sync_waiter,
+                                      SyncResponse(ErrorCode.rebalance_in_progress)))
+            m.join_waiter = m.sync_waiter = None
+            self._cancel((SESSION_TIMER, group_id, m.member_id))
+        for mid in g.pending:
+            self._cancel((SESSION_TIMER, group_id, mid))
+        self._cancel((JOIN_TIMER, group_id))
+        self._cancel((SYNC_TIMER, group_id))
 
     def delete_group(self, group_id: str, fx: Effects) -> ErrorCode:
         g = self.groups.get(group_id)

@@ -68,14 +68,14 @@ class ClassicGroupOps(GroupServiceBase):
         """JoinGroup; answers once the rebalance completes (or at once for errors)."""
         timeout = max(req.rebalance_timeout_ms, req.session_timeout_ms) + 5000
         res: cl.JoinResponse = await self._deferred(
-            req.group_id, lambda shard, w, now: shard.classic_join(req, w, now), timeout,
+            req.group_id, lambda shard, w, now: shard.classic_join(req, w, now, self.topics_image()), timeout,
             lambda e: cl.JoinResponse(e, member_id=req.member_id))
         return res
 
     async def sync_group(self, req: cl.SyncRequest, timeout_ms: int) -> cl.SyncResponse:
         """SyncGroup; a follower's answer waits for the leader's assignment."""
         res: cl.SyncResponse = await self._deferred(
-            req.group_id, lambda shard, w, now: shard.classic_sync(req, w, now), timeout_ms,
+            req.group_id, lambda shard, w, now: shard.classic_sync(req, w, now, self.topics_image()), timeout_ms,
             cl.SyncResponse)
         return res
 

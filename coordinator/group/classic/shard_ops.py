@@ -16,6 +16,7 @@ from coordinator.group.classic import group as cl
 from coordinator.group.classic import records as cr
 from coordinator.group.shard_base import ShardBase
 from coordinator.group.share import records as r
+from coordinator.group.topics_image import TopicsImage
 from coordinator.runtime.result import CoordinatorResult
 
 
@@ -27,13 +28,20 @@ class ClassicShardOps(ShardBase):
                     share_error: ErrorCode = ErrorCode.group_id_not_found,
                     consumer_error: ErrorCode = ErrorCode.unknown_member_id,
                     replace_empty_consumer: bool = False,
+                    in_consumer: Callable[[], tuple[tuple[r.Record, ...], Any]] | None = None,
                     ) -> CoordinatorResult[r.Record, Any]:
+        """Run a classic op: on a classic group (or none), or through ``in_consumer`` on a
+        consumer group with members (classic members inside it, ``consumer/classic_members.py``);
+        ``replace_empty_consumer``: an empty consumer group gives its id to a classic group."""
         if not self._loaded:
             return CoordinatorResult(response=refused(ErrorCode.coordinator_load_in_progress))
         if group_id in self._groups:
             return CoordinatorResult(response=refused(share_error))
         fx = cl.Effects()
         if self.consumer.has(group_id):
+            if in_consumer is not None and self.consumer.has_members(group_id):
+                records, response = in_consumer()
+                return CoordinatorResult(records=records, response=response)
             if not replace_empty_consumer or self.consumer.has_members(group_id):
                 return CoordinatorResult(response=refused(consumer_error))
             # As Kafka: a classic member may take over an empty consumer group's id (its
@@ -43,26 +51,31 @@ class ClassicShardOps(ShardBase):
         self._queue(fx)
         return CoordinatorResult(records=tuple(fx.records), response=response)
 
-    def classic_join(self, req: cl.JoinRequest, waiter: int,
-                     now_ms: int) -> CoordinatorResult[r.Record, Any]:
+    def classic_join(self, req: cl.JoinRequest, waiter: int, now_ms: int,
+                     topics: TopicsImage | None = None) -> CoordinatorResult[r.Record, Any]:
         """JoinGroup: a ``JoinResponse`` or ``classic.PENDING`` (answered via ``deliver``). A
-        share group's id, or a consumer group's with members, gets INCONSISTENT_GROUP_PROTOCOL;
+        share group's id gets INCONSISTENT_GROUP_PROTOCOL; a consumer group with members takes
+        the member in as a classic member (answered at once; ``topics`` maps its subscription),
         an empty consumer group is replaced by the classic group."""
+        image = self._image(topics)
         return self._classic_op(
             req.group_id, lambda fx: self.classic.join(req, waiter, now_ms, fx),
             lambda e: cl.JoinResponse(e, member_id=(
                 "" if e == ErrorCode.inconsistent_group_protocol else req.member_id)),
             share_error=ErrorCode.inconsistent_group_protocol,
-            consumer_error=ErrorCode.inconsistent_group_protocol, replace_empty_consumer=True)
+            consumer_error=ErrorCode.inconsistent_group_protocol, replace_empty_consumer=True,
+            in_consumer=lambda: self.consumer.classic_join(req, image, now_ms))
 
-    def classic_sync(self, req: cl.SyncRequest, waiter: int,
-                     now_ms: int) -> CoordinatorResult[r.Record, Any]:
+    def classic_sync(self, req: cl.SyncRequest, waiter: int, now_ms: int,
+                     topics: TopicsImage | None = None) -> CoordinatorResult[r.Record, Any]:
         """SyncGroup: a ``SyncResponse`` or ``classic.PENDING``. As Heartbeat, LeaveGroup and
         OffsetCommit, a share group's id gets GROUP_ID_NOT_FOUND (Kafka: "not a classic
-        group")."""
+        group"); a classic member of a consumer group gets its assigned partitions."""
+        image = self._image(topics)
         return self._classic_op(
             req.group_id, lambda fx: self.classic.sync(req, waiter, now_ms, fx),
-            cl.SyncResponse)
+            cl.SyncResponse,
+            in_consumer=lambda: ((), self.consumer.classic_sync(req, image, now_ms)))
 
     def classic_heartbeat(self, group_id: str, member_id: str, generation: int,
                           instance_id: str | None,
@@ -70,13 +83,29 @@ class ClassicShardOps(ShardBase):
         return self._classic_op(
             group_id, lambda _fx: self.classic.heartbeat(group_id, member_id, generation,
                                                          instance_id, now_ms),
-            lambda e: e)
+            lambda e: e,
+            in_consumer=lambda: ((), self.consumer.classic_heartbeat(
+                group_id, member_id, generation, instance_id, now_ms)))
 
     def classic_leave(self, group_id: str, members: tuple[cl.LeaveMember, ...],
                       now_ms: int) -> CoordinatorResult[r.Record, cl.LeaveResponse]:
         return self._classic_op(
             group_id, lambda fx: self.classic.leave(group_id, members, now_ms, fx),
-            lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)))
+            lambda e: cl.LeaveResponse(e, tuple((m, e) for m in members)),
+            in_consumer=lambda: self._leave_consumer_group(group_id, members, now_ms))
+
+    def _leave_consumer_group(self, group_id: str, members: tuple[cl.LeaveMember, ...],
+                              now_ms: int) -> tuple[tuple[r.Record, ...], cl.LeaveResponse]:
+        records, response, emptied = self.consumer.classic_leave(group_id, members)
+        if emptied:
+            self.classic.offsets.arm_retention(group_id, now_ms, emptied=True)
+        return records, response
+
+    def _image(self, topics: TopicsImage | None) -> TopicsImage:
+        if topics is not None:
+            self._topics_seen = topics
+            return topics
+        return self._topics_seen
 
     def describe_classic(self, group_id: str) -> cl.ClassicDescription | None:
         return self.classic.describe(group_id) if self._loaded else None

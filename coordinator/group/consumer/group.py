@@ -65,6 +65,13 @@ class ConsumerGroupMember:
     state: int = c.STATE_STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # Set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside
+    # this consumer group: its session timeout and supported protocols (``classic_members.py``).
+    classic: c.ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic(self) -> bool:
+        return self.classic is not None
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def _member_metadata(g: ConsumerGroup, key: Any, value: Any) -> ConsumerGroup:
                 subscribed_topic_names=tuple(sorted(set(value.subscribed_topic_names))),
                 subscribed_topic_regex=value.subscribed_topic_regex,
                 rebalance_timeout_ms=value.rebalance_timeout_ms,
-                server_assignor=value.server_assignor)
+                server_assignor=value.server_assignor, classic=value.classic_member_metadata)
     return replace(g, members={**g.members, key.member_id: m})
 
 

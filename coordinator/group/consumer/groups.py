@@ -10,9 +10,12 @@ commit and fetch them (Kafka's ``ConsumerGroup.validateOffsetCommit``/``validate
 
 Soft state (rebuilt by ``on_loaded``): timers, keyed ``("consumer-session", group, member)`` (a
 member that does not heartbeat within the session timeout is fenced; a static member that left
-with epoch -2 is removed when it does not return within it) and ``("consumer-rebalance", group,
-member)`` (a member that does not confirm a revocation within its rebalance timeout is fenced).
-Handlers re-check the state, so a timer left behind by a reverted op is harmless.
+with epoch -2 is removed when it does not return within it; a classic member's session timeout
+is its own), ``("consumer-rebalance", group, member)`` (a member that does not confirm a
+revocation within its rebalance timeout is fenced), and for members using the classic protocol
+(``classic_members.py``) ``("consumer-join", ...)`` and ``("consumer-sync", ...)``: a member
+told to rejoin that does not, or that joined and does not sync, within its rebalance timeout is
+fenced. Handlers re-check the state, so a timer left behind by a reverted op is harmless.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import records as cr
+from coordinator.group.classic.group import (
+    JoinRequest,
+    JoinResponse,
+    LeaveMember,
+    LeaveResponse,
+    SyncRequest,
+    SyncResponse,
+)
+from coordinator.group.consumer import classic_members as cm
 from coordinator.group.consumer import heartbeat as ch
 from coordinator.group.consumer import records as c
 from coordinator.group.consumer.group import (
@@ -40,6 +52,8 @@ GROUP_TYPE = "consumer"  # ListGroups GroupType
 PROTOCOL_TYPE = "consumer"  # ListGroups ProtocolType
 
 Schedule = Callable[[tuple[str, ...], int], None]
+Cancel = Callable[[tuple[str, ...]], None]
+Armed = Callable[[tuple[str, ...]], bool]
 
 
 def _default_settings(_group_id: str) -> ch.ConsumerGroupSettings:
@@ -57,11 +71,15 @@ class ConsumerGroups:
     """Consumer groups of one coordinator partition (see the module docstring)."""
 
     def __init__(self, *, settings: Callable[[str], ch.ConsumerGroupSettings] = _default_settings,
-                 schedule: Schedule, journaling: bool = True) -> None:
+                 schedule: Schedule, journaling: bool = True,
+                 cancel: Cancel = lambda _key: None,
+                 armed: Armed = lambda _key: False) -> None:
         self.store = GroupStore(journaling=journaling, apply=apply_record,
                                 member_key=c.ConsumerGroupMemberMetadataKey)
         self._settings = settings
         self._schedule = schedule
+        self._cancel = cancel
+        self._armed = armed
 
     # -------------------------------------------------------------- reads
 
@@ -89,9 +107,12 @@ class ConsumerGroups:
 
     def heartbeat(self, req: ch.ConsumerHeartbeatRequest, topics: TopicsImage, now_ms: int, *,
                   other_type: bool, topics_version: int,
-                  allowed: ch.TopicFilter) -> HeartbeatResult:
+                  allowed: ch.TopicFilter,
+                  upgraded: ConsumerGroup | None = None) -> HeartbeatResult:
+        """``upgraded``: the group a classic group is being converted into by this op (its
+        records precede the heartbeat's); its members get their classic session timeouts."""
         settings = self._settings(req.group_id)
-        before = self.group(req.group_id)
+        before = upgraded if upgraded is not None else self.group(req.group_id)
         out = ch.consumer_group_heartbeat(
             before, req, topics, now_ms, settings, other_type=other_type,
             topics_version=topics_version, allowed=allowed)
@@ -108,8 +129,62 @@ class ConsumerGroups:
             who, timeout = out.revoking
             if timeout is not None:  # entering (or renewing) a revocation: a fresh deadline
                 self._schedule((REBALANCE, gid, who), now_ms + timeout)
+        if upgraded is not None:
+            for m in upgraded.members.values():
+                if m.classic is not None:
+                    self._schedule((SESSION, gid, m.member_id),
+                                   now_ms + m.classic.session_timeout_ms)
         emptied = _emptied(before, out.records)
         return HeartbeatResult(out.records, resp, emptied)
+
+    # -------------------------------------------------------------- classic members
+
+    def _apply(self, timers: cm.Timers) -> None:
+        for key in timers.cancel:
+            self._cancel(key)
+        for key, deadline in timers.schedule:
+            self._schedule(key, deadline)
+        for key, deadline in timers.schedule_if_absent:
+            if not self._armed(key):
+                self._schedule(key, deadline)
+
+    def classic_join(self, req: JoinRequest, topics: TopicsImage, now_ms: int
+                     ) -> tuple[tuple[Record, ...], JoinResponse]:
+        """JoinGroup of a classic member to a consumer group with members
+        (``classic_members.py``)."""
+        group = self.group(req.group_id)
+        assert group is not None
+        out = cm.join(group, req, topics, now_ms, self._settings(req.group_id))
+        self._apply(out.timers)
+        assert isinstance(out.response, JoinResponse)
+        return out.records, out.response
+
+    def classic_sync(self, req: SyncRequest, topics: TopicsImage, now_ms: int) -> SyncResponse:
+        group = self.group(req.group_id)
+        assert group is not None
+        out = cm.sync(group, req, topics, now_ms)
+        self._apply(out.timers)
+        assert isinstance(out.response, SyncResponse)
+        return out.response
+
+    def classic_heartbeat(self, group_id: str, member_id: str, generation: int,
+                          instance_id: str | None, now_ms: int) -> ErrorCode:
+        group = self.group(group_id)
+        assert group is not None
+        out = cm.heartbeat(group, member_id, generation, instance_id, now_ms)
+        self._apply(out.timers)
+        assert isinstance(out.response, ErrorCode)
+        return out.response
+
+    def classic_leave(self, group_id: str, members: tuple[LeaveMember, ...]
+                      ) -> tuple[tuple[Record, ...], LeaveResponse, bool]:
+        """(records, answer, whether the group lost its last member)."""
+        group = self.group(group_id)
+        assert group is not None
+        out = cm.leave(group, members)
+        self._apply(out.timers)
+        assert isinstance(out.response, LeaveResponse)
+        return out.records, out.response, _emptied(group, out.records)
 
     def on_timer(self, key: tuple[str, ...], now_ms: int, records: list[Record],
                  txns: dict[str, ch.Txn], topics: TopicsImage | None = None
@@ -126,6 +201,8 @@ class ConsumerGroups:
         if member is None:
             return None
         if kind == REBALANCE and member.state != c.STATE_UNREVOKED_PARTITIONS:
+            return None
+        if kind in (cm.JOIN, cm.SYNC) and member.classic is None:
             return None
         ch.fence_member(txn, mid, topics, now_ms, self._settings(gid))
         return gid, mid
@@ -188,6 +265,12 @@ class ConsumerGroups:
         if member is None:
             return (ErrorCode.unknown_member_id,
                     f"Member {member_id} is not a member of consumer group {group_id}.")
+        if member.classic is not None:  # generation = member epoch; any version (Kafka's)
+            if member_epoch != member.member_epoch:
+                return (ErrorCode.illegal_generation,
+                        f"The received generation id {member_epoch} does not match the "
+                        f"expected member epoch {member.member_epoch}.")
+            return None
         if api_version < 9:
             return (ErrorCode.unsupported_version, "OffsetCommit version 9 or above must be used "
                     "by members using the consumer group protocol.")
@@ -226,7 +309,8 @@ class ConsumerGroups:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return (ErrorCode.illegal_generation if member.classic is not None
+                    else ErrorCode.stale_member_epoch)
         return None
 
     # -------------------------------------------------------------- lifecycle
@@ -239,7 +323,9 @@ class ConsumerGroups:
             settings = self._settings(gid)
             for mid in sorted(group.members):
                 m = group.members[mid]
-                self._schedule((SESSION, gid, mid), now_ms + settings.session_timeout_ms)
+                session = (m.classic.session_timeout_ms if m.classic is not None
+                           else settings.session_timeout_ms)
+                self._schedule((SESSION, gid, mid), now_ms + session)
                 if m.state == c.STATE_UNREVOKED_PARTITIONS:
                     self._schedule((REBALANCE, gid, mid), now_ms + max(m.rebalance_timeout_ms, 0))
 

@@ -80,7 +80,7 @@ from coordinator.group.topics_image import TopicsImage
 __all__ = ["JOIN_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_MEMBER_EPOCH", "MAX_ID_LENGTH",
            "ConsumerGroupSettings", "ConsumerHeartbeatRequest", "ConsumerHeartbeatResponse",
            "HeartbeatOutcome", "TopicFilter", "Txn", "consumer_group_heartbeat", "error_response",
-           "fence_member", "heartbeat_interval", "partitions_of", "validate"]
+           "fence_member", "heartbeat_interval", "partitions_of", "replace_static", "validate"]
 
 
 def heartbeat_interval(group: ConsumerGroup, settings: ConsumerGroupSettings, now_ms: int) -> int:
@@ -376,7 +376,7 @@ def consumer_group_heartbeat(
     if req.member_epoch == JOIN_GROUP_MEMBER_EPOCH and req.instance_id is not None:
         static = group.static_member(req.instance_id) if group is not None else None
         if static is not None and static.member_id != member_id:
-            existing = _replace_static(txn, static, member_id)
+            existing = replace_static(txn, static, member_id)
             replaced = static.member_id
     if req.member_epoch == JOIN_GROUP_MEMBER_EPOCH and existing is not None and replaced is None \
             and (existing.member_epoch != 0 or existing.assigned or existing.pending_revocation):
@@ -465,7 +465,7 @@ def _member_for(group: ConsumerGroup | None, req: ConsumerHeartbeatRequest, memb
     return static, _epoch_error(static, req)
 
 
-def _replace_static(txn: Txn, old: ConsumerGroupMember, new_id: str) -> ConsumerGroupMember:
+def replace_static(txn: Txn, old: ConsumerGroupMember, new_id: str) -> ConsumerGroupMember:
     """A static member that left with epoch -2 comes back under a new member id: the new id takes
     over its metadata, target and assigned partitions (no rebalance of the others)."""
     gid = txn.group_id
@@ -507,7 +507,8 @@ def _update_member(txn: Txn, existing: ConsumerGroupMember | None, req: Consumer
         subscribed_topic_regex=(req.subscribed_topic_regex or None
                                 if req.subscribed_topic_regex is not None
                                 else old.subscribed_topic_regex),
-        client_id=req.client_id, client_host=req.client_host)
+        client_id=req.client_id, client_host=req.client_host,
+        classic=None)  # a member heartbeating with the consumer protocol uses it from now on
     if existing is not None and new == old:
         return False
     txn.emit(c.new_member_record(

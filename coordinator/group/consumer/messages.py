@@ -29,6 +29,10 @@ class ConsumerGroupSettings:
     settling_heartbeat_interval_ms: int = 0
     max_size: int = 0x7FFFFFFF
     assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
+    # group.consumer.migration.policy (``migration.py``) and the classic group size a
+    # downgrade may produce (group.classic.max.size).
+    migration_policy: str = "bidirectional"
+    classic_max_size: int = 0x7FFFFFFF
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,9 @@ class ConsumerGroupOps(GroupServiceBase):
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat,
             settling_heartbeat_interval_ms=get("group.consumer.settling.heartbeat.interval.ms"),
             max_size=get("group.consumer.max.size"),
-            assignors=consumer_assignors(get("group.consumer.assignors")))
+            assignors=consumer_assignors(get("group.consumer.assignors")),
+            migration_policy=get("group.consumer.migration.policy"),
+            classic_max_size=get("group.max.size"))
 
     def _consumer_member_removed(self, group_id: str, member_id: str) -> None:
         if (group_id, member_id) in self._consumer_leaving:
@@ -47,6 +49,7 @@ class ConsumerGroupOps(GroupServiceBase):
         leave = (req.group_id, req.member_id)
         if req.member_epoch < 0:
             self._consumer_leaving.add(leave)
+        was_classic = self._is_classic(req.group_id)
         try:
             out = await self._write(req.group_id, lambda shard, now: shard.consumer_group_heartbeat(
                 req, self.topics_image(), now, topics_version=self.topics_version(),
@@ -66,7 +69,27 @@ class ConsumerGroupOps(GroupServiceBase):
                 log.info("member %s left consumer group %s", response.member_id, req.group_id,
                          extra={"event": "member_left", "group": req.group_id,
                                 "member": response.member_id})
+            self._log_migration(req.group_id, was_classic)
         return response
+
+    def _is_classic(self, group_id: str) -> bool:
+        shard = self.shard_for(group_id)
+        return shard is not None and group_id in shard.classic.groups
+
+    def _log_migration(self, group_id: str, was_classic: bool) -> None:
+        """Say when a heartbeat converted the group (``consumer/migration.py``)."""
+        now_classic = self._is_classic(group_id)
+        if was_classic == now_classic:
+            return
+        policy = self._broker_config.get("group.consumer.migration.policy")
+        if now_classic:
+            log.info("consumer group %s was downgraded to a classic group: its last "
+                     "consumer-protocol member left (group.consumer.migration.policy=%s)",
+                     group_id, policy, extra={"event": "group_downgraded", "group": group_id})
+        else:
+            log.info("classic group %s was upgraded to a consumer group: a member joined with "
+                     "the consumer protocol (group.consumer.migration.policy=%s)", group_id,
+                     policy, extra={"event": "group_upgraded", "group": group_id})
 
     def describe_consumer(self, group_ids: Iterable[str]) -> list[ConsumerDescribeResult]:
         """ConsumerGroupDescribe: one result per id (GROUP_ID_NOT_FOUND for unknown, share and

@@ -19,8 +19,10 @@ Rules of ``reconcile``:
    change.
 2. Otherwise, if the member is STABLE at the target epoch: no change.
 3. Otherwise compute the next step from the member's assigned partitions and its target:
-   revoke = assigned - target; if not empty -> UNREVOKED (epoch unchanged, assigned = kept);
-   else the partitions of the target nobody else owns are added and the member moves to the
+   revoke = assigned - target; if not empty and the member may still own some of it (owned
+   unknown, or containing one) -> UNREVOKED (epoch unchanged, assigned = kept); else (as
+   Kafka's ``ownsRevokedPartitions``: a classic member of the eager protocol rejoins owning
+   nothing) the revoked ones are dropped, the partitions of the target nobody else owns are added and the member moves to the
    target epoch, UNRELEASED if some are still owned elsewhere, else STABLE.
 """
 
@@ -92,10 +94,11 @@ def reconcile(member: ConsumerGroupMember, target_epoch: int, target: Assignment
     if member.state == c.STATE_STABLE and member.member_epoch == target_epoch:
         return current_step(member)
     revoke = _minus(member.assigned, target)
-    if revoke:
+    kept = _and(member.assigned, target)
+    if revoke and overlaps(owned, revoke):
         return Step(member.member_epoch, member.previous_member_epoch,
-                    c.STATE_UNREVOKED_PARTITIONS, _and(member.assigned, target), revoke)
-    assigned: dict[uuid.UUID, set[int]] = {t: set(p) for t, p in member.assigned.items()}
+                    c.STATE_UNREVOKED_PARTITIONS, kept, revoke)
+    assigned: dict[uuid.UUID, set[int]] = {t: set(p) for t, p in kept.items()}
     unreleased = False
     for tid, parts in target.items():
         for p in parts:

@@ -61,6 +61,24 @@ class ConsumerGroupMemberMetadataKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """One protocol a classic member supports (JoinGroup's protocol name and metadata)."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member that uses the classic protocol inside a consumer group keeps (tagged field
+    0 of ConsumerGroupMemberMetadataValue, a nullable struct): its session timeout and the
+    protocols of its last JoinGroup, in the client's order of preference."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[ClassicProtocol, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     VERSION: ClassVar[int] = 0
     instance_id: str | None
@@ -71,6 +89,7 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None = None  # tagged 0; None: consumer protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +182,13 @@ def new_group_metadata_tombstone(group_id: str) -> Record:
 def new_member_record(group_id: str, member_id: str, *, instance_id: str | None,
                       rack_id: str | None, client_id: str, client_host: str,
                       subscribed_topic_names: Iterable[str], subscribed_topic_regex: str | None,
-                      rebalance_timeout_ms: int, server_assignor: str | None) -> Record:
+                      rebalance_timeout_ms: int, server_assignor: str | None,
+                      classic: ClassicMemberMetadata | None = None) -> Record:
     return _record(ConsumerGroupMemberMetadataKey(group_id, member_id),
                   ConsumerGroupMemberMetadataValue(
                       instance_id, rack_id, client_id, client_host,
                       tuple(sorted(set(subscribed_topic_names))), subscribed_topic_regex,
-                      rebalance_timeout_ms, server_assignor))
+                      rebalance_timeout_ms, server_assignor, classic))
 
 
 def new_member_tombstone(group_id: str, member_id: str) -> Record:

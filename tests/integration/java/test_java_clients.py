@@ -37,6 +37,7 @@ SCENARIOS = [
     "share_explicit", "share_implicit", "share_two_members", "share_lock_timeout",
     "admin_share_groups", "share_close_releases", "consumer_classic", "consumer_consumer",
     "txn_read_committed", "txn_fencing", "admin_configs", "admin_acls_scram", "admin_tools",
+    "consumer_rolling_switch",
 ]
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -186,6 +187,18 @@ def test_consumer_group_commits_and_resumes(results: dict[str, Any], protocol: s
     assert sorted(r["resumed"]) == ["second-0", "second-1", "second-2"]
     assert r["offsets_total"] == 13
     assert r["state_after_close"] == "Empty"
+
+
+def test_rolling_switch_from_classic_to_consumer(results: dict[str, Any]) -> None:
+    """A KafkaConsumer with group.protocol=consumer joins a group whose classic KafkaConsumer is
+    consuming: the group is upgraded to a consumer group (group.consumer.migration.policy is
+    bidirectional by default), the classic member stays in it through JoinGroup/SyncGroup/
+    Heartbeat, and each member ends with one of the two partitions, as with Apache Kafka 4.1."""
+    r = scenario(results, "consumer_rolling_switch")
+    assert sorted(r["classic_first"]) == [f"first-{i}" for i in range(6)]
+    assert r["join_error"] is None
+    assert (r["classic_assigned"], r["consumer_assigned"]) == (1, 1)
+    assert r["type_mixed"] == "Consumer"
 
 
 # ---------------------------------------------------------------------- transactions

@@ -205,10 +205,18 @@ def test_incremental_alter_configs_rejects_unknown_broker_configs(
     ("group.consumer.session.timeout.ms", "30000", "must be between group.consumer.min"),
     ("group.consumer.heartbeat.interval.ms", "20000", "and group.consumer.max.heartbeat"),
     ("group.consumer.assignors", "sticky", "unknown assignor"),
+    ("group.consumer.migration.policy", "sideways", "must be one of bidirectional, upgrade"),
 ])
 def test_consumer_group_configs_are_checked(name: str, value: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         BrokerConfig().check(name, value)
+
+
+def test_migration_policy_defaults_to_bidirectional_and_takes_kafkas_values() -> None:
+    config = BrokerConfig()
+    assert config.get("group.consumer.migration.policy") == "bidirectional"
+    for value in ("upgrade", "Downgrade", "DISABLED", "bidirectional"):
+        assert config.check("group.consumer.migration.policy", value) == value
 
 
 def test_consumer_assignors_accept_kafka_class_names() -> None:

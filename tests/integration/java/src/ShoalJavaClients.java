@@ -397,9 +397,8 @@ public final class ShoalJavaClients {
     /**
      * A rolling switch from group.protocol=classic to consumer: a consumer-protocol member joins
      * a group whose classic member is still consuming. Apache Kafka 4.1 (migration policy
-     * bidirectional by default) upgrades the group and assigns one partition to each member.
-     * Not run by the tests yet: Shoal refuses the join ("Group ... is not a consumer group"),
-     * the gap of issue 25 section 4; add it to their scenarios with that support.
+     * bidirectional by default) upgrades the group and assigns one partition to each member;
+     * so does Shoal (test_rolling_switch_from_classic_to_consumer).
      */
     static Map<String, Object> consumerRollingSwitch() throws Exception {
         String topic = prefix + "-roll", group = prefix + "-roll";
