@@ -77,10 +77,18 @@ def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 def results(java_broker: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
             ) -> dict[str, Any]:
     """Compile the program, run every scenario in one JVM; scenario name -> its JSON line."""
+    return run_scenarios(java_broker[0], java_broker[1], SCENARIOS,
+                         tmp_path_factory.mktemp("java-classes"))
+
+
+def run_scenarios(plain: str, sasl: str, scenarios: list[str], classes: Path,
+                  timeout: float = 240) -> dict[str, Any]:
+    """Compile ``ShoalJavaClients`` into ``classes`` and run ``scenarios`` in one JVM against
+    the brokers at ``plain`` (and ``sasl``, the SCRAM listener); scenario name -> its JSON
+    line, plus ``_stderr`` and ``_rc``."""
     jars = _jars()
     javac, java = shutil.which("javac"), shutil.which("java")
     assert javac and java, "no JDK (javac); run `make java-clients`"
-    classes = tmp_path_factory.mktemp("java-classes")
     classpath = os.pathsep.join(map(str, jars))
     built = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)],
                            check=False, capture_output=True, text=True, timeout=120)
@@ -88,9 +96,8 @@ def results(java_broker: tuple[str, str], tmp_path_factory: pytest.TempPathFacto
     proc = subprocess.run(
         [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
          "-cp", os.pathsep.join([str(classes), classpath]), "ShoalJavaClients",
-         *java_broker,
-         f"jc{os.getpid()}", *SCENARIOS],
-        check=False, capture_output=True, text=True, timeout=240)
+         plain, sasl, f"jc{os.getpid()}", *scenarios],
+        check=False, capture_output=True, text=True, timeout=timeout)
     out: dict[str, Any] = {"_stderr": proc.stderr[-4000:], "_rc": proc.returncode}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

@@ -1,0 +1,63 @@
+"""Apache Kafka's Java clients (kafka-clients 4.1.0) against a 3-broker Shoal cluster.
+
+The same scenarios as tests/integration/java run against one broker; here every bootstrap is
+the cluster, so the Java clients find partition leaders, the share coordinator and the group
+coordinator on different brokers, as they would on Apache Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster.conftest import Cluster, Etcd
+from tests.integration.java.test_java_clients import offsets_counts, run_scenarios, scenario
+
+SCENARIOS = ["share_explicit", "share_implicit", "share_two_members", "share_lock_timeout",
+             "consumer_consumer", "consumer_classic"]
+
+
+@pytest.fixture(scope="module")
+def java_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from tests.integration.cluster.conftest import Etcd as EtcdServer
+
+    root = tmp_path_factory.mktemp("java-cluster")
+    etcd: Etcd = EtcdServer(root / "etcd")
+    etcd.start()
+    cluster = Cluster(root, etcd, overrides={"group.initial.rebalance.delay.ms": "0",
+                                             "group.share.min.record.lock.duration.ms": "1000"})
+    try:
+        cluster.start()
+        bootstrap = cluster.bootstrap
+        yield run_scenarios(bootstrap, bootstrap, SCENARIOS, Path(root / "classes"), timeout=300)
+    finally:
+        cluster.stop()
+        etcd.close()
+
+
+def test_java_share_consumer_explicit_and_implicit_on_a_cluster(java_cluster: dict[str, Any]
+                                                                ) -> None:
+    r = scenario(java_cluster, "share_explicit")
+    assert offsets_counts(r["first"]) == [(0, "accept-me", 1), (1, "release-me", 1),
+                                          (2, "reject-me", 1)]
+    assert offsets_counts(r["again"]) == [(1, "release-me", 2)]
+    r = scenario(java_cluster, "share_implicit")
+    assert offsets_counts(r["second"]) == [(5, "f", 1)]
+
+
+def test_java_share_members_and_lock_timeout_on_a_cluster(java_cluster: dict[str, Any]) -> None:
+    r = scenario(java_cluster, "share_two_members")
+    assert r["distinct"] == r["produced"] == 200 and r["to_both"] == []
+    r = scenario(java_cluster, "share_lock_timeout")
+    assert offsets_counts(r["other"]) == [(0, "held", 2)]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_java_consumer_group_on_a_cluster(java_cluster: dict[str, Any], protocol: str) -> None:
+    r = scenario(java_cluster, f"consumer_{protocol}")
+    assert sorted(r["first"]) == [f"first-{i}" for i in range(10)]
+    assert r["committed_total"] == 10
+    assert sorted(r["resumed"]) == ["second-0", "second-1", "second-2"]
