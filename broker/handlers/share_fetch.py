@@ -48,6 +48,7 @@ from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
 from broker.share.partition_manager import share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
+from persister.api import SharePartitionKey
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.record_batch import CorruptRecordError, iter_batches
@@ -152,6 +153,9 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
             return top(ErrorCode.share_session_limit_reached,
                        f"this broker already has {svc.sessions.max_sessions} share sessions "
                        "(group.share.max.share.sessions)")
+        if broker.cluster.clustered:  # an offsets reset elsewhere: see revalidate
+            await svc.partitions.revalidate(
+                SharePartitionKey(group, tid, p) for tid, p in requested)
     else:
         error, session = svc.sessions.check(group, member, epoch)
         if error != ErrorCode.none or session is None:

@@ -76,6 +76,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shoal.share")
 
+# Share-state answers that say nothing about the state (the coordinator is moving or away).
+_UNSURE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                     ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
+                     ErrorCode.network_exception})
+
 LEADER_EPOCH = 0
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
@@ -507,6 +512,25 @@ class SharePartitionManager:
     def timer_count(self) -> int:
         """Lock-expiry timers armed (one per share-partition with a deadline)."""
         return len(self._timers)
+
+    async def revalidate(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Cluster mode, when a member opens a share session: drop loaded share-partitions
+        whose durable state moved on elsewhere (an offsets reset or deletion through the
+        group coordinator on another broker bumps the state epoch), so they load again. Those
+        with records acquired are in use by a member and cannot have been reset."""
+        for key in list(keys):
+            part = self._parts.get(key)
+            if part is None or part.oldest_unacked_acquired_at_ms() is not None:
+                continue
+            summary = await self._persister.read_summary(ReadParams(key, part.leader_epoch))
+            if summary.error in _UNSURE or self._parts.get(key) is not part:
+                continue  # the coordinator cannot tell now: keep what is loaded
+            if summary.error != ErrorCode.none or summary.state_epoch != part.state_epoch:
+                log.info("share-partition %s-%d of group %s: its state was reset or deleted "
+                         "elsewhere (%s, state epoch %d, had %d); loading it again",
+                         *self._names.get(key, ("?", key.partition)), key.group_id,
+                         summary.error.name, summary.state_epoch, part.state_epoch)
+                self.forget([key])
 
     def forget_topic(self, topic_id: object) -> None:
         """Drop every loaded share-partition of a deleted topic, with its lock timer."""

@@ -9,6 +9,8 @@ acknowledged exactly once, wherever those pieces live.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -16,6 +18,7 @@ from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.conftest import ROOT
 from tests.integration.cluster.conftest import Cluster
 from tests.integration.share_helpers import (
     poll_until,
@@ -182,3 +185,42 @@ def test_each_broker_exports_its_cluster_figures(cluster: Cluster) -> None:
     writes = sum(v for f in figures for k, v in f.items()
                  if k.startswith('shoal_inter_broker_requests_total{api="WriteShareGroupState"'))
     assert writes > 0
+
+
+def _shoal(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_share_group_offsets_reset_and_describe_through_any_broker(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("replay", 3, 1)])["replay"].result(T)
+    sent = produce(cluster.bootstrap, "replay", 90, partitions=3)
+    set_group_configs(cluster.brokers[0].bootstrap, "replayers",
+                      {"share.auto.offset.reset": "earliest"})
+    c = share_consumer(cluster.bootstrap, "replayers", "replay")
+    got: list[bytes] = []
+    try:
+        poll_until([c], lambda: len(got) >= len(sent), timeout=60,
+                   on_message=lambda _i, m: got.append(m.value()))
+        c.commit_sync(10)
+    finally:
+        c.close()
+    # Through the broker that is neither's coordinator as much as any: every broker answers.
+    for b in cluster.brokers:
+        out = _shoal("share-groups", "--bootstrap-server", b.bootstrap, "--describe",
+                     "--group", "replayers", "--offsets", "--output", "json")
+        assert out.returncode == 0, out.stderr
+        assert "replay" in out.stdout
+    out = _shoal("share-groups", "--bootstrap-server", cluster.brokers[2].bootstrap,
+                 "--reset-offsets", "--group", "replayers", "--topic", "replay", "--to-earliest",
+                 "--execute")
+    assert out.returncode == 0, out.stderr + out.stdout
+    again: list[bytes] = []
+    c = share_consumer(cluster.brokers[1].bootstrap, "replayers", "replay")
+    try:
+        poll_until([c], lambda: len(again) >= len(sent), timeout=60,
+                   on_message=lambda _i, m: again.append(m.value()))
+    finally:
+        c.close()
+    assert sorted(again) == sorted(sent)
