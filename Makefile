@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run cluster client lint test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
+.PHONY: setup run cluster client lint test test-slow test-cluster test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -140,8 +140,15 @@ lint: $(VENV)/.installed-test
 TEST_WORKERS ?= 4
 XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(VENV)/.installed-test lint kcat java java-clients etcd
-	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider $(XDIST) --ignore=tests/spark
+	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider $(XDIST) --ignore=tests/spark \
+	  --ignore=tests/integration/cluster
 	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider tests/spark
+
+## The cluster suite (tests/integration/cluster): real etcd and 3-broker clusters, with
+## confluent-kafka and Apache Kafka's Java clients; CI runs it after `make test` (.ci/run).
+.PHONY: test-cluster
+test-cluster: $(VENV)/.installed-test kcat java java-clients etcd
+	$(BIN)/pytest -m "not compose" -p no:cacheprovider $(XDIST) tests/integration/cluster
 
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, the wire
 ## fuzz soak); CI runs them after `make test` (.ci/run).
