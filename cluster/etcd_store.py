@@ -44,6 +44,8 @@ log = logging.getLogger("shoal.cluster")
 
 # Seconds each etcd call may take before it counts as failed.
 RPC_TIMEOUT_S = 5
+# The longest ``close`` waits for the watch and renewal tasks, and for the client to close.
+CLOSE_TIMEOUT_S = 5
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -128,16 +130,15 @@ class EtcdClusterStore:
         view (and gives up the controller role) at once instead of after its session timeout."""
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if self._tasks:  # bounded: a stuck etcd call must not hold up a shutdown
+            await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S)
         self._tasks.clear()
         if self.client is not None:
             if self._lease is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.client.revoke_lease(self._lease.id), 2)
             with contextlib.suppress(Exception):
-                await self.client.close()
+                await asyncio.wait_for(self.client.close(), CLOSE_TIMEOUT_S)
         self.client = None
         self._lease = None
 
