@@ -1,0 +1,143 @@
+"""Transactions on a 3-broker cluster, with unmodified confluent-kafka clients.
+
+The transactional id's coordinator (leader of its ``__transaction_state`` partition), the
+group's coordinator (leader of its ``__consumer_offsets`` partition) and the leaders of the
+input and output partitions sit on different brokers, so every hop of a transaction crosses the
+wire: AddPartitionsToTxn verification from the partition leaders to the transaction
+coordinator, WriteTxnMarkers from it to the data partitions' leaders and to the group
+coordinator. A user sees exactly-once output, aborted data invisible and a zombie fenced.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.group.placement import partition_for_group
+from tests.integration.cluster.conftest import Cluster
+from tests.integration.share_helpers import produce
+
+pytestmark = pytest.mark.timeout(240)
+
+T = 30
+N = 120
+IN, OUT = "ctp-in", "ctp-out"
+
+
+def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
+    deadline = time.monotonic() + T
+    while True:
+        md = admin.list_topics(topic, timeout=T).topics[topic]
+        leaders = {p: m.leader for p, m in md.partitions.items()}
+        if md.error is None and leaders and all(x >= 0 for x in leaders.values()):
+            return leaders
+        assert time.monotonic() < deadline, f"{topic} has no leaders: {md.error} {leaders}"
+        time.sleep(0.3)
+
+
+def _pick(prefix: str, leaders: dict[int, int], node: int) -> str:
+    """An id whose internal partition (Kafka's hash rule) is led by ``node``."""
+    for i in range(10_000):
+        name = f"{prefix}-{i}"
+        if leaders[partition_for_group(name, len(leaders))] == node:
+            return name
+    raise AssertionError(f"no {prefix} id lands on broker {node}")
+
+
+def _producer(bootstrap: str, txn_id: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": 60_000, "linger.ms": 5})
+    p.init_transactions(T)
+    return p
+
+
+def _read_committed(bootstrap: str, topic: str, expect: int, group: str) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 60
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            msgs = c.consume(100, 0.5)
+            out += [m.value() for m in msgs if m.error() is None]
+            if len(out) >= expect:
+                # Keep reading a little: anything beyond ``expect`` is a duplicate or leak.
+                quiet_until = quiet_until or time.monotonic() + 3
+                if time.monotonic() > quiet_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def test_consume_transform_produce_exactly_once_across_brokers(cluster: Cluster) -> None:
+    bootstrap = cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(IN, 6, 1), NewTopic(OUT, 6, 1)]).values():
+        f.result(T)
+    assert set(_leaders(admin, IN).values()) == {1, 2, 3}
+    assert set(_leaders(admin, OUT).values()) == {1, 2, 3}
+    # The internal topics appear on first FindCoordinator.
+    _producer(bootstrap, "warm-up").flush(1)
+    admin.describe_consumer_groups(["warm-up"])["warm-up"].result(T)
+    txn_id = _pick("ctp-tx", _leaders(admin, "__transaction_state"), 2)
+    group = _pick("ctp-group", _leaders(admin, "__consumer_offsets"), 1)
+
+    sent = produce(bootstrap, IN, N, partitions=6, prefix="in")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([IN])
+    producer = _producer(bootstrap, txn_id)
+    done = 0
+    deadline = time.monotonic() + 120
+    try:
+        while done < N:
+            assert time.monotonic() < deadline, f"only {done} of {N} records transformed"
+            msgs = [m for m in consumer.consume(40, 1.0) if m.error() is None]
+            if not msgs:
+                continue
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(OUT, b"out:" + m.value(), partition=m.partition())
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), T)
+            producer.commit_transaction(T)
+            done += len(msgs)
+        committed = consumer.committed([TopicPartition(IN, p) for p in range(6)], T)
+    finally:
+        consumer.close()
+    # The offsets committed in the transactions reached the group coordinator (broker 1).
+    assert sum(tp.offset for tp in committed) == N
+
+    # An aborted transaction on every output partition stays invisible.
+    producer.begin_transaction()
+    for p in range(6):
+        producer.produce(OUT, b"aborted", partition=p)
+    producer.flush(T)
+    producer.abort_transaction(T)
+
+    # A new producer with the same transactional id fences the old one (a zombie).
+    successor = _producer(bootstrap, txn_id)
+    with pytest.raises(KafkaException):
+        producer.begin_transaction()
+        producer.produce(OUT, b"zombie", partition=0)
+        producer.commit_transaction(T)
+    successor.begin_transaction()
+    successor.produce(OUT, b"last", partition=3)
+    successor.commit_transaction(T)
+
+    out = _read_committed(bootstrap, OUT, N + 1, "ctp-check")
+    counts = Counter(out)
+    assert counts[b"last"] == 1
+    assert b"aborted" not in counts and b"zombie" not in counts
+    del counts[b"last"]
+    assert set(counts) == {b"out:" + v for v in sent}
+    assert all(n == 1 for n in counts.values()), [v for v, n in counts.items() if n > 1][:5]
