@@ -175,7 +175,7 @@ class ClusterMarkers:
                 node, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSIONS,
                 lambda v: write_txn_markers_request(entries, v))
             if response is None:
-                log.info("WriteTxnMarkers for %d partition(s) to %s failed: %s", len(entries),
+                log.debug("WriteTxnMarkers for %d partition(s) to %s failed: %s", len(entries),
                          f"broker {node}", message)
                 codes = [code] * len(entries)
             else:
@@ -280,7 +280,7 @@ class TxnCoordinatorLink:
             lambda v: add_partitions_request(txn_id, pid, epoch, parts, verify_only, v),
             self._deadline_ms)
         if response is None:
-            log.info("AddPartitionsToTxn (%s) of transactional id %r to broker %d failed: %s",
+            log.debug("AddPartitionsToTxn (%s) of transactional id %r to broker %d failed: %s",
                      "verify" if verify_only else "add", txn_id, node, message)
             if code is ErrorCode.request_timed_out:
                 code = ErrorCode.network_exception

@@ -141,3 +141,62 @@ def test_consume_transform_produce_exactly_once_across_brokers(cluster: Cluster)
     del counts[b"last"]
     assert set(counts) == {b"out:" + v for v in sent}
     assert all(n == 1 for n in counts.values()), [v for v, n in counts.items() if n > 1][:5]
+
+
+def _read_partition(bootstrap: str, topic: str, partition: int, want: set[bytes],
+                    timeout: float = 60) -> list[bytes]:
+    """read_committed values of one partition, from the start, until ``want`` are all seen."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, partition, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not want <= set(got) and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(50, 0.3) if m.error() is None]
+    finally:
+        c.close()
+    return got
+
+
+def test_a_killed_leader_delays_only_its_own_markers(cluster: Cluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("span", 3, 1)])["span"].result(T)
+    by_leader = {leader: p for p, leader in _leaders(admin, "span").items()}
+    assert set(by_leader) == {1, 2, 3}
+    _producer(cluster.bootstrap, "warm-up").flush(1)
+    txn_leaders = _leaders(admin, "__transaction_state")
+    spanning = _pick("span-a", txn_leaders, 2)
+    other = _pick("span-b", txn_leaders, 1)
+
+    a = _producer(cluster.bootstrap, spanning)
+    a.begin_transaction()
+    a.produce("span", b"a-on-3", partition=by_leader[3])
+    a.produce("span", b"a-on-1", partition=by_leader[1])
+    assert a.flush(T) == 0
+    victim = cluster.brokers[2]
+    victim.kill()
+    # The coordinator (broker 2) answers once the PrepareCommit record is durable; the marker
+    # for broker 3's partition waits for it to come back.
+    a.commit_transaction(T)
+    assert b"a-on-1" in _read_partition(cluster.bootstrap, "span", by_leader[1], {b"a-on-1"})
+
+    # Transactions that do not touch broker 3 go on meanwhile.
+    b = _producer(cluster.bootstrap, other)
+    for i in range(3):
+        b.begin_transaction()
+        b.produce("span", f"b{i}".encode(), partition=by_leader[1])
+        b.produce("span", f"b{i}".encode(), partition=by_leader[2])
+        b.commit_transaction(T)
+    assert {b"b0", b"b1", b"b2"} <= set(_read_partition(
+        cluster.bootstrap, "span", by_leader[2], {b"b0", b"b1", b"b2"}))
+
+    victim.start()  # same data and node id: its partition and the pending marker come back
+    got = _read_partition(cluster.bootstrap, "span", by_leader[3], {b"a-on-3"})
+    assert got.count(b"a-on-3") == 1
+    # The spanning producer's next transaction works (no marker is left pending).
+    a.begin_transaction()
+    a.produce("span", b"a-again", partition=by_leader[3])
+    a.commit_transaction(T)
+    assert _read_partition(cluster.bootstrap, "span", by_leader[3],
+                           {b"a-on-3", b"a-again"}) == [b"a-on-3", b"a-again"]
