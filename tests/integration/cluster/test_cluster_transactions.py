@@ -200,3 +200,53 @@ def test_a_killed_leader_delays_only_its_own_markers(cluster: Cluster) -> None:
     a.commit_transaction(T)
     assert _read_partition(cluster.bootstrap, "span", by_leader[3],
                            {b"a-on-3", b"a-again"}) == [b"a-on-3", b"a-again"]
+
+
+def test_transaction_version_2_adds_partitions_at_a_coordinator_on_another_broker(
+        cluster: Cluster) -> None:
+    """Kafka 4.x producers (transaction version 2) send no AddPartitionsToTxn: the partition
+    leader (Produce v12) and the group coordinator (TxnOffsetCommit v5) add the partitions at
+    the transaction coordinator themselves, here over the wire."""
+    from tests.integration.rawclient import RawClient, request
+    from tests.integration.txn.test_transaction_v2 import end5, produce12
+    from tests.integration.txn.test_transactions import describe, init_pid, wait_state
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("tv2", 3, 1)])["tv2"].result(T)
+    by_leader = {leader: p for p, leader in _leaders(admin, "tv2").items()}
+    _producer(cluster.bootstrap, "warm-up").flush(1)
+    admin.describe_consumer_groups(["warm-up"])["warm-up"].result(T)
+    txn = _pick("tv2-tx", _leaders(admin, "__transaction_state"), 1)
+    group = _pick("tv2-group", _leaders(admin, "__consumer_offsets"), 2)
+    offsets_p = partition_for_group(group, 6)
+    coordinator, leader3, group_coordinator = (cluster.brokers[i].bootstrap for i in (0, 2, 1))
+
+    with RawClient(coordinator) as c, RawClient(leader3) as data, \
+            RawClient(group_coordinator) as g:
+        init = init_pid(c, txn, version=5)
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        got = produce12(data, txn, "tv2", by_leader[3], pid, epoch, 0, b"v2-record")
+        assert got.error_code == 0, got
+        m = g.request_module(28, 5)
+        commit = g.call(28, 5, request(
+            28, 5, transactional_id=txn, group_id=group, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None, topics=(
+                m.TxnOffsetCommitRequestTopic(name="tv2", partitions=(
+                    m.TxnOffsetCommitRequestPartition(partition_index=by_leader[3],
+                                                      committed_offset=1,
+                                                      committed_leader_epoch=-1,
+                                                      committed_metadata=""),)),)))
+        assert commit.topics[0].partitions[0].error_code == 0
+        state = describe(c, txn)
+        assert {(t.topic, p) for t in state.topics for p in t.partitions} == {
+            ("tv2", by_leader[3]), ("__consumer_offsets", offsets_p)}
+        assert end5(c, txn, pid, epoch, True)[0] == 0
+        assert wait_state(c, txn, "CompleteCommit").transaction_state == "CompleteCommit"
+    assert _read_partition(cluster.bootstrap, "tv2", by_leader[3], {b"v2-record"}) == \
+        [b"v2-record"]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        (tp,) = consumer.committed([TopicPartition("tv2", by_leader[3])], T)
+    finally:
+        consumer.close()
+    assert tp.offset == 1
