@@ -17,8 +17,10 @@ are ``broker/txn_wire.py``'s.
   ``TransactionMarkerChannelManager``; markers of several transactions may share one);
 - NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, a partition without a
   live leader and connection loss are retried with backoff, finding the leader again each time,
-  until ``marker_deadline_ms``; then the call answers a retriable code (NOT_LEADER_OR_FOLLOWER
-  or REQUEST_TIMED_OUT) and the coordinator tries again later (it never writes the Complete
+  until ``marker_deadline_ms``, and so is a refusal of this broker itself (its login, or
+  CLUSTER_AUTHORIZATION_FAILED: a configuration to fix, logged as such); then the call answers
+  a retriable code (NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT) and the coordinator tries
+  again later (it never writes the Complete
   record before every marker is answered NONE: the receiving broker answers only once its
   marker is fsynced, ``broker/log/txn_log.py``).
 
@@ -66,6 +68,12 @@ _REROUTE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.not_coordinato
                       ErrorCode.coordinator_load_in_progress, ErrorCode.leader_not_available,
                       ErrorCode.coordinator_not_available, ErrorCode.network_exception,
                       ErrorCode.request_timed_out})
+# The peer refused the broker itself (its login, or it is not a super user): a configuration to
+# fix, never a reason to complete the transaction without its marker, so retried like the above.
+_REFUSED = frozenset({ErrorCode.cluster_authorization_failed,
+                      ErrorCode.sasl_authentication_failed, ErrorCode.illegal_sasl_state,
+                      ErrorCode.unsupported_sasl_mechanism, ErrorCode.unsupported_version})
+_RETRY_MARKER = _REROUTE | _REFUSED
 
 
 def _monotonic_ms() -> int:
@@ -126,19 +134,17 @@ class ClusterMarkers:
                 self._queued.append((e, fut))
                 self._schedule_flush()
                 code = await fut
-            if code not in _REROUTE:
+            if code not in _RETRY_MARKER:
                 return code
             delay = backoff.next_delay(self._clock_ms())
             if delay is None:
                 log.warning("%s marker of producer %d epoch %d on %s-%d not written after %d "
-                            "attempt(s): %s; the transaction coordinator retries it",
+                            "attempt(s): %s; the transaction coordinator retries it%s",
                             "COMMIT" if e.commit else "ABORT", e.producer_id, e.producer_epoch,
-                            e.topic, e.partition, backoff.attempts, code.name.upper())
-                # Both retriable for the coordinator (RETRIABLE_MARKER_ERRORS).
-                return (ErrorCode.request_timed_out if code is ErrorCode.network_exception
-                        or code is ErrorCode.coordinator_not_available
-                        else ErrorCode.not_leader_or_follower
-                        if code is ErrorCode.leader_not_available else code)
+                            e.topic, e.partition, backoff.attempts, code.name.upper(),
+                            " (the leader refused this broker: check the inter-broker "
+                            "listener's login and super.users)" if code in _REFUSED else "")
+                return _retriable(code)
             await asyncio.sleep(delay / 1000)
 
     async def _write_here(self, e: MarkerEntry) -> ErrorCode:
@@ -195,6 +201,16 @@ class ClusterMarkers:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _retriable(code: ErrorCode) -> ErrorCode:
+    """``code`` as one the transaction coordinator retries (its RETRIABLE_MARKER_ERRORS)."""
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.not_coordinator,
+                ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out):
+        return code
+    if code is ErrorCode.leader_not_available:
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.request_timed_out
 
 
 def _resolve(fut: asyncio.Future[ErrorCode], code: ErrorCode) -> None:

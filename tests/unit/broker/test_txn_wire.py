@@ -226,3 +226,19 @@ async def test_verification_retries_a_moving_coordinator_then_answers_its_code()
     rpc.leaders[("__transaction_state", 0)] = 1  # now this broker: answered in process
     assert await link.add("tx", 5, 0, [("a", 0)]) == ErrorCode.none
     assert len(rpc.sent) == 2
+
+
+async def test_a_leader_refusing_this_broker_never_lets_the_transaction_complete() -> None:
+    rpc = FakeRpc({("a", 1): 2})
+    now = [0]
+
+    def refused(node: int, req: Any) -> Any:
+        now[0] += 300
+        return _all(req, ErrorCode.cluster_authorization_failed)
+
+    rpc.answer = refused
+    markers = ClusterMarkers(rpc, LocalWriter(), lambda: None, marker_deadline_ms=1_000,  # type: ignore[arg-type]
+                             backoff_ms=1, clock_ms=lambda: now[0])
+    # Retriable for the coordinator: the transaction stays prepared until it is fixed.
+    assert await markers.write_marker("a", 1, 7, 1, 0, True) == ErrorCode.request_timed_out
+    assert len(rpc.sent) > 1
