@@ -109,12 +109,16 @@ async def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | 
     if links is not None:  # a cluster member: the coordinator may be another broker
         tp = (CONSUMER_OFFSETS_TOPIC, partition)
         if ctx.api_version >= 5:
-            code = await links.txn.add(req.transactional_id, req.producer_id,
-                                       req.producer_epoch, (tp,))
+            answer = await links.txn.add(req.transactional_id, req.producer_id,
+                                         req.producer_epoch, (tp,))
         else:
-            code = (await links.txn.verify(req.transactional_id, req.producer_id,
-                                           req.producer_epoch, (tp,)))[tp]
-        return None if code == ErrorCode.none else code
+            answer = (await links.txn.verify(req.transactional_id, req.producer_id,
+                                             req.producer_epoch, (tp,)))[tp]
+        if answer is ErrorCode.network_exception:
+            # The coordinator could not be reached in time: a code every client retries (as
+            # Kafka's group coordinator answers transient failures).
+            answer = ErrorCode.coordinator_not_available
+        return None if answer == ErrorCode.none else answer
     txns = ctx.broker.transactions
     if ctx.api_version >= 5:
         code: ErrorCode = await txns.add_partitions(
