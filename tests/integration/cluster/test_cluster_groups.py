@@ -108,9 +108,14 @@ def test_groups_on_three_brokers_are_listed_and_described_through_any_broker(
     for node in (1, 2, 3):
         mine = _listed_by(cluster.brokers[node - 1].bootstrap) & everything
         assert mine == {consumer_groups[node], share_groups[node]}
-    # ...and confluent-kafka's admin client, asking them all, sees every group.
+    # ...and confluent-kafka's admin client (list_consumer_groups, and the older list_groups),
+    # asking them all, sees every group.
     listed = admin.list_consumer_groups().result(T)
     assert set(consumer_groups.values()) <= {g.group_id for g in listed.valid}
+    with pytest.deprecated_call():  # still used by older applications
+        old_api = {g.id: g.broker.id for g in admin.list_groups(timeout=T)}
+    for node, group in consumer_groups.items():
+        assert old_api[group] == node  # listed by the broker that coordinates it
 
     # The shoal CLI through any one broker lists and describes groups wherever they live.
     for b in cluster.brokers:
