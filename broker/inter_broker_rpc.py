@@ -19,11 +19,16 @@ message)`` where the code says why there is no answer, naming the broker:
 
 Nothing is raised for those; a broker that is down costs only the calls routed to it (the pool
 connects to each node under its own lock).
+
+Counters for metrics (``stats()``), by (API key, destination node): requests sent, requests
+without an answer by code name, latency sum and count of the answered ones.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -56,8 +61,10 @@ class InterBrokerRpc:
         self.listener = listener
         self.request_timeout_ms = request_timeout_ms
         self._transport = transport
-        self.requests = 0  # sent (metrics, tests)
-        self.failures = 0  # without an answer
+        self.requests: Counter[tuple[int, int]] = Counter()
+        self.errors: Counter[tuple[int, int, str]] = Counter()
+        self.latency_sum_s: defaultdict[tuple[int, int], float] = defaultdict(float)
+        self.latency_count: Counter[tuple[int, int]] = Counter()
 
     @property
     def node_id(self) -> int:
@@ -74,32 +81,46 @@ class InterBrokerRpc:
                    build: Callable[[int], Any], timeout_ms: int | None = None,
                    ) -> tuple[Any, ErrorCode, str]:
         """Send ``build(version)`` to broker ``node_id`` (see the module doc)."""
+        key = (api_key, node_id)
+        self.requests[key] += 1
+        response, code, message = await self._send(node_id, api_key, versions, build, timeout_ms)
+        if response is None:
+            self.errors[(api_key, node_id, code.name.upper())] += 1
+        return response, code, message
+
+    async def _send(self, node_id: int, api_key: int, versions: tuple[int, int],
+                    build: Callable[[int], Any], timeout_ms: int | None
+                    ) -> tuple[Any, ErrorCode, str]:
         where = f"broker {node_id}"
         node = self.metadata.node(node_id, self.listener)
         if node is None:
-            self.failures += 1
             return (None, ErrorCode.coordinator_not_available,
                     f"{where} has no endpoint on listener {self.listener} (not live?)")
         where = f"broker {node_id} ({node.host}:{node.port})"
         timeout = timeout_ms if timeout_ms is not None else self.request_timeout_ms
-        self.requests += 1
+        started = time.perf_counter()
         try:
             _v, response = await self._transport.request(
                 node.node_id, node.host, node.port, api_key, versions[0], versions[1], build,
                 timeout / 1000)
-            return response, ErrorCode.none, ""
         except TimeoutError:
-            self.failures += 1
             return (None, ErrorCode.request_timed_out,
                     f"{where} did not answer API {api_key} within {timeout} ms")
         except KafkaError as e:  # SASL refused, no common version
-            self.failures += 1
             log.warning("inter-broker request (API %d) to %s refused: %s; check the "
                         "inter-broker listener's login and super.users", api_key, where, e)
             return None, e.code, f"{where}: {e}"
         except (ConnectionError, OSError) as e:
-            self.failures += 1
             return None, ErrorCode.network_exception, f"{where} is unreachable: {e}"
+        self.latency_sum_s[(api_key, node_id)] += time.perf_counter() - started
+        self.latency_count[(api_key, node_id)] += 1
+        return response, ErrorCode.none, ""
+
+    def stats(self) -> dict[str, dict[Any, Any]]:
+        """A copy of the counters (module doc)."""
+        return {"requests": dict(self.requests), "errors": dict(self.errors),
+                "latency_sum_s": dict(self.latency_sum_s),
+                "latency_count": dict(self.latency_count)}
 
     async def close(self) -> None:
         """Close every connection (idempotent)."""

@@ -242,3 +242,46 @@ async def test_a_leader_refusing_this_broker_never_lets_the_transaction_complete
     # Retriable for the coordinator: the transaction stays prepared until it is fixed.
     assert await markers.write_marker("a", 1, 7, 1, 0, True) == ErrorCode.request_timed_out
     assert len(rpc.sent) > 1
+
+
+class FakeMetadata:
+    node_id = 1
+
+    def node(self, node_id: int, listener: str) -> Any:
+        from cluster.metadata import Node
+        return Node(node_id, "127.0.0.1", 9000 + node_id, None) if node_id != 4 else None
+
+
+class FailingTransport:
+    def __init__(self, failure: BaseException | None) -> None:
+        self.failure = failure
+
+    async def request(self, node_id: int, host: str, port: int, api_key: int, lo: int, hi: int,
+                      build: Any, timeout: float | None = None) -> tuple[int, Any]:
+        if self.failure is not None:
+            raise self.failure
+        return hi, build(hi)
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("failure", "code"), [
+    (TimeoutError(), ErrorCode.request_timed_out),
+    (ConnectionRefusedError("refused"), ErrorCode.network_exception),
+    (None, ErrorCode.none),
+])
+async def test_an_inter_broker_request_ends_in_a_kafka_code_and_is_counted(
+        failure: BaseException | None, code: ErrorCode) -> None:
+    from broker.inter_broker_rpc import InterBrokerRpc
+
+    rpc = InterBrokerRpc(FakeMetadata(), FailingTransport(failure),  # type: ignore[arg-type]
+                         listener="INTERNAL")
+    response, got, message = await rpc.send(2, 27, (1, 2), lambda v: v)
+    assert got == code and (response is None) == (code != ErrorCode.none)
+    assert "broker 2 (127.0.0.1:9002)" in message or code == ErrorCode.none
+    stats = rpc.stats()
+    assert stats["requests"] == {(27, 2): 1}
+    assert stats["errors"] == ({} if code == ErrorCode.none else {(27, 2, code.name.upper()): 1})
+    # A broker without an endpoint on the listener (not live) is not even dialled.
+    assert (await rpc.send(4, 27, (1, 2), lambda v: v))[1] == ErrorCode.coordinator_not_available
