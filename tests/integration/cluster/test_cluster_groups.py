@@ -88,14 +88,19 @@ def test_groups_on_three_brokers_are_listed_and_described_through_any_broker(
     others = [share_consumer(cluster.bootstrap, g, TOPIC) for g in
               (share_groups[2], share_groups[3])]
     seen: Counter[bytes] = Counter()
+    by_consumer: Counter[int] = Counter()
 
     def on_message(i: int, msg) -> None:  # type: ignore[no-untyped-def]
+        by_consumer[i] += 1
         if i == 0:
             seen[msg.value()] += 1
             consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
 
     try:
-        poll_until([consumer, *others], lambda: len(seen) == len(sent), timeout=60,
+        # Until every group exists (a delivery means its member joined) and ``described`` got
+        # everything.
+        poll_until([consumer, *others],
+                   lambda: len(seen) == len(sent) and len(by_consumer) == 3, timeout=60,
                    on_message=on_message)
         consumer.poll(0.5)  # the last acknowledgements
     finally:
