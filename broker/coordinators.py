@@ -74,10 +74,10 @@ async def close_coordinators(broker: Broker) -> None:
     """Stop the coordinators opened by ``open_coordinators`` (reverse order, see the module
     doc), and the share-partition leaders before the share coordinator."""
     await broker.transactions.close()
-    if broker.links is not None:
-        await broker.links.close()
     await broker.share_groups.stop()
     await broker.shares.stop()
+    if broker.links is not None:  # after its users: markers, dead letters, admin reads
+        await broker.links.close()
     if isinstance(broker.persister, NetworkPersister):
         await broker.persister.close()
     await broker.share_coordinator.close()
