@@ -329,18 +329,21 @@ class ShareAdmin:
         return topic.name if topic is not None else ""
 
     async def _remote_ends(self, plan: Sequence[tuple[str, Topic | None, Sequence[int]]]
-                           ) -> dict[tuple[str, int], int]:
+                           ) -> dict[tuple[str, int], int | None]:
         """Log end offsets of the planned partitions another cluster member leads (one
-        ListOffsets per leading broker, ``broker/share/remote_offsets.py``); {} on one broker."""
+        ListOffsets per leading broker, ``broker/share/remote_offsets.py``; None: its leader
+        did not answer); {} on one broker."""
         if self._links is None:
             return {}
+        rpc = self._links.rpc
         parts = [(name, p) for name, topic, ps in plan if topic is not None for p in ps
-                 if 0 <= p < topic.partitions and self._logs.get(name, p) is None]
-        return await log_end_offsets(self._links.rpc, parts) if parts else {}
+                 if 0 <= p < topic.partitions and rpc.leader(name, p) != rpc.node_id]
+        found = await log_end_offsets(rpc, parts) if parts else {}
+        return {tp: found.get(tp) for tp in parts}
 
     async def _topic_offsets(self, group_id: str, name: str, topic: Topic | None,
                              partitions: Sequence[int],
-                             ends: dict[tuple[str, int], int]) -> TopicOffsets:
+                             ends: dict[tuple[str, int], int | None]) -> TopicOffsets:
         if topic is None:
             return TopicOffsets(name, None, tuple(
                 PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
@@ -350,7 +353,7 @@ class ShareAdmin:
         return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
 
     async def _partition_offset(self, group_id: str, topic: Topic, p: int,
-                                ends: dict[tuple[str, int], int]) -> PartitionOffset:
+                                ends: dict[tuple[str, int], int | None]) -> PartitionOffset:
         if not 0 <= p < topic.partitions:
             return PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                    error_message=UNKNOWN_PARTITION)
@@ -361,8 +364,10 @@ class ShareAdmin:
         if summary.error != ErrorCode.none:
             return PartitionOffset(p, error=summary.error, error_message=summary.error_message)
         lg = self._logs.get(topic.name, p)
-        end = lg.log_end_offset if lg is not None else ends.get(
-            (topic.name, p), 0 if self._links is None else None)
+        if (topic.name, p) in ends:  # led elsewhere
+            end = ends[(topic.name, p)]
+        else:
+            end = lg.log_end_offset if lg is not None else 0
         lag = (UNKNOWN_LAG if end is None  # its leader did not say
                else share_lag(end, summary.start_offset, summary.delivery_complete_count))
         return PartitionOffset(p, start_offset=summary.start_offset,
