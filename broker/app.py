@@ -70,6 +70,7 @@ from storage.log_dir import LogDir, describe
 if TYPE_CHECKING:
     from broker.cluster_member import ClusterMember
     from broker.connection import Connection
+    from broker.txn_remote import BrokerLinks
 
 log = logging.getLogger("shoal.broker")
 
@@ -129,6 +130,9 @@ class Broker:
         self.cluster: ClusterMetadata = LocalMetadata(
             config.node_id, {}, lambda t: (x.partitions if (x := self.topics.get(t)) else None))
         self.member: ClusterMember | None = None
+        # A member's inter-broker clients for transactions, dead letters and admin fan-out
+        # (broker/txn_remote.py), set by open_coordinators; None on a single broker.
+        self.links: BrokerLinks | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

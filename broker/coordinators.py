@@ -12,6 +12,9 @@ The coordinators (``coordinator/``) see the broker only as a ``CoordinatorHost``
 3. the transaction coordinator over ``__transaction_state``, after the group coordinator: its
    markers go to data partitions through ``broker.txn_log`` and to ``__consumer_offsets``
    through the group coordinator; prepared transactions resume their markers once loaded.
+   A cluster member writes them wherever the partitions' leaders are, and verifies
+   transactional produce with whichever broker coordinates the transactional id
+   (``broker/txn_remote.py``, ``broker.links``).
 
 ``close_coordinators`` stops them in the reverse order: transactions first, so no marker is
 written into a stopped group coordinator, and the share coordinator last, after the
@@ -26,7 +29,8 @@ from broker.group_configs import GroupConfigs
 from coordinator.group.service import open_group_coordinator
 from coordinator.share.opener import open_share_coordinator
 from coordinator.txn.service import open_transactions
-from broker.inter_broker import network_persister_for
+from broker.inter_broker import inter_broker_rpc_for, network_persister_for
+from broker.txn_remote import BrokerLinks, ClusterMarkers, TxnCoordinatorLink
 from persister.coordinator_persister import CoordinatorPersister
 from persister.network_persister import NetworkPersister
 
@@ -53,9 +57,17 @@ async def open_coordinators(broker: Broker) -> None:
     broker.share_groups = await open_group_coordinator(
         broker, persister=persister, group_configs=broker.group_configs)
     broker.add_topic_listener(broker.share_groups.topics_changed)
+    if broker.member is None:
+        broker.transactions = await open_transactions(
+            broker, data_markers=broker.txn_log,
+            offset_markers=broker.share_groups.complete_transaction)
+        return
+    rpc = inter_broker_rpc_for(broker)
+    markers = ClusterMarkers(rpc, broker.txn_log, lambda: broker.share_groups.complete_transaction,
+                             marker_deadline_ms=int(broker.config.get("request.timeout.ms")))
+    broker.links = BrokerLinks(rpc, markers, TxnCoordinatorLink(rpc, lambda: broker.transactions))
     broker.transactions = await open_transactions(
-        broker, data_markers=broker.txn_log,
-        offset_markers=broker.share_groups.complete_transaction)
+        broker, data_markers=markers, offset_markers=markers.offset_marker)
 
 
 async def close_coordinators(broker: Broker) -> None:
@@ -64,6 +76,8 @@ async def close_coordinators(broker: Broker) -> None:
     await broker.transactions.close()
     await broker.share_groups.stop()
     await broker.shares.stop()
+    if broker.links is not None:  # after its users: markers, dead letters, admin reads
+        await broker.links.close()
     if isinstance(broker.persister, NetworkPersister):
         await broker.persister.close()
     await broker.share_coordinator.close()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from broker.config import BrokerConfig
 from broker.security.jaas import JaasError, parse_jaas_config
 from broker.security.listeners import Listener, jaas_config, listener_config
+from broker.inter_broker_rpc import InterBrokerRpc
 from client.pool import ConnectionPool
 from client.security import MECHANISMS, SecurityConfigError, SecuritySettings
 from persister.network_persister import NetworkPersister
@@ -42,8 +43,8 @@ from coordinator.share.opener import SHARE_STATE_TOPIC
 if TYPE_CHECKING:
     from broker.app import Broker
 
-__all__ = ["InterBrokerConfigError", "inter_broker_listener", "inter_broker_security",
-           "network_persister_for"]
+__all__ = ["InterBrokerConfigError", "inter_broker_listener", "inter_broker_rpc_for",
+           "inter_broker_security", "network_persister_for"]
 
 
 class InterBrokerConfigError(ValueError):
@@ -179,6 +180,26 @@ def network_persister_for(broker: Broker) -> NetworkPersister:
         _StateTopicOnFirstUse(broker), pool, listener=listener.name,
         num_partitions=lambda: int(config.get("share.coordinator.state.topic.num.partitions")),
         deadline_ms=timeout_ms, request_timeout_ms=timeout_ms)
+
+
+def inter_broker_rpc_for(broker: Broker) -> InterBrokerRpc:
+    """The client of a cluster member's other inter-broker RPCs (transaction markers and
+    verification, dead-letter appends, admin fan-out): its own connection pool on the
+    inter-broker listener, with the same configs as ``network_persister_for``. The caller owns
+    it (``await rpc.close()``).
+
+    Raises:
+        InterBrokerConfigError: see ``inter_broker_listener`` / ``inter_broker_security``.
+    """
+    config: BrokerConfig = broker.config
+    listener = inter_broker_listener(config)
+    timeout_ms = int(config.get("request.timeout.ms"))
+    pool = ConnectionPool(
+        f"shoal-broker-{config.node_id}", inter_broker_security(config, listener),
+        connect_timeout=int(config.get("socket.connection.setup.timeout.ms")) / 1000,
+        request_timeout=timeout_ms / 1000)
+    return InterBrokerRpc(broker.cluster, pool, listener=listener.name,
+                          request_timeout_ms=timeout_ms)
 
 
 class _StateTopicOnFirstUse:

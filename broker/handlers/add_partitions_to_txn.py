@@ -2,7 +2,10 @@
 
 v0-3 (clients): one transaction. v4-5 (KIP-890, broker to coordinator): batches of transactions,
 each either added or, with ``verify_only``, checked (per partition NONE or
-TRANSACTION_ABORTABLE when not in the transaction, as Kafka's verification).
+TRANSACTION_ABORTABLE when not in the transaction, as Kafka's verification). A v4+ addition
+comes from a partition leader or group coordinator on another broker adding partitions for a
+transaction-version-2 producer (Produce v12, TxnOffsetCommit v5; ``broker/txn_remote.py``), so
+it is added as transaction version 2, as Kafka does.
 
 Coordinator errors (``coordinator/txn/service.py``) apply to every partition of the transaction:
 INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2),
@@ -82,7 +85,8 @@ async def _one(ctx: RequestContext, txn_id: str, pid: int, epoch: int, parts: Pa
     txns = ctx.broker.transactions
     if verify_only:
         return {tp: txns.verify_partition(txn_id, pid, epoch, tp[0], tp[1]) for tp in parts}
-    error = await txns.add_partitions(txn_id, pid, epoch, parts)
+    error = await txns.add_partitions(txn_id, pid, epoch, parts,
+                                      client_tv=None if client else 2)
     if error is ErrorCode.producer_fenced and ctx.api_version < 2:
         error = ErrorCode.invalid_producer_epoch
     return error

@@ -31,7 +31,9 @@ is asked whether the partition is in that transaction (``verify_partition``); it
 partition otherwise, translated as Kafka's ReplicaManager does (``broker.log.append.verification_error``:
 PRODUCER_FENCED is INVALID_PRODUCER_EPOCH, retriable coordinator errors NOT_ENOUGH_REPLICAS). A plain batch of a producer whose transaction is ongoing there is
 INVALID_TXN_STATE. From v12 (transaction version 2, KIP-890 part 2) the broker adds such a
-partition to the transaction itself (``_implicit_additions``), before appending. Control batches (markers) are refused from clients (INVALID_RECORD,
+partition to the transaction itself (``_implicit_additions``), before appending. A cluster
+member asks the transactional id's coordinator, wherever it is, before the appends
+(``_ask_coordinator``; AddPartitionsToTxn v4+ over the wire, ``broker/txn_remote.py``). Control batches (markers) are refused from clients (INVALID_RECORD,
 ``protocol/log_validator.py``): only the coordinator writes them. Non-transactional batches pay one
 attribute test for all this.
 
@@ -60,6 +62,7 @@ from broker.log.append import (
     FIRST_TV2_PRODUCE_VERSION,
     NEWEST_PRODUCE_VERSION,
     PartitionOutcome,
+    PartitionVerifier,
     append_partition,
     validation_policy,
     verification_error,
@@ -110,7 +113,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     order = _order(broker)
     before = order.get(ctx.connection_id)
     if (before is None and validation_cost(req) < OFFLOAD_COST
-            and not _implicit_additions(ctx, req)):
+            and not _implicit_additions(ctx, req, broker.links is not None)):
         return _produce(ctx, req, {})
     # Validated in a worker thread so other connections keep being served; later Produce
     # requests of this connection wait for it, so its appends stay in request order (an
@@ -178,23 +181,33 @@ async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[A
         results = await asyncio.to_thread(
             lambda: [validate_produced(r, policy, now) for _, r, policy in jobs])
         checks = {key: res for (key, _, _), res in zip(jobs, results, strict=True)}
-    additions = _implicit_additions(ctx, req)
-    if additions:
-        checks.update(await _add_implicitly(ctx, req.transactional_id, additions))
-    result = _produce(ctx, req, checks)
+    verifier = None
+    if broker.links is not None:
+        additions = _implicit_additions(ctx, req, True)
+        if additions:
+            refused, verifier = await _ask_coordinator(ctx, req.transactional_id, additions)
+            checks.update(refused)
+    else:
+        additions = _implicit_additions(ctx, req)
+        if additions:
+            checks.update(await _add_implicitly(ctx, req.transactional_id, additions))
+    result = _produce(ctx, req, checks, verifier)
     if inspect.isawaitable(result):
         result = await result
     return result
 
 
-def _implicit_additions(ctx: RequestContext, req: Any) -> dict[tuple[int, int], tuple[str, int, int, int]]:
+def _implicit_additions(ctx: RequestContext, req: Any, any_version: bool = False
+                        ) -> dict[tuple[int, int], tuple[str, int, int, int]]:
     """Produce v12+ of a transaction-version-2 producer (KIP-890 part 2): (topic index, partition
     index) -> (topic, partition, producer id, epoch) of each transactional batch that would begin
     the producer's transaction in its partition. The broker adds those partitions to the
     transaction itself (Kafka's ``addPartition`` verification), as the producer sends no
-    AddPartitionsToTxn. Partitions that cannot be appended anyway are left to ``_produce``."""
+    AddPartitionsToTxn. Partitions that cannot be appended anyway are left to ``_produce``.
+    ``any_version`` (a cluster member): the same for every version, whose partitions a cluster
+    member verifies with the coordinator before appending (``_ask_coordinator``)."""
     txn_id = getattr(req, "transactional_id", None)
-    if txn_id is None or ctx.api_version < FIRST_TV2_PRODUCE_VERSION:
+    if txn_id is None or (ctx.api_version < FIRST_TV2_PRODUCE_VERSION and not any_version):
         return {}
     broker = ctx.broker
     out: dict[tuple[int, int], tuple[str, int, int, int]] = {}
@@ -212,6 +225,8 @@ def _implicit_additions(ctx: RequestContext, req: Any) -> dict[tuple[int, int], 
             epoch = int.from_bytes(r[PRODUCER_EPOCH_OFFSET:BASE_SEQUENCE_OFFSET], "big",
                                    signed=True)
             if pid < 0 or broker.logs.get(topic.name, pd.index) is None:
+                continue
+            if any_version and leader_problem(ctx, topic.name, pd.index) is not None:
                 continue
             try:
                 if not broker.producer_states(topic.name, pd.index).begins_transaction(pid, epoch):
@@ -247,12 +262,63 @@ async def _add_implicitly(ctx: RequestContext, txn_id: str,
     return refused
 
 
+class _Verified:
+    """The coordinator's answers asked before the appends (``_ask_coordinator``): NONE for the
+    partitions it confirmed; any other partition found beginning a transaction meanwhile is
+    NOT_COORDINATOR, which the producer retries."""
+
+    def __init__(self, ok: set[tuple[str, int, int, int]]) -> None:
+        self._ok = ok
+
+    def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         topic: str, partition: int) -> ErrorCode:
+        if (topic, partition, producer_id, producer_epoch) in self._ok:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator
+
+
+async def _ask_coordinator(ctx: RequestContext, txn_id: str,
+                           additions: dict[tuple[int, int], tuple[str, int, int, int]]
+                           ) -> tuple[dict[tuple[int, int], Rejected], _Verified]:
+    """A cluster member's verification (Produce v3-11) or implicit addition (v12) of the
+    partitions whose batches begin a transaction, at the transactional id's coordinator
+    wherever it is (``broker.links.txn``): the refusals, translated as Kafka's ReplicaManager
+    does, and the verifier the appends consult."""
+    links = ctx.broker.links
+    assert links is not None
+    if not ctx.authorized(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, txn_id),
+                          audit=False):
+        return {}, _Verified(set())  # _produce refuses every partition
+    by_producer: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key, (_, _, pid, epoch) in additions.items():
+        by_producer.setdefault((pid, epoch), []).append(key)
+    refused: dict[tuple[int, int], Rejected] = {}
+    ok: set[tuple[str, int, int, int]] = set()
+    tv2 = ctx.api_version >= FIRST_TV2_PRODUCE_VERSION
+    for (pid, epoch), keys in by_producer.items():
+        parts = [additions[k][:2] for k in keys]
+        if tv2:
+            codes = dict.fromkeys(parts, await links.txn.add(txn_id, pid, epoch, parts))
+        else:
+            codes = await links.txn.verify(txn_id, pid, epoch, parts)
+        for k in keys:
+            error = codes[additions[k][:2]]
+            if error == ErrorCode.none:
+                ok.add(additions[k])
+                continue
+            answer, why = verification_error(error, ctx.api_version)
+            refused[k] = Rejected(answer, f"transactional id {txn_id!r} (producer {pid}, "
+                                          f"epoch {epoch}): {why}")
+    return refused, _Verified(ok)
+
+
 def _topic(broker: Broker, td: Any, api_version: int) -> Topic | None:
     return broker.topics.by_id(td.topic_id) if api_version >= 13 else broker.topics.get(td.name)
 
 
 def _produce(ctx: RequestContext, req: Any,
-             checks: dict[tuple[int, int], Validated | Rejected]) -> Any:
+             checks: dict[tuple[int, int], Validated | Rejected],
+             verifier: PartitionVerifier | None = None) -> Any:
     """Validate (what ``checks`` does not already hold) and append every partition, then
     answer (after a flush when the policy says so)."""
     broker = ctx.broker
@@ -304,7 +370,7 @@ def _produce(ctx: RequestContext, req: Any,
                 parts.append(_partition(m, pd.index, PartitionOutcome(not_here)))
                 continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
-                                   ctx.api_version, checks.get((ti, pi)), txn_id)
+                                   ctx.api_version, checks.get((ti, pi)), txn_id, verifier)
             if out.error == ErrorCode.none:
                 appended.append((topic.name, pd.index))
             parts.append(_partition(m, pd.index, out))

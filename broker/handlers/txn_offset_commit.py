@@ -17,7 +17,9 @@ When the broker has a transaction coordinator (``broker.transactions``), the gro
 partition must be part of the producer's ongoing transaction (AddOffsetsToTxn):
 ``verify_partition(transactional_id, producer_id, epoch, "__consumer_offsets", partition)``; its
 refusal (e.g. INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH) answers every partition. From v5
-(transaction version 2) the broker adds that partition to the transaction itself.
+(transaction version 2) the broker adds that partition to the transaction itself. A cluster
+member asks the transactional id's coordinator wherever it is (``broker.links.txn``,
+AddPartitionsToTxn v4+ over the wire).
 
 Authorization (``broker/authz.py``), as Kafka's ``KafkaApis.handleTxnOffsetCommitRequest``: WRITE
 on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), then
@@ -103,6 +105,20 @@ async def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | 
     """The transaction coordinator's answer whether the group's offsets partition is in the
     producer's ongoing transaction (None: yes). From v5 (transaction version 2, KIP-890 part 2)
     the producer sends no AddOffsetsToTxn: the partition is added here instead."""
+    links = ctx.broker.links
+    if links is not None:  # a cluster member: the coordinator may be another broker
+        tp = (CONSUMER_OFFSETS_TOPIC, partition)
+        if ctx.api_version >= 5:
+            answer = await links.txn.add(req.transactional_id, req.producer_id,
+                                         req.producer_epoch, (tp,))
+        else:
+            answer = (await links.txn.verify(req.transactional_id, req.producer_id,
+                                             req.producer_epoch, (tp,)))[tp]
+        if answer is ErrorCode.network_exception:
+            # The coordinator could not be reached in time: a code every client retries (as
+            # Kafka's group coordinator answers transient failures).
+            answer = ErrorCode.coordinator_not_available
+        return None if answer == ErrorCode.none else answer
     txns = ctx.broker.transactions
     if ctx.api_version >= 5:
         code: ErrorCode = await txns.add_partitions(

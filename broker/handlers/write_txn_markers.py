@@ -1,12 +1,14 @@
 """WriteTxnMarkers (27) v1-2: inter-broker, the coordinator's COMMIT/ABORT markers (KIP-98).
 
-Shoal's coordinator writes its markers in process (``coordinator/txn/service.py``), so this RPC only
-comes from outside: a client, or a tool. It is refused to clients: with CLUSTER_ACTION (or, when
-an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served honestly, per
-partition: ``broker.log.txn_log.write_marker`` for data partitions,
+A single broker's coordinator writes its markers in process (``coordinator/txn/service.py``); in a
+cluster the transaction coordinator sends this RPC to the leaders of the transaction's
+partitions (``broker/txn_remote.py``). It is refused to clients: with CLUSTER_ACTION (or, when
+an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served per partition:
+``broker.log.txn_log.write_marker`` for data partitions (answered once the marker is fsynced),
 ``broker.share_groups.complete_transaction`` for ``__consumer_offsets`` partitions, each answering
-its own code (NONE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, ...). A partition whose
-writer is not available answers UNKNOWN_SERVER_ERROR.
+its own code (NONE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, NOT_COORDINATOR, ...). A
+cluster member answers NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE) for a data partition it
+does not lead; the sender finds the leader again and retries.
 
 Authorization (``broker/authz.py``): without it every partition gets CLUSTER_AUTHORIZATION_FAILED
 and nothing is written. Deliberate difference: Kafka without an authorizer lets anyone send it;
@@ -21,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
+from broker.handlers._routing import leader_problem
 from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC
 from protocol.codec import response_module
 
@@ -43,6 +46,9 @@ async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -
         return await broker.share_groups.complete_transaction(
             partition, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
             marker.transaction_result)
+    not_here = leader_problem(ctx, topic, partition)
+    if not_here is not None:
+        return not_here
     return await broker.txn_log.write_marker(topic, partition, marker.producer_id,
                                              marker.producer_epoch, marker.coordinator_epoch,
                                              marker.transaction_result)

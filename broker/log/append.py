@@ -115,9 +115,11 @@ def validation_policy(configs: dict[str, Any], broker: AppendHost,
 def append_partition(broker: AppendHost, topic_name: str, configs: dict[str, Any], p: int,
                      records: bytes | None, api_version: int = NEWEST_PRODUCE_VERSION,
                      checked: Validated | Rejected | None = None,
-                     transactional_id: str | None = None) -> PartitionOutcome:
+                     transactional_id: str | None = None,
+                     verifier: PartitionVerifier | None = None) -> PartitionOutcome:
     """Validate (unless ``checked`` already holds the validation) and append one partition's
-    records (``transactional_id``: the request's, for transactional batches)."""
+    records (``transactional_id``: the request's, for transactional batches; ``verifier``:
+    who answers the KIP-890 verification, ``broker.transactions`` unless given)."""
     lg = broker.logs.get(topic_name, p)
     if lg is None:
         return PartitionOutcome(ErrorCode.unknown_topic_or_partition)
@@ -157,8 +159,8 @@ def append_partition(broker: AppendHost, topic_name: str, configs: dict[str, Any
         # The batch would begin the producer's transaction here: the coordinator must have it in
         # the transaction (KIP-890 verification; later batches of it need no question).
         assert transactional_id is not None  # _transactional_refusal checked it
-        error = broker.transactions.verify_partition(transactional_id, h.producer_id,
-                                                     h.producer_epoch, topic_name, p)
+        error = (verifier or broker.transactions).verify_partition(
+            transactional_id, h.producer_id, h.producer_epoch, topic_name, p)
         if error != ErrorCode.none:
             answer, why = verification_error(error, api_version)
             return PartitionOutcome(answer, log_start_offset=lso, message=(

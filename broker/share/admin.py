@@ -10,7 +10,9 @@ Rules, as Apache Kafka 4.3 answers them:
 - **Lag** = log end offset - SPSO - delivery complete count (records at or after the SPSO already
   acknowledged or archived). It is -1 when the partition has no start offset yet (never
   consumed, reference item 28: start offset -1) or the count is unknown. Released records still
-  count as lag, rejected ones do not (they are archived).
+  count as lag, rejected ones do not (they are archived). On a cluster member the log end
+  offset of a partition led elsewhere comes from its leader (``broker/share/remote_offsets.py``);
+  -1 when that leader does not answer.
 - **Describe** with ``topics=None`` lists the partitions whose share state the group initialized;
   an unknown group then simply has no topics (no GROUP_ID_NOT_FOUND). Named partitions are read
   from the persister whether or not the group exists; an unknown topic or partition index answers
@@ -50,6 +52,7 @@ from broker.group_configs import GroupConfigs
 from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
+from broker.share.remote_offsets import log_end_offsets
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.group.share import heartbeat as hb
@@ -72,6 +75,7 @@ from persister.api import (
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.txn_remote import BrokerLinks
 
 log = logging.getLogger("shoal.share_admin")
 
@@ -262,6 +266,7 @@ class ShareAdmin:
         group_configs: GroupConfigs,
         topics: TopicRegistry,
         logs: LogManager,
+        links: BrokerLinks | None = None,
     ) -> None:
         self._groups = groups
         self._persister = persister
@@ -269,13 +274,14 @@ class ShareAdmin:
         self._configs = group_configs
         self._topics = topics
         self._logs = logs
+        self._links = links  # a cluster member's: lag of partitions led elsewhere
 
     @classmethod
     def of(cls, broker: Broker) -> ShareAdmin:
         assert broker.persister is not None
         return cls(groups=broker.share_groups, persister=broker.persister,
                    partitions=broker.shares.partitions, group_configs=broker.group_configs,
-                   topics=broker.topics, logs=broker.logs)
+                   topics=broker.topics, logs=broker.logs, links=broker.links)
 
     async def _write(self, group_id: str, op: GroupOp) -> Any:
         """Run ``op`` on the group's coordinator partition: its response once its records are
@@ -313,7 +319,8 @@ class ShareAdmin:
                         plan.append((topic.name, topic, sorted(parts)))
         else:
             plan = [(name, self._topics.get(name), list(parts)) for name, parts in requested]
-        topics = await asyncio.gather(*(self._topic_offsets(group_id, name, topic, parts)
+        ends = await self._remote_ends(plan)
+        topics = await asyncio.gather(*(self._topic_offsets(group_id, name, topic, parts, ends)
                                         for name, topic, parts in plan))
         return GroupOffsets(group_id, tuple(topics))
 
@@ -321,17 +328,32 @@ class ShareAdmin:
         topic = self._topics.by_id(topic_id)
         return topic.name if topic is not None else ""
 
+    async def _remote_ends(self, plan: Sequence[tuple[str, Topic | None, Sequence[int]]]
+                           ) -> dict[tuple[str, int], int | None]:
+        """Log end offsets of the planned partitions another cluster member leads (one
+        ListOffsets per leading broker, ``broker/share/remote_offsets.py``; None: its leader
+        did not answer); {} on one broker."""
+        if self._links is None:
+            return {}
+        rpc = self._links.rpc
+        parts = [(name, p) for name, topic, ps in plan if topic is not None for p in ps
+                 if 0 <= p < topic.partitions and rpc.leader(name, p) != rpc.node_id]
+        found = await log_end_offsets(rpc, parts) if parts else {}
+        return {tp: found.get(tp) for tp in parts}
+
     async def _topic_offsets(self, group_id: str, name: str, topic: Topic | None,
-                             partitions: Sequence[int]) -> TopicOffsets:
+                             partitions: Sequence[int],
+                             ends: dict[tuple[str, int], int | None]) -> TopicOffsets:
         if topic is None:
             return TopicOffsets(name, None, tuple(
                 PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                 error_message=UNKNOWN_PARTITION) for p in partitions))
-        rows = await asyncio.gather(*(self._partition_offset(group_id, topic, p)
+        rows = await asyncio.gather(*(self._partition_offset(group_id, topic, p, ends)
                                       for p in partitions))
         return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
 
-    async def _partition_offset(self, group_id: str, topic: Topic, p: int) -> PartitionOffset:
+    async def _partition_offset(self, group_id: str, topic: Topic, p: int,
+                                ends: dict[tuple[str, int], int | None]) -> PartitionOffset:
         if not 0 <= p < topic.partitions:
             return PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                    error_message=UNKNOWN_PARTITION)
@@ -342,10 +364,14 @@ class ShareAdmin:
         if summary.error != ErrorCode.none:
             return PartitionOffset(p, error=summary.error, error_message=summary.error_message)
         lg = self._logs.get(topic.name, p)
-        end = lg.log_end_offset if lg is not None else 0
-        return PartitionOffset(
-            p, start_offset=summary.start_offset, leader_epoch=summary.leader_epoch,
-            lag=share_lag(end, summary.start_offset, summary.delivery_complete_count))
+        if (topic.name, p) in ends:  # led elsewhere
+            end = ends[(topic.name, p)]
+        else:
+            end = lg.log_end_offset if lg is not None else 0
+        lag = (UNKNOWN_LAG if end is None  # its leader did not say
+               else share_lag(end, summary.start_offset, summary.delivery_complete_count))
+        return PartitionOffset(p, start_offset=summary.start_offset,
+                               leader_epoch=summary.leader_epoch, lag=lag)
 
     # ------------------------------------------------------------------ alter offsets
 

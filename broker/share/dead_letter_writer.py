@@ -3,9 +3,11 @@
 The sans-IO share-partition moves records to ARCHIVING and hands them out
 (``SharePartition.take_dead_letters``); this writer, one asyncio task per share-partition with
 work, resolves the group's DLQ topic, builds the dead-letter records
-(``broker/share/dead_letter.py``), appends them locally to partition ``source % partitions`` of
+(``broker/share/dead_letter.py``), appends them to partition ``source % partitions`` of
 the DLQ topic exactly as a Produce would (``broker/log/append.py``: validated,
-page cache, then an fsync when the DLQ topic's flush policy asks for one), and only then calls
+page cache, then an fsync when the DLQ topic's flush policy asks for one; on a cluster member
+whose DLQ partition another broker leads, as a Produce with acks=all to that leader,
+``broker/share/dead_letter_remote.py``), and only then calls
 ``complete_dead_letters``, whose state write moves the records to ARCHIVED at the share
 coordinator. A page-cache append survives SIGKILL, like an acks=all produce answered under the
 same flush policy.
@@ -17,8 +19,9 @@ Failure handling:
   refused): the records are archived without a dead-letter record, as without a DLQ, counted in
   ``shoal_share_dead_letter_skipped_records_total`` and logged (at most once a minute per
   share-partition) with the group, topic, partition, DLQ topic and what to do;
-- the append or its fsync fails (KAFKA_STORAGE_ERROR: the log directory is offline): the
-  records stay ARCHIVING and are retried after ``RETRY_MS``; a restart retries them anyway.
+- the append or its fsync fails (KAFKA_STORAGE_ERROR: the log directory is offline; or, to a
+  remote leader, the leader moved, is offline or unreachable): the records stay ARCHIVING and
+  are retried after ``RETRY_MS`` (finding the leader again); a restart retries them anyway.
 
 Authorization: the broker writes the dead-letter record itself, so the consumer needs no ACL on
 the DLQ topic (KIP-1191: that is why the topic must opt in with
@@ -41,6 +44,7 @@ from kio.schema.errors import ErrorCode
 from broker.config import topic_config_value
 from broker.log.append import append_partition
 from broker.log.topics import Topic
+from broker.share.dead_letter_remote import RETRIABLE_APPEND_ERRORS, append_remote, remote_leader
 from broker.share.dead_letter import (
     DeadLetterRun,
     dlq_partition,
@@ -117,7 +121,7 @@ class DeadLetterWriter:
         source_topic, source_partition = names
         cfg = b.group_configs.get(key.group_id) if b.group_configs is not None else None
         dlq_name = cfg.dlq_topic if cfg is not None else ""
-        target, problem = self._target(dlq_name)
+        target, problem = await self._target(dlq_name)
         if target is not None and target.name == source_topic:
             # Writing a topic's rejects back into it would deliver them to the group again.
             target, problem = None, (f"the DLQ topic is the consumed topic {source_topic} "
@@ -130,10 +134,14 @@ class DeadLetterWriter:
         dlq_p = dlq_partition(source_partition, target.partitions)
         batch, n, payloads = self._encode(key.group_id, source_topic, source_partition, runs,
                                           payloads, target)
-        out = append_partition(b, target.name, target.configs, dlq_p, batch)
+        leader = remote_leader(b, target.name, dlq_p)
+        if leader is None:
+            out = append_partition(b, target.name, target.configs, dlq_p, batch)
+        else:
+            assert b.links is not None
+            out = await append_remote(b.links.rpc, leader, target.name, dlq_p, batch)
         done, rest = split_runs(runs, n)
-        if out.error in (ErrorCode.kafka_storage_error, ErrorCode.unknown_topic_or_partition,
-                         ErrorCode.not_leader_or_follower):
+        if out.error in RETRIABLE_APPEND_ERRORS:
             return await self._retry(sp, runs, f"appending to {target.name}-{dlq_p} failed: "
                                      f"{out.error.name} {out.message or ''}")
         if out.error != ErrorCode.none:
@@ -142,7 +150,8 @@ class DeadLetterWriter:
                        f"{out.error.name} {out.message or ''}")
             return rest
         try:
-            await b.logs.flush_if_needed(target.name, dlq_p)
+            if leader is None:  # a remote leader answered after its own flush policy
+                await b.logs.flush_if_needed(target.name, dlq_p)
         except OSError as exc:
             return await self._retry(sp, runs, f"syncing {target.name}-{dlq_p} failed: {exc}")
         if self._test_delay_s:
@@ -154,7 +163,7 @@ class DeadLetterWriter:
         self._manager.after_dead_letters(sp, follow)
         return rest
 
-    def _target(self, name: str) -> tuple[Topic | None, str]:
+    async def _target(self, name: str) -> tuple[Topic | None, str]:
         """The DLQ topic to write to, or None and why not (creating it when allowed)."""
         b = self._broker
         if not name:
@@ -173,8 +182,9 @@ class DeadLetterWriter:
             try:
                 # CreateTime pinned (as Kafka 4.4 creates it): a dead-letter record's timestamp
                 # is when it was dead-lettered, whatever log.message.timestamp.type says.
-                topic = b.create_topic(name, b.config.get("num.partitions"),
-                                       {_GROUP_ENABLE: True, "message.timestamp.type": "CreateTime"})
+                topic = await b.admin_create_topic(
+                    name, b.config.get("num.partitions"),
+                    {_GROUP_ENABLE: True, "message.timestamp.type": "CreateTime"})
             except Exception as exc:  # TopicError, or it was created meanwhile by another path
                 topic = b.topics.get(name)
                 if topic is None:

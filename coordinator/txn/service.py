@@ -10,7 +10,9 @@ transactional id lives on partition ``abs(hashCode(id)) % transaction.state.log.
 Markers: when a PrepareCommit/PrepareAbort record is durable (EndTxn, a fenced re-init, a
 timeout) the shard reports it and an owned task writes one marker per partition of the
 transaction: data partitions through ``broker.log.txn_log.write_marker``, ``__consumer_offsets``
-partitions (AddOffsetsToTxn) through ``broker.share_groups.complete_transaction``; retriable
+partitions (AddOffsetsToTxn) through ``broker.share_groups.complete_transaction`` (a cluster
+member's writer sends those of partitions led elsewhere to their leaders, one WriteTxnMarkers
+per broker, ``broker/txn_remote.py``; this module only sees the answers); retriable
 failures are retried with a backoff (up to ``MARKER_RETRY_MAX_MS``); then CompleteCommit/
 CompleteAbort is written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (clients retry). After
 a crash, loading finds the transaction still prepared and the markers are written again (a marker
