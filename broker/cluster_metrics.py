@@ -6,7 +6,8 @@ Every broker exports ``shoal_cluster_member`` (1 in cluster mode); a cluster mem
   follows etcd (0: it serves from the last metadata it saw and refuses metadata changes);
 - ``shoal_cluster_controller``: 1 on the elected controller; ``shoal_cluster_live_brokers``;
 - ``shoal_cluster_partitions_led`` and ``shoal_cluster_offline_partitions`` (no live leader);
-- the inter-broker share-state RPCs by API and destination node:
+- the inter-broker requests (share state, transaction markers and verification, dead-letter
+  appends, admin reads) by API and destination node:
   ``shoal_inter_broker_requests_total``, ``shoal_inter_broker_request_seconds_sum`` /
   ``_count`` and ``shoal_inter_broker_errors_total`` (by error).
 """
@@ -23,7 +24,8 @@ from persister.network_persister import NetworkPersister
 if TYPE_CHECKING:
     from broker.app import Broker
 
-API_NAMES = {83: "InitializeShareGroupState", 84: "ReadShareGroupState",
+API_NAMES = {0: "Produce", 2: "ListOffsets", 24: "AddPartitionsToTxn", 27: "WriteTxnMarkers",
+             83: "InitializeShareGroupState", 84: "ReadShareGroupState",
              85: "WriteShareGroupState", 86: "DeleteShareGroupState",
              87: "ReadShareGroupStateSummary"}
 
@@ -55,26 +57,35 @@ def collect_cluster(broker: Broker) -> Iterable[Family]:
                  samples=[((), led)])
     yield Family("shoal_cluster_offline_partitions", "gauge",
                  "Partitions of the cluster without a live leader.", samples=[((), offline)])
-    persister = broker.persister
-    if not isinstance(persister, NetworkPersister):
+    all_stats = []
+    if isinstance(broker.persister, NetworkPersister):
+        all_stats.append(broker.persister.stats())
+    if broker.links is not None:
+        all_stats.append(broker.links.rpc.stats())
+    if not all_stats:
         return
-    stats = persister.stats()
     labels = ("api", "node")
     requests = Family("shoal_inter_broker_requests_total", "counter",
-                      "Share-state requests sent to other brokers (and to this one).", labels)
+                      "Requests sent to other brokers (and to this one): share state, "
+                      "transaction markers and verification, dead letters, admin reads.", labels)
     seconds = Family("shoal_inter_broker_request_seconds_sum", "counter",
-                     "Seconds share-state requests took, summed.", labels)
+                     "Seconds inter-broker requests took, summed.", labels)
     count = Family("shoal_inter_broker_request_seconds_count", "counter",
-                   "Share-state requests timed.", labels)
+                   "Inter-broker requests timed.", labels)
     errors = Family("shoal_inter_broker_errors_total", "counter",
-                    "Share-state requests or entries answered with an error, or not answered.",
+                    "Inter-broker requests or entries answered with an error, or not answered.",
                     ("api", "node", "error"))
-    for (api, node), n in sorted(stats["requests"].items()):
-        requests.add((API_NAMES.get(api, str(api)), str(node)), n)
-    for (api, node), s in sorted(stats["latency_sum_s"].items()):
-        seconds.add((API_NAMES.get(api, str(api)), str(node)), round(s, 6))
-    for (api, node), n in sorted(stats["latency_count"].items()):
-        count.add((API_NAMES.get(api, str(api)), str(node)), n)
-    for (api, node, code), n in sorted(stats["errors"].items()):
-        errors.add((API_NAMES.get(api, str(api)), str(node), str(code).lower()), n)
+    for stats in all_stats:
+        for (api, node), n in sorted(stats["requests"].items()):
+            requests.add((_api(api), str(node)), n)
+        for (api, node), s in sorted(stats["latency_sum_s"].items()):
+            seconds.add((_api(api), str(node)), round(s, 6))
+        for (api, node), n in sorted(stats["latency_count"].items()):
+            count.add((_api(api), str(node)), n)
+        for (api, node, code), n in sorted(stats["errors"].items()):
+            errors.add((_api(api), str(node), str(code).lower()), n)
     yield from (requests, seconds, count, errors)
+
+
+def _api(key: int) -> str:
+    return API_NAMES.get(key, str(key))
