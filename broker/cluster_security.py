@@ -21,10 +21,11 @@ watched view, so any broker answers the same and enforces the same:
   ``features``; later brokers use what etcd holds (a different setting of their own is logged,
   not applied). ``feature_level`` answers ApiVersions and the share-partition leaders.
 
-Errors: etcd did not take a change -> KAFKA_STORAGE_ERROR for each item that would have changed
-(nothing changed); the change was taken but did not come back within ``VISIBLE_TIMEOUT_S`` ->
-REQUEST_TIMED_OUT; a request of more changes than one etcd transaction may hold ->
-POLICY_VIOLATION. Items refused by validation keep their own error.
+Errors: etcd refused or could not be reached -> KAFKA_STORAGE_ERROR for each item that would
+have changed (nothing changed); etcd did not answer, or took the change but it did not come back
+within ``VISIBLE_TIMEOUT_S`` -> REQUEST_TIMED_OUT; a request of more changes than one etcd
+transaction may hold (``MAX_TXN_OPS``) -> POLICY_VIOLATION. Items refused by validation keep
+their own error.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from broker.security.scram_store import (
     credential_from_salted_password,
     plan_alter,
 )
-from cluster.errors import ClusterStoreError
+from cluster.errors import ClusterStoreError, TooManyChangesError
 from cluster.view import ScramRecord, acl_id
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ class ClusterAcls:
                         and not any(i in view.acls for i in removed))
 
             error = await _write(self.store, self.store.put_acls(change.added, change.removed),
-                                 visible, "the ACL change")
+                                 visible, "ACL change")
             if error is not None:
                 return tuple(r if r.error != ErrorCode.none else AclResult(*error)
                              for r in change.results)
@@ -231,7 +232,7 @@ class ClusterScramStore:
                 return plan.results
             upserts = [(u, m, _record(c)) for u, m, c in plan.upserts]
             error = await _write(self.store, self.store.put_scram(upserts, plan.deletes),
-                                 self._shows(upserts, plan.deletes), "the SCRAM credentials")
+                                 self._shows(upserts, plan.deletes), "SCRAM credential change")
             if error is not None:
                 return [r if r.error != ErrorCode.none else UserResult(r.user, *error)
                         for r in plan.results]
@@ -256,7 +257,7 @@ class ClusterScramStore:
             return
         upserts = [(u, m, r) for (u, m), r in todo.items()]
         error = await _write(self.store, self.store.put_scram(upserts, []),
-                             self._shows(upserts, []), "the --add-scram credentials")
+                             self._shows(upserts, []), "--add-scram credential change")
         if error is not None:
             raise ClusterStoreError(error[1])
         for user, mechanism, _r in upserts:
@@ -309,12 +310,19 @@ async def _write(store: EtcdClusterStore, call: Any, expected: Callable[[], bool
     view = store.view
     try:
         revision, changed = await asyncio.wait_for(call, VISIBLE_TIMEOUT_S)
-    except ClusterStoreError as e:
-        return ErrorCode.policy_violation, f"{what} was not made: {e}; split the request"
+    except TooManyChangesError as e:
+        return ErrorCode.policy_violation, f"{what} not made: {e}; split the request"
+    except (asyncio.TimeoutError, TimeoutError):
+        log.error("%s: etcd did not answer within %.0f s; answered REQUEST_TIMED_OUT", what,
+                  VISIBLE_TIMEOUT_S)
+        return ErrorCode.request_timed_out, (
+            f"{what}: the cluster metadata store (etcd) did not answer within "
+            f"{VISIBLE_TIMEOUT_S:.0f} s; it may or may not have been made, describe to see")
     except Exception as e:
-        log.error("%s was not written to etcd: %s", what, type(e).__name__)
+        log.error("%s not made: etcd did not take it (%s); nothing changed, answered "
+                  "KAFKA_STORAGE_ERROR; check that etcd is reachable", what, type(e).__name__)
         return ErrorCode.kafka_storage_error, (
-            f"{what} was not made: the cluster metadata store (etcd) did not take it "
+            f"{what} not made: the cluster metadata store (etcd) did not take it "
             f"({type(e).__name__}); nothing changed, retry once etcd is reachable")
 
     def seen() -> bool:

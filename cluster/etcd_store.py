@@ -30,7 +30,12 @@ from typing import Any
 
 import aetcd
 
-from cluster.errors import ClusterIdMismatchError, ClusterStoreError, DuplicateNodeIdError
+from cluster.errors import (
+    ClusterIdMismatchError,
+    ClusterStoreError,
+    DuplicateNodeIdError,
+    TooManyChangesError,
+)
 from cluster.view import (
     BrokerRegistration,
     ClusterView,
@@ -337,13 +342,14 @@ class EtcdClusterStore:
         that are gone changes nothing).
 
         Raises:
-            ClusterStoreError: more than MAX_TXN_OPS operations.
+            TooManyChangesError: more than MAX_TXN_OPS operations.
         """
         etcd = self._etcd()
         t = etcd.transactions
         ops = [t.put(key, value) for key, value in puts] + [t.delete(key) for key in deletes]
         if len(ops) > MAX_TXN_OPS:
-            raise ClusterStoreError(f"{len(ops)} changes in one request; at most {MAX_TXN_OPS}")
+            raise TooManyChangesError(f"{len(ops)} changes in one request; at most "
+                                      f"{MAX_TXN_OPS}")
         if not ops:
             return self.view.revision, False
         if len(ops) > TXN_CHUNK:
