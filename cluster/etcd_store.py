@@ -53,11 +53,6 @@ log = logging.getLogger("shoal.cluster")
 
 # Seconds each etcd call may take before it counts as failed.
 RPC_TIMEOUT_S = 5
-# etcd refuses a transaction of more than --max-txn-ops (128 by default) operations per level,
-# so a large change is one transaction of nested ones of at most TXN_CHUNK operations each;
-# MAX_TXN_OPS bounds the whole (a request needing more is refused before it reaches etcd).
-TXN_CHUNK = 100
-MAX_TXN_OPS = 2000
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -76,6 +71,13 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError(f"no etcd endpoint in {spec!r}")
     return out
+
+
+# etcd refuses a transaction of more than --max-txn-ops (128 by default) operations per level,
+# so a large change is one transaction of nested ones of at most TXN_CHUNK operations each;
+# MAX_TXN_OPS bounds the whole (a request needing more is refused before it reaches etcd).
+TXN_CHUNK = 100
+MAX_TXN_OPS = 2000
 
 
 class EtcdClusterStore:
