@@ -55,7 +55,7 @@ from broker.metrics import MetricsServer
 from broker.security.metrics_web import load_web_config
 from broker.resources import partition_budget_problem
 from broker.security.authorizer import AclAuthorizer
-from broker.security.scram_store import ScramArg, ScramStore
+from broker.security.scram_store import CredentialStore, ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.share.service import ShareService
 from cluster.errors import ClusterStoreError
@@ -123,7 +123,7 @@ class Broker:
         self.acl_authorizer: AclAuthorizer | None = None
         # SCRAM credentials (durable; broker/security/scram_store.py), opened in start() after
         # adding those given with ``shoal broker --add-scram``.
-        self.scram_credentials: ScramStore
+        self.scram_credentials: CredentialStore
         self.scram_bootstrap: list[ScramArg] = []
         # Who leads what (cluster/metadata.py): this broker alone, or etcd's view in cluster
         # mode, where ``member`` links the broker to the cluster (broker/cluster_member.py).
@@ -163,11 +163,16 @@ class Broker:
         self.acl_authorizer = build_authorizer(self.config, self.data_dir)
         if self.acl_authorizer is not None:
             self.authorizer = AclSeam(self.acl_authorizer)
-        self.scram_credentials = ScramStore.open(self.data_dir)
-        for arg in self.scram_bootstrap:
-            self.scram_credentials.upsert(arg.user, arg.mechanism, arg.credential())
-            log.info("SCRAM credential of user %s (%s) set from --add-scram", arg.user,
-                     arg.mechanism)
+        if self.member is not None:
+            # ACLs, SCRAM credentials (--add-scram too) and feature levels live in etcd.
+            from broker.cluster_security import attach_cluster_security
+            await attach_cluster_security(self)
+        else:
+            self.scram_credentials = store = ScramStore.open(self.data_dir)
+            for arg in self.scram_bootstrap:
+                store.upsert(arg.user, arg.mechanism, arg.credential())
+                log.info("SCRAM credential of user %s (%s) set from --add-scram", arg.user,
+                         arg.mechanism)
         self.topics = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ the broker's command line reports them whether or not cluster mode could even st
 from __future__ import annotations
 
 __all__ = ["ClusterIdMismatchError", "ClusterStoreError", "DuplicateNodeIdError",
-           "ProducerIdsUnavailable"]
+           "ProducerIdsUnavailable", "TooManyChangesError"]
 
 
 class ClusterStoreError(Exception):
@@ -17,6 +17,11 @@ class DuplicateNodeIdError(ClusterStoreError):
 
 class ClusterIdMismatchError(ClusterStoreError):
     """The broker's data directory belongs to another cluster than the one in etcd."""
+
+
+class TooManyChangesError(ClusterStoreError):
+    """One request would change more keys than one etcd transaction may hold; nothing was
+    sent to etcd."""
 
 
 class ProducerIdsUnavailable(Exception):

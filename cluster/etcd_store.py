@@ -25,20 +25,29 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 import aetcd
 
-from cluster.errors import ClusterIdMismatchError, ClusterStoreError, DuplicateNodeIdError
+from cluster.errors import (
+    ClusterIdMismatchError,
+    ClusterStoreError,
+    DuplicateNodeIdError,
+    TooManyChangesError,
+)
 from cluster.view import (
     BrokerRegistration,
     ClusterView,
     ControllerRecord,
     Keys,
     MetadataFormatError,
+    ScramRecord,
     TopicRecord,
+    acl_id,
+    acl_to_json,
 )
+from protocol.acl_types import AclBinding
 
 log = logging.getLogger("shoal.cluster")
 
@@ -64,6 +73,13 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError(f"no etcd endpoint in {spec!r}")
     return out
+
+
+# etcd refuses a transaction of more than --max-txn-ops (128 by default) operations per level,
+# so a large change is one transaction of nested ones of at most TXN_CHUNK operations each;
+# MAX_TXN_OPS bounds the whole (a request needing more is refused before it reaches etcd).
+TXN_CHUNK = 100
+MAX_TXN_OPS = 2000
 
 
 class EtcdClusterStore:
@@ -293,6 +309,72 @@ class EtcdClusterStore:
                        else etcd.transactions.delete(key))
         await etcd.transaction(compare=[], success=ops, failure=[])
 
+    # -- ACLs, SCRAM credentials, features ------------------------------------------------------
+
+    async def put_acls(self, added: Iterable[AclBinding],
+                       removed: Iterable[AclBinding]) -> tuple[int, bool]:
+        """Add and remove ACL bindings in one transaction (all or nothing); returns the
+        transaction's revision and whether it changed anything (see ``write``)."""
+        k = self.keys
+        return await self.write([(k.acl(acl_id(b)), acl_to_json(b)) for b in added],
+                                [k.acl(acl_id(b)) for b in removed])
+
+    async def put_scram(self, upserts: Iterable[tuple[str, str, ScramRecord]],
+                        deletes: Iterable[tuple[str, str]]) -> tuple[int, bool]:
+        """Set and delete SCRAM credentials ((user, mechanism[, record])) in one transaction."""
+        k = self.keys
+        return await self.write(
+            [(k.scram_credential(u, m), r.to_json()) for u, m, r in upserts],
+            [k.scram_credential(u, m) for u, m in deletes])
+
+    async def ensure_features(self, levels: dict[str, int]) -> dict[str, int]:
+        """The cluster's finalized feature levels: ``levels`` if none are stored yet (the first
+        broker of a cluster sets them), else what is stored."""
+        etcd = self._etcd()
+        key = self.keys.features
+        await etcd.transaction(
+            compare=[etcd.transactions.create(key) == 0],
+            success=[etcd.transactions.put(key, _json_bytes(levels))], failure=[])
+        got = await etcd.get(key)
+        if got is None:
+            return dict(levels)
+        try:
+            return {str(n): int(v) for n, v in json.loads(got.value).items()}
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ClusterStoreError(f"the feature levels in etcd ({self._where()}) are not "
+                                    f"readable ({e}); fix or delete {key.decode()} with "
+                                    "etcdctl") from None
+
+    async def write(self, puts: Sequence[tuple[bytes, bytes]],
+                    deletes: Sequence[bytes]) -> tuple[int, bool]:
+        """Put and delete keys in one transaction: all or nothing. Returns the store revision
+        it ran at (its events carry that revision) and whether any key changed (deleting keys
+        that are gone changes nothing).
+
+        Raises:
+            TooManyChangesError: more than MAX_TXN_OPS operations.
+        """
+        etcd = self._etcd()
+        t = etcd.transactions
+        ops = [t.put(key, value) for key, value in puts] + [t.delete(key) for key in deletes]
+        if len(ops) > MAX_TXN_OPS:
+            raise TooManyChangesError(f"{len(ops)} changes in one request; at most "
+                                      f"{MAX_TXN_OPS}")
+        if not ops:
+            return self.view.revision, False
+        if len(ops) > TXN_CHUNK:
+            ops = [aetcd.transactions.Txn(compare=[], success=ops[i:i + TXN_CHUNK], failure=[])
+                   for i in range(0, len(ops), TXN_CHUNK)]
+        _, replies = await etcd.transaction(compare=[], success=ops, failure=[])
+        revision, changed = 0, bool(puts)
+        for reply in _flatten(replies):
+            kind = reply.WhichOneof("response")
+            body = getattr(reply, kind)
+            revision = max(revision, int(body.header.revision))
+            if kind == "response_delete_range" and body.deleted:
+                changed = True
+        return revision, changed
+
     # -- topics (compare-and-swap) -------------------------------------------------------------
 
     async def create_topic(self, record: TopicRecord) -> bool:
@@ -345,12 +427,8 @@ class EtcdClusterStore:
         etcd = self._etcd()
         snapshot = await asyncio.wait_for(etcd.get_prefix(self.keys.root), RPC_TIMEOUT_S)
         present = {kv.key for kv in snapshot}
-        view, k = self.view, self.keys
-        gone = [k.broker(n) for n in view.brokers if k.broker(n) not in present]
-        gone += [k.topic(t) for t in view.topics if k.topic(t) not in present]
-        gone += [k.group_config(g) for g in view.group_configs if k.group_config(g) not in present]
-        if view.controller is not None and k.controller not in present:
-            gone.append(k.controller)
+        view = self.view
+        gone = [key for key in view.present_keys() if key not in present]
         for key in gone:
             self._notify(view.apply_delete(key, snapshot.header.revision))
         for kv in snapshot:
@@ -442,6 +520,15 @@ class EtcdClusterStore:
 def _log_end(task: asyncio.Task[None], what: str) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("cluster %s stopped: %r", what, task.exception())
+
+
+def _flatten(replies: Iterable[Any]) -> Iterator[Any]:
+    """The put and delete replies of a transaction, nested transactions opened."""
+    for reply in replies:
+        if reply.WhichOneof("response") == "response_txn":
+            yield from _flatten(reply.response_txn.responses)
+        else:
+            yield reply
 
 
 def _json_bytes(doc: Any) -> bytes:

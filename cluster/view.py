@@ -12,7 +12,14 @@ Every piece of cluster metadata is one key in the store, holding a small JSON do
   that replica; the ISR and the leader epoch are there so that replication fits without a new
   format;
 - ``<prefix>/group_configs/<group id>``: a group's config overrides (name -> text), the same
-  everywhere so that any broker's answer and any group coordinator's behaviour agree.
+  everywhere so that any broker's answer and any group coordinator's behaviour agree;
+- ``<prefix>/acls/<id>``: one ACL binding (``protocol.acl_types.binding_doc``); the id is a
+  digest of the binding (``acl_id``), so one binding has one key and creating it twice is
+  idempotent;
+- ``<prefix>/scram/<mechanism>/<user>``: one SCRAM credential (``ScramRecord``: salt, iteration
+  count, StoredKey, ServerKey; never the password);
+- ``<prefix>/features``: the finalized feature levels (name -> level), written once when the
+  cluster is created; its mod revision is the features epoch ApiVersions reports.
 
 ``ClusterView`` applies put/delete events (the initial read and the watch give the same events)
 and answers the questions routing needs: live brokers, the controller, a partition's leader. It
@@ -22,12 +29,18 @@ the key, and leaves the view as it was.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.acl_types import AclBinding, binding_doc, binding_from_doc, binding_problem
+
 NO_LEADER = -1
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class MetadataFormatError(ValueError):
@@ -147,6 +160,55 @@ class TopicRecord:
             raise MetadataFormatError(f"topic record: {e!r}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class ScramRecord:
+    """A stored SCRAM credential (RFC 5802 section 3: what a server may keep)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def __repr__(self) -> str:  # keys stay out of logs
+        return f"ScramRecord(iterations={self.iterations}, salt={len(self.salt)} bytes)"
+
+    def to_json(self) -> bytes:
+        return _dump({"salt": _b64(self.salt), "stored_key": _b64(self.stored_key),
+                      "server_key": _b64(self.server_key), "iterations": self.iterations})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ScramRecord:
+        doc = _load(data)
+        try:
+            return cls(_unb64(doc["salt"]), _unb64(doc["stored_key"]),
+                       _unb64(doc["server_key"]), int(doc["iterations"]))
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+            raise MetadataFormatError(f"SCRAM credential: {e!r}") from None
+
+
+def acl_id(binding: AclBinding) -> str:
+    """The key name of an ACL binding: a digest of its canonical JSON."""
+    return hashlib.sha256(_dump(binding_doc(binding))).hexdigest()[:32]
+
+
+def acl_to_json(binding: AclBinding) -> bytes:
+    return _dump(binding_doc(binding))
+
+
+def acl_from_json(data: bytes) -> AclBinding:
+    """Raises:
+        MetadataFormatError: not a binding, or one CreateAcls would refuse.
+    """
+    try:
+        binding = binding_from_doc(_load(data))
+    except (KeyError, TypeError, ValueError) as e:
+        raise MetadataFormatError(f"ACL: {e!r}") from None
+    problem = binding_problem(binding)
+    if problem:
+        raise MetadataFormatError(f"ACL {binding}: {problem[1]}")
+    return binding
+
+
 class Keys:
     """The store's key names under one prefix (one cluster per prefix)."""
 
@@ -158,6 +220,15 @@ class Keys:
         self.brokers = f"{self.prefix}/brokers/".encode()
         self.topics = f"{self.prefix}/topics/".encode()
         self.group_configs = f"{self.prefix}/group_configs/".encode()
+        self.acls = f"{self.prefix}/acls/".encode()
+        self.scram = f"{self.prefix}/scram/".encode()
+        self.features = f"{self.prefix}/features".encode()
+
+    def acl(self, binding_id: str) -> bytes:
+        return self.acls + binding_id.encode()
+
+    def scram_credential(self, user: str, mechanism: str) -> bytes:
+        return self.scram + f"{mechanism}/{user}".encode()
 
     def group_config(self, group_id: str) -> bytes:
         return self.group_configs + group_id.encode()
@@ -174,7 +245,10 @@ class ClusterView:
 
     ``apply_put`` / ``apply_delete`` take the raw key and value and the store revision of the
     change, and return what kind of thing changed (``"broker"``, ``"controller"``, ``"topic"``,
-    ``"cluster_id"``) or ``None`` for a key this broker does not use.
+    ``"cluster_id"``, ``"group_config"``, ``"acl"``, ``"scram"``, ``"features"``) or ``None``
+    for a key this broker does not use. After an ``"acl"`` event ``changed_acl`` holds the
+    binding the key held before and the one it holds now (None: none), so a listener can apply
+    the difference without comparing whole sets.
     """
 
     def __init__(self, keys: Keys) -> None:
@@ -190,6 +264,14 @@ class ClusterView:
         self.group_configs: dict[str, dict[str, str]] = {}
         # The group ids whose configs the last applied event changed.
         self.changed_groups: list[str] = []
+        # ACL id -> binding, and (before, after) of the last "acl" event.
+        self.acls: dict[str, AclBinding] = {}
+        self.changed_acl: tuple[AclBinding | None, AclBinding | None] = (None, None)
+        # User -> mechanism -> credential.
+        self.scram: dict[str, dict[str, ScramRecord]] = {}
+        # Finalized feature levels and their epoch (the key's mod revision; 0: none yet).
+        self.features: dict[str, int] = {}
+        self.features_epoch = 0
 
     def apply_put(self, key: bytes, value: bytes, mod_revision: int,
                   create_revision: int) -> str | None:
@@ -223,6 +305,20 @@ class ClusterView:
                 self.group_configs[group_id] = {str(n): str(v) for n, v in doc.items()}
                 self.changed_groups = [group_id]
                 kind = "group_config"
+            elif key.startswith(k.acls):
+                binding_id = key[len(k.acls):].decode()
+                binding = acl_from_json(value)
+                self.changed_acl = (self.acls.get(binding_id), binding)
+                self.acls[binding_id] = binding
+                kind = "acl"
+            elif key.startswith(k.scram):
+                mechanism, user = _scram_key(key[len(k.scram):])
+                self.scram.setdefault(user, {})[mechanism] = ScramRecord.from_json(value)
+                kind = "scram"
+            elif key == k.features:
+                levels = {str(n): int(v) for n, v in _load(value).items()}
+                self.features, self.features_epoch = levels, mod_revision
+                kind = "features"
         except (KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             raise MetadataFormatError(
                 f"{key.decode(errors='replace')}: {e}") from None
@@ -252,8 +348,39 @@ class ClusterView:
             self.group_configs.pop(group_id, None)
             self.changed_groups = [group_id]
             kind = "group_config"
+        elif key.startswith(k.acls):
+            old = self.acls.pop(key[len(k.acls):].decode(errors="replace"), None)
+            self.changed_acl = (old, None)
+            kind = "acl"
+        elif key.startswith(k.scram):
+            try:
+                mechanism, user = _scram_key(key[len(k.scram):])
+            except (ValueError, UnicodeDecodeError):
+                return None
+            mechanisms = self.scram.get(user, {})
+            mechanisms.pop(mechanism, None)
+            if not mechanisms:
+                self.scram.pop(user, None)
+            kind = "scram"
+        elif key == k.features:
+            self.features, self.features_epoch = {}, 0
+            kind = "features"
         self.revision = max(self.revision, mod_revision)
         return kind
+
+    def present_keys(self) -> list[bytes]:
+        """The keys of everything this view holds (a reload deletes those etcd lost)."""
+        k = self.keys
+        out = [k.broker(n) for n in self.brokers]
+        out += [k.topic(t) for t in self.topics]
+        out += [k.group_config(g) for g in self.group_configs]
+        out += [k.acl(i) for i in self.acls]
+        out += [k.scram_credential(u, m) for u, ms in self.scram.items() for m in ms]
+        if self.controller is not None:
+            out.append(k.controller)
+        if self.features_epoch:
+            out.append(k.features)
+        return out
 
     # -- questions ---------------------------------------------------------------------------
 
@@ -280,6 +407,26 @@ class ClusterView:
                     if r in counts:
                         counts[r] += 1
         return counts
+
+
+def _scram_key(rest: bytes) -> tuple[str, str]:
+    """``<mechanism>/<user>`` (the user may contain ``/``).
+
+    Raises:
+        ValueError: no mechanism this broker knows.
+    """
+    mechanism, _, user = rest.decode().partition("/")
+    if mechanism not in SCRAM_MECHANISMS or not user:
+        raise ValueError(f"not <mechanism>/<user>: {rest!r}")
+    return mechanism, user
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes:
+    return base64.b64decode(str(text), validate=True)
 
 
 def _dump(doc: Any) -> bytes:

@@ -22,10 +22,10 @@ Rules kept here, as Kafka has them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -162,6 +162,26 @@ class AclBinding:
     def __str__(self) -> str:
         return (f"{self.permission.name} {self.principal} {self.operation.name} from host "
                 f"{self.host} on {self.resource_type.name}:{self.pattern_type.name}:{self.name}")
+
+
+def binding_doc(b: AclBinding) -> dict[str, str]:
+    """A binding as a JSON object with enum names, not codes (``acls.json`` and the cluster
+    metadata store hold this form)."""
+    return {"resource_type": b.resource_type.name, "name": b.name,
+            "pattern_type": b.pattern_type.name, "principal": b.principal, "host": b.host,
+            "operation": b.operation.name, "permission": b.permission.name}
+
+
+def binding_from_doc(doc: Mapping[str, Any]) -> AclBinding:
+    """The inverse of ``binding_doc`` (the binding is not validated: see ``binding_problem``).
+
+    Raises:
+        KeyError: a field is missing or an enum name is unknown.
+        TypeError: ``doc`` is not a mapping of those fields.
+    """
+    return AclBinding(ResourceType[doc["resource_type"]], str(doc["name"]),
+                      PatternType[doc["pattern_type"]], str(doc["principal"]), str(doc["host"]),
+                      AclOperation[doc["operation"]], AclPermissionType[doc["permission"]])
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ The client sends salted passwords, never passwords. Validation is Kafka's, as da
 (empty user, iterations outside [4096, 16384], a salt shorter than 12 bytes), DUPLICATE_RESOURCE
 (two changes to one user and mechanism), RESOURCE_NOT_FOUND (deleting a missing credential). The
 answer has one result per user; a user with any invalid change keeps its credentials unchanged.
-Valid changes are written durably (``scram-credentials.json``) before the answer, off the event
-loop. Needs CLUSTER ALTER with an ACL authorizer; with ``authorizer.class.name`` empty, a principal
+Valid changes are written durably (``scram-credentials.json``, off the event loop; in cluster mode
+etcd, ``broker/cluster_security.py``) before the answer. Needs CLUSTER ALTER with an ACL authorizer; with ``authorizer.class.name`` empty, a principal
 in ``super.users`` (``RequestContext.authorized_cluster_admin``: otherwise any client could give
 itself a super user's password). A refused user gets CLUSTER_AUTHORIZATION_FAILED and nothing is
 written.
@@ -14,7 +14,6 @@ written.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -52,9 +51,10 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
     else:
         store = ctx.broker.scram_credentials
         try:
-            results = await asyncio.to_thread(store.alter, deletions, upsertions)
+            results = await store.alter_async(deletions, upsertions)
         except OSError as exc:
-            log.error("writing SCRAM credentials to %s failed: %s", store.path, describe(exc))
+            log.error("writing SCRAM credentials to %s failed: %s",
+                      getattr(store, "path", "?"), describe(exc))
             results = [UserResult(u, ErrorCode.unknown_server_error,
                                   f"SCRAM credentials could not be written: {describe(exc)}")
                        for u in users]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster_security import feature_level, features_epoch
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
@@ -40,10 +41,11 @@ def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
         fields["supported_features"] = tuple(
             m.SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
             for n, lo, hi, _c in _FEATURES)
-        fields["finalized_features_epoch"] = 1
+        fields["finalized_features_epoch"] = features_epoch(broker)
         fields["finalized_features"] = tuple(
             m.FinalizedFeatureKey(name=n, max_version_level=level, min_version_level=level)
-            for n, level in ((n, hi if c is None else int(broker.config.get(c)))
+            for n, level in ((n, hi if c is None else feature_level(broker, n,
+                                                                    int(broker.config.get(c))))
                              for n, _lo, hi, c in _FEATURES))
     return make(m.ApiVersionsResponse, **fields)
 

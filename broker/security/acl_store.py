@@ -26,19 +26,12 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.log.topics import atomic_write
-from protocol.acl_types import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-    binding_problem,
-)
+from protocol.acl_types import AclBinding, binding_doc, binding_from_doc, binding_problem
 from broker.security.authorizer import AclAuthorizer, AclChange, AclResult
 
 log = logging.getLogger("shoal.acl")
@@ -54,11 +47,7 @@ class AclStoreError(OSError):
 
 def encode(bindings: Iterable[AclBinding]) -> bytes:
     """The file contents for an ACL set (sorted, one ACL per line, names not codes)."""
-    rows = [json.dumps({"resource_type": b.resource_type.name, "name": b.name,
-                        "pattern_type": b.pattern_type.name, "principal": b.principal,
-                        "host": b.host, "operation": b.operation.name,
-                        "permission": b.permission.name}, sort_keys=True)
-            for b in sorted(bindings)]
+    rows = [json.dumps(binding_doc(b), sort_keys=True) for b in sorted(bindings)]
     body = ",\n    ".join(rows)
     return (f'{{"version": {FORMAT_VERSION}, "acls": [\n    {body}\n]}}\n' if rows
             else f'{{"version": {FORMAT_VERSION}, "acls": []}}\n').encode()
@@ -81,7 +70,7 @@ def decode(data: bytes, where: str) -> list[AclBinding]:
     out = []
     for i, row in enumerate(doc.get("acls", ())):
         try:
-            b = _binding(row)
+            b = binding_from_doc(row)
         except (KeyError, TypeError, ValueError) as exc:
             raise AclStoreError(f"{where}: ACL #{i + 1} {row!r} cannot be read ({exc!r}); fix "
                                 "or remove that entry") from None
@@ -96,10 +85,12 @@ def _version(doc: Any) -> Any:
     return doc.get("version") if isinstance(doc, dict) else None
 
 
-def _binding(row: dict[str, Any]) -> AclBinding:
-    return AclBinding(ResourceType[row["resource_type"]], str(row["name"]),
-                      PatternType[row["pattern_type"]], str(row["principal"]), str(row["host"]),
-                      AclOperation[row["operation"]], AclPermissionType[row["permission"]])
+class AclWriter(Protocol):
+    """Where ACL changes are made durable: ``AclStore`` (a single broker's ``acls.json``) or,
+    in cluster mode, etcd (``broker/cluster_security.py``)."""
+
+    async def commit(self, authorizer: AclAuthorizer,
+                     plan: Callable[[], AclChange]) -> tuple[AclResult, ...]: ...
 
 
 class AclStore:

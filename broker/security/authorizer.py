@@ -53,7 +53,7 @@ from protocol.acl_types import (
 )
 
 if TYPE_CHECKING:
-    from broker.security.acl_store import AclStore
+    from broker.security.acl_store import AclWriter
 
 # Bound on cached decisions; the cache is dropped whole when full (cheap, and a full cache
 # means the working set is not small anyway).
@@ -146,7 +146,7 @@ class AclAuthorizer:
         self._sorted_lengths: dict[ResourceType, tuple[int, ...]] = {}
         self._cache: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
         # Makes changes durable before they apply (set by setup.py; None: memory only, tests).
-        self.store: AclStore | None = None
+        self.store: AclWriter | None = None
         self._add_all(acls)
 
     # -- reading -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ at least MIN_SALT_BYTES long (scramp refuses shorter salts at login).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -36,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -215,6 +216,18 @@ def plan_alter(current: Mapping[str, Mapping[str, ScramCredential]],
 Snapshot = Mapping[str, Mapping[str, ScramCredential]]
 
 
+class CredentialStore(Protocol):
+    """What logins and the SCRAM RPCs use: ``ScramStore`` (a file) or, in cluster mode, etcd
+    (``broker/cluster_security.ClusterScramStore``)."""
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+    def describe(self, users: Iterable[str] | None = None) -> dict[str, dict[str, int]]: ...
+
+    async def alter_async(self, deletions: Sequence[Deletion],
+                          upsertions: Sequence[Upsertion]) -> list[UserResult]: ...
+
+
 class ScramStore:
     """The durable credential set. ``lookup``/``describe`` read the current snapshot without a
     lock; ``apply``/``alter`` write the file, then swap the snapshot (thread-safe; the broker
@@ -293,6 +306,15 @@ class ScramStore:
             if plan.upserts or plan.deletes:
                 self._apply_locked(plan.upserts, plan.deletes)
             return plan.results
+
+    async def alter_async(self, deletions: Sequence[Deletion],
+                          upsertions: Sequence[Upsertion]) -> list[UserResult]:
+        """``alter`` off the event loop.
+
+        Raises:
+            OSError: the file could not be written (nothing changed).
+        """
+        return await asyncio.to_thread(self.alter, deletions, upsertions)
 
     def _apply_locked(self, upserts: Sequence[tuple[str, str, ScramCredential]],
                       deletes: Sequence[tuple[str, str]]) -> None:

@@ -33,6 +33,7 @@ from typing import Any, TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster_security import feature_level
 from broker.log.topics import Topic
 from broker.metrics import perf_counter
 from broker.share.acknowledgement import AckBatch, ack_error_for_write_failure
@@ -146,8 +147,10 @@ class SharePartitionManager:
 
     def _partition_config(self, c: Any) -> SharePartitionConfig:
         # Dead-letter topics belong to share.version 2 (Kafka's ShareVersion.SV_2): below it a
-        # record given up on is archived at once, whatever the group's DLQ config says.
-        dlq_level = int(self._broker.config.get("share.version")) >= 2
+        # record given up on is archived at once, whatever the group's DLQ config says. In a
+        # cluster the level is the one finalized in etcd (the same on every broker).
+        dlq_level = feature_level(self._broker, "share.version",
+                                  int(self._broker.config.get("share.version"))) >= 2
         return SharePartitionConfig(
             record_lock_duration_ms=c.record_lock_duration_ms,
             delivery_count_limit=c.delivery_count_limit,

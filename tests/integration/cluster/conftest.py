@@ -134,8 +134,15 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, etcd: Etcd) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, etcd)
+def cluster_overrides() -> dict[str, str]:
+    """Configs every broker of ``cluster`` gets on top of the above; a test module overrides
+    this fixture to start its cluster with, say, an ACL authorizer."""
+    return {}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, etcd: Etcd, cluster_overrides: dict[str, str]) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, etcd, overrides=cluster_overrides)
     try:
         c.start()
         yield c

@@ -285,3 +285,49 @@ async def test_brokers_starting_together_on_an_empty_etcd_agree_on_the_first_id(
         for s in stores:
             await s.close()
     assert len(set(ids)) == 1 and ids[0].startswith("fresh-")
+
+
+async def test_security_writes_are_one_transaction_seen_by_every_broker(etcd):
+    """ACL and SCRAM writes: any size up to MAX_TXN_OPS is one all-or-nothing transaction
+    (nested past etcd's per-level op limit) whose revision the other broker's view reaches with
+    every key in it; deleting keys that are gone changes nothing; the first broker's feature
+    levels are the cluster's."""
+    from cluster.errors import TooManyChangesError
+    from cluster.etcd_store import MAX_TXN_OPS, TXN_CHUNK
+    from cluster.view import ScramRecord
+    from protocol.acl_types import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+
+    one, two = await member(etcd), await member(etcd)
+    try:
+        acls = [AclBinding(ResourceType.TOPIC, f"t{i}", PatternType.LITERAL, "User:a", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)
+                for i in range(3 * TXN_CHUNK + 7)]
+        revision, changed = await one.put_acls(acls, [])
+        assert changed
+        await two.wait_for(lambda: two.view.revision >= revision, 5)
+        assert sorted(two.view.acls.values()) == sorted(acls)
+        revision, changed = await one.put_acls(acls[:1], acls[1:])
+        await two.wait_for(lambda: two.view.revision >= revision, 5)
+        assert list(two.view.acls.values()) == acls[:1]
+        assert (await one.put_acls([], acls[5:9]))[1] is False  # gone already
+
+        cred = ScramRecord(b"s" * 12, b"k" * 32, b"v" * 32, 4096)
+        revision, _ = await one.put_scram([("alice", "SCRAM-SHA-256", cred)], [])
+        await two.wait_for(lambda: two.view.revision >= revision, 5)
+        assert two.view.scram == {"alice": {"SCRAM-SHA-256": cred}}
+        with pytest.raises(TooManyChangesError, match=f"at most {MAX_TXN_OPS}"):
+            await one.put_acls(acls * 10, [])
+        assert len(two.view.acls) == 1  # nothing of the refused change
+
+        assert await one.ensure_features({"share.version": 1}) == {"share.version": 1}
+        assert await two.ensure_features({"share.version": 2}) == {"share.version": 1}
+        await two.wait_for(lambda: two.view.features == {"share.version": 1}, 5)
+    finally:
+        await one.close()
+        await two.close()
