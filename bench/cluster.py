@@ -28,8 +28,8 @@ Every broker runs as ``python -m bench.cluster_broker`` (the plain broker plus c
   record (us) and their ratio ``cpu_ratio`` (target: <= 1.2);
 - ``cluster.rpc``: from each broker's ``/metrics`` before and after the phase:
   ``shoal_inter_broker_requests_total{api="WriteShareGroupState"}`` by source and destination,
-  acknowledgement batches (``shoal_share_acknowledge_requests_total`` + ShareFetch requests
-  carrying acknowledgements), share-state writes (``shoal_share_state_write_duration_seconds``
+  acknowledgement batches (ShareAcknowledge and ShareFetch requests carrying acknowledgements,
+  counted by the wrapper), share-state writes (``shoal_share_state_write_duration_seconds``
   count); ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
   ``flushes_within_one_per_destination`` (the share of persister flushes that sent at most one
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
@@ -363,7 +363,8 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
         x = metric_by(a, "shoal_inter_broker_requests_total", "node", api=WRITE)
         y = metric_by(b, "shoal_inter_broker_requests_total", "node", api=WRITE)
         write_by_dest.append({k: v - y.get(k, 0.0) for k, v in sorted(x.items())})
-    acks = delta("shoal_share_acknowledge_requests_total")
+    acks = delta("shoal_bench_share_acknowledge_with_acks_total")
+    ack_requests = delta("shoal_share_acknowledge_requests_total")
     fetch_acks = delta("shoal_bench_share_fetch_with_acks_total")
     fetches = delta("shoal_share_fetch_requests_total")
     writes = delta("shoal_share_state_write_duration_seconds_count")
@@ -377,7 +378,8 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
     batches = sum(acks) + sum(fetch_acks)
     out: dict[str, Any] = {
         "write_rpcs_by_source_and_destination": write_by_dest,
-        "write_rpcs": rpcs, "share_acknowledge_requests": acks,
+        "write_rpcs": rpcs, "share_acknowledge_requests": ack_requests,
+        "share_acknowledge_with_acks": acks,
         "share_fetch_requests": fetches, "share_fetch_with_acks": fetch_acks,
         "ack_batches": batches, "share_state_writes": writes,
         "persister_write_flushes": sum(flushes), "persister_write_requests": sum(flush_reqs),

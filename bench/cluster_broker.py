@@ -4,9 +4,10 @@
 broker starts, it wraps two functions at run time (the product code is unchanged) and adds a
 collector to the broker's metric registry with what they count:
 
-- ``shoal_bench_share_fetch_with_acks_total``: ShareFetch requests carrying acknowledgements
-  (librdkafka piggybacks a poll's acknowledgements on its next ShareFetch; the broker's own
-  metrics count ShareFetch requests with and without them together);
+- ``shoal_bench_share_fetch_with_acks_total`` and ``shoal_bench_share_acknowledge_with_acks_total``:
+  ShareFetch and ShareAcknowledge requests carrying acknowledgements, i.e. acknowledgement
+  batches (librdkafka piggybacks a poll's acknowledgements on its next ShareFetch; the broker's
+  own metrics count requests with and without them together);
 - ``shoal_bench_state_flushes_total{op}``: flushes of the network persister (one
   ``StateBatcher.sends`` call that put at least one request of that op on the wire);
 - ``shoal_bench_state_flush_requests_total{op}``, ``shoal_bench_state_flush_keys_total{op}``:
@@ -35,18 +36,21 @@ MAX_PER_DEST: Counter[str] = Counter()
 
 def _install() -> None:
     from broker import broker_metrics
-    from broker.handlers import share_fetch
+    from broker.handlers import share_acknowledge, share_fetch
     from broker.metrics import Family
     from persister.network_batcher import StateBatcher
 
-    fetch = share_fetch._share_fetch
+    def counting(handler: Any, name: str) -> Any:
+        async def run(ctx: Any, req: Any) -> Any:
+            if any(p.acknowledgement_batches for t in req.topics for p in t.partitions):
+                COUNTS[name] += 1
+            return await handler(ctx, req)
+        return run
 
-    async def counting_fetch(ctx: Any, req: Any) -> Any:
-        if any(p.acknowledgement_batches for t in req.topics for p in t.partitions):
-            COUNTS["share_fetch_with_acks"] += 1
-        return await fetch(ctx, req)
-
-    share_fetch._share_fetch = counting_fetch  # type: ignore[assignment]
+    share_fetch._share_fetch = counting(share_fetch._share_fetch,  # type: ignore[assignment]
+                                        "share_fetch_with_acks")
+    share_acknowledge._share_acknowledge = counting(  # type: ignore[assignment]
+        share_acknowledge._share_acknowledge, "share_acknowledge_with_acks")
 
     sends = StateBatcher.sends
 
@@ -70,6 +74,9 @@ def _install() -> None:
         yield Family("shoal_bench_share_fetch_with_acks_total", "counter",
                      "ShareFetch requests carrying acknowledgements (bench wrapper).",
                      samples=[((), COUNTS["share_fetch_with_acks"])])
+        yield Family("shoal_bench_share_acknowledge_with_acks_total", "counter",
+                     "ShareAcknowledge requests carrying acknowledgements (bench wrapper).",
+                     samples=[((), COUNTS["share_acknowledge_with_acks"])])
         for name, kind, help_ in (
                 ("flushes", "state_flushes_total", "Persister flushes sending this op."),
                 ("requests", "state_flush_requests_total", "Requests those flushes sent."),
