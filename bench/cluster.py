@@ -326,12 +326,14 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         t0, t1 = fig.pop("t_first", None), fig.pop("t_last", None)
         if t0 is not None and t1 is not None:
             per = [m.between(label, t0, t1) for m in monitors]
-            cpu = [w.get("broker_cpu_s") for w in per]
-            fig["broker_cpu_s_each"] = cpu
+            # The windows' own CPU seconds: the summaries round to 10 ms, too coarse here.
+            cpu = [m.windows[-1].cpu_s for m in monitors]
+            fig["broker_cpu_s_each"] = [None if c is None else round(c, 3) for c in cpu]
             if all(c is not None for c in cpu):
-                fig["broker_cpu_s"] = round(sum(cpu), 3)
+                total = sum(c for c in cpu if c is not None)
+                fig["broker_cpu_s"] = round(total, 3)
                 if fig["records"]:
-                    fig["broker_cpu_us_per_record"] = round(1e6 * sum(cpu) / fig["records"], 2)
+                    fig["broker_cpu_us_per_record"] = round(1e6 * total / fig["records"], 2)
             fig["broker_rss_peak_mb_each"] = [w.get("rss_peak_mb") for w in per]
             for name, mon in others.items():
                 fig[f"{name}_cpu_s"] = mon.between(name, t0, t1).get("broker_cpu_s")
