@@ -25,12 +25,14 @@ Every broker runs as ``python -m bench.cluster_broker`` (the plain broker plus c
 
 - ``single`` / ``cluster``: records/s (first record to the last, as scenario b), broker CPU s
   over that interval from ``/proc/<pid>/stat`` (summed over the 3 brokers), CPU per delivered
-  record (us) and their ratio ``cpu_ratio`` (target: <= 1.2);
+  record (us) and their ratio ``cpu_ratio`` (target: <= 1.2); also the brokers' idle CPU
+  (measured for 3 s before the consumers start) and the same figures net of it;
 - ``cluster.rpc``: from each broker's ``/metrics`` before and after the phase:
   ``shoal_inter_broker_requests_total{api="WriteShareGroupState"}`` by source and destination,
   acknowledgement batches (ShareAcknowledge and ShareFetch requests carrying acknowledgements,
   counted by the wrapper), share-state writes (``shoal_share_state_write_duration_seconds``
-  count); ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
+  count and mean), the WriteShareGroupState round trip (mean ms);
+  ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
   ``flushes_within_one_per_destination`` (the share of persister flushes that sent at most one
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
 - ``recovery`` and ``controller`` as above (seconds from the kill -9).
@@ -60,6 +62,7 @@ from bench.procs import (
     CTX,
     Monitor,
     ShoalBroker,
+    cpu_seconds,
     free_port,
     join_processes,
     start_process,
@@ -75,6 +78,7 @@ TARGET_CPU_RATIO = 1.2
 WRAPPER = ["-m", "bench.cluster_broker"]
 WRITE = "WriteShareGroupState"
 T = 60.0  # bound of every wait in the recovery phases
+IDLE_S = 3.0  # idle CPU of the brokers measured over this long before consuming
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -316,6 +320,7 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     settings.log(f"  [{label}] pre-producing {n:,} records into {PARTITIONS} partitions")
     pre = produce(settings, system, topic, n, PARTITIONS)
     group = f"bench-{settings.run_id}-{label}"
+    idle = idle_cpu(pids, IDLE_S)
     before = [scrape(p) for p in metrics_ports]
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
@@ -334,6 +339,11 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
                 fig["broker_cpu_s"] = round(total, 3)
                 if fig["records"]:
                     fig["broker_cpu_us_per_record"] = round(1e6 * total / fig["records"], 2)
+                    # What the brokers burn with nothing to do (etcd session, timers) over the
+                    # same interval, taken out: the per-record cost proper.
+                    net = total - idle * (t1 - t0)
+                    fig["broker_cpu_us_per_record_net_of_idle"] = round(
+                        1e6 * net / fig["records"], 2)
             fig["broker_rss_peak_mb_each"] = [w.get("rss_peak_mb") for w in per]
             for name, mon in others.items():
                 fig[f"{name}_cpu_s"] = mon.between(name, t0, t1).get("broker_cpu_s")
@@ -341,7 +351,11 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         for mon in [*monitors, *others.values()]:
             mon.close()
     after = [scrape(p) for p in metrics_ports]
-    fig["rpc"] = rpc_figures(before, after)
+    fig["rpc"] = rpc = rpc_figures(before, after)
+    if sum(rpc["share_fetch_requests"]):
+        rpc["records_per_share_fetch"] = round(fig["records"] / sum(rpc["share_fetch_requests"]),
+                                               1)
+    fig["broker_idle_cpu_s_per_s"] = round(idle, 4)
     fig.update(topic=topic, group=group, partitions=PARTITIONS, consumers=CONSUMERS,
                mode="explicit", brokers=len(bootstraps),
                pre_produce={"rate": pre["rate"], "seconds": pre["seconds"]})
@@ -352,6 +366,14 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         fig["error"] = f"gave up with {fig['records']} of {n} records"
     system.admin.close()
     return fig
+
+
+def idle_cpu(pids: list[int], seconds: float) -> float:
+    """CPU seconds per second the processes use together while nothing is asked of them."""
+    t0, c0 = time.monotonic(), [cpu_seconds(p) or 0.0 for p in pids]
+    time.sleep(seconds)
+    t1, c1 = time.monotonic(), [cpu_seconds(p) or 0.0 for p in pids]
+    return (sum(c1) - sum(c0)) / (t1 - t0)
 
 
 def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[str, Any]:
@@ -376,6 +398,9 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
     flush_keys = delta("shoal_bench_state_flush_keys_total", op="WRITE")
     most = max((metric_sum(a, "shoal_bench_state_flush_max_per_destination", op="WRITE")
                 for a in after), default=0.0)
+    rpc_s = delta("shoal_inter_broker_request_seconds_sum", api=WRITE)
+    rpc_n = delta("shoal_inter_broker_request_seconds_count", api=WRITE)
+    write_s = delta("shoal_share_state_write_duration_seconds_sum")
     rpcs = sum(sum(d.values()) for d in write_by_dest)
     batches = sum(acks) + sum(fetch_acks)
     out: dict[str, Any] = {
@@ -387,6 +412,10 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
         "persister_write_flushes": sum(flushes), "persister_write_requests": sum(flush_reqs),
         "most_writes_to_one_destination_in_a_flush": most,
     }
+    if sum(rpc_n):
+        out["write_rpc_mean_ms"] = round(1000 * sum(rpc_s) / sum(rpc_n), 2)
+    if sum(writes):
+        out["share_state_write_mean_ms"] = round(1000 * sum(write_s) / sum(writes), 2)
     if batches:
         out["write_rpcs_per_ack_batch"] = round(rpcs / batches, 3)
         out["share_state_writes_per_ack_batch"] = round(sum(writes) / batches, 3)
@@ -628,6 +657,10 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
     if s.get("broker_cpu_us_per_record") and c.get("broker_cpu_us_per_record"):
         fig["cpu_ratio"] = round(c["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
         fig["cpu_verdict"] = "met" if fig["cpu_ratio"] <= TARGET_CPU_RATIO else "missed"
+    net_s, net_c = (s.get("broker_cpu_us_per_record_net_of_idle"),
+                    c.get("broker_cpu_us_per_record_net_of_idle"))
+    if net_s and net_c:
+        fig["cpu_ratio_net_of_idle"] = round(net_c / net_s, 3)
     if s.get("rate") and c.get("rate"):
         fig["rate_ratio"] = round(c["rate"] / s["rate"], 3)
     fig["rate"] = c.get("rate")
@@ -680,6 +713,12 @@ REPORT_ROWS = [
                _get("single", "broker_cpu_us_per_record"), digits=1),
     report.Row("cluster", TITLE, "CPU per record, 3 brokers / 1 broker", "ratio",
                _get("cpu_ratio"), ("<=", TARGET_CPU_RATIO), digits=3),
+    report.Row("cluster", TITLE, "the same net of the brokers' idle CPU", "ratio",
+               _get("cpu_ratio_net_of_idle"), digits=3),
+    report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 3 "
+               "brokers", "ms", _get("cluster", "rpc", "share_state_write_mean_ms"), digits=2),
+    report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 1 "
+               "broker", "ms", _get("single", "rpc", "share_state_write_mean_ms"), digits=2),
     report.Row("cluster", TITLE, "WriteShareGroupState RPCs per acknowledgement batch", "RPCs",
                _get("cluster", "rpc", "write_rpcs_per_ack_batch"), digits=3),
     report.Row("cluster", TITLE, "share-partition writes per WriteShareGroupState RPC", "keys",
