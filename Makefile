@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run cluster client lint test test-slow test-crash bench bench-spark bench-hostile bench-groups bench-cluster kcat java javac java-clients etcd clean
+.PHONY: setup run cluster client lint test test-slow test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -184,6 +184,7 @@ bench-hostile: $(VENV)/.installed-bench
 ## Scenario (cluster) alone (issue 23): etcd + 3 brokers vs one broker, 12 partitions x 6 share
 ## consumers, then kill -9 recovery and controller failover (bench/cluster.py). Not part of CI
 ## (.ci/run). SCALE=0.05 is a quick run (a few minutes).
+.PHONY: bench-cluster
 bench-cluster: $(VENV)/.installed-bench $(VENV)/.installed-cluster etcd
 	$(BIN)/python -m bench.run --only cluster $(if $(SCALE),--scale $(SCALE),)
 
