@@ -188,5 +188,12 @@ bench-groups: $(VENV)/.installed-bench
 bench-hostile: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run --only h $(if $(SCALE),--scale $(SCALE),)
 
+## Scenario (cluster) alone (issue 23): etcd + 3 brokers vs one broker, 12 partitions x 6 share
+## consumers, then kill -9 recovery and controller failover (bench/cluster.py). Not part of CI
+## (.ci/run). SCALE=0.05 is a quick run (a few minutes).
+.PHONY: bench-cluster
+bench-cluster: $(VENV)/.installed-bench $(VENV)/.installed-cluster etcd
+	$(BIN)/python -m bench.run --only cluster $(if $(SCALE),--scale $(SCALE),)
+
 clean:
 	rm -rf $(VENV) data data-cluster .pytest_cache

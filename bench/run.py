@@ -35,6 +35,10 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
   (``bench/consumer_groups.py``; ``make bench-groups``)
 - ``x``  issue 15: transactional produce (transactions of 1,000 records, 4 partitions) vs an
   idempotent producer, N/5 records each (``bench/transactions.py``)
+- ``cluster``  issue 23: etcd + 3 brokers vs one broker, 12 partitions x 6 share consumers
+  (explicit): records/s, broker CPU per record (target: <= 1.2x one broker), inter-broker
+  share-state RPCs per acknowledgement batch, kill -9 recovery and controller failover times
+  (``bench/cluster.py``; ``make bench-cluster``). Skipped where etcd is missing (``make etcd``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f, g and k against an already
 running Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report
@@ -61,6 +65,7 @@ from typing import Any
 
 from bench import (
     authz_overhead,
+    cluster,
     consumer_groups,
     key_ordering,
     report,
@@ -83,11 +88,12 @@ from bench.procs import (
 from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
-report.ROWS += (authz_overhead.REPORT_ROWS + consumer_groups.REPORT_ROWS
+report.ROWS += (authz_overhead.REPORT_ROWS + cluster.REPORT_ROWS + consumer_groups.REPORT_ROWS
                 + key_ordering.REPORT_ROWS + share_read_committed.REPORT_ROWS
                 + transactions.REPORT_ROWS)
 
-ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "o", "r", "x", "h", "t", "z"]
+ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "o", "r", "x", "h", "t", "z",
+       "cluster"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "o", "r", "x"}
 
 
@@ -227,6 +233,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"({fig.get('acls')} ACLs, {fig.get('rounds')} rounds)")
     if key == "k":
         return consumer_groups.brief(fig)
+    if key == "cluster":
+        return cluster.brief(fig)
     if key == "o":
         return key_ordering.brief(fig)
     if key == "r":
@@ -397,6 +405,12 @@ def main(argv: list[str] | None = None) -> int:
                 shoal["scenarios"]["z"] = _attempt(
                     lambda: authz_overhead.run(settings, out_dir, log=_log), "z")
                 _log(f"  z: {_brief('z', shoal['scenarios']['z'])}")
+            if "cluster" in selected:
+                _log("(cluster) etcd + 3 brokers vs one broker, recovery: bench/cluster.py")
+                shoal["scenarios"]["cluster"] = _attempt(
+                    lambda: cluster.scenario_cluster(settings, out_dir, overrides, _log),
+                    "cluster")
+                _log(f"  cluster: {_brief('cluster', shoal['scenarios']['cluster'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

@@ -187,10 +187,13 @@ def dataset(settings: Settings, system: System, partitions: int) -> tuple[str, i
 def run_share_consumers(system: System, topic: str, group: str, consumers: int,
                         mode: str, target: int, timeout: float, latency: bool = False,
                         during: Callable[[Any, Any], dict[str, Any] | None] | None = None,
+                        bootstraps: list[str] | None = None,
                         ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, float]:
     """Start ``consumers`` ShareConsumer processes on ``group``, release them together, wait
     until ``target`` first deliveries (or ``timeout``). ``during(seen, stop)`` runs in the parent
-    once they are released (the latency producer). Returns (results, during's result, t_go)."""
+    once they are released (the latency producer). Consumer i bootstraps from
+    ``bootstraps[i % len(bootstraps)]`` when given (spread over a cluster's brokers), else from
+    ``system.bootstrap``. Returns (results, during's result, t_go)."""
     system.admin.set_group_configs(group, {"share.auto.offset.reset": "earliest"})
     counter, ready = CTX.Value("q", 0), CTX.Value("i", 0)
     seen = CTX.Array("q", consumers)
@@ -199,7 +202,8 @@ def run_share_consumers(system: System, topic: str, group: str, consumers: int,
     extra = None
     try:
         for i in range(consumers):
-            p = {"bootstrap": system.bootstrap, "group": group, "topic": topic, "mode": mode,
+            boot = bootstraps[i % len(bootstraps)] if bootstraps else system.bootstrap
+            p = {"bootstrap": boot, "group": group, "topic": topic, "mode": mode,
                  "index": i, "target": target, "timeout": timeout, "latency": latency}
             procs.append(start_process(clients.share_consume_worker, p, counter, ready, seen,
                                        go, stop, out, name=f"share-consumer-{i}"))
