@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from broker.metrics import Family
 from cluster.metadata import NO_LEADER
-from persister.network_persister import NetworkPersister
+from persister.local_first import LocalFirstPersister
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -58,7 +58,7 @@ def collect_cluster(broker: Broker) -> Iterable[Family]:
     yield Family("shoal_cluster_offline_partitions", "gauge",
                  "Partitions of the cluster without a live leader.", samples=[((), offline)])
     all_stats = []
-    if isinstance(broker.persister, NetworkPersister):
+    if isinstance(broker.persister, LocalFirstPersister):
         all_stats.append(broker.persister.stats())
     if broker.links is not None:
         all_stats.append(broker.links.rpc.stats())

@@ -29,10 +29,10 @@ from broker.group_configs import GroupConfigs
 from coordinator.group.service import open_group_coordinator
 from coordinator.share.opener import open_share_coordinator
 from coordinator.txn.service import open_transactions
-from broker.inter_broker import inter_broker_rpc_for, network_persister_for
+from broker.inter_broker import inter_broker_rpc_for, local_first_persister_for
 from broker.txn_remote import BrokerLinks, ClusterMarkers, TxnCoordinatorLink
 from persister.coordinator_persister import CoordinatorPersister
-from persister.network_persister import NetworkPersister
+from persister.local_first import LocalFirstPersister
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -48,7 +48,7 @@ async def open_coordinators(broker: Broker) -> None:
     if persister is None and broker.member is not None:
         # A cluster member reaches whichever broker leads the key's state partition over the
         # wire (the share-state RPCs), itself included, as Kafka's persister does.
-        persister = broker.persister = network_persister_for(broker)
+        persister = broker.persister = local_first_persister_for(broker)
     if persister is None:
         persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
     broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
@@ -78,6 +78,6 @@ async def close_coordinators(broker: Broker) -> None:
     await broker.shares.stop()
     if broker.links is not None:  # after its users: markers, dead letters, admin reads
         await broker.links.close()
-    if isinstance(broker.persister, NetworkPersister):
+    if isinstance(broker.persister, LocalFirstPersister):
         await broker.persister.close()
     await broker.share_coordinator.close()

@@ -36,9 +36,13 @@ from broker.security.listeners import Listener, jaas_config, listener_config
 from broker.inter_broker_rpc import InterBrokerRpc
 from client.pool import ConnectionPool
 from client.security import MECHANISMS, SecurityConfigError, SecuritySettings
+from persister.api import SharePartitionKey
+from persister.coordinator_persister import CoordinatorPersister
+from persister.local_first import LocalFirstPersister
 from persister.network_persister import NetworkPersister
 from cluster.metadata import PartitionInfo
 from coordinator.share.opener import SHARE_STATE_TOPIC
+from coordinator.share.service import partition_for_key
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -180,6 +184,28 @@ def network_persister_for(broker: Broker) -> NetworkPersister:
         _StateTopicOnFirstUse(broker), pool, listener=listener.name,
         num_partitions=lambda: int(config.get("share.coordinator.state.topic.num.partitions")),
         deadline_ms=timeout_ms, request_timeout_ms=timeout_ms)
+
+
+def local_first_persister_for(broker: Broker) -> LocalFirstPersister:
+    """``network_persister_for``, with the keys whose share-state partition this broker leads
+    served by its own share coordinator in process (``persister/local_first.py``).
+
+    Raises:
+        InterBrokerConfigError: as ``network_persister_for``.
+    """
+    remote = network_persister_for(broker)
+    partitions: dict[SharePartitionKey, int] = {}  # the Java string hash of a key, once
+
+    def is_local(key: SharePartitionKey) -> bool:
+        p = partitions.get(key)
+        if p is None:
+            if len(partitions) > 100_000:
+                partitions.clear()
+            n = int(broker.config.get("share.coordinator.state.topic.num.partitions"))
+            p = partitions[key] = partition_for_key(key, n)
+        return broker.cluster.is_leader(SHARE_STATE_TOPIC, p)
+
+    return LocalFirstPersister(CoordinatorPersister(broker.share_coordinator), remote, is_local)
 
 
 def inter_broker_rpc_for(broker: Broker) -> InterBrokerRpc:
