@@ -50,6 +50,7 @@ from broker.group_configs import GroupConfigs
 from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
+from storage.log_dir import describe
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.group.share import heartbeat as hb
@@ -524,10 +525,38 @@ class ShareAdmin:
     # ------------------------------------------------------------------ delete groups
 
     async def delete_groups(self, group_ids: Sequence[str]) -> list[GroupDeleteResult]:
-        """DeleteGroups for share groups, one result per id in request order."""
-        return [await self._delete_group(gid) for gid in group_ids]
+        """DeleteGroups for share groups, one result per id in request order.
 
-    async def _delete_group(self, group_id: str) -> GroupDeleteResult:
+        The configs of the deleted share groups are removed together, with one write of the
+        group-config file in a worker thread, before the answer (durable before the answer). If
+        that write fails, those groups are deleted but keep their configs: they answer
+        KAFKA_STORAGE_ERROR saying so (the configs can be removed with IncrementalAlterConfigs
+        DELETE on the group)."""
+        shares: list[str] = []  # the share groups deleted
+        results = [await self._delete_group(gid, shares) for gid in group_ids]
+        configs = self._configs
+        drop = [gid for gid in dict.fromkeys(shares) if configs.overrides(gid)]
+        if not drop:
+            return results
+        failed: str | None = None
+        async with configs.lock:
+            try:
+                await configs.commit({gid: {} for gid in drop})
+            except OSError as exc:
+                failed = describe(exc)
+                log.error("removing the configs of %d deleted share group(s) failed: %s",
+                          len(drop), failed)
+        if failed is None:
+            return results
+        gone = set(drop)
+        return [GroupDeleteResult(
+            res.group_id, ErrorCode.kafka_storage_error,
+            f"share group {res.group_id!r} was deleted but its configs could not be removed "
+            f"({failed}); remove them with IncrementalAlterConfigs DELETE on the group once "
+            "the disk is fixed") if res.group_id in gone else res for res in results]
+
+    async def _delete_group(self, group_id: str, shares: list[str]) -> GroupDeleteResult:
+        """Delete one group; a deleted share group's id is added to ``shares``."""
         if not group_id:
             return GroupDeleteResult(group_id, ErrorCode.invalid_group_id,
                                      "The group id must not be empty.")
@@ -554,13 +583,8 @@ class ShareAdmin:
         response = await self._groups.delete_group(group_id)
         if response.error_code != ErrorCode.none:
             return GroupDeleteResult(group_id, response.error_code, response.error_message)
-        overrides = self._configs.overrides(group_id)
-        if overrides:
-            try:
-                self._configs.alter(group_id, {name: None for name in overrides})
-            except Exception:
-                log.exception("removing the configs of deleted share group %s failed", group_id)
         log.info("share group %s deleted", group_id, extra={"group": group_id})
+        shares.append(group_id)
         return GroupDeleteResult(group_id)
 
 
