@@ -178,3 +178,35 @@ def send_all(sock: socket.socket, apis: list[tuple[int, int]], n: int,
             call(sock, key, version, data)
             out[f"{key}/{path}"] = round(time.monotonic() - t0, 4)
     return out
+
+
+def advertised(sock: socket.socket) -> list[tuple[int, int, int]]:
+    """(api key, min, max) of every API the broker advertises (ApiVersions v3)."""
+    from protocol.messages import make
+    from protocol.codec import request_module
+
+    body = make(request_module(18, 3).ApiVersionsRequest, client_software_name="bench",
+                client_software_version="1")
+    resp = call(sock, 18, 3, frame(18, 3, 0, body))[1]
+    return [(int(a.api_key), int(a.min_version), int(a.max_version)) for a in resp.api_keys]
+
+
+def attack(addr: tuple[str, int], n: int, timeout: float) -> dict[str, Any]:
+    """The hostile bench step ``element_counts``: every array of every advertised API at ``n``
+    entries, one request after the other on one connection. Figures: requests sent, total and
+    slowest answers, the largest frame."""
+    sock = socket.create_connection(addr, timeout=timeout)
+    try:
+        apis = served(advertised(sock))
+        largest = [0]
+
+        def sent(_key: int, _path: str, size: int) -> None:
+            largest[0] = max(largest[0], size)
+
+        times = send_all(sock, apis, n, sent)
+    finally:
+        sock.close()
+    slowest = sorted(times.items(), key=lambda kv: -kv[1])[:5]
+    return {"apis": len(apis), "requests": len(times), "entries": n,
+            "largest_frame_bytes": largest[0], "answer_s_total": round(sum(times.values()), 2),
+            "slowest": dict(slowest)}

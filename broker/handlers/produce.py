@@ -61,7 +61,7 @@ from broker.log.append import (
     validation_policy,
 )
 from broker.log.topics import Topic
-from broker.wire_limits import YIELD_EVERY
+from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.log_validator import (
     DECOMPRESSED_FLOOR,
@@ -174,6 +174,9 @@ async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[A
     result = await _produce_sliced(ctx, req, checks)
     if inspect.isawaitable(result):
         result = await result
+    if sum(len(td.partition_data) for td in req.topic_data) > YIELD_EVERY \
+            and result is not NO_RESPONSE:
+        return EncodeOffLoop(result)  # an answer of that many partitions is encoded off the loop
     return result
 
 

@@ -50,6 +50,7 @@ from broker.group_configs import GroupConfigs
 from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
+from broker.wire_limits import YIELD_EVERY
 from storage.log_dir import describe
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
@@ -533,7 +534,11 @@ class ShareAdmin:
         KAFKA_STORAGE_ERROR saying so (the configs can be removed with IncrementalAlterConfigs
         DELETE on the group)."""
         shares: list[str] = []  # the share groups deleted
-        results = [await self._delete_group(gid, shares) for gid in group_ids]
+        results = []
+        for i, gid in enumerate(group_ids):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # unknown ids finish without suspending: serve the loop
+            results.append(await self._delete_group(gid, shares))
         configs = self._configs
         drop = [gid for gid in dict.fromkeys(shares) if configs.overrides(gid)]
         if not drop:
