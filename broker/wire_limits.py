@@ -38,6 +38,12 @@ def decode_off_loop(api_key: int, frame_bytes: int) -> bool:
 YIELD_EVERY = 2000
 
 
+async def breathe(i: int) -> None:
+    """Hand the event loop back on every ``YIELD_EVERY``-th step ``i`` of a long loop."""
+    if i and i % YIELD_EVERY == 0:
+        await asyncio.sleep(0)
+
+
 async def in_slices(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
     """``[fn(item) for item in items]``, handing the event loop back every ``YIELD_EVERY``
     items, so a request of tens of thousands of elements (issue 25) does not hold the loop."""

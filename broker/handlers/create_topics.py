@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from broker.log.topics import TopicError
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY, in_slices
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.handlers.describe_configs import topic_entries
 from protocol.codec import response_module
@@ -156,20 +157,29 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.authorized(Operation.CREATE, CLUSTER, audit=False):
         refused = ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
     hidden = ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single, audit=False)
-    results: list[Created] = []
-    for t in req.topics:
+
+    def one(t: Any) -> Created | None:
         if counts[t.name] != 1:
-            continue
+            return None
         if t.name in refused:
-            results.append(Created(t.name, ErrorCode.topic_authorization_failed, refusal(
-                ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name))))
-            continue
+            return Created(t.name, ErrorCode.topic_authorization_failed, refusal(
+                ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name)))
         created = create_one(broker, t, req.validate_only)
         created.describable = t.name not in hidden
-        results.append(created)
+        return created
+
     # Duplicates last and once per name, as Kafka's controller answers them.
-    for name, n in counts.items():
-        if n > 1:
-            results.append(Created(name, ErrorCode.invalid_request, "duplicate topic name"))
+    duplicates = [Created(name, ErrorCode.invalid_request, "duplicate topic name")
+                  for name, n in counts.items() if n > 1]
+    if len(req.topics) > YIELD_EVERY:  # many topics: the event loop is served between slices
+        return _in_slices(m, broker, req.topics, one, duplicates)
+    results = [c for c in map(one, req.topics) if c is not None] + duplicates
     return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE,
                 topics=tuple(_result(m, broker, c) for c in results))
+
+
+async def _in_slices(m: Any, broker: Broker, topics: Any, one: Any,
+                     duplicates: list[Created]) -> Any:
+    results = [c for c in await in_slices(topics, one) if c is not None] + duplicates
+    answers = await in_slices(results, lambda c: _result(m, broker, c))
+    return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(answers))
