@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -315,8 +315,8 @@ class ShareAdmin:
                         plan.append((topic.name, topic, sorted(parts)))
         else:
             plan = [(name, self._topics.get(name), list(parts)) for name, parts in requested]
-        topics = await asyncio.gather(*(self._topic_offsets(group_id, name, topic, parts)
-                                        for name, topic, parts in plan))
+        topics = await _gather_in_slices(
+            [self._topic_offsets(group_id, name, topic, parts) for name, topic, parts in plan])
         return GroupOffsets(group_id, tuple(topics))
 
     def _name_of(self, topic_id: uuid.UUID) -> str:
@@ -329,8 +329,8 @@ class ShareAdmin:
             return TopicOffsets(name, None, tuple(
                 PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                 error_message=UNKNOWN_PARTITION) for p in partitions))
-        rows = await asyncio.gather(*(self._partition_offset(group_id, topic, p)
-                                      for p in partitions))
+        rows = await _gather_in_slices(
+            [self._partition_offset(group_id, topic, p) for p in partitions])
         return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
 
     async def _partition_offset(self, group_id: str, topic: Topic, p: int) -> PartitionOffset:
@@ -591,6 +591,15 @@ class ShareAdmin:
         log.info("share group %s deleted", group_id, extra={"group": group_id})
         shares.append(group_id)
         return GroupDeleteResult(group_id)
+
+
+async def _gather_in_slices(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """``asyncio.gather`` of ``calls``, ``YIELD_EVERY`` at a time: tens of thousands of tasks
+    made in one go held the event loop for a second (issue 25)."""
+    out: list[T] = []
+    for i in range(0, len(calls), YIELD_EVERY):
+        out += await asyncio.gather(*calls[i:i + YIELD_EVERY])
+    return out
 
 
 async def _guard(what: str, call: Awaitable[T], on_error: Any) -> T:
