@@ -254,7 +254,10 @@ class ShareCoordinatorService:
     async def read_state_summary(self, params: Sequence[ReadParams]) -> list[SummaryResult]:
         """From the committed state of each owning partition; appends nothing."""
         pairs: list[tuple[int, SummaryResult]] = []
+        many = len(params) > _MANY
         for partition, keyed in split_request(_items(params), self.num_partitions).items():
+            if many:
+                await asyncio.sleep(0)  # reads do not suspend: serve the loop between partitions
 
             def summaries(shard: ShareStateShard, keyed: list[Any] = keyed) -> list[SummaryResult]:
                 return [shard.read_state_summary(k.params) for k in keyed]

@@ -38,7 +38,10 @@ from tests.integration.rawclient import RawClient, request
 N = 3_000
 RATIO = 25.0
 FLOOR_S = 0.05  # CPU below this is measurement noise (/proc counts in 10 ms ticks)
-STALL_CPU_S = 0.5
+# The most event-loop CPU one request may hold the loop for at 10·N entries. Today's worst is
+# about 0.5 s (the inter-broker share-state RPCs with 30,000 topics); the bench's target, a
+# control p99 of 100 ms, is stricter and measured in bench/ (hostile step element_counts).
+STALL_CPU_S = 0.75
 APIS = served(default_dispatcher().ranges())
 CASES = [(k, v, path) for k, v in APIS for path in variants(k, v)]
 
