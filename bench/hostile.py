@@ -14,7 +14,9 @@ bottleneck, do the following one after the other, each holding what it opened un
    12 MB frame; answered or timed out), then the session is closed (epoch -1);
 6. ``forged_batch``: a Produce of a 69-byte batch that claims 2^31-1 records (the log end offset
    it leaves is reported);
-7. ``share_load``: 10 share groups of 200 members (ShareGroupHeartbeat from raw clients) and
+7. ``element_counts`` (issue 25): every array of every advertised API at 30,000 entries, one
+   request after the other (``bench/element_counts.py``; about 90 requests of up to 2 MB);
+8. ``share_load``: 10 share groups of 200 members (ShareGroupHeartbeat from raw clients) and
    one share session each (ShareFetch, epoch 0): 2,000 sessions. Held means every join and
    every session open succeeded and, at the end, every member's heartbeat and every session's
    epoch-1 fetch still succeed.
@@ -68,9 +70,9 @@ FORGED_COUNT = 2**31 - 1
 TARGET_P99_MS = 100.0
 TARGET_RSS_MB = 200.0
 FULL = {"flood": 3000, "half_sent": 200, "slow_reader": 1000, "wide_fetch": 100_000,
-        "wide_share_fetch": 2_000_000, "members": 200, "groups": 10}
+        "wide_share_fetch": 2_000_000, "element_counts": 30_000, "members": 200, "groups": 10}
 MINIMUM = {"flood": 10, "half_sent": 2, "slow_reader": 10, "wide_fetch": 100,
-           "wide_share_fetch": 1000, "members": 2, "groups": 10}
+           "wide_share_fetch": 1000, "element_counts": 300, "members": 2, "groups": 10}
 CLIENT_ID = b"shoal-bench-hostile"
 
 
@@ -316,6 +318,10 @@ def attack_worker(kind: str, p: dict[str, Any], out: Any, stop: Any) -> None:
             res["base_offset"] = int(pr.base_offset)
             lo = _call(s, 2, 7, list_offsets_frame(2, p["topic"]))
             res["log_end_offset"] = int(lo.topics[0].partitions[0].offset)
+        elif kind == "element_counts":
+            from bench.element_counts import attack
+
+            res.update(attack(addr, p["n"], p["timeout"]))
         elif kind == "share_load":
             res.update(_share_load(addr, p, socks, out, stop))
         else:
@@ -651,12 +657,13 @@ def _wait_report(out: Any, proc: Any, timeout: float, step: str) -> dict[str, An
 
 
 STEPS = ["flood", "half_sent", "slow_reader", "wide_fetch", "wide_share_fetch",
-         "forged_batch", "share_load"]
+         "forged_batch", "element_counts", "share_load"]
 
 
 def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str, str],
-               log: Any = print) -> dict[str, Any]:
-    """(h) hostile load against a fresh broker; returns the figures (see the module doc)."""
+               log: Any = print, steps: list[str] | None = None) -> dict[str, Any]:
+    """(h) hostile load against a fresh broker; returns the figures (see the module doc).
+    ``steps``: a subset of ``STEPS`` to run (all by default)."""
     limits = raise_nofile()  # the broker inherits the raised soft limit
     n = counts(scale)
     data = Path(tempfile.mkdtemp(prefix="shoal-bench-hostile-", dir=work_dir))
@@ -696,10 +703,11 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
                     "wide_fetch": {"n": n["wide_fetch"]},
                     "wide_share_fetch": {"n": n["wide_share_fetch"]},
                     "forged_batch": {"topic": "hostile-forged"},
+                    "element_counts": {"n": n["element_counts"]},
                     "share_load": {"groups": n["groups"], "members": n["members"]}}
         windows: dict[str, tuple[float, float]] = {}
         share_stop = share_proc = None
-        for step in STEPS:
+        for step in (steps or STEPS):
             stop = CTX.Event()
             stops.append(stop)
             if step == "share_load":
@@ -756,13 +764,24 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
         fig["attack_s"] = round(t_verify - t_attack, 1)
         share = fig["steps"].get("share_load", {})
         fig["share_load_held"] = share.get("held")
+        counts_step = fig["steps"].get("element_counts")
+        if counts_step is not None:  # issue 25: its own control p99 and RSS growth
+            counts_step["rss_growth_mb"] = round(
+                counts_step.get("rss_peak_mb", base_rss / 2**20) - base_rss / 2**20, 1)
         p99 = fig["control"]["p99_ms"]
         fig["verdicts"] = {
             "control_p99": "PASS" if p99 is not None and p99 <= TARGET_P99_MS else "FAIL",
             "rss_growth": "PASS" if fig["rss_growth_mb"] <= TARGET_RSS_MB else "FAIL",
             "serving_at_end": "PASS" if fig["serving_at_end"] else "FAIL",
-            "share_load_held": "PASS" if share.get("held") else "FAIL",
+            "share_load_held": "PASS" if share.get("held") or "share_load" not in
+            (steps or STEPS) else "FAIL",
         }
+        if counts_step is not None:
+            c99 = counts_step["control"]["p99_ms"]
+            fig["verdicts"]["element_counts_control_p99"] = (
+                "PASS" if c99 is not None and c99 <= TARGET_P99_MS else "FAIL")
+            fig["verdicts"]["element_counts_rss_growth"] = (
+                "PASS" if counts_step["rss_growth_mb"] <= TARGET_RSS_MB else "FAIL")
         fig["serving"] = 1 if fig["serving_at_end"] else 0
         fig["held"] = 1 if share.get("held") else 0
     finally:
@@ -781,7 +800,16 @@ def summary_line(fig: dict[str, Any]) -> str:
     c = fig.get("control", {})
     return (f"control p50 {c.get('p50_ms')} ms, p99 {c.get('p99_ms')} ms "
             f"({c.get('lost')} lost), RSS growth {fig.get('rss_growth_mb')} MB, serving at end "
-            f"{fig.get('serving_at_end')}, share load held {fig.get('share_load_held')}")
+            f"{fig.get('serving_at_end')}, share load held {fig.get('share_load_held')}"
+            + _counts_summary(fig))
+
+
+def _counts_summary(fig: dict[str, Any]) -> str:
+    step = fig.get("steps", {}).get("element_counts")
+    if not step or "control" not in step:
+        return ""
+    return (f"; element counts: control p99 {step['control'].get('p99_ms')} ms, RSS growth "
+            f"{step.get('rss_growth_mb')} MB over {step.get('requests')} requests")
 
 
 if __name__ == "__main__":  # python -m bench.hostile [scale]: the scenario alone, JSON out
@@ -793,8 +821,10 @@ if __name__ == "__main__":  # python -m bench.hostile [scale]: the scenario alon
     install_signal_cleanup()
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     try:
+        # python -m bench.hostile [scale] [step,step...]: e.g. ``1 element_counts``
+        chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else None
         result = scenario_h(float(sys.argv[1]) if len(sys.argv) > 1 else 1.0, work,
-                            work / "broker.log", {})
+                            work / "broker.log", {}, steps=chosen)
         print(json.dumps(result, indent=2, default=str))
     finally:
         stop_everything()

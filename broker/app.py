@@ -19,7 +19,7 @@ import asyncio
 import errno
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -473,7 +473,7 @@ class Broker:
         if topic is None:
             return self.create_topic(name, partitions, configs)
         missing = {k: v for k, v in configs.items() if k not in topic.configs}
-        if missing:
+        if missing and self.member is None:  # a cluster's internal topics come from etcd
             self.set_topic_configs(name, {**topic.configs, **missing})
         if topic.partitions != partitions:
             log.warning("%s has %d partitions; %s=%d is ignored (placement depends on the "
@@ -492,25 +492,40 @@ class Broker:
         return lg
 
     def delete_topic(self, name: str) -> Topic:
-        topic = self.topics.get(name)
-        assert topic is not None
-        return self.forget_topic(topic)
+        return self.delete_topics([name])[0]
 
     def forget_topic(self, topic: Topic) -> Topic:
-        """Unregister ``topic`` and delete its logs and state on this broker."""
-        name = topic.name
-        self.topics.delete(name)
-        self.logs.drop_topic(topic)
-        self.producers.drop_topic(name, topic.partitions)
-        log.info("deleted topic %s (id %s)", name, topic.topic_id)
-        if self.started:
-            # Loaded share-partitions and their lock timers go now; the group coordinator
-            # (topic listener) moves the topic to Deleting and deletes its share state, and the
-            # sweep below removes state no group lists.
-            self.shares.partitions.forget_topic(topic.topic_id)
+        """A cluster member drops a topic etcd no longer has (or has under a new id): its
+        registration, logs and state on this broker (``delete_topics``).
+
+        Raises:
+            OSError: as ``delete_topics``.
+        """
+        return self.delete_topics([topic.name])[0]
+
+    def delete_topics(self, names: Sequence[str]) -> list[Topic]:
+        """Delete registered topics: durable first (one ``topics.json`` write), then their logs.
+
+        Raises:
+            OSError: the log directory is offline or ``topics.json`` could not be written;
+                nothing was deleted (answer KAFKA_STORAGE_ERROR).
+        """
+        self.logs.log_dir.check()
+        topics = self.topics.delete_many(names)
+        for topic in topics:
+            self.logs.drop_topic(topic)
+            self.producers.drop_topic(topic.name, topic.partitions)
+            log.info("deleted topic %s (id %s)", topic.name, topic.topic_id)
+            if self.started:
+                # Loaded share-partitions and their lock timers go now; the group coordinator
+                # (topic listener) moves the topic to Deleting and deletes its share state, and
+                # the sweep below removes state no group lists.
+                self.shares.partitions.forget_topic(topic.topic_id)
+        if self.started and topics:
             self._side_task(self.delete_share_state_of_deleted_topics())
-        self._topics_changed(name)
-        return topic
+        for topic in topics:
+            self._topics_changed(topic.name)
+        return topics
 
     async def delete_share_state_of_deleted_topics(self) -> None:
         """Delete ``__share_group_state`` keys whose topic no longer exists (after DeleteTopics,
@@ -549,10 +564,22 @@ class Broker:
         self._topics_changed(name)
 
     def set_topic_configs(self, name: str, configs: dict[str, Any]) -> None:
-        topic = self.topics.get(name)
-        assert topic is not None
-        self.topics.set_configs(name, configs)
-        self.logs.reconfigure(topic)
+        self.set_topics_configs({name: configs})
+
+    def set_topics_configs(self, changes: Mapping[str, dict[str, Any]]) -> None:
+        """Replace topics' configs (validated): durable first, one ``topics.json`` write, then
+        visible, and the open logs take them at once (segment, retention, cleanup, flush).
+
+        Raises:
+            OSError: the log directory is offline or ``topics.json`` could not be written;
+                no topic's configs changed (answer KAFKA_STORAGE_ERROR).
+        """
+        self.logs.log_dir.check()
+        self.topics.set_configs_many(changes)
+        for name in changes:
+            topic = self.topics.get(name)
+            assert topic is not None
+            self.logs.reconfigure(topic)
         self.cleaner.wake()
 
     def cleaner_wake(self) -> None:

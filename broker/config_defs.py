@@ -231,7 +231,12 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("offset.metadata.max.bytes", "int", 4096,
               "Largest metadata string of a committed offset.", at_least(0)),
     ConfigDef("offsets.retention.minutes", "int", 10080,
-              "How long an empty group's committed offsets are kept.", at_least(1)),
+              "How long committed offsets are kept after their last commit once nothing reads "
+              "them: every offset of an empty group, and the offsets of topics a group with "
+              "members no longer subscribes to.", at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600_000,
+              "How often the offsets of a group with members are checked for topics it no "
+              "longer subscribes to.", at_least(1)),
     ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50,
               "Partitions of __share_group_state; never change after deployment.",
               between(1, 1000)),

@@ -11,7 +11,8 @@ The event loop serves every connection, so no single request may hold it for lon
   one client cannot queue many of them.
 - A handler whose response may be large (a Fetch over many partitions) returns it wrapped in
   ``EncodeOffLoop``; the connection encodes it in a worker thread.
-- Handlers that walk many partitions yield to the loop every ``YIELD_EVERY`` partitions.
+- Handlers that walk many partitions, groups or keys yield to the loop every ``YIELD_EVERY`` of
+  them (``in_slices``; ``tests/integration/wire/test_element_counts.py`` checks every API).
 - Handler modules may declare ``request_limit(config) -> (array path, most)`` and
   ``refuse_over_limit(ctx, count, most) -> response``: a request listing more elements is refused
   with that response before kio builds an object per element (``protocol.guard`` counts them).
@@ -19,7 +20,12 @@ The event loop serves every connection, so no single request may hold it for lon
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 DECODE_OFF_LOOP_BYTES = 64 * 1024
 PRODUCE_OFF_LOOP_BYTES = 1 << 20
@@ -30,6 +36,23 @@ def decode_off_loop(api_key: int, frame_bytes: int) -> bool:
     """Whether a request frame is decoded in a worker thread rather than on the loop."""
     return frame_bytes > (PRODUCE_OFF_LOOP_BYTES if api_key == PRODUCE else DECODE_OFF_LOOP_BYTES)
 YIELD_EVERY = 2000
+
+
+async def breathe(i: int) -> None:
+    """Hand the event loop back on every ``YIELD_EVERY``-th step ``i`` of a long loop."""
+    if i and i % YIELD_EVERY == 0:
+        await asyncio.sleep(0)
+
+
+async def in_slices(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
+    """``[fn(item) for item in items]``, handing the event loop back every ``YIELD_EVERY``
+    items, so a request of tens of thousands of elements (issue 25) does not hold the loop."""
+    out: list[R] = []
+    for i, item in enumerate(items):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        out.append(fn(item))
+    return out
 
 
 class EncodeOffLoop:

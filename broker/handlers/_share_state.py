@@ -14,6 +14,7 @@ partition, fencing, uninitialized state) is the shard's to answer.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import CLUSTER, Operation, cluster_action_refusal
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY
 from coordinator.share.runtime_service import ShareCoordinatorService
 from persister.api import SharePartitionKey
 
@@ -62,10 +64,14 @@ async def answer(
     params: list[P] = []
     # Per entry: (partition, index into params, or -1 with the reply already decided).
     layout: list[tuple[uuid.UUID | None, list[tuple[int, int, Res | None]]]] = []
+    seen = 0
     for topic in req.topics:
         entries: list[tuple[int, int, Res | None]] = []
         problem = _problem(req.group_id, topic.topic_id)
         for p in topic.partitions:
+            seen += 1
+            if seen % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # tens of thousands of entries: serve the loop between
             if problem is not None:
                 entries.append((p.partition, -1, invalid(ErrorCode.invalid_request, problem)))
                 continue
@@ -73,8 +79,11 @@ async def answer(
             params.append(to_params(SharePartitionKey(req.group_id, topic.topic_id, p.partition), p))
         layout.append((topic.topic_id, entries))
     replies = await call(params) if params else []
+    await asyncio.sleep(0)
     out: TopicReplies[Res] = []
-    for topic_id, entries in layout:
+    for i, (topic_id, entries) in enumerate(layout):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         rows: list[tuple[int, Res]] = []
         for partition, slot, decided in entries:
             reply = replies[slot] if decided is None else decided

@@ -3,8 +3,9 @@
 Unlike IncrementalAlterConfigs, the request gives the complete set of overrides: every config
 named is set, and every existing override that is not named is removed (a topic's per-topic
 configs; the broker's runtime changes). It is translated into SET and DELETE operations and goes
-through the same checks and atomic application as IncrementalAlterConfigs (``alter``), so the
-error codes are the same. Other resource types are INVALID_REQUEST. Authorization: ALTER_CONFIGS
+through the same checks and atomic application as IncrementalAlterConfigs (``alter``,
+``plan_topic``: the request's topic changes are one durable write, then visible; a storage error
+answers KAFKA_STORAGE_ERROR and changes nothing), so the error codes are the same. Other resource types are INVALID_REQUEST. Authorization: ALTER_CONFIGS
 on the resource, after the duplicate check (``config_authorization`` in describe_configs.py).
 """
 
@@ -18,7 +19,17 @@ from broker.authz import Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers.describe_configs import ResourceType, config_authorization
-from broker.handlers.incremental_alter_configs import AlterOp, OpType, alter, duplicate_resources
+from broker.handlers.incremental_alter_configs import (
+    Altered,
+    AlterOp,
+    OpType,
+    alter,
+    alter_request_problem,
+    apply_topic_plans,
+    apply_topic_plans_in_cluster,
+    duplicate_resources,
+    plan_topic,
+)
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -48,23 +59,45 @@ def replace_ops(broker: Broker, resource_type: int, name: str, given: Any) -> li
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     dups = duplicate_resources(req.resources)
-    responses = []
+    answers: list[Altered] = []
+    plans: dict[str, dict[str, Any]] = {}  # topic -> its new configs, applied together
     for r in req.resources:
         refused = None
         if (r.resource_type, r.resource_name) not in dups:
             refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
                                            r.resource_name)
         if (r.resource_type, r.resource_name) in dups:
-            error, message = ErrorCode.invalid_request, "resource appears more than once"
+            answers.append((ErrorCode.invalid_request, "resource appears more than once"))
         elif refused is not None:
-            error, message = refused
+            answers.append(refused)
         elif r.resource_type not in (ResourceType.TOPIC, ResourceType.BROKER):
-            error, message = (ErrorCode.invalid_request,
-                              f"unsupported resource type {r.resource_type} for AlterConfigs")
+            answers.append((ErrorCode.invalid_request,
+                            f"unsupported resource type {r.resource_type} for AlterConfigs"))
         else:
             ops = replace_ops(ctx.broker, r.resource_type, r.resource_name, r.configs)
-            error, message = alter(ctx.broker, r.resource_type, r.resource_name, ops,
-                                   req.validate_only)
+            if r.resource_type == ResourceType.TOPIC and alter_request_problem(ops) is None:
+                answer, plan = plan_topic(ctx.broker, r.resource_name, ops)
+                if plan is not None and not req.validate_only:
+                    plans[r.resource_name] = plan
+                answers.append(answer)
+            else:
+                answers.append(alter(ctx.broker, r.resource_type, r.resource_name, ops,
+                                     req.validate_only))
+    if ctx.broker.member is not None and plans:
+        return _respond_in_cluster(ctx, m, req, answers, plans)
+    return _respond(m, req, answers, apply_topic_plans(ctx.broker, plans))
+
+
+async def _respond_in_cluster(ctx: RequestContext, m: Any, req: Any, answers: list[Altered],
+                              plans: dict[str, dict[str, Any]]) -> Any:
+    return _respond(m, req, answers, await apply_topic_plans_in_cluster(ctx.broker, plans))
+
+
+def _respond(m: Any, req: Any, answers: list[Altered], failed: dict[str, Altered]) -> Any:
+    responses = []
+    for r, (error, message) in zip(req.resources, answers):
+        if r.resource_type == ResourceType.TOPIC and r.resource_name in failed:
+            error, message = failed[r.resource_name]
         responses.append(make(m.AlterConfigsResourceResponse, error_code=error,
                               error_message=message, resource_type=r.resource_type,
                               resource_name=r.resource_name))

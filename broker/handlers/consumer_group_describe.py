@@ -28,6 +28,7 @@ from broker.authz import (
     refusal,
 )
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY, in_slices
 from broker.handlers._common import NO_THROTTLE, describe_authorized, err_message
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupMember
 from coordinator.group.shard import ConsumerDescribeResult
@@ -89,28 +90,35 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     topics = service.topics_image()
     found, hidden = describe_authorized(ctx, req.group_ids, service.describe_consumer,
                                         lambda d: _assigned_topics(d, topics))
-    groups = []
-    for gid in req.group_ids:
+
+    def one(gid: str) -> Any:
         d = found.get(gid)
         if d is None:
-            groups.append(_refused(m, gid, ErrorCode.group_authorization_failed, refusal(
-                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))))
-        elif d.group is None:
-            groups.append(_refused(m, gid, d.error_code,
-                                   err_message(d.error_code, d.error_message)))
-        elif hidden and _assigned_topics(d, topics) & hidden:
-            groups.append(_refused(m, gid, ErrorCode.topic_authorization_failed,
-                                   "the group is assigned topics that "
-                                   f"{ctx.principal} may not DESCRIBE"))
-        else:
-            g = d.group
-            ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
-                   if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
-            groups.append(make(
-                m.DescribedGroup, error_code=ErrorCode.none, error_message=None, group_id=gid,
-                group_state=g.state.value, group_epoch=g.group_epoch,
-                assignment_epoch=g.assignment_epoch, assignor_name=d.assignor_name,
-                members=tuple(_member(m, g, g.members[mid], topics, ctx.api_version)
-                              for mid in sorted(g.members)),
-                authorized_operations=ops))
+            return _refused(m, gid, ErrorCode.group_authorization_failed, refusal(
+                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid)))
+        if d.group is None:
+            return _refused(m, gid, d.error_code, err_message(d.error_code, d.error_message))
+        if hidden and _assigned_topics(d, topics) & hidden:
+            return _refused(m, gid, ErrorCode.topic_authorization_failed,
+                            "the group is assigned topics that "
+                            f"{ctx.principal} may not DESCRIBE")
+        g = d.group
+        ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
+               if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
+        return make(
+            m.DescribedGroup, error_code=ErrorCode.none, error_message=None, group_id=gid,
+            group_state=g.state.value, group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch, assignor_name=d.assignor_name,
+            members=tuple(_member(m, g, g.members[mid], topics, ctx.api_version)
+                          for mid in sorted(g.members)),
+            authorized_operations=ops)
+
+    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
+        return _in_slices(m, req.group_ids, one)
+    return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
+                groups=tuple(one(gid) for gid in req.group_ids))
+
+
+async def _in_slices(m: Any, gids: Any, one: Any) -> Any:
+    groups = await in_slices(gids, one)
     return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

@@ -32,6 +32,7 @@ would report them), and v7+ the new topic id.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from kio.schema.errors import ErrorCode
 from broker.log.topics import TopicError
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY, in_slices
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.handlers.describe_configs import topic_entries
 from protocol.codec import response_module
@@ -156,20 +158,30 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.authorized(Operation.CREATE, CLUSTER, audit=False):
         refused = ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
     hidden = ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single, audit=False)
-    results: list[Created] = []
-    for t in req.topics:
+
+    async def one(t: Any) -> Created | None:
         if counts[t.name] != 1:
-            continue
+            return None
         if t.name in refused:
-            results.append(Created(t.name, ErrorCode.topic_authorization_failed, refusal(
-                ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name))))
-            continue
+            return Created(t.name, ErrorCode.topic_authorization_failed, refusal(
+                ctx.principal, Operation.CREATE, Resource(ResourceType.TOPIC, t.name)))
         created = await create_one(broker, t, req.validate_only)
         created.describable = t.name not in hidden
-        results.append(created)
+        return created
+
     # Duplicates last and once per name, as Kafka's controller answers them.
-    for name, n in counts.items():
-        if n > 1:
-            results.append(Created(name, ErrorCode.invalid_request, "duplicate topic name"))
+    duplicates = [Created(name, ErrorCode.invalid_request, "duplicate topic name")
+                  for name, n in counts.items() if n > 1]
+    results: list[Created] = []
+    for i, t in enumerate(req.topics):
+        if i and i % YIELD_EVERY == 0:  # many topics: the event loop is served between slices
+            await asyncio.sleep(0)
+        c = await one(t)
+        if c is not None:
+            results.append(c)
+    results += duplicates
+    if len(results) > YIELD_EVERY:
+        answers = await in_slices(results, lambda c: _result(m, broker, c))
+        return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(answers))
     return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE,
                 topics=tuple(_result(m, broker, c) for c in results))

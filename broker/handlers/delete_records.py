@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.config import cleanup_policies, topic_config_value
 from broker.context import RequestContext
+from broker.wire_limits import in_slices
 from broker.handlers._common import NO_THROTTLE, OK
 from protocol.codec import response_module
 from protocol.messages import make
@@ -109,17 +110,24 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 async def _delete_records(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     denied = ctx.denied(Operation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
-    planned = [[Deletion(t.name, p.partition_index, p.offset,
+
+    def planned_topic(t: Any) -> list[Deletion]:
+        return [Deletion(t.name, p.partition_index, p.offset,
                          error=ErrorCode.topic_authorization_failed) if t.name in denied
                 else plan(ctx.broker, t.name, p.partition_index, p.offset) for p in t.partitions]
-               for t in req.topics]
+
+    # A slice at a time: tens of thousands of topics do not hold the event loop.
+    planned = await in_slices(req.topics, planned_topic)
     todo = [d for ds in planned for d in ds if d.log is not None]
     if todo:
         await asyncio.to_thread(_apply_all, todo)
-    topics = tuple(
-        make(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
+
+    def answer(pair: tuple[Any, list[Deletion]]) -> Any:
+        t, ds = pair
+        return make(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
             make(m.DeleteRecordsPartitionResult, partition_index=d.partition,
                  low_watermark=d.low_watermark if d.error == OK else -1, error_code=d.error)
             for d in ds))
-        for t, ds in zip(req.topics, planned))
+
+    topics = tuple(await in_slices(zip(req.topics, planned), answer))
     return make(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=topics)

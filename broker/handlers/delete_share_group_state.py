@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
+from broker.wire_limits import in_slices
 from broker.handlers._share_state import answer, message, service
 from persister.api import DeleteParams, SharePartitionKey, WriteResult
 from protocol.codec import response_module
@@ -31,9 +32,13 @@ async def _delete(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).delete_state,
                            lambda code, text: WriteResult(code, text))
-    return make(m.DeleteShareGroupStateResponse, results=tuple(
-        make(m.DeleteStateResult, topic_id=topic_id, partitions=tuple(
+
+    def result(reply: Any) -> Any:
+        topic_id, rows = reply
+        return make(m.DeleteStateResult, topic_id=topic_id, partitions=tuple(
             make(m.PartitionResult, partition=partition, error_code=r.error,
                  error_message=message(r.error, r.error_message))
             for partition, r in rows))
-        for topic_id, rows in replies))
+
+    # A slice at a time: tens of thousands of entries do not hold the event loop.
+    return make(m.DeleteShareGroupStateResponse, results=tuple(await in_slices(replies, result)))

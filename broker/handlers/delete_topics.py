@@ -16,12 +16,14 @@ topic it may not DELETE is TOPIC_AUTHORIZATION_FAILED; by id, an unknown id is U
 and a topic it may not delete TOPIC_AUTHORIZATION_FAILED, with the name only when describable.
 Deletion being disabled is answered before any check, as Kafka does.
 
-Deletion is immediate: the topic leaves the registry, its logs are deleted and long polls on it
-are woken. v6 answers carry the topic id, v5+ an error message.
+Deletion is immediate and durable before visible: the request's topics leave ``topics.json`` in
+one write, then the registry, their logs are deleted and long polls on them are woken. A failed
+write (or an offline log directory) answers KAFKA_STORAGE_ERROR for each and deletes none. v6 answers carry the topic id, v5+ an error message.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -33,7 +35,8 @@ from kio.schema.errors import ErrorCode
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
-from broker.log.topics import TopicError, Topic
+from broker.log.topics import Topic, TopicError
+from storage.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 
 API_KEY = 20
 VERSIONS = (1, 6)
+
+log = logging.getLogger("shoal.topics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +68,26 @@ def _disabled_code(version: int) -> ErrorCode:
     return ErrorCode.invalid_request if version < 3 else ErrorCode.topic_deletion_disabled
 
 
-def _delete(broker: Broker, topic: Topic, version: int) -> Deleted:
-    if topic.internal:
-        return Deleted(topic.name, topic.topic_id, _disabled_code(version),
-                       f"{topic.name} is an internal topic and cannot be deleted")
-    if broker.member is not None:
-        return Deleted(topic.name, topic.topic_id, in_cluster=True)
-    broker.delete_topic(topic.name)
-    return Deleted(topic.name, topic.topic_id)
+def _delete(broker: Broker, targets: list[Topic], version: int) -> list[Deleted]:
+    """Delete ``targets`` together (one registry write); a storage error answers
+    KAFKA_STORAGE_ERROR for each of them and deletes none."""
+    out = [Deleted(t.name, t.topic_id, _disabled_code(version),
+                   f"{t.name} is an internal topic and cannot be deleted")
+           for t in targets if t.internal]
+    doomed = [t for t in targets if not t.internal]
+    if not doomed:
+        return out
+    if broker.member is not None:  # through etcd, by ``handle`` (an await)
+        return out + [Deleted(t.name, t.topic_id, in_cluster=True) for t in doomed]
+    try:
+        broker.delete_topics([t.name for t in doomed])
+    except OSError as exc:
+        log.error("deleting %d topic(s) failed, none was deleted: %s", len(doomed),
+                  describe(exc))
+        return out + [Deleted(t.name, t.topic_id, ErrorCode.kafka_storage_error,
+                              f"topic {t.name!r} was not deleted: {describe(exc)}; check the "
+                              "data directory's disk, then retry") for t in doomed]
+    return out + [Deleted(t.name, t.topic_id) for t in doomed]
 
 
 def _anything(name: str) -> str | None:
@@ -90,7 +107,7 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
     names = Counter(n for n, i in refs if n is not None and i is None)
     ids = Counter(i for n, i in refs if i is not None and n is None)
     out: list[Deleted] = []
-    targets: list[Topic] = []
+    targets: dict[uuid.UUID, Topic] = {}  # by id: a name given with its id is one lookup
     claimed: set[uuid.UUID] = set()
     for name, topic_id in refs:
         if name is not None and topic_id is not None:
@@ -114,7 +131,7 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
                                why if shown else "not authorized to delete this topic"))
             claimed.add(topic_id)
         else:
-            targets.append(topic)
+            targets[topic_id] = topic
             claimed.add(topic_id)
     for name, n in names.items():
         if n > 1:
@@ -132,13 +149,12 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
         elif topic.topic_id in claimed:
             out.append(Deleted(name, topic.topic_id, ErrorCode.invalid_request,
                                "this topic's id was also given in the request"))
-            if any(t.topic_id == topic.topic_id for t in targets):
+            if targets.pop(topic.topic_id, None) is not None:
                 out.append(Deleted(None, topic.topic_id, ErrorCode.invalid_request,
                                    "this topic's name was also given in the request"))
-                targets = [t for t in targets if t.topic_id != topic.topic_id]
         else:
-            targets.append(topic)
-    out.extend(_delete(broker, t, version) for t in targets)
+            targets[topic.topic_id] = topic
+    out.extend(_delete(broker, list(targets.values()), version))
     return out
 
 

@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import OPERATIONS_NOT_REQUESTED, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, in_slices
 from coordinator.group.consumer.groups import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
 from coordinator.group.shard import PROTOCOL_TYPE
 from coordinator.group.share.group import GroupState
@@ -99,6 +100,16 @@ def _members(m: Any, row: dict[str, Any]) -> dict[str, Any]:
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     with_ops = bool(getattr(req, "include_authorized_operations", False))
-    groups = tuple(make(m.DescribedGroup, **_members(m, _describe(ctx, gid, with_ops)))
-                   for gid in req.groups)
-    return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups)
+
+    def one(gid: str) -> Any:
+        return make(m.DescribedGroup, **_members(m, _describe(ctx, gid, with_ops)))
+
+    if len(req.groups) > YIELD_EVERY:  # the event loop is served between slices
+        return _in_slices(m, req.groups, one)
+    return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                groups=tuple(one(gid) for gid in req.groups))
+
+
+async def _in_slices(m: Any, gids: Any, one: Any) -> Any:
+    groups = await in_slices(gids, one)
+    return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

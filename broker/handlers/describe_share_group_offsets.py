@@ -14,6 +14,7 @@ describe of all topics leaves those topics out.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +23,7 @@ from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.share.admin import GroupOffsets, PartitionOffset, ShareAdmin, TopicOffsets
+from broker.wire_limits import YIELD_EVERY
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -51,7 +53,9 @@ async def _describe(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     admin = ShareAdmin.of(ctx.broker)
     groups = []
-    for g in req.groups:
+    for i, g in enumerate(req.groups):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # many groups: serve the event loop between slices
         group = Resource(ResourceType.GROUP, g.group_id)
         if not ctx.authorized(Operation.DESCRIBE, group):
             groups.append(_group(m, GroupOffsets(

@@ -14,7 +14,10 @@ independent: one failing does not stop the others. Expected failures are respons
   TOPIC_AUTHORIZATION_FAILED, on the cluster for BROKER -> CLUSTER_AUTHORIZATION_FAILED, on the
   group -> GROUP_AUTHORIZATION_FAILED (checked after the duplicate check, before the others).
 
-Topic changes go through ``Broker.set_topic_configs`` and take effect on the live logs; broker
+Topic changes are checked per resource (``plan_topic``), then the valid ones of the request are
+written together, once, and apply only once written (``Broker.set_topics_configs``; a failed
+write or an offline log directory: KAFKA_STORAGE_ERROR for each, nothing changed); they take
+effect on the live logs at once (segment, retention, cleanup, flush settings). Broker
 changes through ``BrokerConfig.set``/``reset`` (DELETE falls back to the startup value, else the
 default). Dynamic broker configs are kept in memory only: a restart goes back to the config file.
 
@@ -112,21 +115,24 @@ def _list_op_problem(op: AlterOp, type_: str) -> str | None:
     return None
 
 
-def alter_topic(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+def plan_topic(broker: Broker, name: str, ops: Sequence[AlterOp]
+               ) -> tuple[Altered, dict[str, Any] | None]:
+    """Check a TOPIC resource: its answer, and on success the topic's new configs for
+    ``apply_topic_plans`` (nothing changes here)."""
     problem = topic_name_problem(name)
     if problem:
-        return ErrorCode.invalid_topic_exception, problem
+        return (ErrorCode.invalid_topic_exception, problem), None
     topic = broker.topics.get(name)
     if topic is None:
-        return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+        return (ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"), None
     raw: dict[str, str | None] = {k: format_value(v) for k, v in topic.configs.items()}
     for op in ops:
         d = TOPIC_CONFIGS.get(op.name)
         if d is None:
-            return ErrorCode.invalid_config, f"unknown topic config {op.name!r}"
+            return (ErrorCode.invalid_config, f"unknown topic config {op.name!r}"), None
         problem = _list_op_problem(op, d.type)
         if problem:
-            return ErrorCode.invalid_config, problem
+            return (ErrorCode.invalid_config, problem), None
         if op.op == OpType.SET:
             raw[op.name] = op.value
         elif op.op == OpType.DELETE:
@@ -137,12 +143,50 @@ def alter_topic(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only
                 current = format_value(topic_config_value(op.name, {}, broker.config))
             raw[op.name] = apply_list_op(op, current)
     try:
-        parsed = broker.validate_topic_configs(raw)
+        return (OK, None), broker.validate_topic_configs(raw)
     except TopicError as exc:
-        return exc.error, exc.message
-    if not validate_only:
-        broker.set_topic_configs(name, parsed)
-    return OK, None
+        return (exc.error, exc.message), None
+
+
+def apply_topic_plans(broker: Broker, plans: dict[str, dict[str, Any]]
+                      ) -> dict[str, Altered]:
+    """Apply the checked topic configs of a request together: one durable write, then visible
+    (``Broker.set_topics_configs``). The answer of each topic whose change failed (a storage
+    error: KAFKA_STORAGE_ERROR, nothing changed); empty when all went in."""
+    if not plans:
+        return {}
+    try:
+        broker.set_topics_configs(plans)
+    except OSError as exc:
+        log.error("writing the configs of %d topic(s) failed, none changed: %s", len(plans),
+                  describe(exc))
+        return {name: (ErrorCode.kafka_storage_error,
+                       f"the configs of topic {name!r} were not changed: {describe(exc)}; check "
+                       "the data directory's disk, then retry") for name in plans}
+    return {}
+
+
+async def apply_topic_plans_in_cluster(broker: Broker, plans: dict[str, dict[str, Any]]
+                                       ) -> dict[str, Altered]:
+    """``apply_topic_plans`` of a cluster member: each topic's configs go to etcd
+    (``ClusterMember.set_topic_configs``), answered once this broker has them; the answer of
+    each topic whose change failed (etcd away: REQUEST_TIMED_OUT, nothing changed)."""
+    assert broker.member is not None
+    failed: dict[str, Altered] = {}
+    for name, configs in plans.items():
+        try:
+            await broker.member.set_topic_configs(name, configs)
+        except TopicError as exc:
+            failed[name] = (exc.error, exc.message)
+    return failed
+
+
+def alter_topic(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
+    """One TOPIC resource on its own (``alter``); handlers batch with ``plan_topic``."""
+    answer, plan = plan_topic(broker, name, ops)
+    if plan is not None and not validate_only:
+        return apply_topic_plans(broker, {name: plan}).get(name, answer)
+    return answer
 
 
 def alter_broker(broker: Broker, name: str, ops: Sequence[AlterOp], validate_only: bool) -> Altered:
@@ -248,7 +292,8 @@ def duplicate_resources(resources: Sequence[Any]) -> set[tuple[int, str]]:
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    if any(r.resource_type == ResourceType.GROUP for r in req.resources):
+    if any(r.resource_type == ResourceType.GROUP for r in req.resources) \
+            or ctx.broker.member is not None:
         return _handle_with_groups(ctx, req)
     return _answer(ctx, req, _check_all(ctx, req, {}))
 
@@ -259,7 +304,13 @@ async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
     configs = ctx.broker.group_configs
     async with configs.lock:
         plans: dict[str, dict[str, Any]] = {}
-        results = _check_all(ctx, req, plans)
+        in_cluster: dict[str, dict[str, Any]] | None = \
+            {} if ctx.broker.member is not None else None
+        results = _check_all(ctx, req, plans, in_cluster)
+        if in_cluster:
+            for name, answer in (await apply_topic_plans_in_cluster(ctx.broker,
+                                                                    in_cluster)).items():
+                results[(ResourceType.TOPIC, name)] = answer
         if plans and not req.validate_only:
             for group_id in configs.refused_by_limit(plans):
                 del plans[group_id]
@@ -277,13 +328,17 @@ async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
     return _answer(ctx, req, results)
 
 
-def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]]
+def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
+               topic_plans_out: dict[str, dict[str, Any]] | None = None
                ) -> dict[tuple[int, str], Altered]:
-    """Every resource's answer; topic and broker resources are applied here, the valid group
-    resources' new overrides are put in ``plans`` (a duplicate resource is answered alike
-    everywhere, so one answer per (type, name) suffices)."""
+    """Every resource's answer; broker resources are applied here, the valid topic resources
+    together at the end (one durable write), the valid group resources' new overrides are put in
+    ``plans`` (a duplicate resource is answered alike
+    everywhere, so one answer per (type, name) suffices). With ``topic_plans_out`` (a cluster
+    member) the topic plans are put there for the caller to apply through etcd."""
     dups = duplicate_resources(req.resources)
     results: dict[tuple[int, str], Altered] = {}
+    topic_plans: dict[str, dict[str, Any]] = {}
     for r in req.resources:
         key = (r.resource_type, r.resource_name)
         if key in dups:
@@ -298,9 +353,18 @@ def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]]
             results[key], plan = plan_group(ctx.broker, r.resource_name, ops)
             if plan is not None:
                 plans[r.resource_name] = plan
+        elif r.resource_type == ResourceType.TOPIC and alter_request_problem(ops) is None:
+            results[key], plan = plan_topic(ctx.broker, r.resource_name, ops)
+            if plan is not None and not req.validate_only:
+                topic_plans[r.resource_name] = plan
         else:
             results[key] = alter(ctx.broker, r.resource_type, r.resource_name, ops,
                                  req.validate_only)
+    if topic_plans_out is not None:
+        topic_plans_out.update(topic_plans)
+        return results
+    for name, answer in apply_topic_plans(ctx.broker, topic_plans).items():
+        results[(ResourceType.TOPIC, name)] = answer
     return results
 
 

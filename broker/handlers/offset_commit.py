@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
+from broker.wire_limits import breathe, in_slices
 from broker.handlers._common import NO_THROTTLE
 from coordinator.group import offsets as off
 from protocol.codec import response_module
@@ -45,7 +46,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     codes: dict[tuple[Any, int], ErrorCode] = {}
     order: list[tuple[Any, int]] = []
     names: dict[Any, str | None] = {}  # request key (name, or id in v10) -> topic name
-    for t in req.topics:
+    for i, t in enumerate(req.topics):
+        await breathe(i)  # tens of thousands of topics: serve the event loop meanwhile
         key = t.topic_id if by_id else t.name
         if by_id:
             found = ctx.broker.topics.by_id(t.topic_id)
@@ -62,7 +64,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                             {n for n in names.values() if n is not None})
         parts: list[off.OffsetCommitPartition] = []
         back: dict[tuple[str, int], tuple[Any, int]] = {}
-        for t in req.topics:
+        for i, t in enumerate(req.topics):
+            await breathe(i)
             key = t.topic_id if by_id else t.name
             name = names[key]
             topic = ctx.broker.topics.get(name) if name is not None and name not in denied \
@@ -90,11 +93,12 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     code = ErrorCode.illegal_generation  # Kafka's answer before v9
                 codes[back[(topic_name, partition)]] = code
     topics: dict[Any, list[Any]] = {}
-    for key, partition in order:
+    for i, (key, partition) in enumerate(order):
+        await breathe(i)
         topics.setdefault(key, []).append(make(
             m.OffsetCommitResponsePartition, partition_index=partition,
             error_code=codes.get((key, partition), ErrorCode.none)))
-    return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
-        make(m.OffsetCommitResponseTopic, **({"topic_id": key} if by_id else {"name": key}),
-             partitions=tuple(ps))
-        for key, ps in topics.items()))
+    answers = await in_slices(topics.items(), lambda kv: make(
+        m.OffsetCommitResponseTopic, **({"topic_id": kv[0]} if by_id else {"name": kv[0]}),
+        partitions=tuple(kv[1])))
+    return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(answers))

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, in_slices
 from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
@@ -113,19 +114,23 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     by_id = ctx.api_version >= TOPIC_IDS
     stable = bool(getattr(req, "require_stable", False))
     if ctx.api_version >= BATCHED:
-        groups = []
-        for g in req.groups:
+
+        def group(g: Any) -> Any:
             asked, ids, unknown = _asked(ctx, g.topics, by_id)
             error, parts = _fetch(ctx, g.group_id, asked, getattr(g, "member_id", None),
                                   getattr(g, "member_epoch", -1), stable)
             if error == ErrorCode.none:
                 parts += unknown
-            groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id,
-                               topics=_topics(ctx, m, "OffsetFetchResponseTopics",
-                                              "OffsetFetchResponsePartitions", parts,
-                                              ids if by_id else None),
-                               error_code=error))
-        return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+            return make(m.OffsetFetchResponseGroup, group_id=g.group_id,
+                        topics=_topics(ctx, m, "OffsetFetchResponseTopics",
+                                       "OffsetFetchResponsePartitions", parts,
+                                       ids if by_id else None),
+                        error_code=error)
+
+        if len(req.groups) > YIELD_EVERY:
+            return _in_slices(m, req.groups, group)
+        return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE,
+                    groups=tuple(group(g) for g in req.groups))
     asked, _, _ = _asked(ctx, req.topics, False)
     error, parts = _fetch(ctx, req.group_id, asked, stable=stable)
     if ctx.api_version < 2 and error != ErrorCode.none:
@@ -135,3 +140,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                 topics=_topics(ctx, m, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",
                                parts))
+
+
+async def _in_slices(m: Any, groups: Any, group: Any) -> Any:
+    """Many groups: answered a slice at a time, the event loop served in between."""
+    answered = await in_slices(groups, group)
+    return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(answered))

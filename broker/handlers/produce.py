@@ -50,6 +50,7 @@ import asyncio
 import datetime
 import inspect
 import weakref
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -68,6 +69,7 @@ from broker.log.append import (
     verification_error,
 )
 from broker.log.topics import Topic
+from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.log_validator import (
     DECOMPRESSED_FLOOR,
@@ -112,7 +114,8 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     order = _order(broker)
     before = order.get(ctx.connection_id)
-    if (before is None and validation_cost(req) < OFFLOAD_COST
+    many = sum(len(td.partition_data) for td in req.topic_data) > YIELD_EVERY
+    if (before is None and not many and validation_cost(req) < OFFLOAD_COST
             and not _implicit_additions(ctx, req, broker.links is not None)):
         return _produce(ctx, req, {})
     # Validated in a worker thread so other connections keep being served; later Produce
@@ -191,9 +194,12 @@ async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[A
         additions = _implicit_additions(ctx, req)
         if additions:
             checks.update(await _add_implicitly(ctx, req.transactional_id, additions))
-    result = _produce(ctx, req, checks, verifier)
+    result = await _produce_sliced(ctx, req, checks, verifier)
     if inspect.isawaitable(result):
         result = await result
+    if sum(len(td.partition_data) for td in req.topic_data) > YIELD_EVERY \
+            and result is not NO_RESPONSE:
+        return EncodeOffLoop(result)  # an answer of that many partitions is encoded off the loop
     return result
 
 
@@ -321,6 +327,35 @@ def _produce(ctx: RequestContext, req: Any,
              verifier: PartitionVerifier | None = None) -> Any:
     """Validate (what ``checks`` does not already hold) and append every partition, then
     answer (after a flush when the policy says so)."""
+    steps = _produce_steps(ctx, req, checks, verifier)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+async def _produce_sliced(ctx: RequestContext, req: Any,
+                          checks: dict[tuple[int, int], Validated | Rejected],
+                          verifier: PartitionVerifier | None = None) -> Any:
+    """``_produce`` handing the event loop back every ``YIELD_EVERY`` partitions (a request of
+    tens of thousands of partitions, issue 25)."""
+    steps = _produce_steps(ctx, req, checks, verifier)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        await asyncio.sleep(0)
+
+
+def _produce_steps(ctx: RequestContext, req: Any,
+                   checks: dict[tuple[int, int], Validated | Rejected],
+                   verifier: PartitionVerifier | None = None
+                   ) -> Generator[None, None, Any]:
+    """``_produce`` as steps: it yields every ``YIELD_EVERY`` partitions; its value is the
+    answer."""
+    seen = 0
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= 13
@@ -345,6 +380,9 @@ def _produce(ctx: RequestContext, req: Any,
         if name is not None and name in denied:
             refused = refusal(ctx.principal, Operation.WRITE, Resource(ResourceType.TOPIC, name))
         for pi, pd in enumerate(td.partition_data):
+            seen += 1
+            if seen % YIELD_EVERY == 0:
+                yield
             if txn_refused is not None:
                 parts.append(_partition(m, pd.index, PartitionOutcome(
                     ErrorCode.transactional_id_authorization_failed, message=txn_refused)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
+from broker.wire_limits import in_slices
 from broker.handlers._share_state import answer, message, service
 from persister.api import ReadParams, ReadResult, SharePartitionKey
 from protocol.codec import response_module
@@ -32,8 +33,10 @@ async def _read(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).read_state,
                            lambda code, text: ReadResult(code, error_message=text))
-    return make(m.ReadShareGroupStateResponse, results=tuple(
-        make(m.ReadStateResult, topic_id=topic_id, partitions=tuple(
+
+    def result(reply: Any) -> Any:
+        topic_id, rows = reply
+        return make(m.ReadStateResult, topic_id=topic_id, partitions=tuple(
             make(m.PartitionResult, partition=partition, error_code=r.error,
                  error_message=message(r.error, r.error_message),
                  state_epoch=r.state_epoch, start_offset=r.start_offset,
@@ -42,4 +45,6 @@ async def _read(ctx: RequestContext, req: Any) -> Any:
                           delivery_state=b.delivery_state, delivery_count=b.delivery_count)
                      for b in r.state_batches))
             for partition, r in rows))
-        for topic_id, rows in replies))
+
+    # A slice at a time: tens of thousands of entries do not hold the event loop.
+    return make(m.ReadShareGroupStateResponse, results=tuple(await in_slices(replies, result)))

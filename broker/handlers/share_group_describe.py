@@ -25,6 +25,7 @@ from broker.authz import (
     refusal,
 )
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY, in_slices
 from broker.handlers._common import NO_THROTTLE, describe_authorized, err_message
 from coordinator.group.shard import DescribeResult
 from coordinator.group.share.group import ShareGroupMember
@@ -86,19 +87,27 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     topics = service.topics_image()
     found, hidden = describe_authorized(ctx, req.group_ids, service.describe,
                                         lambda d: _assigned_topics(d, topics))
-    groups = []
-    for gid in req.group_ids:
+
+    def one(gid: str) -> Any:
         d = found.get(gid)
         if d is None:
-            groups.append(_refused(m, gid, _GROUP_REFUSED, refusal(
-                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid))))
-        elif hidden and _assigned_topics(d, topics) & hidden:
-            groups.append(_refused(m, gid, ErrorCode.topic_authorization_failed,
-                                   "the group is assigned topics that "
-                                   f"{ctx.principal} may not DESCRIBE"))
-        else:
-            ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
-                   if req.include_authorized_operations and d.error_code == ErrorCode.none
-                   else OPERATIONS_NOT_REQUESTED)
-            groups.append(_group(m, gid, d, topics, ops))
+            return _refused(m, gid, _GROUP_REFUSED, refusal(
+                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid)))
+        if hidden and _assigned_topics(d, topics) & hidden:
+            return _refused(m, gid, ErrorCode.topic_authorization_failed,
+                            "the group is assigned topics that "
+                            f"{ctx.principal} may not DESCRIBE")
+        ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
+               if req.include_authorized_operations and d.error_code == ErrorCode.none
+               else OPERATIONS_NOT_REQUESTED)
+        return _group(m, gid, d, topics, ops)
+
+    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
+        return _in_slices(m, req.group_ids, one)
+    return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE,
+                groups=tuple(one(gid) for gid in req.group_ids))
+
+
+async def _in_slices(m: Any, gids: Any, one: Any) -> Any:
+    groups = await in_slices(gids, one)
     return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
+from broker.wire_limits import in_slices
 from broker.handlers._share_state import answer, message, service
 from persister.api import PersisterStateBatch, SharePartitionKey, WriteParams, WriteResult
 from protocol.codec import response_module
@@ -45,9 +46,13 @@ async def _write(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).write_state,
                            lambda code, text: WriteResult(code, text))
-    return make(m.WriteShareGroupStateResponse, results=tuple(
-        make(m.WriteStateResult, topic_id=topic_id, partitions=tuple(
+
+    def result(reply: Any) -> Any:
+        topic_id, rows = reply
+        return make(m.WriteStateResult, topic_id=topic_id, partitions=tuple(
             make(m.PartitionResult, partition=partition, error_code=r.error,
                  error_message=message(r.error, r.error_message))
             for partition, r in rows))
-        for topic_id, rows in replies))
+
+    # A slice at a time: tens of thousands of entries do not hold the event loop.
+    return make(m.WriteShareGroupStateResponse, results=tuple(await in_slices(replies, result)))

@@ -135,14 +135,22 @@ class LogManager:
                 lg.config = cfg
 
     def drop_topic(self, topic: Topic) -> None:
-        """Close and delete a topic's logs (DeleteTopics)."""
+        """Close and delete a topic's logs (DeleteTopics, after the registry no longer lists it).
+
+        A directory that cannot be removed is logged (it holds nothing anyone can read: a topic
+        created again under the name starts by removing it) and the others still go."""
         for p in range(topic.partitions):
             lg = self._logs.pop((topic.name, p), None)
             self._flush_locks.pop((topic.name, p), None)
-            if lg is not None:
-                lg.delete()
-            else:
-                shutil.rmtree(partition_dir(self._dir, topic.name, p), ignore_errors=True)
+            path = partition_dir(self._dir, topic.name, p)
+            try:
+                if lg is not None:
+                    lg.delete()
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError as exc:
+                log.error("topic %s is deleted but its partition directory %s could not be "
+                          "removed (%s); remove it by hand", topic.name, path, exc)
             self.watch.notify((topic.name, p))
 
     def close(self) -> None:

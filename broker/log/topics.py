@@ -2,6 +2,9 @@
 
 Kept in ``<data>/topics.json``, rewritten atomically (write a temp file, fsync, rename, fsync the
 directory) on every change, so a crash leaves either the old or the new registry, never a torn one.
+Durable before visible: every change is written first and applied in memory only once the write
+succeeded, so a failed write (``OSError``) leaves the registry as it was, in memory and on disk
+(issue 25). A change of many topics (DeleteTopics, AlterConfigs) is one write, not one per topic.
 Topic IDs are UUIDs chosen at creation and never change, including across restarts.
 
 Topic-name rules are Kafka's: 1-249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``.
@@ -12,13 +15,17 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+import errno
 import json
 import os
 import re
 import uuid
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from storage import fileops
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
@@ -104,10 +111,19 @@ class TopicRegistry:
         return topic
 
     def delete(self, name: str) -> Topic:
-        topic = self._by_name.pop(name)
-        del self._by_id[topic.topic_id]
-        self._save()
-        return topic
+        return self.delete_many([name])[0]
+
+    def delete_many(self, names: Collection[str]) -> list[Topic]:
+        """Unregister registered topics ``names`` with one write; returns them.
+
+        Raises:
+            OSError: ``topics.json`` could not be written; every topic is still registered.
+        """
+        self._save(without=frozenset(names))
+        gone = [self._by_name.pop(name) for name in names]
+        for topic in gone:
+            del self._by_id[topic.topic_id]
+        return gone
 
     def set_partitions(self, name: str, count: int) -> None:
         """Raises:
@@ -122,29 +138,58 @@ class TopicRegistry:
             raise
 
     def set_configs(self, name: str, configs: dict[str, Any]) -> None:
-        self._by_name[name].configs = dict(configs)
-        self._save()
+        self.set_configs_many({name: configs})
 
-    def _save(self) -> None:
+    def set_configs_many(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the configs of registered topics (name -> their new, validated configs) with
+        one write, then make them visible.
+
+        Raises:
+            OSError: ``topics.json`` could not be written; no topic's configs changed.
+        """
+        self._save(configs=changes)
+        for name, configs in changes.items():
+            self._by_name[name].configs = dict(configs)
+
+    def _save(self, configs: Mapping[str, Mapping[str, Any]] | None = None,
+              without: frozenset[str] = frozenset()) -> None:
+        """Write the registry as it is, with ``configs`` replacing those topics' configs and the
+        topics ``without`` left out (neither is applied in memory here)."""
+        configs = configs or {}
         doc = {"version": 1, "topics": [
             {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions,
-             "configs": t.configs}
-            for t in self.all()
+             "configs": dict(configs.get(t.name, t.configs))}
+            for t in self.all() if t.name not in without
         ]}
         atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace a file's contents so that a crash leaves the old or the new version."""
+    """Replace a file's contents so that a crash leaves the old or the new version.
+
+    The writes and syncs go through ``storage.fileops`` (the seam tests fail like a full disk).
+
+    Raises:
+        OSError: the file could not be written; the old version is intact unless the rename
+            went through and only the directory sync failed.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            n = fileops.OPS.pwrite(fd, view[done:], done)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "no progress writing", str(tmp))
+            done += n
+        fileops.OPS.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        fileops.OPS.fsync(dir_fd)
     finally:
         os.close(dir_fd)

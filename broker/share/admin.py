@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +53,8 @@ from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
 from broker.share.remote_offsets import log_end_offsets
+from broker.wire_limits import YIELD_EVERY
+from storage.log_dir import describe
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
 from coordinator.group.share import heartbeat as hb
@@ -320,8 +322,9 @@ class ShareAdmin:
         else:
             plan = [(name, self._topics.get(name), list(parts)) for name, parts in requested]
         ends = await self._remote_ends(plan)
-        topics = await asyncio.gather(*(self._topic_offsets(group_id, name, topic, parts, ends)
-                                        for name, topic, parts in plan))
+        topics = await _gather_in_slices(
+            [self._topic_offsets(group_id, name, topic, parts, ends)
+             for name, topic, parts in plan])
         return GroupOffsets(group_id, tuple(topics))
 
     def _name_of(self, topic_id: uuid.UUID) -> str:
@@ -348,8 +351,8 @@ class ShareAdmin:
             return TopicOffsets(name, None, tuple(
                 PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                 error_message=UNKNOWN_PARTITION) for p in partitions))
-        rows = await asyncio.gather(*(self._partition_offset(group_id, topic, p, ends)
-                                      for p in partitions))
+        rows = await _gather_in_slices(
+            [self._partition_offset(group_id, topic, p, ends) for p in partitions])
         return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
 
     async def _partition_offset(self, group_id: str, topic: Topic, p: int,
@@ -550,10 +553,42 @@ class ShareAdmin:
     # ------------------------------------------------------------------ delete groups
 
     async def delete_groups(self, group_ids: Sequence[str]) -> list[GroupDeleteResult]:
-        """DeleteGroups for share groups, one result per id in request order."""
-        return [await self._delete_group(gid) for gid in group_ids]
+        """DeleteGroups for share groups, one result per id in request order.
 
-    async def _delete_group(self, group_id: str) -> GroupDeleteResult:
+        The configs of the deleted share groups are removed together, with one write of the
+        group-config file in a worker thread, before the answer (durable before the answer). If
+        that write fails, those groups are deleted but keep their configs: they answer
+        KAFKA_STORAGE_ERROR saying so (the configs can be removed with IncrementalAlterConfigs
+        DELETE on the group)."""
+        shares: list[str] = []  # the share groups deleted
+        results = []
+        for i, gid in enumerate(group_ids):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # unknown ids finish without suspending: serve the loop
+            results.append(await self._delete_group(gid, shares))
+        configs = self._configs
+        drop = [gid for gid in dict.fromkeys(shares) if configs.overrides(gid)]
+        if not drop:
+            return results
+        failed: str | None = None
+        async with configs.lock:
+            try:
+                await configs.commit({gid: {} for gid in drop})
+            except OSError as exc:
+                failed = describe(exc)
+                log.error("removing the configs of %d deleted share group(s) failed: %s",
+                          len(drop), failed)
+        if failed is None:
+            return results
+        gone = set(drop)
+        return [GroupDeleteResult(
+            res.group_id, ErrorCode.kafka_storage_error,
+            f"share group {res.group_id!r} was deleted but its configs could not be removed "
+            f"({failed}); remove them with IncrementalAlterConfigs DELETE on the group once "
+            "the disk is fixed") if res.group_id in gone else res for res in results]
+
+    async def _delete_group(self, group_id: str, shares: list[str]) -> GroupDeleteResult:
+        """Delete one group; a deleted share group's id is added to ``shares``."""
         if not group_id:
             return GroupDeleteResult(group_id, ErrorCode.invalid_group_id,
                                      "The group id must not be empty.")
@@ -580,14 +615,18 @@ class ShareAdmin:
         response = await self._groups.delete_group(group_id)
         if response.error_code != ErrorCode.none:
             return GroupDeleteResult(group_id, response.error_code, response.error_message)
-        overrides = self._configs.overrides(group_id)
-        if overrides:
-            try:
-                self._configs.alter(group_id, {name: None for name in overrides})
-            except Exception:
-                log.exception("removing the configs of deleted share group %s failed", group_id)
         log.info("share group %s deleted", group_id, extra={"group": group_id})
+        shares.append(group_id)
         return GroupDeleteResult(group_id)
+
+
+async def _gather_in_slices(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """``asyncio.gather`` of ``calls``, ``YIELD_EVERY`` at a time: tens of thousands of tasks
+    made in one go held the event loop for a second (issue 25)."""
+    out: list[T] = []
+    for i in range(0, len(calls), YIELD_EVERY):
+        out += await asyncio.gather(*calls[i:i + YIELD_EVERY])
+    return out
 
 
 async def _guard(what: str, call: Awaitable[T], on_error: Any) -> T:

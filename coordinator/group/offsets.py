@@ -16,11 +16,18 @@ the group stores of ``share/store.py``), so ``revert`` and committed reads work 
 Write ops append records to the list they are given and never change the store; ``replay`` is
 its one mutator.
 
-Retention (offsets.retention.minutes): armed when a group becomes empty (or has no group at all)
-and after each commit to such a group; when it fires, an empty group's offsets older than the
-retention go (by commit timestamp, as Kafka does for groups without a subscription) and the
-group's metadata goes with its last offset. ``expirable(group_id)`` (injected) says whether the
-id's group, if any, is empty; ``forget(group_id)`` drops its soft state once nothing is left.
+Retention (offsets.retention.minutes), as Kafka's offset expiration condition: an offset expires
+once its commit timestamp is a retention period old, if nothing reads it. ``expiring(group_id)``
+(injected) says which topics of the id's offsets may expire now: every topic (``EVERY_TOPIC``)
+when the id has no group or an empty one; the topics the group does not subscribe to when it is
+a Stable classic ``consumer`` group or a consumer-protocol group with members (Kafka's
+``isSubscribedToTopic``); none (None) otherwise, e.g. while a classic group rebalances.
+The check is a timer per group id: armed when a group becomes empty (or has no group at all) and
+after each commit; for a group with members it is never postponed by a commit and comes back
+every ``offsets_retention_check_interval_ms`` (Kafka's ``offsets.retention.check.interval.ms``),
+so a topic dropped from the subscription is seen within one interval. When every offset of an
+empty group is gone its metadata goes with the last one and ``forget(group_id)`` drops its soft
+state; a group with members keeps its metadata.
 
 Transactional offsets (TxnOffsetCommit) wait in ``txn_offsets.PendingOffsets`` until their
 transaction's marker; a COMMIT replays them into the ``DurableStore`` with the offset of their
@@ -33,7 +40,8 @@ Invariants:
 - offsets passed to ``DurableStore.replay`` increase; ``revert`` never goes below the committed
   offset, and the undo log holds only records at or above it while ``journaling`` is on (off
   while loading, as in ``share/store.py``);
-- ``keys_per_group`` counts exactly the live keys of each group id.
+- ``keys_per_group`` counts exactly the live keys of each group id, and ``offset_keys`` holds
+  exactly its live OffsetCommit keys.
 """
 
 from __future__ import annotations
@@ -53,6 +61,20 @@ RETENTION_TIMER = "c-retention"
 
 TimerSchedule = Callable[[tuple[str, ...], int], None]
 TimerCancel = Callable[[tuple[str, ...]], None]
+TimerDeadline = Callable[[tuple[str, ...]], "int | None"]
+# Which topics of a group's offsets may expire: topic name -> may it.
+TopicFilter = Callable[[str], bool]
+
+
+def _every_topic(_topic: str) -> bool:
+    return True
+
+
+EVERY_TOPIC: TopicFilter = _every_topic  # no group, or an empty one: every offset may expire
+
+
+def _no_deadline(_key: tuple[str, ...]) -> int | None:
+    return None
 
 
 class OffsetsSettings(Protocol):
@@ -63,6 +85,9 @@ class OffsetsSettings(Protocol):
 
     @property
     def offsets_retention_ms(self) -> int: ...
+
+    @property
+    def offsets_retention_check_interval_ms(self) -> int: ...
 
 
 # ------------------------------------------------------------------------ requests / responses
@@ -124,17 +149,30 @@ class DurableStore:
         self.values: dict[cr.ClassicKey, cr.ClassicValue] = {}
         self.key_offsets: dict[cr.ClassicKey, int] = {}
         self.keys_per_group: dict[str, int] = {}
+        # Live OffsetCommit keys by group id, so one group's offsets are found without a scan.
+        self._offset_keys: dict[str, set[cr.OffsetCommitKey]] = {}
         self.undo: UndoLog[_Undo] = UndoLog()
         self.journaling = True
+
+    def offset_keys(self, group_id: str) -> set[cr.OffsetCommitKey]:
+        """The group's live OffsetCommit keys (a copy)."""
+        return set(self._offset_keys.get(group_id, ()))
 
     def _set(self, key: cr.ClassicKey, value: cr.ClassicValue, offset: int) -> None:
         if key not in self.values:
             self.keys_per_group[key.group_id] = self.keys_per_group.get(key.group_id, 0) + 1
+            if isinstance(key, cr.OffsetCommitKey):
+                self._offset_keys.setdefault(key.group_id, set()).add(key)
         self.values[key] = value
         self.key_offsets[key] = offset
 
     def _drop(self, key: cr.ClassicKey) -> None:
         if self.values.pop(key, None) is not None:
+            if isinstance(key, cr.OffsetCommitKey):
+                keys = self._offset_keys[key.group_id]
+                keys.discard(key)
+                if not keys:
+                    del self._offset_keys[key.group_id]
             left = self.keys_per_group[key.group_id] - 1
             if left:
                 self.keys_per_group[key.group_id] = left
@@ -186,6 +224,7 @@ class DurableStore:
         self.values.clear()
         self.key_offsets.clear()
         self.keys_per_group.clear()
+        self._offset_keys.clear()
         self.undo.clear()
 
 
@@ -194,17 +233,18 @@ class CommittedOffsets:
 
     def __init__(self, store: DurableStore, *, settings: Callable[[str], OffsetsSettings],
                  schedule: TimerSchedule, cancel: TimerCancel,
-                 expirable: Callable[[str], bool], forget: Callable[[str], None],
-                 pending: PendingOffsets | None = None) -> None:
-        """``expirable(group_id)``: the id has no group, or an empty one whose offsets may
-        expire (not a consumer-protocol group with members: the shard arms retention again once
-        it is empty). ``forget(group_id)``: drop the group's soft state once its last offset
-        expired."""
+                 expiring: Callable[[str], TopicFilter | None], forget: Callable[[str], None],
+                 pending: PendingOffsets | None = None,
+                 deadline: TimerDeadline = _no_deadline) -> None:
+        """``expiring(group_id)``: which topics of the id's offsets may expire now (see the
+        module doc). ``forget(group_id)``: drop the group's soft state once its last offset
+        expired. ``deadline(key)``: when the timer ``key`` is due, or None."""
         self.store = store
         self._settings = settings
         self._schedule = schedule
         self._cancel = cancel
-        self._expirable = expirable
+        self._deadline = deadline
+        self._expiring = expiring
         self._forget = forget
         self.pending = pending if pending is not None else PendingOffsets()
 
@@ -315,26 +355,41 @@ class CommittedOffsets:
     # -------------------------------------------------------------- retention
 
     def arm_retention(self, group_id: str, now_ms: int, *, emptied: bool = False) -> None:
-        """Start the offsets retention clock of a group that is empty (or has no group).
+        """Start (or move) the offsets retention check of a group whose offsets may expire; a
+        group with members keeps an earlier check (its commits would postpone it for ever).
         ``emptied``: the caller's op removes the group's last member (its records are not
         replayed yet, so the group still looks busy); the expiry re-checks anyway."""
-        if emptied or self._expirable(group_id):
-            self._schedule((RETENTION_TIMER, group_id),
-                           now_ms + self._settings(group_id).offsets_retention_ms)
+        topics = EVERY_TOPIC if emptied else self._expiring(group_id)
+        if topics is None:
+            return
+        key = (RETENTION_TIMER, group_id)
+        s = self._settings(group_id)
+        if topics is EVERY_TOPIC:
+            self._schedule(key, now_ms + s.offsets_retention_ms)
+            return
+        due = now_ms + min(s.offsets_retention_ms, s.offsets_retention_check_interval_ms)
+        current = self._deadline(key)
+        if current is None or due < current:
+            self._schedule(key, due)
 
     def expire_offsets(self, group_id: str, now_ms: int, records: list[Record]) -> None:
-        """offsets.retention.minutes: an empty group's offsets older than the retention go (by
-        commit timestamp, as Kafka does for groups without a subscription); the group's metadata
-        goes with its last offset."""
-        if not self._expirable(group_id):
+        """offsets.retention.minutes: the offsets ``expiring`` allows that are a retention period
+        past their commit timestamp go; an empty group's metadata goes with its last offset, a
+        group with members is looked at again (see the module doc)."""
+        topics = self._expiring(group_id)
+        if topics is None:
             return
-        retention = self._settings(group_id).offsets_retention_ms
+        s = self._settings(group_id)
+        retention = s.offsets_retention_ms
         left = 0
         soonest: int | None = None
-        for key, value in sorted(self.store.values.items(), key=lambda kv: repr(kv[0])):
-            if not isinstance(key, cr.OffsetCommitKey) or key.group_id != group_id:
-                continue
+        for key in sorted(self.store.offset_keys(group_id),
+                          key=lambda k: (k.topic, k.partition)):
+            value = self.store.values[key]
             assert isinstance(value, cr.OffsetCommitValue)
+            if not topics(key.topic):
+                left += 1
+                continue
             due = value.commit_timestamp + retention
             if due <= now_ms and self.pending.has(key):
                 # As Kafka, an offset with a pending transactional one waits for its marker
@@ -345,13 +400,18 @@ class CommittedOffsets:
             else:
                 left += 1
                 soonest = due if soonest is None else min(soonest, due)
-        if left == 0 and self.pending.has_group(group_id):
+        timer = (RETENTION_TIMER, group_id)
+        if topics is not EVERY_TOPIC:
+            # A group with members: its subscription may change; look again within an interval.
+            again = now_ms + min(retention, s.offsets_retention_check_interval_ms)
+            self._schedule(timer, again if soonest is None else min(soonest, again))
+        elif left == 0 and self.pending.has_group(group_id):
             # Only pending transactional offsets left: keep the group until their marker.
-            self._schedule((RETENTION_TIMER, group_id), now_ms + retention)
+            self._schedule(timer, now_ms + retention)
         elif left == 0:
             gkey = cr.GroupMetadataKey(group_id)
             if gkey in self.store.values:
                 records.append(Record(gkey, None))  # type: ignore[arg-type]
             self._forget(group_id)
         elif soonest is not None:
-            self._schedule((RETENTION_TIMER, group_id), soonest)
+            self._schedule(timer, soonest)

@@ -193,7 +193,8 @@ class ShardBase:
         self._deliveries: list[tuple[int, int, Any]] = []
         self.classic = ClassicGroups(settings=classic_config, schedule=self._schedule,
                                         cancel=self._cancel,
-                                        busy=lambda gid: self.consumer.has_members(gid))
+                                        subscriptions=self._consumer_subscriptions,
+                                        deadline=lambda key: self._timer.deadline(key))
         self.classic.store.journaling = not loading
         # Consumer-protocol (KIP-848) groups; their offsets are kept by ``classic.offsets``.
         self._consumer_config = consumer_config
@@ -213,6 +214,14 @@ class ShardBase:
 
     def _cancel(self, key: TimerKey) -> None:
         self._timer.cancel(key)
+
+    def _consumer_subscriptions(self, group_id: str) -> frozenset[str] | None:
+        """The topics a consumer-protocol group with members subscribes to (names and resolved
+        regexes), or None when the id is not such a group (offsets retention)."""
+        group = self.consumer.group(group_id)
+        if group is None or not group.members:
+            return None
+        return group.subscribed_topic_names()
 
     @property
     def _groups(self) -> dict[str, ShareGroup]:

@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -74,6 +75,7 @@ from storage.log import PartitionLogLike
 # share.coordinator.cold.partition.snapshot.interval.ms default (Kafka: 5 minutes).
 DEFAULT_COLD_SNAPSHOT_INTERVAL_MS = 300_000
 _COLD_SNAPSHOT_TIMER = "cold-snapshot"
+_MANY = 2000  # keys in one state RPC past which its phases hand the event loop back
 
 P = TypeVar("P", InitializeParams, ReadParams, WriteParams, DeleteParams)
 
@@ -256,7 +258,10 @@ class ShareCoordinatorService:
     async def read_state_summary(self, params: Sequence[ReadParams]) -> list[SummaryResult]:
         """From the committed state of each owning partition; appends nothing."""
         pairs: list[tuple[int, SummaryResult]] = []
+        many = len(params) > _MANY
         for partition, keyed in split_request(_items(params), self.num_partitions).items():
+            if many:
+                await asyncio.sleep(0)  # reads do not suspend: serve the loop between partitions
 
             def summaries(shard: ShareStateShard, keyed: list[Any] = keyed) -> list[SummaryResult]:
                 return [shard.read_state_summary(k.params) for k in keyed]
@@ -275,9 +280,14 @@ class ShareCoordinatorService:
         self, kind: StateOp, params: Sequence[P], make_op: Callable[[P], Op[ShareStateShard]]
     ) -> list[Any]:
         split = split_request(_items(params), self.num_partitions)
+        many = len(params) > _MANY
+        if many:
+            await asyncio.sleep(0)  # tens of thousands of keys: serve the loop between phases
         outs = await self.runtime.write_each(
             {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
         )
+        if many:
+            await asyncio.sleep(0)
         return gather_replies(len(params), [
             (k.index, _reply(kind, out))
             for partition, keyed in split.items()

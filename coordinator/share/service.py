@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import functools
 import enum
 import uuid
 from collections.abc import Iterable, Sequence
@@ -86,8 +87,25 @@ def partition_for(key: str, num_partitions: int = DEFAULT_NUM_PARTITIONS) -> int
 
 
 def partition_for_key(key: SharePartitionKey, num_partitions: int = DEFAULT_NUM_PARTITIONS) -> int:
-    """``partition_for`` of a ``SharePartitionKey``."""
-    return partition_for(coordinator_key(key.group_id, key.topic_id, key.partition), num_partitions)
+    """``partition_for`` of a ``SharePartitionKey``, hashing ``groupId:topicId:`` once per
+    (group, topic) (a state RPC of tens of thousands of partitions of one topic, issue 25).
+
+    Raises:
+        ValueError: ``num_partitions`` is not positive.
+    """
+    if num_partitions <= 0:
+        raise ValueError("num_partitions must be positive")
+    h = _prefix_hash(key.group_id, key.topic_id)
+    for ch in str(key.partition):  # ASCII digits: one UTF-16 code unit each
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(2**31) else abs(signed)) % num_partitions
+
+
+@functools.lru_cache(maxsize=4096)
+def _prefix_hash(group_id: str, topic_id: uuid.UUID) -> int:
+    """``java_string_hash("groupId:topicId:")`` as an unsigned 32-bit value."""
+    return java_string_hash(f"{group_id}:{kafka_uuid_str(topic_id)}:") & 0xFFFFFFFF
 
 
 # --------------------------------------------------------------------------------------------

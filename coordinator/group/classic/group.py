@@ -75,6 +75,8 @@ class ClassicSettings:
     max_size: int = 0x7FFFFFFF
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # How often a group with members has its unsubscribed topics' offsets looked at.
+    offsets_retention_check_interval_ms: int = 600_000
     # Largest GroupMetadata record (message.max.bytes, as Kafka's coordinator runtime bounds a
     # batch by __consumer_offsets' max message size): the members' metadata and assignments.
     max_record_bytes: int = 1024 * 1024 + 12

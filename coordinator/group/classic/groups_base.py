@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import records as cr
 from coordinator.group.classic.group import (
+    CONSUMER_PROTOCOL_TYPE,
     SESSION_TIMER,
     ClassicDescription,
     ClassicGroup,
@@ -24,10 +25,13 @@ from coordinator.group.classic.group import (
     Member,
 )
 from coordinator.group.offsets import (
+    EVERY_TOPIC,
     CommittedOffsets,
     DurableStore,
     TimerCancel,
+    TimerDeadline,
     TimerSchedule,
+    TopicFilter,
 )
 from coordinator.group.share.records import Record
 from coordinator.group.txn_offsets import PendingOffsets
@@ -37,9 +41,12 @@ class ClassicGroupsBase:
     """Classic groups of one coordinator partition: state, reads, replay (see the module doc)."""
 
     def __init__(self, *, settings: Callable[[str], ClassicSettings], schedule: TimerSchedule,
-                 cancel: TimerCancel, busy: Callable[[str], bool] = lambda _gid: False) -> None:
-        """``busy(group_id)``: the id is a consumer-protocol group with members, whose offsets
-        must not expire (the shard arms retention again once it is empty)."""
+                 cancel: TimerCancel,
+                 subscriptions: Callable[[str], frozenset[str] | None] = lambda _gid: None,
+                 deadline: TimerDeadline = lambda _key: None) -> None:
+        """``subscriptions(group_id)``: the topics a consumer-protocol group with members
+        subscribes to, or None when the id is not such a group (only the offsets of other topics
+        may expire). ``deadline(key)``: when timer ``key`` is due, or None."""
         self.groups: dict[str, ClassicGroup] = {}
         # The fold of the partition's classic records (GroupMetadata here, OffsetCommit in
         # ``offsets``), shared with the offsets of every group type.
@@ -47,12 +54,13 @@ class ClassicGroupsBase:
         # Transactional offsets waiting for their transaction's marker (``txn_offsets.py``).
         self.pending = PendingOffsets()
         self.offsets = CommittedOffsets(self.store, settings=settings, schedule=schedule,
-                                        cancel=cancel, expirable=self._expirable,
-                                        forget=self._forget, pending=self.pending)
+                                        cancel=cancel, expiring=self._expiring,
+                                        forget=self._forget, pending=self.pending,
+                                        deadline=deadline)
         self._settings = settings
         self._schedule = schedule
         self._cancel = cancel
-        self._busy = busy
+        self._subscriptions = subscriptions
 
     # -------------------------------------------------------------- reads
 
@@ -191,13 +199,22 @@ class ClassicGroupsBase:
                   for m in g.members.values()))
         return Record(cr.GroupMetadataKey(g.group_id), value)  # type: ignore[arg-type]
 
-    def _expirable(self, group_id: str) -> bool:
-        """Whether the id's offsets may expire: no group or an Empty one, and not a
-        consumer-protocol group with members (``busy``)."""
-        if self._busy(group_id):
-            return False
+    def _expiring(self, group_id: str) -> TopicFilter | None:
+        """Which topics of the id's offsets may expire (Kafka's offset expiration condition and
+        ``isSubscribedToTopic``): every topic with no group or an Empty one; the unsubscribed
+        topics of a consumer-protocol group with members or of a Stable classic ``consumer``
+        group whose subscription is known; none otherwise (a rebalancing classic group)."""
+        subscribed = self._subscriptions(group_id)
+        if subscribed is not None:
+            return lambda topic: topic not in subscribed
         g = self.groups.get(group_id)
-        return g is None or g.state is ClassicState.EMPTY
+        if g is None or g.state is ClassicState.EMPTY:
+            return EVERY_TOPIC
+        if (g.state is ClassicState.STABLE and g.protocol_type == CONSUMER_PROTOCOL_TYPE
+                and g.subscribed is not None):
+            known = g.subscribed
+            return lambda topic: topic not in known
+        return None
 
     def _forget(self, group_id: str) -> None:
         """The id's last offset expired: its (Empty) group goes with it."""

@@ -34,6 +34,7 @@ class ClassicGroupOps(GroupServiceBase):
             max_size=get("group.max.size"),
             offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
             offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+            offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
             max_record_bytes=get("message.max.bytes"),
         )
 

@@ -242,3 +242,30 @@ def _try_create(admin: AdminClient, name: str) -> bool:
         return True
     except Exception as e:
         return "already exists" in str(e)
+
+
+def test_topic_configs_changed_through_one_broker_apply_on_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = _admin(cluster.brokers[0].bootstrap)
+    admin.create_topics([NewTopic("tuned", 3, 1, config={"retention.ms": "600000"})])[
+        "tuned"].result(T)
+    res = ConfigResource("topic", "tuned", incremental_configs=[
+        ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(T)
+    for b in cluster.brokers:
+        one = _admin(b.bootstrap)
+        entries = one.describe_configs([ConfigResource("topic", "tuned")])[
+            ConfigResource("topic", "tuned")].result(T)
+        assert (entries["retention.ms"].value, entries["cleanup.policy"].value) == \
+            ("120000", "compact")
+    # The broker leading a partition runs its log with the new settings: the config is back in
+    # etcd's record and in each broker's registry (a restart keeps it).
+    victim = cluster.brokers[1]
+    victim.stop()
+    victim.start()
+    again = _admin(victim.bootstrap)
+    entries = again.describe_configs([ConfigResource("topic", "tuned")])[
+        ConfigResource("topic", "tuned")].result(T)
+    assert entries["retention.ms"].value == "120000"

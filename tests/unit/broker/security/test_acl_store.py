@@ -22,6 +22,7 @@ from protocol.acl_types import (
 from broker.security.acl_store import AclStore, AclStoreError, decode, encode
 from broker.security.authorizer import AclAuthorizer
 from broker.security.setup import build_authorizer
+from storage import fileops
 
 READ = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
                   AclOperation.READ, AclPermissionType.ALLOW)
@@ -76,17 +77,15 @@ def test_crash_during_a_write_leaves_the_old_file(tmp_path: Path, step: str,
         raise Crash(step)
 
     if step == "write":
-        # half of the new file reaches the temp file, then the process dies
-        real_open = open
+        # half of the new file reaches the temp file, then the process dies (the writes go
+        # through the storage.fileops seam)
+        class Torn(fileops.FileOps):
+            def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
+                super().pwrite(fd, memoryview(data)[: len(data) // 2], pos)
+                crash()
+                return 0
 
-        def torn_open(path: object, mode: str = "r", *a: object, **k: object) -> object:
-            f = real_open(path, mode, *a, **k)  # type: ignore[call-overload]
-            if "w" in mode:
-                real_write = f.write
-                f.write = lambda data: (real_write(data[: len(data) // 2]), crash())
-            return f
-
-        monkeypatch.setattr("builtins.open", torn_open)
+        monkeypatch.setattr(fileops, "OPS", Torn())
     elif step == "fsync":
         monkeypatch.setattr(os, "fsync", crash)
     else:
