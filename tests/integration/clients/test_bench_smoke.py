@@ -110,7 +110,8 @@ def test_hostile_scenario_smoke(tmp_path: Path) -> None:
     h = doc["systems"][0]["scenarios"]["h"]
     assert "error" not in h, h
     assert set(h["steps"]) == {"flood", "half_sent", "slow_reader", "wide_fetch",
-                               "wide_share_fetch", "forged_batch", "share_load"}
+                               "wide_share_fetch", "forged_batch", "share_load",
+                               "element_counts"}
     assert all(st.get("ok") for st in h["steps"].values()), h["steps"]
     assert h["steps"]["flood"]["opened"] == 30 and h["steps"]["half_sent"]["opened"] == 2
     assert h["steps"]["share_load"]["members_joined"] == 20
@@ -118,7 +119,8 @@ def test_hostile_scenario_smoke(tmp_path: Path) -> None:
     assert h["serving_at_end"] is True and h["broker_alive_at_end"] is True
     assert h["broker_exit_code"] is not None  # stopped by the scenario
     assert set(h["verdicts"]) == {"control_p99", "rss_growth", "serving_at_end",
-                                  "share_load_held"}
+                                  "share_load_held", "element_counts_control_p99",
+                                  "element_counts_rss_growth"}
     assert all(v in ("PASS", "FAIL") for v in h["verdicts"].values())
     assert {t["figure"] for t in doc["targets"] if t["scenario"] == "h"} >= {
         "control round trip p99", "broker RSS growth"}

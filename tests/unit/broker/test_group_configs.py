@@ -376,7 +376,8 @@ class Spied:
         self.configs.write = write  # type: ignore[method-assign]
 
     def alter(self, req: Any) -> list[tuple[int, str | None]]:
-        broker = SimpleNamespace(group_configs=self.configs, authorizer=DefaultAuthorizer())
+        broker = SimpleNamespace(group_configs=self.configs, authorizer=DefaultAuthorizer(),
+                                 member=None)
         ctx = RequestContext(broker=broker, api_key=44, api_version=1,  # type: ignore[arg-type]
                              correlation_id=1, client_id="t", client_host="127.0.0.1",
                              connection_id=1)
