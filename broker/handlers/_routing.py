@@ -90,3 +90,24 @@ class LeaderNotes:
     def endpoints(self) -> tuple[Any, ...]:
         return tuple(make(self._m.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port,
                           rack=n.rack) for n in self._nodes.values())
+
+
+def moved_leader(ctx: RequestContext, m: Any, topic: str, partition: int,
+                 endpoints: dict[int, Node]) -> dict[str, Any]:
+    """KIP-951 for Produce (v10+) and Fetch (v16+) partitions answered NOT_LEADER_OR_FOLLOWER:
+    the ``current_leader`` field (when the response version has it) naming the partition's
+    leader and epoch; that leader's endpoint is added to ``endpoints`` for NodeEndpoints."""
+    if not hasattr(m, "LeaderIdAndEpoch"):
+        return {}
+    leader, epoch, node = current_leader(ctx, topic, partition)
+    if node is not None:
+        endpoints[leader] = node
+    return {"current_leader": m.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)}
+
+
+def endpoint_entries(m: Any, endpoints: dict[int, Node]) -> tuple[Any, ...]:
+    """NodeEndpoints of a Produce/Fetch response (empty where the version has none)."""
+    if not endpoints or not hasattr(m, "NodeEndpoint"):
+        return ()
+    return tuple(make(m.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                 for n in endpoints.values())

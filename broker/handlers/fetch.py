@@ -38,7 +38,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.handlers._routing import leader_problem
+from broker.handlers._routing import endpoint_entries, leader_problem, moved_leader
 from broker.log.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
@@ -101,6 +101,7 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
     keys: list[tuple[str, int]] = []
     sent: list[tuple[str, int]] = []
     topics = []
+    leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
     done = 0
     for ft in req.topics:
         topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
@@ -119,7 +120,8 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
             not_here = leader_problem(ctx, topic.name, p) if topic is not None else None
             if not_here is not None:
                 errors = True
-                parts.append(_pdata(m, p, not_here, -1, -1, b""))
+                parts.append(_pdata(m, p, not_here, -1, -1, b"", **moved_leader(
+                    ctx, m, topic.name, p, leaders)))
                 continue
             lg = broker.logs.get(topic.name, p) if topic is not None else None
             if lg is None:
@@ -170,12 +172,13 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
         topics.append(make(m.FetchableTopicResponse, topic=getattr(ft, "topic", None),
                            topic_id=getattr(ft, "topic_id", None), partitions=tuple(parts)))
     resp = make(m.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                session_id=0, responses=tuple(topics), node_endpoints=())
+                session_id=0, responses=tuple(topics),
+                node_endpoints=endpoint_entries(m, leaders))
     return resp, total, errors, keys, sent
 
 
 def _pdata(m: Any, p: int, err: ErrorCode, hwm: int, log_start: int, data: bytes,
-           lso: int | None = None, aborted: tuple[Any, ...] = ()) -> Any:
+           lso: int | None = None, aborted: tuple[Any, ...] = (), **leader: Any) -> Any:
     return make(m.PartitionData, partition_index=p, error_code=err, high_watermark=hwm,
                 last_stable_offset=hwm if lso is None else lso, log_start_offset=log_start,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=data)
+                aborted_transactions=aborted, preferred_read_replica=-1, records=data, **leader)

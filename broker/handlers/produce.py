@@ -58,7 +58,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import NO_RESPONSE, RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.handlers._routing import leader_problem
+from broker.handlers._routing import endpoint_entries, leader_problem, moved_leader
 from broker.log.append import (
     FIRST_TV2_PRODUCE_VERSION,
     NEWEST_PRODUCE_VERSION,
@@ -99,7 +99,7 @@ VERSIONS = (3, NEWEST_PRODUCE_VERSION)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-def _partition(m: Any, index: int, out: PartitionOutcome) -> Any:
+def _partition(m: Any, index: int, out: PartitionOutcome, **leader: Any) -> Any:
     append_time = None if out.log_append_time_ms < 0 else \
         _EPOCH + datetime.timedelta(milliseconds=out.log_append_time_ms)
     errors = tuple(make(m.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=msg)
@@ -107,7 +107,7 @@ def _partition(m: Any, index: int, out: PartitionOutcome) -> Any:
     return make(m.PartitionProduceResponse, index=index, error_code=out.error,
                 base_offset=out.base_offset, log_append_time=append_time,
                 log_start_offset=out.log_start_offset, record_errors=errors,
-                error_message=out.message)
+                error_message=out.message, **leader)
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -361,6 +361,7 @@ def _produce_steps(ctx: RequestContext, req: Any,
     by_id = ctx.api_version >= 13
     responses = []
     appended: list[tuple[str, int]] = []
+    leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
     resolved = [(td, _topic(broker, td, ctx.api_version)) for td in req.topic_data]
     denied = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
                         (topic.name if topic is not None else td.name
@@ -405,7 +406,8 @@ def _produce_steps(ctx: RequestContext, req: Any,
                 continue
             not_here = leader_problem(ctx, topic.name, pd.index)
             if not_here is not None:
-                parts.append(_partition(m, pd.index, PartitionOutcome(not_here)))
+                parts.append(_partition(m, pd.index, PartitionOutcome(not_here), **moved_leader(
+                    ctx, m, topic.name, pd.index, leaders)))
                 continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
                                    ctx.api_version, checks.get((ti, pi)), txn_id, verifier)
@@ -420,7 +422,7 @@ def _produce_steps(ctx: RequestContext, req: Any,
             return _flush_then(broker, appended, NO_RESPONSE, m)
         return NO_RESPONSE
     resp = make(m.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE,
-                node_endpoints=())
+                node_endpoints=endpoint_entries(m, leaders))
     now = broker.clock.now_ms()
     due = [(t, p) for t, p in appended if (lg := broker.logs.get(t, p)) and lg.needs_flush(now)]
     if due:

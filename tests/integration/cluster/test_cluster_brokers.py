@@ -269,3 +269,41 @@ def test_topic_configs_changed_through_one_broker_apply_on_every_broker(cluster:
     entries = again.describe_configs([ConfigResource("topic", "tuned")])[
         ConfigResource("topic", "tuned")].result(T)
     assert entries["retention.ms"].value == "120000"
+
+
+def test_kip951_fetch_at_the_wrong_broker_names_the_leader_and_its_endpoint(
+        cluster: Cluster) -> None:
+    from datetime import timedelta
+
+    from kio.schema.errors import ErrorCode
+
+    from protocol import codec
+    from protocol.messages import make
+    from tests.integration.rawclient import RawClient
+
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic("moved", 3, 1)])["moved"].result(T)
+    leaders = _leaders(admin, "moved")
+    wrong = next(i for i in (1, 2, 3) if i != leaders[0])
+    meta = codec.request_module(3, 12)
+    with RawClient(cluster.brokers[wrong - 1].bootstrap) as c:
+        topic_id = c.call(3, 12, meta.MetadataRequest(
+            topics=(meta.MetadataRequestTopic(topic_id=None, name="moved"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].topic_id
+    m = codec.request_module(1, 16)
+    body = make(m.FetchRequest, replica_id=-1, max_wait=timedelta(0), min_bytes=0,
+                max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=(m.FetchTopic(topic_id=topic_id,
+                                     partitions=(make(m.FetchPartition, partition=0,
+                                                      current_leader_epoch=-1, fetch_offset=0,
+                                                      last_fetched_epoch=-1, log_start_offset=-1,
+                                                      partition_max_bytes=1 << 20),)),),
+                forgotten_topics_data=(), rack_id="")
+    with RawClient(cluster.brokers[wrong - 1].bootstrap) as c:
+        resp = c.call(1, 16, body)
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == leaders[0]
+    right = cluster.brokers[leaders[0] - 1]
+    assert [(e.node_id, e.port) for e in resp.node_endpoints] == [(leaders[0], right.port)]
