@@ -31,6 +31,7 @@ class BrokerProcess:
         # (the default, 1 s of page cache, is covered by tests/integration/admin/test_metrics.py).
         self.overrides = {"metrics.render.cache.ms": "0", **(overrides or {})}
         self.extra_args = list(extra_args or [])  # more `shoal broker` options
+        self._auto_port = port is None  # chosen here: may be taken again if it was lost
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
@@ -40,6 +41,19 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> None:
+        """Start the broker and wait until it listens. A port this object chose that another
+        process took in the meantime (free_port can only tell it was free) is chosen again,
+        once."""
+        try:
+            self._start(timeout)
+        except RuntimeError as exc:
+            if not (self._auto_port and self.listen and "address already in use" in str(exc)):
+                raise
+            self.port = free_port()
+            self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
+            self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
         cmd = [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(self.data_dir)]
         ready = self.data_dir.parent / f"broker-{self.port}.ready"
         if self.listen:
@@ -55,6 +69,7 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self._close_log()
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
             if not self.listen:
                 if ready.exists():
@@ -66,6 +81,7 @@ class BrokerProcess:
                     return
             except OSError:
                 time.sleep(0.05)
+        self.kill()
         raise RuntimeError(f"broker did not start within {timeout}s:\n{self.logs()}")
 
     def logs(self) -> str:
