@@ -21,7 +21,7 @@ The event loop serves every connection, so no single request may hold it for lon
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -78,6 +78,12 @@ async def run_steps_async(steps: Steps[T]) -> T:
             await asyncio.sleep(0)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def paced(steps: Steps[T], large: bool) -> T | Coroutine[Any, Any, T]:
+    """A handler's answer from ``steps``: computed at once, or (``large``, i.e. more than
+    ``YIELD_EVERY`` elements) as a coroutine that serves the loop at each step."""
+    return run_steps_async(steps) if large else run_steps(steps)
 
 
 def denied_steps(ctx: Any, operation: Any, resource_type: Any, names: Iterable[str],
