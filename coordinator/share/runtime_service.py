@@ -55,6 +55,7 @@ from coordinator.share.serde import (
 )
 from coordinator.share.service import (
     DEFAULT_NUM_PARTITIONS,
+    KeyedOp,
     StateOp,
     error_reply,
     gather_replies,
@@ -259,7 +260,7 @@ class ShareCoordinatorService:
         """From the committed state of each owning partition; appends nothing."""
         pairs: list[tuple[int, SummaryResult]] = []
         many = len(params) > _MANY
-        for partition, keyed in split_request(_items(params), self.num_partitions).items():
+        for partition, keyed in (await self._split(params)).items():
             if many:
                 await asyncio.sleep(0)  # reads do not suspend: serve the loop between partitions
 
@@ -276,23 +277,56 @@ class ShareCoordinatorService:
 
     # ------------------------------------------------------------------------------------------
 
+    async def _split(self, params: Sequence[P]) -> dict[int, list[KeyedOp[P]]]:
+        """``split_request`` of ``params``; past ``_MANY`` keys a slice at a time, the event
+        loop served in between."""
+        if len(params) <= _MANY:
+            return split_request(_items(params), self.num_partitions)
+        split: dict[int, list[KeyedOp[P]]] = {}
+        for start in range(0, len(params), _MANY):
+            await asyncio.sleep(0)
+            split_request(_items(params[start:start + _MANY]), self.num_partitions, start, split)
+        return split
+
     async def _write(
         self, kind: StateOp, params: Sequence[P], make_op: Callable[[P], Op[ShareStateShard]]
     ) -> list[Any]:
-        split = split_request(_items(params), self.num_partitions)
-        many = len(params) > _MANY
-        if many:
-            await asyncio.sleep(0)  # tens of thousands of keys: serve the loop between phases
-        outs = await self.runtime.write_each(
-            {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
-        )
-        if many:
-            await asyncio.sleep(0)
-        return gather_replies(len(params), [
-            (k.index, _reply(kind, out))
-            for partition, keyed in split.items()
-            for k, out in zip(keyed, outs[partition], strict=True)
-        ])
+        split = await self._split(params)
+        if len(params) <= _MANY:
+            outs = await self.runtime.write_each(
+                {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
+            )
+            return gather_replies(len(params), [
+                (k.index, _reply(kind, out))
+                for partition, keyed in split.items()
+                for k, out in zip(keyed, outs[partition], strict=True)
+            ])
+        # Tens of thousands of keys: every phase serves the event loop every _MANY keys, and
+        # the partitions' ops are queued about _MANY at a time, one slice per loop iteration, so
+        # their executors do not all run in the same iteration.
+        writes: list[asyncio.Future[dict[int, list[Any]]]] = []
+        ops: dict[int, list[Op[ShareStateShard]]] = {}
+        made = 0
+        for partition, keyed in split.items():
+            ops[partition] = [make_op(k.params) for k in keyed]
+            made += len(keyed)
+            if made >= _MANY:
+                writes.append(asyncio.ensure_future(self.runtime.write_each(ops)))
+                ops, made = {}, 0
+                await asyncio.sleep(0)
+        if ops:
+            writes.append(asyncio.ensure_future(self.runtime.write_each(ops)))
+        outs = {}
+        for done in await asyncio.gather(*writes):
+            outs.update(done)
+        pairs: list[tuple[int, Any]] = []
+        for partition, keyed in split.items():
+            if len(pairs) // _MANY != (len(pairs) + len(keyed)) // _MANY:
+                await asyncio.sleep(0)
+            pairs.extend((k.index, _reply(kind, out))
+                         for k, out in zip(keyed, outs[partition], strict=True))
+        await asyncio.sleep(0)
+        return gather_replies(len(params), pairs)
 
 
 def _reply(kind: StateOp, out: Any) -> Any:
