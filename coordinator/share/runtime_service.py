@@ -77,6 +77,9 @@ from storage.log import PartitionLogLike
 DEFAULT_COLD_SNAPSHOT_INTERVAL_MS = 300_000
 _COLD_SNAPSHOT_TIMER = "cold-snapshot"
 _MANY = 2000  # keys in one state RPC past which its phases hand the event loop back
+# Ops of one large state RPC queued per loop iteration (an op costs up to ~0.1 ms: its records
+# are encoded, replayed and appended).
+_OPS_PER_TURN = 256
 
 P = TypeVar("P", InitializeParams, ReadParams, WriteParams, DeleteParams)
 
@@ -293,32 +296,36 @@ class ShareCoordinatorService:
     ) -> list[Any]:
         split = await self._split(params)
         if len(params) <= _MANY:
-            outs = await self.runtime.write_each(
+            done = await self.runtime.write_each(
                 {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
             )
             return gather_replies(len(params), [
                 (k.index, _reply(kind, out))
                 for partition, keyed in split.items()
-                for k, out in zip(keyed, outs[partition], strict=True)
+                for k, out in zip(keyed, done[partition], strict=True)
             ])
         # Tens of thousands of keys: every phase serves the event loop every _MANY keys, and
-        # the partitions' ops are queued about _MANY at a time, one slice per loop iteration, so
-        # their executors do not all run in the same iteration.
+        # the ops are queued in waves of about _OPS_PER_TURN (one wave per loop iteration, a
+        # partition's ops split across waves in order), so the partitions' executors, which run
+        # in the iteration after their ops arrive, never run many ops in one iteration.
         writes: list[asyncio.Future[dict[int, list[Any]]]] = []
-        ops: dict[int, list[Op[ShareStateShard]]] = {}
-        made = 0
+        wave: dict[int, list[Op[ShareStateShard]]] = {}
+        size = 0
         for partition, keyed in split.items():
-            ops[partition] = [make_op(k.params) for k in keyed]
-            made += len(keyed)
-            if made >= _MANY:
-                writes.append(asyncio.ensure_future(self.runtime.write_each(ops)))
-                ops, made = {}, 0
-                await asyncio.sleep(0)
-        if ops:
-            writes.append(asyncio.ensure_future(self.runtime.write_each(ops)))
-        outs = {}
+            for i in range(0, len(keyed), _OPS_PER_TURN):
+                piece = [make_op(k.params) for k in keyed[i:i + _OPS_PER_TURN]]
+                wave.setdefault(partition, []).extend(piece)
+                size += len(piece)
+                if size >= _OPS_PER_TURN:
+                    writes.append(asyncio.ensure_future(self.runtime.write_each(wave)))
+                    wave, size = {}, 0
+                    await asyncio.sleep(0)
+        if wave:
+            writes.append(asyncio.ensure_future(self.runtime.write_each(wave)))
+        outs: dict[int, list[Any]] = {}
         for done in await asyncio.gather(*writes):
-            outs.update(done)
+            for partition, replies in done.items():
+                outs.setdefault(partition, []).extend(replies)
         pairs: list[tuple[int, Any]] = []
         for partition, keyed in split.items():
             if len(pairs) // _MANY != (len(pairs) + len(keyed)) // _MANY:
