@@ -12,7 +12,10 @@ The event loop serves every connection, so no single request may hold it for lon
 - A handler whose response may be large (a Fetch over many partitions) returns it wrapped in
   ``EncodeOffLoop``; the connection encodes it in a worker thread.
 - Handlers that walk many partitions, groups or keys yield to the loop every ``YIELD_EVERY`` of
-  them (``in_slices``; ``tests/integration/wire/test_element_counts.py`` checks every API).
+  them (``in_slices``, ``breathe``, ``denied_in_slices``; or written once as ``Steps``, a
+  generator run straight through for an ordinary request and with the loop served at each step
+  for a large one, ``paced``); ``tests/integration/wire/test_element_counts.py`` checks every
+  API, the hostile bench step ``element_counts`` the control latency meanwhile.
 - Handler modules may declare ``request_limit(config) -> (array path, most)`` and
   ``refuse_over_limit(ctx, count, most) -> response``: a request listing more elements is refused
   with that response before kio builds an object per element (``protocol.guard`` counts them).

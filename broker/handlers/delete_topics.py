@@ -17,7 +17,8 @@ and a topic it may not delete TOPIC_AUTHORIZATION_FAILED, with the name only whe
 Deletion being disabled is answered before any check, as Kafka does.
 
 Deletion is immediate and durable before visible: the request's topics leave ``topics.json`` in
-one write, then the registry, their logs are deleted and long polls on them are woken. A failed
+one write, then the registry, their partition directories are renamed aside and removed in a
+worker thread (``LogManager.drop_topic``) and long polls on them are woken. A failed
 write (or an offline log directory) answers KAFKA_STORAGE_ERROR for each and deletes none. v6 answers carry the topic id, v5+ an error message.
 """
 
