@@ -165,6 +165,7 @@ class Broker(TopicAdmin):
         self.logs = LogManager(self.data_dir, self.config, self.clock)
         self._loop = asyncio.get_running_loop()
         self.logs.log_dir.add_listener(self._on_log_dir_offline)
+        await asyncio.to_thread(self.logs.remove_leftovers)  # of deletions a stop interrupted
         self.producers = ProducerStateManager(self.logs, self.config, self.clock)
         if self.member is None:
             for topic in self.topics.all():
@@ -211,6 +212,8 @@ class Broker(TopicAdmin):
             await close_coordinators(self)
             await asyncio.to_thread(self.cleaner.stop)
             await asyncio.to_thread(self.producers.close)
+            if self.logs.removals:  # deleted topics' directories still being removed
+                await asyncio.gather(*self.logs.removals, return_exceptions=True)
             await asyncio.to_thread(self.logs.close)
         self.started = False
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.security.authorizer import AclAuthorizer, AclChange, AclResult
+from broker.security.acl_store import Plan, planned
 from broker.security.scram_store import (
     DEFAULT_ITERATIONS,
     Deletion,
@@ -164,12 +165,11 @@ class ClusterAcls:
         added = frozenset((after,)) if after is not None else frozenset()
         self.authorizer.apply(AclChange(added=added, removed=removed))
 
-    async def commit(self, authorizer: AclAuthorizer,
-                     plan: Callable[[], AclChange]) -> tuple[AclResult, ...]:
+    async def commit(self, authorizer: AclAuthorizer, plan: Plan) -> tuple[AclResult, ...]:
         """Plan against the current ACLs, write the change to etcd in one transaction, answer
         once this broker's view has it (``AclWriter``)."""
         async with self._lock:
-            change = plan()
+            change = await planned(plan)
             if change.empty:
                 return change.results
             view = self.store.view

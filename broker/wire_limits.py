@@ -12,7 +12,10 @@ The event loop serves every connection, so no single request may hold it for lon
 - A handler whose response may be large (a Fetch over many partitions) returns it wrapped in
   ``EncodeOffLoop``; the connection encodes it in a worker thread.
 - Handlers that walk many partitions, groups or keys yield to the loop every ``YIELD_EVERY`` of
-  them (``in_slices``; ``tests/integration/wire/test_element_counts.py`` checks every API).
+  them (``in_slices``, ``breathe``, ``denied_in_slices``; or written once as ``Steps``, a
+  generator run straight through for an ordinary request and with the loop served at each step
+  for a large one, ``paced``); ``tests/integration/wire/test_element_counts.py`` checks every
+  API, the hostile bench step ``element_counts`` the control latency meanwhile.
 - Handler modules may declare ``request_limit(config) -> (array path, most)`` and
   ``refuse_over_limit(ctx, count, most) -> response``: a request listing more elements is refused
   with that response before kio builds an object per element (``protocol.guard`` counts them).
@@ -21,7 +24,7 @@ The event loop serves every connection, so no single request may hold it for lon
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -53,6 +56,59 @@ async def in_slices(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
             await asyncio.sleep(0)
         out.append(fn(item))
     return out
+
+
+# A computation written once as a generator that ``yield``s (None) where it may hand the loop
+# back, every ``YIELD_EVERY`` elements, and returns its result: ``run_steps`` runs it through on
+# the small path (no await at all), ``run_steps_async`` serves the loop at each yield.
+Steps = Generator[None, None, T]
+
+
+def run_steps(steps: Steps[T]) -> T:
+    """Run ``steps`` to the end without handing the loop back; its result."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def run_steps_async(steps: Steps[T]) -> T:
+    """Run ``steps`` to the end, handing the event loop back at each of its yields."""
+    try:
+        while True:
+            next(steps)
+            await asyncio.sleep(0)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def paced(steps: Steps[T], large: bool) -> T | Coroutine[Any, Any, T]:
+    """A handler's answer from ``steps``: computed at once, or (``large``, i.e. more than
+    ``YIELD_EVERY`` elements) as a coroutine that serves the loop at each step."""
+    return run_steps_async(steps) if large else run_steps(steps)
+
+
+def denied_steps(ctx: Any, operation: Any, resource_type: Any, names: Iterable[str],
+                 *, audit: bool = True) -> Steps[frozenset[str]]:
+    """``ctx.denied(...)`` (``broker/context.py``) asked ``YIELD_EVERY`` distinct names at a
+    time, yielding between slices."""
+    distinct = list(dict.fromkeys(names))
+    if len(distinct) <= YIELD_EVERY:
+        return frozenset(ctx.denied(operation, resource_type, distinct, audit=audit))
+    out: set[str] = set()
+    for i in range(0, len(distinct), YIELD_EVERY):
+        if i:
+            yield
+        out |= ctx.denied(operation, resource_type, distinct[i:i + YIELD_EVERY], audit=audit)
+    return frozenset(out)
+
+
+async def denied_in_slices(ctx: Any, operation: Any, resource_type: Any, names: Iterable[str],
+                           *, audit: bool = True) -> frozenset[str]:
+    """``ctx.denied(...)`` asked ``YIELD_EVERY`` names at a time, the event loop served in
+    between; no suspension when there are fewer names."""
+    return await run_steps_async(denied_steps(ctx, operation, resource_type, names, audit=audit))
 
 
 class EncodeOffLoop:

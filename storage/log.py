@@ -18,6 +18,7 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from protocol.record_batch import BatchHeader
@@ -111,4 +112,4 @@ class PartitionLogLike(Protocol):
 
     def close(self) -> None: ...
 
-    def delete(self) -> None: ...
+    def delete(self, moved_to: Path | None = None) -> None: ...

@@ -346,19 +346,22 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
                     for seg in self._segments:
                         seg.close()
 
-    def delete(self) -> None:
-        """Close without flushing and remove the partition directory (topic deletion).
+    def delete(self, moved_to: Path | None = None) -> None:
+        """Close without flushing and remove the partition directory (topic deletion), or
+        ``moved_to`` when the directory was renamed there first (it is not looked for under its
+        own name, which a new topic may have taken meanwhile).
 
         Raises:
             OSError: the directory could not be removed.
         """
+        directory = self.directory if moved_to is None else moved_to
         with self._flush_lock, self._retention_lock:
             with self._lock:
                 self._closed = True
                 for seg in self._segments:
                     seg.close()
             try:
-                shutil.rmtree(self.directory)
+                shutil.rmtree(directory)
             except FileNotFoundError:
                 pass
-            fsync_dir(self.directory.parent)
+            fsync_dir(directory.parent)

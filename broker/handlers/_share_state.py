@@ -92,6 +92,27 @@ async def answer(
     return out
 
 
+async def results(replies: TopicReplies[Res], row: Callable[[int, Res], Any],
+                  topic: Callable[[uuid.UUID | None, tuple[Any, ...]], Any]) -> tuple[Any, ...]:
+    """The response's topic results: ``row(partition, reply)`` per entry, ``topic(topic id,
+    rows)`` per topic, handing the event loop back every ``YIELD_EVERY`` entries (one topic may
+    carry tens of thousands of partitions)."""
+    out = []
+    seen = 0
+    for topic_id, rows in replies:
+        built = []
+        for partition, reply in rows:
+            seen += 1
+            if seen % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            built.append(row(partition, reply))
+        seen += 1
+        if seen % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        out.append(topic(topic_id, tuple(built)))
+    return tuple(out)
+
+
 def message(error: ErrorCode, text: str | None) -> str | None:
     """Only send an error message alongside an error."""
     return text if error != ErrorCode.none else None

@@ -22,6 +22,7 @@ other partitions get OPERATION_NOT_ATTEMPTED. v4+ need CLUSTER_ACTION on the clu
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +31,7 @@ from broker.authz import CLUSTER, Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.log.topics import INTERNAL_TOPICS
+from broker.wire_limits import YIELD_EVERY, denied_in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -43,9 +45,12 @@ def _parts(topics: Any) -> Parts:
     return [(t.name, int(p)) for t in topics for p in t.partitions]
 
 
-def _results(m: Any, parts: Parts, errors: dict[tuple[str, int], ErrorCode] | ErrorCode) -> tuple[Any, ...]:
+async def _results(m: Any, parts: Parts,
+                   errors: dict[tuple[str, int], ErrorCode] | ErrorCode) -> tuple[Any, ...]:
     by_topic: dict[str, list[Any]] = {}
-    for tp in dict.fromkeys(parts):
+    for i, tp in enumerate(dict.fromkeys(parts)):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         err = errors if isinstance(errors, ErrorCode) else errors[tp]
         by_topic.setdefault(tp[0], []).append(
             m.AddPartitionsToTxnPartitionResult(partition_index=tp[1], partition_error_code=err))
@@ -53,18 +58,21 @@ def _results(m: Any, parts: Parts, errors: dict[tuple[str, int], ErrorCode] | Er
                  for name, rs in by_topic.items())
 
 
-def _precheck(ctx: RequestContext, parts: Parts, client: bool) -> dict[tuple[str, int], ErrorCode] | None:
+async def _precheck(ctx: RequestContext, parts: Parts,
+                    client: bool) -> dict[tuple[str, int], ErrorCode] | None:
     """Per-partition refusals (TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, the rest
     OPERATION_NOT_ATTEMPTED), or None when every partition may be added."""
     refused: frozenset[str] = frozenset()
     if client:
         names = {t for t, _ in parts}
-        refused = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
-                             [n for n in names if n not in INTERNAL_TOPICS])
+        refused = await denied_in_slices(ctx, Operation.WRITE, ResourceType.TOPIC,
+                                         [n for n in names if n not in INTERNAL_TOPICS])
         refused |= {n for n in names if n in INTERNAL_TOPICS}
     errors: dict[tuple[str, int], ErrorCode] = {}
     failed = False
-    for tp in parts:
+    for i, tp in enumerate(parts):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         topic = ctx.broker.topics.get(tp[0])
         if tp[0] in refused:
             errors[tp], failed = ErrorCode.topic_authorization_failed, True
@@ -79,12 +87,17 @@ async def _one(ctx: RequestContext, txn_id: str, pid: int, epoch: int, parts: Pa
                verify_only: bool, client: bool) -> dict[tuple[str, int], ErrorCode] | ErrorCode:
     if client and not ctx.authorized(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, txn_id)):
         return ErrorCode.transactional_id_authorization_failed
-    pre = _precheck(ctx, parts, client)
+    pre = await _precheck(ctx, parts, client)
     if pre is not None:
         return pre
     txns = ctx.broker.transactions
     if verify_only:
-        return {tp: txns.verify_partition(txn_id, pid, epoch, tp[0], tp[1]) for tp in parts}
+        verified: dict[tuple[str, int], ErrorCode] = {}
+        for i, tp in enumerate(parts):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            verified[tp] = txns.verify_partition(txn_id, pid, epoch, tp[0], tp[1])
+        return verified
     error = await txns.add_partitions(txn_id, pid, epoch, parts,
                                       client_tv=None if client else 2)
     if error is ErrorCode.producer_fenced and ctx.api_version < 2:
@@ -99,17 +112,19 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         out = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                          req.v3_and_below_producer_epoch, parts, False, True)
         return make(m.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
-                    results_by_topic_v3_and_below=_results(m, parts, out))
+                    results_by_topic_v3_and_below=await _results(m, parts, out))
     if not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
         return m.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE,
                                             error_code=ErrorCode.cluster_authorization_failed,
                                             results_by_transaction=())
     results = []
-    for txn in req.transactions:
+    for i, txn in enumerate(req.transactions):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         parts = _parts(txn.topics)
         out = await _one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, parts,
                          txn.verify_only, False)
         results.append(m.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                                  topic_results=_results(m, parts, out)))
+                                                  topic_results=await _results(m, parts, out)))
     return m.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                                         results_by_transaction=tuple(results))

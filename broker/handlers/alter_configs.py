@@ -29,7 +29,9 @@ from broker.handlers.incremental_alter_configs import (
     apply_topic_plans_in_cluster,
     duplicate_resources,
     plan_topic,
+    request_size,
 )
+from broker.wire_limits import YIELD_EVERY, Steps, run_steps, run_steps_async
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -58,10 +60,40 @@ def replace_ops(broker: Broker, resource_type: int, name: str, given: Any) -> li
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
+    if request_size(req) > YIELD_EVERY or ctx.broker.group_configs.lock.locked():
+        return _locked(ctx, m, req)
+    answers, plans = run_steps(_plan_all(ctx, req))
+    if ctx.broker.member is not None and plans:
+        return _respond_in_cluster(ctx, m, req, answers, plans)
+    return run_steps(_respond(m, req, answers, apply_topic_plans(ctx.broker, plans)))
+
+
+async def _locked(ctx: RequestContext, m: Any, req: Any) -> Any:
+    """A large request is planned and answered a slice at a time, the event loop served every
+    YIELD_EVERY resources and configs (issue 25), under the config lock: no other config change
+    lands between its plans and their apply (a change arriving meanwhile waits for the lock)."""
+    async with ctx.broker.group_configs.lock:
+        answers, plans = await run_steps_async(_plan_all(ctx, req))
+        if ctx.broker.member is not None and plans:
+            failed = await apply_topic_plans_in_cluster(ctx.broker, plans)
+        else:
+            failed = apply_topic_plans(ctx.broker, plans)
+        return await run_steps_async(_respond(m, req, answers, failed))
+
+
+def _plan_all(ctx: RequestContext, req: Any
+              ) -> Steps[tuple[list[Altered], dict[str, dict[str, Any]]]]:
+    """Every resource's answer, and the valid topic changes (topic -> its new configs, applied
+    together); broker resources are applied here."""
     dups = duplicate_resources(req.resources)
     answers: list[Altered] = []
     plans: dict[str, dict[str, Any]] = {}  # topic -> its new configs, applied together
+    work = 0
     for r in req.resources:
+        if work >= YIELD_EVERY:
+            work = 0
+            yield
+        work += 1 + len(r.configs)
         refused = None
         if (r.resource_type, r.resource_name) not in dups:
             refused = config_authorization(ctx, Operation.ALTER_CONFIGS, r.resource_type,
@@ -83,19 +115,21 @@ def handle(ctx: RequestContext, req: Any) -> Any:
             else:
                 answers.append(alter(ctx.broker, r.resource_type, r.resource_name, ops,
                                      req.validate_only))
-    if ctx.broker.member is not None and plans:
-        return _respond_in_cluster(ctx, m, req, answers, plans)
-    return _respond(m, req, answers, apply_topic_plans(ctx.broker, plans))
+    return answers, plans
 
 
 async def _respond_in_cluster(ctx: RequestContext, m: Any, req: Any, answers: list[Altered],
                               plans: dict[str, dict[str, Any]]) -> Any:
-    return _respond(m, req, answers, await apply_topic_plans_in_cluster(ctx.broker, plans))
+    return run_steps(_respond(m, req, answers,
+                              await apply_topic_plans_in_cluster(ctx.broker, plans)))
 
 
-def _respond(m: Any, req: Any, answers: list[Altered], failed: dict[str, Altered]) -> Any:
+def _respond(m: Any, req: Any, answers: list[Altered],
+             failed: dict[str, Altered]) -> Steps[Any]:
     responses = []
-    for r, (error, message) in zip(req.resources, answers):
+    for i, (r, (error, message)) in enumerate(zip(req.resources, answers)):
+        if i and i % YIELD_EVERY == 0:
+            yield
         if r.resource_type == ResourceType.TOPIC and r.resource_name in failed:
             error, message = failed[r.resource_name]
         responses.append(make(m.AlterConfigsResourceResponse, error_code=error,

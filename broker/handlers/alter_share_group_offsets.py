@@ -12,6 +12,7 @@ partitions, which are left alone.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
+from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from broker.share.admin import AlterResult, PartitionResult, ShareAdmin, TopicAlterResult
 from protocol.codec import response_module
 from protocol.messages import make
@@ -38,7 +40,8 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
         res = AlterResult(ErrorCode.group_authorization_failed,
                           refusal(ctx.principal, Operation.READ, group))
         return _response(m, res)
-    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, (t.topic_name for t in req.topics))
+    denied = await denied_in_slices(ctx, Operation.READ, ResourceType.TOPIC,
+                                    (t.topic_name for t in req.topics))
     requested = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                  for t in req.topics if t.topic_name not in denied]
     res = AlterResult()
@@ -53,17 +56,36 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
                 for p in t.partitions))
             for t in req.topics if t.topic_name in denied)
         res = AlterResult(topics=refused + res.topics)
+    if sum(len(t.partitions) for t in res.topics) > YIELD_EVERY:
+        return await _response_in_slices(m, res)
     return _response(m, res)
+
+
+def _partition(m: Any, p: PartitionResult) -> Any:
+    return make(m.AlterShareGroupOffsetsResponsePartition, partition_index=p.partition,
+                error_code=p.error, error_message=err_message(p.error, p.error_message))
+
+
+def _topic(m: Any, t: TopicAlterResult, partitions: tuple[Any, ...]) -> Any:
+    return make(m.AlterShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
+                topic_id=t.topic_id, partitions=partitions)
+
+
+async def _response_in_slices(m: Any, res: AlterResult) -> Any:
+    """A large answer built ``YIELD_EVERY`` partitions at a time, the loop served in between."""
+    topics = []
+    for t in res.topics:
+        partitions = await in_slices(t.partitions, lambda p: _partition(m, p))
+        topics.append(_topic(m, t, tuple(partitions)))
+        if len(topics) % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+    return make(m.AlterShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
+                error_code=res.error, error_message=err_message(res.error, res.error_message),
+                responses=tuple(topics))
 
 
 def _response(m: Any, res: AlterResult) -> Any:
     return make(m.AlterShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
                 error_code=res.error, error_message=err_message(res.error, res.error_message),
-                responses=tuple(
-                    make(m.AlterShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
-                         topic_id=t.topic_id, partitions=tuple(
-                             make(m.AlterShareGroupOffsetsResponsePartition,
-                                  partition_index=p.partition, error_code=p.error,
-                                  error_message=err_message(p.error, p.error_message))
-                             for p in t.partitions))
-                    for t in res.topics))
+                responses=tuple(_topic(m, t, tuple(_partition(m, p) for p in t.partitions))
+                                for t in res.topics))

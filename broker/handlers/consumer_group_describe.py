@@ -29,7 +29,12 @@ from broker.authz import (
 )
 from broker.context import RequestContext
 from broker.wire_limits import YIELD_EVERY, in_slices
-from broker.handlers._common import NO_THROTTLE, describe_authorized, err_message
+from broker.handlers._common import (
+    NO_THROTTLE,
+    describe_authorized,
+    describe_authorized_in_slices,
+    err_message,
+)
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupMember
 from coordinator.group.shard import ConsumerDescribeResult
 from coordinator.group.topics_image import TopicsImage
@@ -85,11 +90,25 @@ def _assigned_topics(d: ConsumerDescribeResult, topics: TopicsImage) -> set[str]
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
     service = ctx.broker.share_groups
     topics = service.topics_image()
+    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
+        return _many(ctx, req, topics)
     found, hidden = describe_authorized(ctx, req.group_ids, service.describe_consumer,
                                         lambda d: _assigned_topics(d, topics))
+    return _respond(ctx, req, topics, found, hidden)
+
+
+async def _many(ctx: RequestContext, req: Any, topics: Any) -> Any:
+    service = ctx.broker.share_groups
+    found, hidden = await describe_authorized_in_slices(
+        ctx, req.group_ids, service.describe_consumer, lambda d: _assigned_topics(d, topics))
+    return await _respond(ctx, req, topics, found, hidden)
+
+
+def _respond(ctx: RequestContext, req: Any, topics: Any, found: dict[str, Any],
+             hidden: frozenset[str]) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
 
     def one(gid: str) -> Any:
         d = found.get(gid)

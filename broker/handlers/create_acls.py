@@ -14,6 +14,7 @@ from typing import Any
 from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
 from broker.handlers._common import NO_THROTTLE, err_message
+from broker.wire_limits import YIELD_EVERY, in_slices
 from protocol.acl_types import (
     AclBinding,
     AclOperation,
@@ -45,12 +46,20 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _create(ctx: RequestContext, req: Any) -> Any:
     authorizer, error, message = acl_gate(ctx, AclOperation.ALTER, "CreateAcls")
+    large = len(req.creations) > YIELD_EVERY  # handed the loop back every YIELD_EVERY (issue 25)
     if authorizer is None:
         results: tuple[AclResult, ...] = tuple(AclResult(error, message) for _ in req.creations)
+    elif large:
+        bindings = await in_slices(req.creations, binding)
+        results = await commit(authorizer, lambda: authorizer.plan_create_steps(bindings))
     else:
         bindings = [binding(c) for c in req.creations]
         results = await commit(authorizer, lambda: authorizer.plan_create(bindings))
     m = response_module(API_KEY, ctx.api_version)
-    return make(m.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
-        make(m.AclCreationResult, error_code=r.error, error_message=err_message(r.error, r.message))
-        for r in results))
+
+    def result(r: AclResult) -> Any:
+        return make(m.AclCreationResult, error_code=r.error,
+                    error_message=err_message(r.error, r.message))
+
+    answered = await in_slices(results, result) if large else [result(r) for r in results]
+    return make(m.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(answered))

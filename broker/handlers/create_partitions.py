@@ -14,6 +14,7 @@ principal may not alter is TOPIC_AUTHORIZATION_FAILED whether or not it exists (
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from broker.log.topics import TopicError
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
+from broker.wire_limits import YIELD_EVERY, denied_in_slices
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from protocol.codec import response_module
 from protocol.messages import make
@@ -79,9 +81,11 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
     results = []
-    denied = ctx.denied(Operation.ALTER, ResourceType.TOPIC,
-                        (t.name for t in req.topics if counts[t.name] == 1))
-    for t in req.topics:
+    denied = await denied_in_slices(ctx, Operation.ALTER, ResourceType.TOPIC,
+                                    (t.name for t in req.topics if counts[t.name] == 1))
+    for i, t in enumerate(req.topics):
+        if i and i % YIELD_EVERY == 0:  # tens of thousands of topics: serve the loop between
+            await asyncio.sleep(0)
         if counts[t.name] > 1:
             continue
         if t.name in denied:

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 from broker.log.topics import TopicError
 from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
-from broker.wire_limits import YIELD_EVERY, in_slices
+from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.handlers.describe_configs import topic_entries
 from protocol.codec import response_module
@@ -156,8 +156,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     single = [t.name for t in req.topics if counts[t.name] == 1]
     refused: frozenset[str] = frozenset()
     if not ctx.authorized(Operation.CREATE, CLUSTER, audit=False):
-        refused = ctx.denied(Operation.CREATE, ResourceType.TOPIC, single)
-    hidden = ctx.denied(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single, audit=False)
+        refused = await denied_in_slices(ctx, Operation.CREATE, ResourceType.TOPIC, single)
+    hidden = await denied_in_slices(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, single,
+                                    audit=False)
 
     async def one(t: Any) -> Created | None:
         if counts[t.name] != 1:

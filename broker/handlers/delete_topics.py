@@ -17,7 +17,8 @@ and a topic it may not delete TOPIC_AUTHORIZATION_FAILED, with the name only whe
 Deletion being disabled is answered before any check, as Kafka does.
 
 Deletion is immediate and durable before visible: the request's topics leave ``topics.json`` in
-one write, then the registry, their logs are deleted and long polls on them are woken. A failed
+one write, then the registry, their partition directories are renamed aside and removed in a
+worker thread (``LogManager.drop_topic``) and long polls on them are woken. A failed
 write (or an offline log directory) answers KAFKA_STORAGE_ERROR for each and deletes none. v6 answers carry the topic id, v5+ an error message.
 """
 
@@ -36,6 +37,7 @@ from broker.authz import CLUSTER, Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, OK, err_message
 from broker.log.topics import Topic, TopicError
+from broker.wire_limits import YIELD_EVERY, in_slices
 from storage.log_dir import describe
 from protocol.codec import response_module
 from protocol.messages import make
@@ -179,15 +181,20 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
     deleted = delete_topics(ctx.broker, refs, ctx.api_version, refused)
 
+    def result(d: Deleted) -> Any:
+        return make(m.DeletableTopicResult, name=d.name, topic_id=d.topic_id, error_code=d.error,
+                    error_message=err_message(d.error, d.message))
+
     def response() -> Any:
-        results = tuple(
-            make(m.DeletableTopicResult, name=d.name, topic_id=d.topic_id, error_code=d.error,
-                 error_message=err_message(d.error, d.message))
-            for d in deleted)
+        results = tuple(result(d) for d in deleted)
+        return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)
+
+    async def response_in_slices() -> Any:  # many topics: the loop is served between slices
+        results = tuple(await in_slices(deleted, result))
         return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)
 
     if not any(d.in_cluster for d in deleted):
-        return response()
+        return response_in_slices() if len(deleted) > YIELD_EVERY else response()
 
     async def in_cluster() -> Any:
         for d in deleted:

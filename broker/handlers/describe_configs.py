@@ -36,6 +36,7 @@ from broker.authz import ResourceType as AclType
 from broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, format_value
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, Steps, paced
 from broker.log.topics import topic_name_problem
 from protocol.codec import response_module
 from protocol.messages import make
@@ -270,11 +271,18 @@ def _entry(m: Any, e: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
+    # Over YIELD_EVERY resources the event loop is served every YIELD_EVERY (issue 25).
+    return paced(_answer(ctx, req), len(req.resources) > YIELD_EVERY)
+
+
+def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     synonyms = bool(req.include_synonyms)
     documentation = bool(getattr(req, "include_documentation", False))
     results = []
-    for r in req.resources:
+    for i, r in enumerate(req.resources):
+        if i and i % YIELD_EVERY == 0:
+            yield
         refused = config_authorization(ctx, Operation.DESCRIBE_CONFIGS, r.resource_type,
                                        r.resource_name)
         if refused is not None:

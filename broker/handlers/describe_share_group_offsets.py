@@ -23,7 +23,7 @@ from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.share.admin import GroupOffsets, PartitionOffset, ShareAdmin, TopicOffsets
-from broker.wire_limits import YIELD_EVERY
+from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -35,16 +35,28 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return _describe(ctx, req)
 
 
+def _topic(m: Any, t: TopicOffsets) -> Any:
+    return make(m.DescribeShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
+                topic_id=t.topic_id, partitions=tuple(
+                    make(m.DescribeShareGroupOffsetsResponsePartition,
+                         partition_index=p.partition, start_offset=p.start_offset,
+                         leader_epoch=p.leader_epoch, lag=p.lag, error_code=p.error,
+                         error_message=err_message(p.error, p.error_message))
+                    for p in t.partitions))
+
+
+async def _group_in_slices(m: Any, g: GroupOffsets) -> Any:
+    """``_group`` of a group of many topics, YIELD_EVERY topics at a time."""
+    if len(g.topics) <= YIELD_EVERY:
+        return _group(m, g)
+    return _answer(m, g, tuple(await in_slices(g.topics, lambda t: _topic(m, t))))
+
+
 def _group(m: Any, g: GroupOffsets) -> Any:
-    topics = tuple(
-        make(m.DescribeShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
-             topic_id=t.topic_id, partitions=tuple(
-                 make(m.DescribeShareGroupOffsetsResponsePartition,
-                      partition_index=p.partition, start_offset=p.start_offset,
-                      leader_epoch=p.leader_epoch, lag=p.lag, error_code=p.error,
-                      error_message=err_message(p.error, p.error_message))
-                 for p in t.partitions))
-        for t in g.topics)
+    return _answer(m, g, tuple(_topic(m, t) for t in g.topics))
+
+
+def _answer(m: Any, g: GroupOffsets, topics: tuple[Any, ...]) -> Any:
     return make(m.DescribeShareGroupOffsetsResponseGroup, group_id=g.group_id, topics=topics,
                 error_code=g.error, error_message=err_message(g.error, g.error_message))
 
@@ -70,10 +82,10 @@ async def _describe(ctx: RequestContext, req: Any) -> Any:
                 found = GroupOffsets(found.group_id, tuple(
                     t for t in found.topics if t.topic_name not in hidden),
                     found.error, found.error_message)
-            groups.append(_group(m, found))
+            groups.append(await _group_in_slices(m, found))
             continue
-        denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC,
-                            (t.topic_name for t in g.topics))
+        denied = await denied_in_slices(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                        (t.topic_name for t in g.topics))
         requested = [(t.topic_name, tuple(t.partitions)) for t in g.topics
                      if t.topic_name not in denied]
         found = await admin.describe_offsets(g.group_id, requested)
@@ -87,6 +99,6 @@ async def _describe(ctx: RequestContext, req: Any) -> Any:
                     for p in t.partitions))
                 for t in g.topics if t.topic_name in denied)
             found = GroupOffsets(found.group_id, found.topics + refused)
-        groups.append(_group(m, found))
+        groups.append(await _group_in_slices(m, found))
     return make(m.DescribeShareGroupOffsetsResponse, throttle_time=NO_THROTTLE,
                 groups=tuple(groups))

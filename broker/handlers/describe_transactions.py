@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, in_slices
 from coordinator.txn.metadata import TxnMetadata
 from protocol.codec import response_module
 
@@ -62,6 +63,15 @@ def _state(m: Any, ctx: RequestContext, txn_id: str) -> Any:
 
 def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
+    if len(req.transactional_ids) > YIELD_EVERY:
+        return _in_slices(m, ctx, req)
     return m.DescribeTransactionsResponse(
         throttle_time=NO_THROTTLE,
         transaction_states=tuple(_state(m, ctx, t) for t in req.transactional_ids))
+
+
+async def _in_slices(m: Any, ctx: RequestContext, req: Any) -> Any:
+    """Many ids: described a slice at a time, the event loop served in between (issue 25)."""
+    states = await in_slices(req.transactional_ids, lambda t: _state(m, ctx, t))
+    return m.DescribeTransactionsResponse(throttle_time=NO_THROTTLE,
+                                          transaction_states=tuple(states))

@@ -54,6 +54,7 @@ from broker.authz import Operation
 from broker.context import RequestContext
 from broker.group_configs import GROUP_CONFIGS
 from broker.handlers._common import NO_THROTTLE, OK
+from broker.wire_limits import YIELD_EVERY, Steps, run_steps, run_steps_async
 from broker.handlers.describe_configs import (
     ResourceType,
     broker_resource_problem,
@@ -295,7 +296,27 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     if any(r.resource_type == ResourceType.GROUP for r in req.resources) \
             or ctx.broker.member is not None:
         return _handle_with_groups(ctx, req)
-    return _answer(ctx, req, _check_all(ctx, req, {}))
+    if request_size(req) > YIELD_EVERY or ctx.broker.group_configs.lock.locked():
+        return _plain_locked(ctx, req)
+    return run_steps(_plain(ctx, req))
+
+
+async def _plain_locked(ctx: RequestContext, req: Any) -> Any:
+    """A large request is checked and answered a slice at a time, the event loop served every
+    YIELD_EVERY resources and configs (issue 25), under the config lock: no other config change
+    lands between its plans and their apply (a change arriving meanwhile waits for the lock)."""
+    async with ctx.broker.group_configs.lock:
+        return await run_steps_async(_plain(ctx, req))
+
+
+def request_size(req: Any) -> int:
+    """Resources and configs in an (Incremental)AlterConfigs request."""
+    return sum(1 + len(r.configs) for r in req.resources)
+
+
+def _plain(ctx: RequestContext, req: Any) -> Steps[Any]:
+    results = yield from _check_all(ctx, req, {})
+    return (yield from _answer(ctx, req, results))
 
 
 async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
@@ -306,7 +327,7 @@ async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
         plans: dict[str, dict[str, Any]] = {}
         in_cluster: dict[str, dict[str, Any]] | None = \
             {} if ctx.broker.member is not None else None
-        results = _check_all(ctx, req, plans, in_cluster)
+        results = await run_steps_async(_check_all(ctx, req, plans, in_cluster))
         if in_cluster:
             for name, answer in (await apply_topic_plans_in_cluster(ctx.broker,
                                                                     in_cluster)).items():
@@ -325,12 +346,12 @@ async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
                         results[(ResourceType.GROUP, group_id)] = (
                             ErrorCode.kafka_storage_error,
                             f"the group configs could not be written: {describe(exc)}")
-    return _answer(ctx, req, results)
+    return await run_steps_async(_answer(ctx, req, results))
 
 
 def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
                topic_plans_out: dict[str, dict[str, Any]] | None = None
-               ) -> dict[tuple[int, str], Altered]:
+               ) -> Steps[dict[tuple[int, str], Altered]]:
     """Every resource's answer; broker resources are applied here, the valid topic resources
     together at the end (one durable write), the valid group resources' new overrides are put in
     ``plans`` (a duplicate resource is answered alike
@@ -339,7 +360,12 @@ def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
     dups = duplicate_resources(req.resources)
     results: dict[tuple[int, str], Altered] = {}
     topic_plans: dict[str, dict[str, Any]] = {}
+    work = 0
     for r in req.resources:
+        if work >= YIELD_EVERY:  # the loop is served every YIELD_EVERY resources and configs
+            work = 0
+            yield
+        work += 1 + len(r.configs)
         key = (r.resource_type, r.resource_name)
         if key in dups:
             results[key] = ErrorCode.invalid_request, "resource appears more than once"
@@ -368,10 +394,13 @@ def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
     return results
 
 
-def _answer(ctx: RequestContext, req: Any, results: dict[tuple[int, str], Altered]) -> Any:
+def _answer(ctx: RequestContext, req: Any,
+            results: dict[tuple[int, str], Altered]) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     responses = []
-    for r in req.resources:
+    for i, r in enumerate(req.resources):
+        if i and i % YIELD_EVERY == 0:
+            yield
         error, message = results[(r.resource_type, r.resource_name)]
         responses.append(make(m.AlterConfigsResourceResponse, error_code=error,
                               error_message=message, resource_type=r.resource_type,

@@ -25,6 +25,7 @@ from broker.authz import Operation, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import leader_problem
+from broker.wire_limits import YIELD_EVERY, Steps, denied_steps, paced
 from protocol.codec import response_module
 from protocol.log_validator import DECOMPRESSED_FLOOR
 from protocol.messages import make
@@ -61,16 +62,27 @@ def lookup(lg: Any, ts: int, last_fetchable: int | None = None) -> tuple[int, in
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
+    # Over YIELD_EVERY topics and partitions the event loop is served every YIELD_EVERY.
+    return paced(_answer(ctx, req),
+                 sum(1 + len(t.partitions) for t in req.topics) > YIELD_EVERY)
+
+
+def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     topics = []
-    denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
+    denied = yield from denied_steps(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                     (t.name for t in req.topics))
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    step = 0
     for t in req.topics:
         refused = t.name in denied
         topic = broker.topics.get(t.name) if not refused else None
         parts = []
         for p in t.partitions:
+            step += 1
+            if step % YIELD_EVERY == 0:
+                yield
             not_here = leader_problem(ctx, t.name, p.partition_index) if topic else None
             if not_here is not None:
                 parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,

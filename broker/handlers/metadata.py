@@ -17,6 +17,7 @@ for the cluster (v8-10) only when the principal may DESCRIBE it (0 otherwise).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -33,6 +34,7 @@ from broker.authz import (
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import broker_entries
+from broker.wire_limits import YIELD_EVERY, Steps, run_steps, run_steps_async
 from broker.log.topics import Topic, topic_name_problem
 from cluster.metadata import NO_LEADER, ClusterMetadata
 from protocol.codec import response_module
@@ -92,6 +94,19 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
+    steps = _answer(ctx, req)
+    if req.topics is not None and len(req.topics) > YIELD_EVERY:
+        return _paced(steps)  # the loop is served every YIELD_EVERY topics (issue 25)
+    return run_steps(steps)
+
+
+async def _paced(steps: Steps[Any]) -> Any:
+    out = await run_steps_async(steps)
+    return await out if inspect.isawaitable(out) else out
+
+
+def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
+    """The response, or (cluster mode, topics to auto-create) a coroutine answering it."""
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     node = broker.node_id
@@ -112,7 +127,9 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         topics = [entry(t) for t in listed if t.name not in hidden]
     else:
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
-        for rt in req.topics:
+        for step, rt in enumerate(req.topics):
+            if step and step % YIELD_EVERY == 0:
+                yield
             name = rt.name
             topic_id = getattr(rt, "topic_id", None)
             if name is None and (ctx.api_version < 12 or topic_id is None or topic_id.int == 0):

@@ -13,6 +13,7 @@ partition).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, denied_in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -35,10 +37,13 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     if not req.group_id:  # as Kafka's GroupCoordinatorService
         return make(m.OffsetDeleteResponse, error_code=ErrorCode.invalid_group_id,
                     throttle_time=NO_THROTTLE, topics=())
-    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
+    denied = await denied_in_slices(ctx, Operation.READ, ResourceType.TOPIC,
+                                    (t.name for t in req.topics))
     codes: dict[tuple[str, int], ErrorCode] = {}
     asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    for name, partition in asked:  # as KafkaApis: a partition not in the metadata
+    for i, (name, partition) in enumerate(asked):  # as KafkaApis: a partition not in the metadata
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         topic = ctx.broker.topics.get(name)
         if name not in denied and (topic is None or not 0 <= partition < topic.partitions):
             codes[(name, partition)] = ErrorCode.unknown_topic_or_partition
@@ -52,7 +57,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         return make(m.OffsetDeleteResponse, error_code=top, throttle_time=NO_THROTTLE,
                     topics=())
     by: dict[str, list[Any]] = {}
-    for name, partition in asked:
+    for i, (name, partition) in enumerate(asked):
+        if i and i % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         code = ErrorCode.topic_authorization_failed if name in denied else \
             codes.get((name, partition), ErrorCode.none)
         by.setdefault(name, []).append(make(m.OffsetDeleteResponsePartition,

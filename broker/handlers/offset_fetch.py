@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.wire_limits import YIELD_EVERY, in_slices
+from broker.wire_limits import YIELD_EVERY, Steps, denied_steps, run_steps, run_steps_async
 from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
@@ -37,28 +37,55 @@ BATCHED = 8
 TOPIC_IDS = 10  # v10 names topics by id (KIP-848)
 
 
+def _runs(topics: list[tuple[str, Sequence[int]]]) -> list[list[tuple[str, Sequence[int]]]]:
+    """``topics`` cut into runs of at most about ``YIELD_EVERY`` partitions (always one run)."""
+    out: list[list[tuple[str, Sequence[int]]]] = []
+    run: list[tuple[str, Sequence[int]]] = []
+    size = 0
+    for t, ps in topics:
+        for i in range(0, max(len(ps), 1), YIELD_EVERY):
+            piece = ps[i:i + YIELD_EVERY]
+            run.append((t, piece))
+            size += max(len(piece), 1)
+            if size >= YIELD_EVERY:
+                out.append(run)
+                run, size = [], 0
+    if run or not out:
+        out.append(run)
+    return out
+
+
 def _fetch(ctx: RequestContext, group_id: str,
            topics: Sequence[tuple[str, Sequence[int]]] | None,
            member_id: str | None = None, member_epoch: int = -1, stable: bool = False
-           ) -> tuple[ErrorCode, list[off.FetchedOffset]]:
+           ) -> Steps[tuple[ErrorCode, list[off.FetchedOffset]]]:
     if not ctx.authorized(Operation.DESCRIBE, Resource(ResourceType.GROUP, group_id)):
         return ErrorCode.group_authorization_failed, []
     service = ctx.broker.share_groups
     if topics is None:
         res = service.fetch_offsets(group_id, None, member_id, member_epoch, stable)
         names = {p.topic for p in res.partitions}
-        hidden = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, names, audit=False)
+        hidden = yield from denied_steps(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names,
+                                         audit=False)
         return res.error_code, [p for p in res.partitions if p.topic not in hidden]
-    denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, {t for t, _ in topics})
-    res = service.fetch_offsets(
-        group_id, [(t, ps) for t, ps in topics if t not in denied], member_id, member_epoch,
-        stable)
-    if res.error_code != ErrorCode.none:
-        return res.error_code, []
-    found = {(p.topic, p.partition): p for p in res.partitions}
+    denied = yield from denied_steps(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
+                                     (t for t, _ in topics))
+    found: dict[tuple[str, int], off.FetchedOffset] = {}
+    runs = _runs([(t, ps) for t, ps in topics if t not in denied])
+    for i, run in enumerate(runs):  # one run unless the group is asked for very many
+        if i:
+            yield
+        res = service.fetch_offsets(group_id, run, member_id, member_epoch, stable)
+        if res.error_code != ErrorCode.none:
+            return res.error_code, []
+        found.update(((p.topic, p.partition), p) for p in res.partitions)
     out = []
+    n = 0
     for t, ps in topics:
         for p in ps:
+            n += 1
+            if n % YIELD_EVERY == 0:
+                yield
             if t in denied:
                 out.append(off.FetchedOffset(t, p, -1, -1, "",
                                             ErrorCode.topic_authorization_failed))
@@ -68,16 +95,21 @@ def _fetch(ctx: RequestContext, group_id: str,
 
 
 def _topics(ctx: RequestContext, m: Any, tcls: str, pcls: str, parts: list[off.FetchedOffset],
-            ids: dict[str, Any] | None = None) -> tuple[Any, ...]:
+            ids: dict[str, Any] | None = None) -> Steps[tuple[Any, ...]]:
     by: dict[str, list[Any]] = {}
-    for p in parts:
+    for i, p in enumerate(parts):
+        if i and i % YIELD_EVERY == 0:
+            yield
         by.setdefault(p.topic, []).append(make(
             getattr(m, pcls), partition_index=p.partition, committed_offset=p.offset,
             committed_leader_epoch=p.leader_epoch, metadata=p.metadata, error_code=p.error_code))
-    if ids is None:
-        return tuple(make(getattr(m, tcls), name=n, partitions=tuple(ps)) for n, ps in by.items())
     out = []
-    for n, ps in by.items():
+    for i, (n, ps) in enumerate(by.items()):
+        if i and i % YIELD_EVERY == 0:
+            yield
+        if ids is None:
+            out.append(make(getattr(m, tcls), name=n, partitions=tuple(ps)))
+            continue
         tid = ids.get(n)
         if tid is None:
             topic = ctx.broker.topics.get(n)
@@ -89,14 +121,17 @@ def _topics(ctx: RequestContext, m: Any, tcls: str, pcls: str, parts: list[off.F
 
 
 def _asked(ctx: RequestContext, topics: Any, by_id: bool
-           ) -> tuple[list[tuple[str, list[int]]] | None, dict[str, Any], list[off.FetchedOffset]]:
+           ) -> Steps[tuple[list[tuple[str, list[int]]] | None, dict[str, Any],
+                            list[off.FetchedOffset]]]:
     """(name, partitions) asked, the ids of the names (v10), and UNKNOWN_TOPIC_ID answers."""
     if topics is None:
         return None, {}, []
     if not by_id:
         return [(t.name, list(t.partition_indexes)) for t in topics], {}, []
     asked, ids, unknown = [], {}, []
-    for t in topics:
+    for i, t in enumerate(topics):
+        if i and i % YIELD_EVERY == 0:
+            yield
         topic = ctx.broker.topics.by_id(t.topic_id)
         if topic is None:
             name = str(t.topic_id)
@@ -109,40 +144,58 @@ def _asked(ctx: RequestContext, topics: Any, by_id: bool
     return asked, ids, unknown
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
+def _group(ctx: RequestContext, m: Any, g: Any, by_id: bool, stable: bool) -> Steps[Any]:
+    """One group's answer (v8+)."""
+    asked, ids, unknown = yield from _asked(ctx, g.topics, by_id)
+    error, parts = yield from _fetch(ctx, g.group_id, asked, getattr(g, "member_id", None),
+                                     getattr(g, "member_epoch", -1), stable)
+    if error == ErrorCode.none:
+        parts += unknown
+    topics = yield from _topics(ctx, m, "OffsetFetchResponseTopics",
+                                "OffsetFetchResponsePartitions", parts, ids if by_id else None)
+    return make(m.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics,
+                error_code=error)
+
+
+def _batched(ctx: RequestContext, m: Any, req: Any) -> Steps[Any]:
     by_id = ctx.api_version >= TOPIC_IDS
     stable = bool(getattr(req, "require_stable", False))
-    if ctx.api_version >= BATCHED:
+    groups = []
+    for i, g in enumerate(req.groups):
+        if i and i % YIELD_EVERY == 0:
+            yield
+        groups.append((yield from _group(ctx, m, g, by_id, stable)))
+    return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
-        def group(g: Any) -> Any:
-            asked, ids, unknown = _asked(ctx, g.topics, by_id)
-            error, parts = _fetch(ctx, g.group_id, asked, getattr(g, "member_id", None),
-                                  getattr(g, "member_epoch", -1), stable)
-            if error == ErrorCode.none:
-                parts += unknown
-            return make(m.OffsetFetchResponseGroup, group_id=g.group_id,
-                        topics=_topics(ctx, m, "OffsetFetchResponseTopics",
-                                       "OffsetFetchResponsePartitions", parts,
-                                       ids if by_id else None),
-                        error_code=error)
 
-        if len(req.groups) > YIELD_EVERY:
-            return _in_slices(m, req.groups, group)
-        return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE,
-                    groups=tuple(group(g) for g in req.groups))
-    asked, _, _ = _asked(ctx, req.topics, False)
-    error, parts = _fetch(ctx, req.group_id, asked, stable=stable)
+def _single(ctx: RequestContext, m: Any, req: Any) -> Steps[Any]:
+    """v1-7: one group."""
+    stable = bool(getattr(req, "require_stable", False))
+    asked, _, _ = yield from _asked(ctx, req.topics, False)
+    error, parts = yield from _fetch(ctx, req.group_id, asked, stable=stable)
     if ctx.api_version < 2 and error != ErrorCode.none:
         # v1 has no top-level error: the error goes on each asked partition.
         parts = [off.FetchedOffset(t, p, -1, -1, "", error)
                  for t, ps in (asked or []) for p in ps]
+    topics = yield from _topics(ctx, m, "OffsetFetchResponseTopic",
+                                "OffsetFetchResponsePartition", parts)
     return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
-                topics=_topics(ctx, m, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition",
-                               parts))
+                topics=topics)
 
 
-async def _in_slices(m: Any, groups: Any, group: Any) -> Any:
-    """Many groups: answered a slice at a time, the event loop served in between."""
-    answered = await in_slices(groups, group)
-    return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(answered))
+def _size(topics: Any) -> int:
+    return 0 if topics is None else sum(1 + len(t.partition_indexes) for t in topics)
+
+
+def handle(ctx: RequestContext, req: Any) -> Any:
+    m = response_module(API_KEY, ctx.api_version)
+    if ctx.api_version >= BATCHED:
+        steps = _batched(ctx, m, req)
+        large = len(req.groups) > YIELD_EVERY or \
+            sum(_size(g.topics) for g in req.groups) > YIELD_EVERY
+    else:
+        steps = _single(ctx, m, req)
+        large = _size(req.topics) > YIELD_EVERY
+    # A large request hands the event loop back every YIELD_EVERY elements (issue 25); an
+    # ordinary one is answered straight through.
+    return run_steps_async(steps) if large else run_steps(steps)

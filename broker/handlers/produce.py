@@ -69,7 +69,7 @@ from broker.log.append import (
     verification_error,
 )
 from broker.log.topics import Topic
-from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
+from broker.wire_limits import YIELD_EVERY, EncodeOffLoop, denied_steps
 from protocol.codec import response_module
 from protocol.log_validator import (
     DECOMPRESSED_FLOOR,
@@ -362,10 +362,14 @@ def _produce_steps(ctx: RequestContext, req: Any,
     responses = []
     appended: list[tuple[str, int]] = []
     leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
-    resolved = [(td, _topic(broker, td, ctx.api_version)) for td in req.topic_data]
-    denied = ctx.denied(Operation.WRITE, ResourceType.TOPIC,
-                        (topic.name if topic is not None else td.name
-                         for td, topic in resolved if topic is not None or not by_id))
+    resolved = []
+    for i, td in enumerate(req.topic_data):
+        if i and i % YIELD_EVERY == 0:
+            yield
+        resolved.append((td, _topic(broker, td, ctx.api_version)))
+    denied = yield from denied_steps(ctx, Operation.WRITE, ResourceType.TOPIC,
+                                     (topic.name if topic is not None else td.name
+                                      for td, topic in resolved if topic is not None or not by_id))
     txn_id = getattr(req, "transactional_id", None)
     txn_refused = None
     if txn_id is not None:

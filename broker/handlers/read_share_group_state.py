@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
-from broker.wire_limits import in_slices
-from broker.handlers._share_state import answer, message, service
+from broker.handlers._share_state import answer, message, results, service
 from persister.api import ReadParams, ReadResult, SharePartitionKey
 from protocol.codec import response_module
 from protocol.messages import make
@@ -34,17 +33,17 @@ async def _read(ctx: RequestContext, req: Any) -> Any:
     replies = await answer(ctx, req, _params, service(ctx).read_state,
                            lambda code, text: ReadResult(code, error_message=text))
 
-    def result(reply: Any) -> Any:
-        topic_id, rows = reply
-        return make(m.ReadStateResult, topic_id=topic_id, partitions=tuple(
-            make(m.PartitionResult, partition=partition, error_code=r.error,
-                 error_message=message(r.error, r.error_message),
-                 state_epoch=r.state_epoch, start_offset=r.start_offset,
-                 state_batches=tuple(
-                     make(m.StateBatch, first_offset=b.first_offset, last_offset=b.last_offset,
-                          delivery_state=b.delivery_state, delivery_count=b.delivery_count)
-                     for b in r.state_batches))
-            for partition, r in rows))
+    def row(partition: int, r: Any) -> Any:
+        return make(m.PartitionResult, partition=partition, error_code=r.error,
+                    error_message=message(r.error, r.error_message),
+                    state_epoch=r.state_epoch, start_offset=r.start_offset,
+                    state_batches=tuple(
+                        make(m.StateBatch, first_offset=b.first_offset, last_offset=b.last_offset,
+                             delivery_state=b.delivery_state, delivery_count=b.delivery_count)
+                        for b in r.state_batches))
 
-    # A slice at a time: tens of thousands of entries do not hold the event loop.
-    return make(m.ReadShareGroupStateResponse, results=tuple(await in_slices(replies, result)))
+    def topic(topic_id: Any, rows: tuple[Any, ...]) -> Any:
+        return make(m.ReadStateResult, topic_id=topic_id, partitions=rows)
+
+    # Tens of thousands of entries do not hold the event loop (YIELD_EVERY at a time).
+    return make(m.ReadShareGroupStateResponse, results=await results(replies, row, topic))

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
-from broker.wire_limits import in_slices
-from broker.handlers._share_state import answer, message, service
+from broker.handlers._share_state import answer, message, results, service
 from persister.api import ReadParams, SharePartitionKey, SummaryResult
 from protocol.codec import response_module
 from protocol.messages import make
@@ -33,14 +32,14 @@ async def _summary(ctx: RequestContext, req: Any) -> Any:
     replies = await answer(ctx, req, _params, service(ctx).read_state_summary,
                            lambda code, text: SummaryResult(code, error_message=text))
 
-    def result(reply: Any) -> Any:
-        topic_id, rows = reply
-        return make(m.ReadStateSummaryResult, topic_id=topic_id, partitions=tuple(
-            make(m.PartitionResult, partition=partition, error_code=r.error,
-                 error_message=message(r.error, r.error_message),
-                 state_epoch=r.state_epoch, leader_epoch=r.leader_epoch,
-                 start_offset=r.start_offset, delivery_complete_count=r.delivery_complete_count)
-            for partition, r in rows))
+    def row(partition: int, r: Any) -> Any:
+        return make(m.PartitionResult, partition=partition, error_code=r.error,
+                    error_message=message(r.error, r.error_message),
+                    state_epoch=r.state_epoch, leader_epoch=r.leader_epoch,
+                    start_offset=r.start_offset, delivery_complete_count=r.delivery_complete_count)
 
-    # A slice at a time: tens of thousands of entries do not hold the event loop.
-    return make(m.ReadShareGroupStateSummaryResponse, results=tuple(await in_slices(replies, result)))
+    def topic(topic_id: Any, rows: tuple[Any, ...]) -> Any:
+        return make(m.ReadStateSummaryResult, topic_id=topic_id, partitions=rows)
+
+    # Tens of thousands of entries do not hold the event loop (YIELD_EVERY at a time).
+    return make(m.ReadShareGroupStateSummaryResponse, results=await results(replies, row, topic))

@@ -31,6 +31,7 @@ Bounds: as OffsetCommit (the request frame cap; offset.metadata.max.bytes per pa
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -39,6 +40,7 @@ from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import YIELD_EVERY, denied_in_slices
 from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
@@ -47,13 +49,17 @@ API_KEY = 28
 VERSIONS = (0, 5)
 
 
-def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], ErrorCode],
-             default: ErrorCode = ErrorCode.none) -> Any:
+async def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], ErrorCode],
+                   default: ErrorCode = ErrorCode.none) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     topics: dict[str, list[Any]] = {}
+    i = 0
     for t in req.topics:
         parts = topics.setdefault(t.name, [])
         for p in t.partitions:
+            i += 1
+            if i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             parts.append(make(m.TxnOffsetCommitResponsePartition,
                               partition_index=p.partition_index,
                               error_code=codes.get((t.name, p.partition_index), default)))
@@ -65,17 +71,22 @@ def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], ErrorCo
 async def handle(ctx: RequestContext, req: Any) -> Any:
     if not ctx.authorized(Operation.WRITE,
                           Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):
-        return _respond(ctx, req, {}, ErrorCode.transactional_id_authorization_failed)
+        return await _respond(ctx, req, {}, ErrorCode.transactional_id_authorization_failed)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
-        return _respond(ctx, req, {}, ErrorCode.group_authorization_failed)
+        return await _respond(ctx, req, {}, ErrorCode.group_authorization_failed)
     if not req.topics:
-        return _respond(ctx, req, {})
-    denied = ctx.denied(Operation.READ, ResourceType.TOPIC, {t.name for t in req.topics})
+        return await _respond(ctx, req, {})
+    denied = await denied_in_slices(ctx, Operation.READ, ResourceType.TOPIC,
+                                    (t.name for t in req.topics))
     codes: dict[tuple[str, int], ErrorCode] = {}
     parts: list[off.OffsetCommitPartition] = []
+    i = 0
     for t in req.topics:
         topic = ctx.broker.topics.get(t.name) if t.name not in denied else None
         for p in t.partitions:
+            i += 1
+            if i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             k = (t.name, p.partition_index)
             if t.name in denied:
                 codes[k] = ErrorCode.topic_authorization_failed
@@ -86,19 +97,19 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
                     t.name, p.partition_index, p.committed_offset,
                     getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     if not parts:
-        return _respond(ctx, req, codes)
+        return await _respond(ctx, req, codes)
     service = ctx.broker.share_groups
     error = await _verify(ctx, req, service.partition_for(req.group_id))
     if error is not None:
         codes.update({(p.topic, p.partition): error for p in parts})
-        return _respond(ctx, req, codes)
+        return await _respond(ctx, req, codes)
     res = await service.txn_commit_offsets(
         req.transactional_id, req.group_id, req.producer_id, req.producer_epoch,
         getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
         getattr(req, "group_instance_id", None), tuple(parts))
     for topic_name, partition, code in res.partitions:
         codes[(topic_name, partition)] = code
-    return _respond(ctx, req, codes)
+    return await _respond(ctx, req, codes)
 
 
 async def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import RequestContext
-from broker.wire_limits import in_slices
-from broker.handlers._share_state import answer, message, service
+from broker.handlers._share_state import answer, message, results, service
 from persister.api import PersisterStateBatch, SharePartitionKey, WriteParams, WriteResult
 from protocol.codec import response_module
 from protocol.messages import make
@@ -47,12 +46,12 @@ async def _write(ctx: RequestContext, req: Any) -> Any:
     replies = await answer(ctx, req, _params, service(ctx).write_state,
                            lambda code, text: WriteResult(code, text))
 
-    def result(reply: Any) -> Any:
-        topic_id, rows = reply
-        return make(m.WriteStateResult, topic_id=topic_id, partitions=tuple(
-            make(m.PartitionResult, partition=partition, error_code=r.error,
-                 error_message=message(r.error, r.error_message))
-            for partition, r in rows))
+    def row(partition: int, r: Any) -> Any:
+        return make(m.PartitionResult, partition=partition, error_code=r.error,
+                    error_message=message(r.error, r.error_message))
 
-    # A slice at a time: tens of thousands of entries do not hold the event loop.
-    return make(m.WriteShareGroupStateResponse, results=tuple(await in_slices(replies, result)))
+    def topic(topic_id: Any, rows: tuple[Any, ...]) -> Any:
+        return make(m.WriteStateResult, topic_id=topic_id, partitions=rows)
+
+    # Tens of thousands of entries do not hold the event loop (YIELD_EVERY at a time).
+    return make(m.WriteShareGroupStateResponse, results=await results(replies, row, topic))

@@ -17,6 +17,7 @@ Shoal keeps CLUSTER_ACTION (``super.users``) as for the share-state RPCs.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -24,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
 from broker.handlers._routing import leader_problem
+from broker.wire_limits import YIELD_EVERY
 from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC
 from protocol.codec import response_module
 
@@ -58,11 +60,15 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     allowed = _allowed(ctx)
     results = []
+    step = 0
     for marker in req.markers:
         topics = []
         for t in marker.topics:
             parts = []
             for p in t.partition_indexes:
+                step += 1
+                if step % YIELD_EVERY == 0:  # tens of thousands: serve the loop between
+                    await asyncio.sleep(0)
                 error = (await _write(ctx, marker, t.name, int(p)) if allowed
                          else ErrorCode.cluster_authorization_failed)
                 parts.append(m.WritableTxnMarkerPartitionResult(partition_index=p, error_code=error))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 from collections.abc import Callable, Container
 from pathlib import Path
@@ -33,6 +34,10 @@ log = logging.getLogger("shoal.log")
 TopicPartition = tuple[str, int]
 
 
+# A deleted topic's partition directory is renamed to ``<dir>.<topic id hex>-delete`` first.
+DELETED_SUFFIX = "-delete"
+
+
 def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
     return data_dir / f"{topic}-{partition}"
 
@@ -45,6 +50,8 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
         self.watch = Watch()
+        # Deleted topics' directories being removed in worker threads (``drop_topic``).
+        self.removals: set[asyncio.Future[None]] = set()
         self._on_append: list[Callable[[str, int], None]] = []
         self.log_dir = LogDir(data_dir)
 
@@ -137,21 +144,67 @@ class LogManager:
     def drop_topic(self, topic: Topic) -> None:
         """Close and delete a topic's logs (DeleteTopics, after the registry no longer lists it).
 
-        A directory that cannot be removed is logged (it holds nothing anyone can read: a topic
-        created again under the name starts by removing it) and the others still go."""
+        Each partition directory is renamed aside at once (``<topic>-<p>.<topic id hex>-delete``,
+        as Kafka does: one rename, no fsync, so a topic created again under the name starts
+        clean), then closed and removed in a worker thread (``removals``): removing and fsyncing
+        thousands of directories would hold the event loop. A directory that cannot be renamed
+        is removed here as before; one that cannot be removed is logged (it holds nothing anyone
+        can read). Moved directories a stop left behind go at the next start
+        (``remove_leftovers``)."""
+        later: list[tuple[PartitionLog | None, Path]] = []
         for p in range(topic.partitions):
             lg = self._logs.pop((topic.name, p), None)
             self._flush_locks.pop((topic.name, p), None)
             path = partition_dir(self._dir, topic.name, p)
+            moved = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
+            try:
+                os.rename(path, moved)
+                later.append((lg, moved))
+            except FileNotFoundError:
+                if lg is not None:
+                    later.append((lg, moved))  # nothing on disk: only its files to close
+            except OSError as exc:
+                log.warning("could not move %s aside for deletion (%s); removing it in place",
+                            path, exc)
+                self._remove(topic.name, [(lg, path)], in_place=True)
+            self.watch.notify((topic.name, p))
+        if not later:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (tools and tests): remove now
+            self._remove(topic.name, later)
+            return
+        removal = loop.run_in_executor(None, self._remove, topic.name, later)
+        self.removals.add(removal)
+        removal.add_done_callback(self.removals.discard)
+
+    @staticmethod
+    def _remove(name: str, doomed: list[tuple[PartitionLog | None, Path]],
+                in_place: bool = False) -> None:
+        """Close and remove the (moved) partition directories of deleted topic ``name``."""
+        for lg, path in doomed:
             try:
                 if lg is not None:
-                    lg.delete()
+                    lg.delete(None if in_place else path)
                 else:
                     shutil.rmtree(path, ignore_errors=True)
             except OSError as exc:
                 log.error("topic %s is deleted but its partition directory %s could not be "
-                          "removed (%s); remove it by hand", topic.name, path, exc)
-            self.watch.notify((topic.name, p))
+                          "removed (%s); remove it by hand", name, path, exc)
+
+    def remove_leftovers(self) -> None:
+        """Remove partition directories moved aside by deletions a stop interrupted (blocking;
+        at start)."""
+        try:
+            entries = [e for e in os.scandir(self._dir)
+                       if e.name.endswith(DELETED_SUFFIX) and e.is_dir(follow_symlinks=False)]
+        except OSError as exc:
+            log.warning("could not look for leftovers of deleted topics in %s: %s", self._dir, exc)
+            return
+        for e in entries:
+            log.info("removing %s, left by a topic deletion a stop interrupted", e.path)
+            shutil.rmtree(e.path, ignore_errors=True)
 
     def close(self) -> None:
         for key, lg in list(self._logs.items()):

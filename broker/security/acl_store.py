@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 from broker.log.topics import atomic_write
 from protocol.acl_types import AclBinding, binding_doc, binding_from_doc, binding_problem
 from broker.security.authorizer import AclAuthorizer, AclChange, AclResult
+from broker.wire_limits import Steps, run_steps_async
 
 log = logging.getLogger("shoal.acl")
 
@@ -85,12 +86,25 @@ def _version(doc: Any) -> Any:
     return doc.get("version") if isinstance(doc, dict) else None
 
 
+# A change to plan against the current ACLs: ``authorizer.plan_create``/``plan_delete`` bound to
+# a request, or their ``*_steps`` form for a large request (the event loop served meanwhile).
+Plan = Callable[[], "AclChange | Steps[AclChange]"]
+
+
+async def planned(plan: Plan) -> AclChange:
+    """The change ``plan`` makes, run through (a step plan hands the loop back at each step)."""
+    change = plan()
+    if isinstance(change, AclChange):
+        return change
+    return await run_steps_async(change)
+
+
 class AclWriter(Protocol):
     """Where ACL changes are made durable: ``AclStore`` (a single broker's ``acls.json``) or,
     in cluster mode, etcd (``broker/cluster_security.py``)."""
 
     async def commit(self, authorizer: AclAuthorizer,
-                     plan: Callable[[], AclChange]) -> tuple[AclResult, ...]: ...
+                     plan: Plan) -> tuple[AclResult, ...]: ...
 
 
 class AclStore:
@@ -123,13 +137,13 @@ class AclStore:
         atomic_write(self.path, encode(bindings))
 
     async def commit(self, authorizer: AclAuthorizer,
-                     plan: Callable[[], AclChange]) -> tuple[AclResult, ...]:
+                     plan: Plan) -> tuple[AclResult, ...]:
         """Plan a change against the current ACLs, make it durable, then apply it; the results
         to answer with. ``plan`` is ``authorizer.plan_create``/``plan_delete`` bound to the
         request. A failed write applies nothing and turns every successful item into
         UNKNOWN_SERVER_ERROR (items that were refused keep their own error)."""
         async with self._lock:
-            change = plan()
+            change = await planned(plan)
             if change.empty:
                 return change.results
             after = authorizer.after(change)
@@ -150,10 +164,10 @@ class AclStore:
             return change.results
 
 
-async def commit(authorizer: AclAuthorizer, plan: Callable[[], AclChange]) -> tuple[AclResult, ...]:
+async def commit(authorizer: AclAuthorizer, plan: Plan) -> tuple[AclResult, ...]:
     """Commit through the authorizer's store, or apply in memory when it has none (tests)."""
     if authorizer.store is not None:
         return await authorizer.store.commit(authorizer, plan)
-    change = plan()
+    change = await planned(plan)
     authorizer.apply(change)
     return change.results

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from broker.wire_limits import YIELD_EVERY, Steps, run_steps
 from protocol.acl_types import (
     SUPPORTED_OPERATIONS,
     WILDCARD,
@@ -257,9 +258,15 @@ class AclAuthorizer:
     def plan_create(self, creations: Sequence[AclBinding]) -> AclChange:
         """Validate ``creations``; the change adds the valid, new ones. Per-item results in order
         (creating an ACL that exists succeeds and changes nothing, as in Kafka)."""
+        return run_steps(self.plan_create_steps(creations))
+
+    def plan_create_steps(self, creations: Sequence[AclBinding]) -> Steps[AclChange]:
+        """``plan_create`` yielding every ``YIELD_EVERY`` creations (``broker/wire_limits.py``)."""
         added: set[AclBinding] = set()
         results = []
-        for b in creations:
+        for i, b in enumerate(creations):
+            if i and i % YIELD_EVERY == 0:
+                yield
             problem = binding_problem(b)
             if problem:
                 results.append(AclResult(problem[0], problem[1]))
@@ -272,13 +279,24 @@ class AclAuthorizer:
     def plan_delete(self, filters: Sequence[AclBindingFilter]) -> AclChange:
         """Each valid filter removes the ACLs it matches now; an ACL matched by two filters is
         reported under both (as Kafka does)."""
+        return run_steps(self.plan_delete_steps(filters))
+
+    def plan_delete_steps(self, filters: Sequence[AclBindingFilter]) -> Steps[AclChange]:
+        """``plan_delete`` yielding after about ``YIELD_EVERY`` filters' worth of work (a valid
+        filter scans every ACL, so it counts for one plus an eighth of their number)."""
         removed: set[AclBinding] = set()
         results = []
+        work = 0
         for f in filters:
+            if work >= YIELD_EVERY:
+                work = 0
+                yield
+            work += 1
             problem = filter_problem(f)
             if problem:
                 results.append(AclResult(problem[0], problem[1]))
                 continue
+            work += len(self._bindings) // 8
             matched = tuple(self.acls(f))
             removed.update(matched)
             results.append(AclResult(matched=matched))

@@ -53,7 +53,7 @@ from broker.log.manager import LogManager
 from broker.log.topics import Topic, TopicRegistry
 from broker.share.partition_manager import SharePartitionManager
 from broker.share.remote_offsets import log_end_offsets
-from broker.wire_limits import YIELD_EVERY
+from broker.wire_limits import YIELD_EVERY, breathe
 from storage.log_dir import describe
 from coordinator.group.service import GroupCoordinatorService
 from coordinator.group.shard import GroupCoordinatorShard
@@ -387,10 +387,13 @@ class ShareAdmin:
         # Validate every entry; keep the valid ones by topic id.
         layout: list[tuple[str, Topic | None, list[tuple[int, PartitionResult | None]]]] = []
         wanted: dict[uuid.UUID, dict[int, int]] = {}
+        steps = 0
         for name, entries in requested:
             topic = self._topics.get(name)
             rows: list[tuple[int, PartitionResult | None]] = []
             for p, offset in entries:
+                steps += 1
+                await breathe(steps)
                 if topic is None or not 0 <= p < topic.partitions:
                     rows.append((p, PartitionResult(p, ErrorCode.unknown_topic_or_partition,
                                                     UNKNOWN_PARTITION)))
@@ -414,17 +417,20 @@ class ShareAdmin:
 
         keys = [(SharePartitionKey(group_id, tid, p), offset)
                 for tid, offsets in wanted.items() for p, offset in sorted(offsets.items())]
-        results = await asyncio.gather(*(self._reinitialize(key, offset, plan.state_epoch)
-                                         for key, offset in keys))
+        results = await _gather_in_slices([self._reinitialize(key, offset, plan.state_epoch)
+                                           for key, offset in keys])
         outcome = {(key.topic_id, key.partition): res for (key, _), res in zip(keys, results)}
         await self._finish_initialization(group_id, outcome, image)
         self._partitions.forget(key for (key, _), res in zip(keys, results)
                                 if res.error == ErrorCode.none)
 
         topics = []
+        steps = 0
         for name, topic, rows in layout:
             out = []
             for p, decided in rows:
+                steps += 1
+                await breathe(steps)
                 if decided is None:
                     assert topic is not None
                     res = outcome[(topic.topic_id, p)]

@@ -55,6 +55,7 @@ from coordinator.share.serde import (
 )
 from coordinator.share.service import (
     DEFAULT_NUM_PARTITIONS,
+    KeyedOp,
     StateOp,
     error_reply,
     gather_replies,
@@ -76,6 +77,9 @@ from storage.log import PartitionLogLike
 DEFAULT_COLD_SNAPSHOT_INTERVAL_MS = 300_000
 _COLD_SNAPSHOT_TIMER = "cold-snapshot"
 _MANY = 2000  # keys in one state RPC past which its phases hand the event loop back
+# Ops of one large state RPC queued per loop iteration (an op costs up to ~0.1 ms: its records
+# are encoded, replayed and appended).
+_OPS_PER_TURN = 256
 
 P = TypeVar("P", InitializeParams, ReadParams, WriteParams, DeleteParams)
 
@@ -259,7 +263,7 @@ class ShareCoordinatorService:
         """From the committed state of each owning partition; appends nothing."""
         pairs: list[tuple[int, SummaryResult]] = []
         many = len(params) > _MANY
-        for partition, keyed in split_request(_items(params), self.num_partitions).items():
+        for partition, keyed in (await self._split(params)).items():
             if many:
                 await asyncio.sleep(0)  # reads do not suspend: serve the loop between partitions
 
@@ -276,23 +280,60 @@ class ShareCoordinatorService:
 
     # ------------------------------------------------------------------------------------------
 
+    async def _split(self, params: Sequence[P]) -> dict[int, list[KeyedOp[P]]]:
+        """``split_request`` of ``params``; past ``_MANY`` keys a slice at a time, the event
+        loop served in between."""
+        if len(params) <= _MANY:
+            return split_request(_items(params), self.num_partitions)
+        split: dict[int, list[KeyedOp[P]]] = {}
+        for start in range(0, len(params), _MANY):
+            await asyncio.sleep(0)
+            split_request(_items(params[start:start + _MANY]), self.num_partitions, start, split)
+        return split
+
     async def _write(
         self, kind: StateOp, params: Sequence[P], make_op: Callable[[P], Op[ShareStateShard]]
     ) -> list[Any]:
-        split = split_request(_items(params), self.num_partitions)
-        many = len(params) > _MANY
-        if many:
-            await asyncio.sleep(0)  # tens of thousands of keys: serve the loop between phases
-        outs = await self.runtime.write_each(
-            {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
-        )
-        if many:
-            await asyncio.sleep(0)
-        return gather_replies(len(params), [
-            (k.index, _reply(kind, out))
-            for partition, keyed in split.items()
-            for k, out in zip(keyed, outs[partition], strict=True)
-        ])
+        split = await self._split(params)
+        if len(params) <= _MANY:
+            done = await self.runtime.write_each(
+                {partition: [make_op(k.params) for k in keyed] for partition, keyed in split.items()}
+            )
+            return gather_replies(len(params), [
+                (k.index, _reply(kind, out))
+                for partition, keyed in split.items()
+                for k, out in zip(keyed, done[partition], strict=True)
+            ])
+        # Tens of thousands of keys: every phase serves the event loop every _MANY keys, and
+        # the ops are queued in waves of about _OPS_PER_TURN (one wave per loop iteration, a
+        # partition's ops split across waves in order), so the partitions' executors, which run
+        # in the iteration after their ops arrive, never run many ops in one iteration.
+        writes: list[asyncio.Future[dict[int, list[Any]]]] = []
+        wave: dict[int, list[Op[ShareStateShard]]] = {}
+        size = 0
+        for partition, keyed in split.items():
+            for i in range(0, len(keyed), _OPS_PER_TURN):
+                piece = [make_op(k.params) for k in keyed[i:i + _OPS_PER_TURN]]
+                wave.setdefault(partition, []).extend(piece)
+                size += len(piece)
+                if size >= _OPS_PER_TURN:
+                    writes.append(asyncio.ensure_future(self.runtime.write_each(wave)))
+                    wave, size = {}, 0
+                    await asyncio.sleep(0)
+        if wave:
+            writes.append(asyncio.ensure_future(self.runtime.write_each(wave)))
+        outs: dict[int, list[Any]] = {}
+        for done in await asyncio.gather(*writes):
+            for partition, replies in done.items():
+                outs.setdefault(partition, []).extend(replies)
+        pairs: list[tuple[int, Any]] = []
+        for partition, keyed in split.items():
+            if len(pairs) // _MANY != (len(pairs) + len(keyed)) // _MANY:
+                await asyncio.sleep(0)
+            pairs.extend((k.index, _reply(kind, out))
+                         for k, out in zip(keyed, outs[partition], strict=True))
+        await asyncio.sleep(0)
+        return gather_replies(len(params), pairs)
 
 
 def _reply(kind: StateOp, out: Any) -> Any:

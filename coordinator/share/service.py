@@ -125,13 +125,17 @@ class KeyedOp(Generic[P]):
 def split_request(
     items: Sequence[tuple[str, uuid.UUID, int, P]],
     num_partitions: int = DEFAULT_NUM_PARTITIONS,
+    start: int = 0,
+    into: dict[int, list[KeyedOp[P]]] | None = None,
 ) -> dict[int, list[KeyedOp[P]]]:
     """Group a state RPC's (group, topic id, partition, params) entries by coordinator partition.
 
     Within a partition the ops keep request order (the shard runs them serially in that order).
+    ``start`` is the request index of ``items[0]`` and ``into`` a split to extend, so a long
+    request can be split a slice at a time.
     """
-    by_partition: dict[int, list[KeyedOp[P]]] = {}
-    for index, (group_id, topic_id, partition, params) in enumerate(items):
+    by_partition: dict[int, list[KeyedOp[P]]] = {} if into is None else into
+    for index, (group_id, topic_id, partition, params) in enumerate(items, start):
         key = SharePartitionKey(group_id, topic_id, partition)
         owner = partition_for_key(key, num_partitions)
         by_partition.setdefault(owner, []).append(KeyedOp(index, key, owner, params))
