@@ -109,24 +109,41 @@ class Cluster:
         self.etcd = etcd
         self.brokers = []
         self.metrics_ports: list[int] = []
+        self._overrides = overrides or {}
         for i in range(1, n + 1):
-            port = free_port()
-            self.metrics_ports.append(free_port())
-            configs = {**CLUSTER_OVERRIDES, **member_configs(port, free_port()),
-                       "metrics.listen": f"127.0.0.1:{self.metrics_ports[-1]}",
-                       **(overrides or {})}
-            b = BrokerProcess(root / f"broker-{i}" / "data", configs, port=port, listen=False,
+            self.metrics_ports.append(0)
+            b = BrokerProcess(root / f"broker-{i}" / "data", {}, port=1, listen=False,
                               extra_args=["--cluster", etcd.endpoint, "--node-id", str(i)])
+            self._choose_ports(b, i)
             b.data_dir.parent.mkdir(parents=True, exist_ok=True)
             self.brokers.append(b)
+
+    def _choose_ports(self, b: BrokerProcess, i: int) -> None:
+        """Fresh loopback ports for broker ``i``'s client, INTERNAL and metrics listeners."""
+        b.port = free_port()
+        self.metrics_ports[i - 1] = free_port()
+        b.overrides = {"metrics.render.cache.ms": "0", **CLUSTER_OVERRIDES,
+                       **member_configs(b.port, free_port()),
+                       "metrics.listen": f"127.0.0.1:{self.metrics_ports[i - 1]}",
+                       **self._overrides}
+        b.log_path = b.data_dir.parent / f"broker-{b.port}.log"
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers if b.alive())
 
     def start(self) -> None:
-        for b in self.brokers:
-            b.start()
+        """Start every broker; one whose ports another process took meanwhile (free_port can
+        only say they were free) gets new ones, once. Its registration in etcd went with its
+        exit (the lease is revoked), so it registers again at once."""
+        for i, b in enumerate(self.brokers, start=1):
+            try:
+                b.start()
+            except RuntimeError as exc:
+                if "already in use" not in str(exc):
+                    raise
+                self._choose_ports(b, i)
+                b.start()
 
     def stop(self) -> None:
         for b in self.brokers:

@@ -169,18 +169,27 @@ def test_each_broker_exports_its_cluster_figures(cluster: Cluster) -> None:
                 out[name] = out.get(name, 0) + float(value)
         return out
 
-    figures = [scrape(p) for p in cluster.metrics_ports]
-    assert all(f["shoal_cluster_member"] == 1 for f in figures)
-    assert all(f["shoal_cluster_etcd_session_up"] == 1 for f in figures)
-    assert all(f["shoal_cluster_live_brokers"] == 3 for f in figures)
-    assert sum(f["shoal_cluster_controller"] for f in figures) == 1
-    assert all(f["shoal_cluster_offline_partitions"] == 0 for f in figures)
-    # Every partition (the topic and the internal ones) is led by exactly one broker.
     md = admin.list_topics(timeout=T)
     internal = sum(len(admin.list_topics(t, timeout=T).topics[t].partitions)
                    for t in ("__consumer_offsets", "__share_group_state"))
-    assert sum(f["shoal_cluster_partitions_led"] for f in figures) == \
-        len(md.topics["figures"].partitions) + internal
+
+    def settled() -> list[dict[str, float]] | None:
+        """The three brokers' figures once they agree (each reads its own view of etcd)."""
+        figures = [scrape(p) for p in cluster.metrics_ports]
+        ok = (all(f["shoal_cluster_member"] == 1 for f in figures)
+              and all(f["shoal_cluster_etcd_session_up"] == 1 for f in figures)
+              and all(f["shoal_cluster_live_brokers"] == 3 for f in figures)
+              and sum(f["shoal_cluster_controller"] for f in figures) == 1
+              and all(f["shoal_cluster_offline_partitions"] == 0 for f in figures)
+              # Every partition (the topic's and the internal ones) led by exactly one broker.
+              and sum(f["shoal_cluster_partitions_led"] for f in figures)
+              == len(md.topics["figures"].partitions) + internal)
+        return figures if ok else None
+
+    deadline = time.monotonic() + 20
+    while (figures := settled()) is None:
+        assert time.monotonic() < deadline, [scrape(p) for p in cluster.metrics_ports]
+        time.sleep(0.5)
     # The acknowledgements went to the share coordinators over the wire.
     writes = sum(v for f in figures for k, v in f.items()
                  if k.startswith('shoal_inter_broker_requests_total{api="WriteShareGroupState"'))
