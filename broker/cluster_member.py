@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.config import format_value
 from broker.group_configs import GroupConfigs
 from broker.log.topics import Topic, TopicError
 from cluster.controller import run_controller
@@ -446,19 +447,9 @@ class ClusterMember:
 
 
 def _config_texts(configs: dict[str, Any]) -> dict[str, str]:
-    """Topic config values as Kafka writes them (etcd holds text; ``validate_topic_configs``
-    parses them back)."""
-    out = {}
-    for k, v in configs.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            out[k] = "true" if v else "false"
-        elif isinstance(v, (list, tuple)):
-            out[k] = ",".join(str(x) for x in v)
-        else:
-            out[k] = str(v)
-    return out
+    """Topic config values as text, as DescribeConfigs shows them (etcd holds text;
+    ``validate_topic_configs`` parses them back)."""
+    return {k: t for k, v in configs.items() if (t := format_value(v)) is not None}
 
 
 def _log_end(task: asyncio.Task[None], what: str) -> None:

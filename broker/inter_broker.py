@@ -173,16 +173,10 @@ def network_persister_for(broker: Broker) -> NetworkPersister:
     Raises:
         InterBrokerConfigError: see ``inter_broker_listener`` / ``inter_broker_security``.
     """
-    config: BrokerConfig = broker.config
-    listener = inter_broker_listener(config)
-    timeout_ms = int(config.get("request.timeout.ms"))
-    pool = ConnectionPool(
-        f"shoal-broker-{config.node_id}", inter_broker_security(config, listener),
-        connect_timeout=int(config.get("socket.connection.setup.timeout.ms")) / 1000,
-        request_timeout=timeout_ms / 1000)
+    listener, pool, timeout_ms = _pool(broker.config)
     return NetworkPersister(
         _StateTopicOnFirstUse(broker), pool, listener=listener.name,
-        num_partitions=lambda: int(config.get("share.coordinator.state.topic.num.partitions")),
+        num_partitions=lambda: int(broker.config.get("share.coordinator.state.topic.num.partitions")),
         deadline_ms=timeout_ms, request_timeout_ms=timeout_ms)
 
 
@@ -217,15 +211,24 @@ def inter_broker_rpc_for(broker: Broker) -> InterBrokerRpc:
     Raises:
         InterBrokerConfigError: see ``inter_broker_listener`` / ``inter_broker_security``.
     """
-    config: BrokerConfig = broker.config
+    listener, pool, timeout_ms = _pool(broker.config)
+    return InterBrokerRpc(broker.cluster, pool, listener=listener.name,
+                          request_timeout_ms=timeout_ms)
+
+
+def _pool(config: BrokerConfig) -> tuple[Listener, ConnectionPool, int]:
+    """The inter-broker listener, a connection pool on it, and ``request.timeout.ms``.
+
+    Raises:
+        InterBrokerConfigError: see ``inter_broker_listener`` / ``inter_broker_security``.
+    """
     listener = inter_broker_listener(config)
     timeout_ms = int(config.get("request.timeout.ms"))
     pool = ConnectionPool(
         f"shoal-broker-{config.node_id}", inter_broker_security(config, listener),
         connect_timeout=int(config.get("socket.connection.setup.timeout.ms")) / 1000,
         request_timeout=timeout_ms / 1000)
-    return InterBrokerRpc(broker.cluster, pool, listener=listener.name,
-                          request_timeout_ms=timeout_ms)
+    return listener, pool, timeout_ms
 
 
 class _StateTopicOnFirstUse:
