@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.config_no_effect import NO_EFFECT_KAFKA_CONFIGS
+from broker.config_replication import REPLICATION_DEFS
 from broker.config_types import (
     LONG_MAX,
     ConfigDef,
@@ -560,7 +561,7 @@ def share_bounds_problem(get: Callable[[str], Any]) -> str | None:
         return "group.share.max.share.sessions must be at least group.share.max.size"
     return None
 
-BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [*_BROKER_DEFS, *REPLICATION_DEFS]}
 
 _SEE_README = "See docs/configuration.md for the broker configs."
 
