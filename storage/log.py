@@ -36,6 +36,11 @@ class LogClosedError(LogError):
     """The log was closed or deleted."""
 
 
+class UnexpectedOffsetError(LogError, ValueError):
+    """A follower append whose batches do not start at or after the log end offset, or whose
+    offsets do not increase (Kafka UnexpectedAppendOffsetException): truncate first."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an append landed.
