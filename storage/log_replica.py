@@ -14,7 +14,8 @@ what replication reads and changes besides:
 - ``truncate_to`` and ``truncate_fully_and_start_at`` (Kafka ``UnifiedLog.truncateTo`` /
   ``truncateFullyAndStartAt``, behaviour only).
 
-Truncation is blocking (fsyncs) and durable before it returns. It holds ``_flush_lock`` and
+Truncation is blocking (fsyncs) and durable before it returns; nothing may append to the
+partition meanwhile (a follower's only appender is its fetcher, which truncates). It holds ``_flush_lock`` and
 ``_retention_lock`` throughout (no flush can checkpoint a recovery point past the new end, no
 retention pass or cleaned-segment swap can race the segment list) and ``_lock`` only while the
 in-memory state changes. Crash safety, step by step: the recovery-point checkpoint is lowered
@@ -172,11 +173,14 @@ class LogReplica(LogState):
         """``truncate_to`` with the segment holding ``offset`` in the log (under
         ``_flush_lock`` and ``_retention_lock``)."""
         directory = self.directory
-        if self._recovery_point > offset:
-            write_checkpoint(directory / RECOVERY_POINT_CHECKPOINT, offset)
         with self._lock:
-            self._recovery_point = min(self._recovery_point, offset)
             k = bisect.bisect_right(self._bases, offset) - 1
+            first = self._locate(self._segments[k], offset)[1]
+        new_leo = first if 0 <= first < offset else offset
+        if self._recovery_point > new_leo:
+            write_checkpoint(directory / RECOVERY_POINT_CHECKPOINT, new_leo)
+        with self._lock:
+            self._recovery_point = min(self._recovery_point, new_leo)
             victims = self._segments[k + 1:]
             if victims:
                 del self._segments[k + 1:], self._bases[k + 1:]
@@ -194,8 +198,7 @@ class LogReplica(LogState):
                 seg.fd = os.open(seg.log_path, os.O_RDWR)
                 seg.loaded = False
             seg.load()
-            pos, first = seg.locate(offset)
-            new_leo = first if 0 <= first < offset else offset
+            pos = seg.locate(offset)[0]
             before = seg.size
             if pos < seg.size:
                 seg.truncate(pos)
