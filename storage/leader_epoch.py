@@ -199,16 +199,12 @@ class LeaderEpochCache:
     def __init__(self, directory: Path, entries: Entries = ()) -> None:
         self.directory = directory
         self.entries: Entries = entries
+        # The newest epoch, -1 when none (read on every leader append).
+        self.latest_epoch = entries[-1].epoch if entries else UNDEFINED_EPOCH
 
     @classmethod
     def load(cls, directory: Path) -> LeaderEpochCache:
         return cls(directory, read(directory))
-
-    @property
-    def latest_epoch(self) -> int:
-        """The newest epoch, -1 when none."""
-        entries = self.entries
-        return entries[-1].epoch if entries else UNDEFINED_EPOCH
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         return end_offset_for(self.entries, epoch, log_end_offset)
@@ -224,4 +220,5 @@ class LeaderEpochCache:
             return False
         write(self.directory, entries)
         self.entries = entries
+        self.latest_epoch = entries[-1].epoch if entries else UNDEFINED_EPOCH
         return True

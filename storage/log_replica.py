@@ -99,8 +99,10 @@ class LogReplica(LogState):
     @property
     def high_watermark(self) -> int:
         """The offset below which every record is on every in-sync replica (consumers read up
-        to it). Opens as the checkpointed value, or the log end offset without one."""
-        return self._hw
+        to it), never below the log start offset. Opens as the checkpointed value, or the log
+        end offset without one."""
+        hw, lso = self._hw, self._log_start_offset
+        return hw if hw >= lso else lso
 
     def set_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to ``[log start, log end]``; returns the value set.

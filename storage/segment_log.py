@@ -80,6 +80,7 @@ _log = logging.getLogger("shoal.log")
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_PACK_INT32 = _INT32.pack_into
 _INT64 = struct.Struct(">q")
 
 
@@ -139,9 +140,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
             raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
         metas, offsets = batch_metas(buf)
         if leader_epoch >= 0:
-            pack = _INT32.pack_into
             for m in metas:
-                pack(buf, m[0] + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+                _PACK_INT32(buf, m[0] + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
             if leader_epoch > self._epochs.latest_epoch:
                 self._begin_epoch(leader_epoch)
         with self._lock:
