@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import shutil
 import struct
+import threading
 from pathlib import Path
 
 import crc32c
@@ -450,3 +451,69 @@ def test_truncate_then_reappend_equals_never_having_diverged(
     same(a, b)
     a.close()
     b.close()
+
+
+def test_a_failed_epoch_checkpoint_appends_nothing(log_dir: Path) -> None:
+    class FailSync(fileops.FileOps):
+        def fsync(self, fd: int) -> None:
+            raise OSError(errno.EIO, "injected")
+
+    log = open_log(log_dir)
+    log.append(batch(0), T0, leader_epoch=1)
+    previous = fileops.use(FailSync())
+    try:
+        with pytest.raises(LogDirOfflineError):
+            log.append(batch(1), T0, leader_epoch=2)
+    finally:
+        fileops.use(previous)
+    assert log.log_end_offset == 1
+    assert log.epoch_entries() == [E(1, 0)]
+    log.close()
+
+
+def test_crash_after_a_follower_gap_cuts_the_tail_to_refetch(log_dir: Path,
+                                                            tmp_path: Path) -> None:
+    log = open_log(log_dir)
+    log.append_as_follower(batch(0, 2, epoch=1), T0)
+    log.flush()
+    gap = bytearray(batch(1, 2, epoch=1))
+    struct.pack_into(">q", gap, 0, 10)
+    log.append_as_follower(bytes(gap), T0)
+    assert log.log_end_offset == 12
+    crashed = shutil.copytree(log_dir, tmp_path / "crash")
+    log.close()
+    again = open_log(crashed)
+    # The unflushed batch after the gap is cut like a torn write; the follower fetches it
+    # again from its new end, and appends it again.
+    assert again.log_end_offset == 2
+    again.append_as_follower(bytes(gap), T0)
+    assert again.log_end_offset == 12
+    again.close()
+
+
+def test_truncation_racing_flushes_keeps_the_recovery_point_below_the_end(
+        log_dir: Path, tmp_path: Path) -> None:
+    log = open_log(log_dir)
+    stop = threading.Event()
+
+    def flusher() -> None:
+        while not stop.is_set():
+            log.flush()
+
+    worker = threading.Thread(target=flusher)
+    worker.start()
+    try:
+        for round_ in range(30):
+            for i in range(6):
+                log.append(batch(i, 2), T0, leader_epoch=round_)
+            log.truncate_to(log.log_end_offset - 5)
+            assert log.recovery_point <= log.log_end_offset
+    finally:
+        stop.set()
+        worker.join()
+    expected = everything(log)
+    crashed = shutil.copytree(log_dir, tmp_path / "crash")
+    log.close()
+    again = open_log(crashed)
+    assert everything(again) == expected
+    again.close()
