@@ -9,8 +9,9 @@ what replication reads and changes besides:
   ``end_offset_for_epoch``, ``epoch_entries``; appends add to it, truncation trims its end,
   retention and DeleteRecords its start;
 - the high watermark: ``high_watermark`` / ``set_high_watermark``, clamped to
-  ``[log start, log end]``, checkpointed (``high-watermark.checkpoint``) by ``flush`` and
-  ``close`` when it changed, loaded on open (no checkpoint: the log end offset);
+  ``[log start, log end]``, checkpointed (``high-watermark.checkpoint``) by ``flush``,
+  ``close`` and ``checkpoint_high_watermark`` when it changed, loaded on open (no checkpoint:
+  the log end offset);
 - ``truncate_to`` and ``truncate_fully_and_start_at`` (Kafka ``UnifiedLog.truncateTo`` /
   ``truncateFullyAndStartAt``, behaviour only).
 
@@ -113,6 +114,29 @@ class LogReplica(LogState):
                 self._hw = hw
                 self._hw_dirty = True
             return hw
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the high-watermark checkpoint now if it changed since the last one (Kafka does
+        every ``replica.high.watermark.checkpoint.interval.ms``); ``flush`` and ``close`` do it
+        too. Blocking; a no-op on a closed log.
+
+        Raises:
+            LogDirOfflineError: the write failed (the directory is now offline) or the directory
+                was already offline.
+        """
+        with self._flush_lock:
+            with self._lock:
+                if self._closed or not self._hw_dirty:
+                    return
+                self.log_dir.check()
+                hw, self._hw_dirty = self._hw, False
+            try:
+                write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, hw)
+            except OSError as exc:
+                with self._lock:
+                    self._hw_dirty = True
+                raise self.log_dir.fail(f"writing the high-watermark checkpoint of {self._tp()} "
+                                        f"in {self.directory}", exc) from exc
 
     # -- truncation --------------------------------------------------------------------------
 

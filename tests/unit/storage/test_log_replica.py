@@ -356,6 +356,9 @@ def test_high_watermark_is_clamped_and_checkpointed(log_dir: Path) -> None:
     assert not (log_dir / HIGH_WATERMARK_CHECKPOINT).exists()
     log.flush()
     assert read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT) == 4
+    log.set_high_watermark(6)
+    log.checkpoint_high_watermark()  # without a flush
+    assert read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT) == 6
     log.set_high_watermark(8)
     log.close()
     again = open_log(log_dir)
