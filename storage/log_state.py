@@ -76,6 +76,8 @@ class LogState:
         self._flush_lock = threading.Lock()
         self._retention_lock = threading.Lock()
         self._epoch_lock = threading.Lock()
+        # The leader epoch ``append`` stamps by default (-1: none), see ``PartitionLog.append``.
+        self.appending_epoch = -1
         # The leader-epoch cache, trimmed to the offsets the directory holds (a crash may have
         # cut the log after the checkpoint was written; Kafka's LogLoader trims it the same way).
         self._epochs = leader_epoch.LeaderEpochCache.load(directory)

@@ -112,7 +112,7 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
     # -- append ------------------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview, now_ms: int,
-               leader_epoch: int = -1) -> AppendResult:
+               leader_epoch: int | None = None) -> AppendResult:
         """Append already-validated v2 batches at the log end offset, assigning their offsets.
 
         All batches go into one segment with one write to the page cache (never an fsync). A new
@@ -123,7 +123,10 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
         it (``partitionLeaderEpoch``, outside the CRC) and, when it is newer than the leader-epoch
         cache's latest, ``(leader_epoch, base offset)`` is checkpointed before the batches are
         written (``storage/leader_epoch.py``). Appends of one partition come from one thread at a
-        time (the broker's event loop), so that entry starts exactly at these batches.
+        time (the broker's event loop), so that entry starts exactly at these batches. ``None``
+        (the default) means ``self.appending_epoch``: the epoch the broker leads this partition
+        under, set when it becomes the leader of a replicated partition (-1 otherwise), so every
+        writer of the log (producers, markers, coordinators) stamps it.
 
         Raises:
             CorruptRecordError: ``data`` is empty or is not a sequence of whole v2 batches.
@@ -139,6 +142,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
         if n > INT32_MAX:
             raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
         metas, offsets = batch_metas(buf)
+        if leader_epoch is None:
+            leader_epoch = self.appending_epoch
         if leader_epoch >= 0:
             for m in metas:
                 _PACK_INT32(buf, m[0] + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)

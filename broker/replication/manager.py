@@ -81,6 +81,8 @@ class ReplicaManager:
         self._broker.logs.on_append(self._on_append)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._isr_loop(), name="ISR changes"))
+        self._tasks.append(loop.create_task(self._checkpoint_loop(),
+                                            name="high watermark checkpoints"))
         self.sync()
 
     async def close(self) -> None:
@@ -139,6 +141,7 @@ class ReplicaManager:
                 self._advance(tp, st, lg)
             return
         self._unfollow(tp)
+        lg.appending_epoch = epoch  # every append from now on is stamped with this epoch
         leo = lg.log_end_offset
         hw = min(lg.high_watermark, leo)
         self.leaders[tp] = st = PartitionLeader(self.node_id, epoch, replicas, isr, hw, leo, now)
@@ -150,6 +153,7 @@ class ReplicaManager:
                 epoch: int) -> None:
         if tp in self.leaders:
             del self.leaders[tp]
+            lg.appending_epoch = -1
             self._fail_waiters(tp, ErrorCode.not_leader_or_follower)
             log.info("%s-%d: no longer the leader (leader epoch %d, leader %s)", *tp, epoch,
                      leader if leader != NO_LEADER else "none")
@@ -177,6 +181,8 @@ class ReplicaManager:
     def _drop(self, tp: TP) -> None:
         self._unfollow(tp)
         if self.leaders.pop(tp, None) is not None:
+            if (lg := self._broker.logs.get(*tp)) is not None:
+                lg.appending_epoch = -1
             self._fail_waiters(tp, ErrorCode.not_leader_or_follower)
 
     def fetcher_idle(self, leader: int) -> None:
@@ -311,6 +317,20 @@ class ReplicaManager:
         except KeyError:  # not declared (older config table)
             return 1
 
+    async def _checkpoint_loop(self) -> None:
+        """Write the replicated partitions' high watermarks to their directories every
+        ``replica.high.watermark.checkpoint.interval.ms`` (in a worker thread)."""
+        while True:
+            await asyncio.sleep(int(self._broker.config.get(
+                "replica.high.watermark.checkpoint.interval.ms")) / 1000)
+            logs = [lg for tp in [*self.leaders, *self.follows]
+                    if (lg := self._broker.logs.get(*tp)) is not None]
+            if logs:
+                try:
+                    await asyncio.to_thread(_checkpoint_all, logs)
+                except OSError as e:  # the log directory went offline: the broker stops
+                    log.error("writing high-watermark checkpoints failed: %s", e)
+
     # -- ISR changes ---------------------------------------------------------------------------
 
     async def _isr_loop(self) -> None:
@@ -361,3 +381,8 @@ class ReplicaManager:
             log.info("%s-%d: ISR %s from %s to %s (leader epoch %d)", *tp, what, list(pa.isr),
                      list(isr), st.leader_epoch)
         return bool(ok)
+
+
+def _checkpoint_all(logs: list[PartitionLog]) -> None:
+    for lg in logs:
+        lg.checkpoint_high_watermark()
