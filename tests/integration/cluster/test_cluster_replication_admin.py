@@ -20,13 +20,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.conftest import ROOT
-from tests.integration.cluster.conftest import Cluster
+from tests.integration.cluster.conftest import Cluster, Etcd
 from tests.integration.rawclient import RawClient, request
 
 T = 30
@@ -236,3 +237,20 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
     assert {(r["topic"], r["partition"]) for r in json.loads(status.stdout)} == set(planned)
+
+
+def test_auto_rebalance_moves_leadership_back_to_the_preferred_replica(
+        tmp_path: Path, etcd: Etcd) -> None:
+    c = Cluster(tmp_path, etcd, overrides={"leader.imbalance.check.interval.seconds": "1"})
+    try:
+        c.start()
+        boot = c.brokers[0].bootstrap
+        assert create(boot, "lean", assignments={0: [1, 2]}).error_code == ErrorCode.none
+        wait(lambda: len(metadata(boot, "lean")) == 1, "the topic appearing")
+        # Reordering makes broker 2 the preferred leader while broker 1 still leads.
+        assert reassign(boot, "lean", {0: (2, 1)}) == [(0, ErrorCode.none, None)]
+        p = wait(lambda: (x := metadata(boot, "lean")[0]).leader == 2 and x,
+                 "the controller's rebalance electing the preferred replica")
+        assert (p.replicas, p.isr) == ((2, 1), (1, 2))
+    finally:
+        c.stop()
