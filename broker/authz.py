@@ -100,6 +100,12 @@ IncrementalAlter-          after the duplicate check
 Configs (44)
 CreatePartitions (37)      TOPIC ALTER (after the duplicate check)   TAF per topic, first
 DeleteGroups (42)          GROUP DELETE                              GAF per group
+ElectLeaders (43)          CLUSTER ALTER                             CAF top level (v1+) and
+                                                                     per partition
+AlterPartitionReassign-    CLUSTER ALTER                             CAF top level and per
+ments (45)                                                           partition, nothing moved
+ListPartitionReassign-     CLUSTER DESCRIBE                          CAF top level
+ments (46)
 OffsetDelete (47)          GROUP DELETE; TOPIC READ                  GAF top level; TAF per
                                                                      partition, offsets kept
 DescribeUserScram-         CLUSTER DESCRIBE; without an ACL          CAF per user (see below)

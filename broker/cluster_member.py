@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -42,7 +42,8 @@ from kio.schema.errors import ErrorCode
 from broker.config import format_value
 from broker.group_configs import GroupConfigs
 from broker.log.topics import Topic, TopicError
-from cluster.controller import run_controller
+from cluster.controller import ControllerSettings, run_controller
+from cluster.election import assignment_problem
 from cluster.errors import ProducerIdsUnavailable
 from cluster.etcd_store import EtcdClusterStore, parse_endpoints
 from cluster.metadata import EtcdMetadata
@@ -60,6 +61,13 @@ PID_BLOCK = 1000  # producer ids reserved in etcd at a time
 # How long an admin verb waits for its own change to come back through the watch.
 VISIBLE_TIMEOUT_S = 15.0
 INTERNAL = ("__consumer_offsets", "__share_group_state", "__transaction_state")
+# The replication factor config of each internal topic (capped at the available brokers when it
+# is created, as Kafka does for a small cluster).
+INTERNAL_REPLICATION = {
+    INTERNAL[0]: "offsets.topic.replication.factor",
+    INTERNAL[1]: "share.coordinator.state.topic.replication.factor",
+    INTERNAL[2]: "transaction.state.log.replication.factor",
+}
 
 
 class ClusterMember:
@@ -109,7 +117,13 @@ class ClusterMember:
             node_id=self.node_id, endpoints=self._endpoints(),
             rack=self.broker.config.get("broker.rack") or None, incarnation=uuid.uuid4().hex))
         await store.wait_for(lambda: self.node_id in store.view.brokers, VISIBLE_TIMEOUT_S)
-        self._spawn(run_controller(store), "controller")
+        cfg = self.broker.config
+        settings = ControllerSettings(
+            unclean_default=cfg.get("unclean.leader.election.enable"),
+            auto_rebalance=cfg.get("auto.leader.rebalance.enable"),
+            imbalance_check_interval_s=float(cfg.get("leader.imbalance.check.interval.seconds")),
+            imbalance_percentage=cfg.get("leader.imbalance.per.broker.percentage"))
+        self._spawn(run_controller(store, settings), "controller")
         await self._next_pid_block()
         return cluster_id
 
@@ -312,19 +326,18 @@ class ClusterMember:
 
     # -- admin verbs ---------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, Any]) -> Topic:
-        """Place and create a topic in etcd; returns it once this broker has it.
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, Any],
+                           replication: int = 1,
+                           assignments: Sequence[tuple[int, ...]] | None = None) -> Topic:
+        """Place (or take ``assignments``, validated by the caller) and create a topic in etcd;
+        returns it once this broker has it. Every replica starts in the ISR, the first leads.
 
         Raises:
-            TopicError: TOPIC_ALREADY_EXISTS, INVALID_REPLICATION_FACTOR (no live broker),
-                REQUEST_TIMED_OUT (etcd did not answer or the change did not come back).
+            TopicError: TOPIC_ALREADY_EXISTS, INVALID_REPLICATION_FACTOR (fewer available
+                brokers than ``replication``), REQUEST_TIMED_OUT (etcd did not answer or the
+                change did not come back).
         """
-        view = self.store.view
-        brokers = [Candidate(r.node_id, r.rack) for r in view.live_brokers()]
-        try:
-            replicas = place(partitions, 1, brokers, view.partition_counts())
-        except PlacementError as e:
-            raise TopicError(ErrorCode.invalid_replication_factor, str(e)) from None
+        replicas = list(assignments) if assignments else self._place(partitions, replication)
         record = TopicRecord(
             name=name, topic_id=str(uuid.uuid4()), configs=_config_texts(configs),
             partitions=tuple(PartitionAssignment(r, r[0], 0, r) for r in replicas))
@@ -337,24 +350,53 @@ class ClusterMember:
         assert topic is not None
         return topic
 
+    def _place(self, count: int, replication: int) -> list[tuple[int, ...]]:
+        """Replica lists for ``count`` new partitions over the available brokers.
+
+        Raises:
+            TopicError: INVALID_REPLICATION_FACTOR (too few available brokers).
+        """
+        view = self.store.view
+        brokers = [Candidate(r.node_id, r.rack) for r in view.active_brokers()]
+        try:
+            return place(count, replication, brokers, view.partition_counts())
+        except PlacementError as e:
+            raise TopicError(ErrorCode.invalid_replication_factor, str(e)) from None
+
+    def assignment_problem(self, assignments: Sequence[Sequence[int]],
+                           replication: int | None = None) -> str | None:
+        """Why manual replica assignments cannot be used (a partition with no replica, a broker
+        twice, an unregistered broker, differing replica counts), or None."""
+        view = self.store.view
+        for i, replicas in enumerate(assignments):
+            problem = assignment_problem(replicas, lambda n: n in view.brokers)
+            if problem:
+                return f"partition {i}: {problem}"
+            if replication is not None and len(replicas) != replication:
+                return (f"partition {i} is assigned {len(replicas)} replica(s) but the topic's "
+                        f"replication factor is {replication}; give {replication} per partition")
+            replication = len(replicas)
+        return None
+
     async def delete_topic(self, name: str) -> None:
         """Raises:
             TopicError: UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT.
         """
         await self._update(name, None, f"deleting topic {name}")
 
-    async def add_partitions(self, name: str, total: int) -> None:
-        """Raises:
+    async def add_partitions(self, name: str, total: int,
+                             assignments: Sequence[tuple[int, ...]] | None = None) -> None:
+        """New partitions with the replication factor of the topic's first partition, placed
+        or on ``assignments`` (validated by the caller).
+
+        Raises:
             TopicError: INVALID_REPLICATION_FACTOR, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION.
         """
-        view = self.store.view
 
         def grow(record: TopicRecord) -> TopicRecord:
-            brokers = [Candidate(r.node_id, r.rack) for r in view.live_brokers()]
-            try:
-                more = place(total - len(record.partitions), 1, brokers, view.partition_counts())
-            except PlacementError as e:
-                raise TopicError(ErrorCode.invalid_replication_factor, str(e)) from None
+            rf = len(record.partitions[0].target) if record.partitions else 1
+            more = (list(assignments) if assignments
+                    else self._place(total - len(record.partitions), rf))
             return TopicRecord(record.name, record.topic_id, record.partitions + tuple(
                 PartitionAssignment(r, r[0], 0, r) for r in more), record.configs)
 
@@ -381,8 +423,11 @@ class ClusterMember:
         self._creating.add(name)
 
         async def create() -> None:
+            view = self.store.view
+            wanted = self.broker.config.get(INTERNAL_REPLICATION[name])
+            replication = max(1, min(wanted, len(view.active_brokers())))
             try:
-                await self.create_topic(name, spec[0], spec[1])
+                await self.create_topic(name, spec[0], spec[1], replication)
             except TopicError as e:
                 if e.error != ErrorCode.topic_already_exists:
                     log.warning("creating internal topic %s failed: %s; the next "

@@ -25,12 +25,9 @@ NO_EFFECT_KAFKA_CONFIGS: Mapping[str, str] = {
     "num.recovery.threads.per.data.dir": "logs are opened and recovered one at a time",
     "socket.send.buffer.bytes": "Shoal uses the OS default socket buffers",
     "socket.receive.buffer.bytes": "Shoal uses the OS default socket buffers",
-    # Replication of internal topics: a single broker keeps one replica of everything.
-    "offsets.topic.replication.factor": "a single broker keeps one replica",
-    "transaction.state.log.replication.factor": "a single broker keeps one replica",
-    "transaction.state.log.min.isr": "a single broker keeps one replica",
-    "share.coordinator.state.topic.replication.factor": "a single broker keeps one replica",
-    "share.coordinator.state.topic.min.isr": "a single broker keeps one replica",
+    # The internal topics follow min.insync.replicas like any topic.
+    "transaction.state.log.min.isr": "internal topics follow min.insync.replicas",
+    "share.coordinator.state.topic.min.isr": "internal topics follow min.insync.replicas",
     # Switches that turn share groups on in Kafka 4.0-4.2; Shoal always serves them.
     "group.coordinator.rebalance.protocols": "Shoal always serves the classic, consumer and "
                                              "share protocols",

@@ -130,8 +130,14 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
         else:
             print(f"shoal: {line}", flush=True)
     await stop.wait()
-    if server.broker.fatal is None:
+    broker = server.broker
+    if broker.fatal is None:
         logging.getLogger("shoal").info("shutting down (signal received)")
+        if broker.member is not None and broker.config.get("controlled.shutdown.enable"):
+            from broker.cluster_admin import controlled_shutdown
+
+            await controlled_shutdown(
+                broker.member, broker.config.get("controlled.shutdown.timeout.ms") / 1000)
     await server.stop()
     return server.broker.exit_code
 

@@ -79,12 +79,38 @@ class TopicAdmin:
         if partitions < 1:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"number of partitions must be at least 1, got {partitions}")
-        if replication not in (-1, 1):
-            raise TopicError(ErrorCode.invalid_replication_factor,
-                             f"replication factor {replication} is impossible on a single "
-                             "broker; use 1 or -1")
+        self.replication_for(replication)
         self.check_partition_budget(partitions)
         return partitions
+
+    def replication_for(self, replication: int) -> int:
+        """The replication factor a creation asks for; -1 means ``default.replication.factor``.
+
+        Raises:
+            TopicError: INVALID_REPLICATION_FACTOR: below 1, above 1 on a single broker, or
+                more than the cluster's available brokers (live, not shutting down).
+        """
+        default = replication == -1
+        if default:
+            replication = self.config.get("default.replication.factor")
+        if replication < 1:
+            raise TopicError(ErrorCode.invalid_replication_factor,
+                             f"replication factor must be at least 1, or -1 for "
+                             f"default.replication.factor; got {replication}")
+        source = " (default.replication.factor)" if default else ""
+        if self.member is None:
+            if replication != 1:
+                raise TopicError(ErrorCode.invalid_replication_factor,
+                                 f"replication factor {replication}{source} is impossible on a "
+                                 "single broker; use 1, or run a cluster (--cluster)")
+            return replication
+        available = len(self.member.store.view.active_brokers())
+        if replication > available:
+            raise TopicError(ErrorCode.invalid_replication_factor,
+                             f"replication factor {replication}{source} is larger than the "
+                             f"{available} available broker(s); start more brokers or lower "
+                             "the replication factor")
+        return replication
 
     def check_partition_budget(self, new_partitions: int) -> None:
         """Raises:
@@ -118,15 +144,19 @@ class TopicAdmin:
         return topic
 
     async def admin_create_topic(self, name: str, partitions: int,
-                                 configs: dict[str, Any] | None = None) -> Topic:
+                                 configs: dict[str, Any] | None = None, replication: int = -1,
+                                 assignments: Sequence[tuple[int, ...]] | None = None) -> Topic:
         """CreateTopics: ``create_topic`` here, or through etcd in cluster mode (placed over the
-        live brokers, answered once this broker has it).
+        live brokers, or on ``assignments`` (validated), answered once this broker has it).
 
         Raises:
-            TopicError: as ``create_topic``, or ``ClusterMember.create_topic``.
+            TopicError: as ``create_topic``, ``replication_for`` or
+                ``ClusterMember.create_topic``.
         """
         if self.member is not None:
-            return await self.member.create_topic(name, partitions, dict(configs or {}))
+            rf = len(assignments[0]) if assignments else self.replication_for(replication)
+            return await self.member.create_topic(name, partitions, dict(configs or {}), rf,
+                                                  assignments)
         return self.create_topic(name, partitions, configs)
 
     async def admin_delete_topic(self, name: str) -> None:
@@ -140,14 +170,16 @@ class TopicAdmin:
         else:
             self.delete_topic(name)
 
-    async def admin_add_partitions(self, name: str, total: int) -> None:
-        """CreatePartitions: ``add_partitions`` here, or through etcd in cluster mode.
+    async def admin_add_partitions(self, name: str, total: int,
+                                   assignments: Sequence[tuple[int, ...]] | None = None) -> None:
+        """CreatePartitions: ``add_partitions`` here, or through etcd in cluster mode (the new
+        partitions on ``assignments`` when given, validated by the caller).
 
         Raises:
             TopicError: as ``add_partitions`` or ``ClusterMember.add_partitions``.
         """
         if self.member is not None:
-            await self.member.add_partitions(name, total)
+            await self.member.add_partitions(name, total, assignments)
         else:
             self.add_partitions(name, total)
 

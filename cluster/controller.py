@@ -1,15 +1,17 @@
-"""The controller's job once elected: keep every partition's leader on a live broker.
+"""The controller's job once elected: keep every partition led by a live in-sync replica.
 
-``leader_changes`` is pure: from the view it computes the topics whose leaders must move. A
-partition whose leader is not live gets the first live replica of its ISR (of its replicas while
-the ISR is empty) as leader, or ``NO_LEADER`` when none is live (offline, as Kafka with
-``replication.factor=1``). Each change of leader bumps the leader epoch, so a broker that comes
-back after its partitions went offline leads them again under a new epoch, and anything still
-carrying the old epoch is fenced.
+The rules are pure and live in ``cluster/election.py`` (``controller_changes``): dead and
+shutting-down brokers leave ISRs (never the last member), a partition whose leader is gone gets
+the first live ISR replica (or an unclean leader where ``unclean.leader.election.enable``), a
+finished reassignment drops the removed replicas, and the leader epoch goes up on every change
+of leader.
 
-``run_controller`` is the shell: it waits to be elected, then re-evaluates after every change the
-view applies and writes the changes with compare-and-swap. A write that loses a race is simply
-re-evaluated on the next change.
+``run_controller`` is the shell: it waits to be elected, then re-evaluates after every change
+the view applies and writes the changes with compare-and-swap on the topic's key; a write that
+loses a race is re-evaluated from the new view on the next change. With
+``auto.leader.rebalance.enable`` it also moves leaderships back to preferred replicas every
+``leader.imbalance.check.interval.seconds`` when a broker's share of preferred partitions led
+elsewhere is above ``leader.imbalance.per.broker.percentage``.
 """
 
 from __future__ import annotations
@@ -17,39 +19,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from cluster.election import (
+    Brokers,
+    ElectionError,
+    controller_changes,
+    elect_preferred,
+    rebalance_targets,
+)
 from cluster.etcd_store import EtcdClusterStore
 from cluster.view import NO_LEADER, ClusterView, TopicRecord
 
 log = logging.getLogger("shoal.cluster.controller")
 
 
-def leader_changes(view: ClusterView) -> list[TopicRecord]:
-    """The topics (new records) whose partition leaders must change; empty when all is well."""
-    live = set(view.brokers)
-    out: list[TopicRecord] = []
-    for name in sorted(view.topics):
-        record = view.topics[name]
-        partitions = []
-        changed = False
-        for p in record.partitions:
-            if p.leader in live:
-                partitions.append(p)
-                continue
-            candidates = [r for r in (p.isr or p.replicas) if r in live]
-            leader = candidates[0] if candidates else NO_LEADER
-            if leader == p.leader:
-                partitions.append(p)
-                continue
-            partitions.append(replace(p, leader=leader, leader_epoch=p.leader_epoch + 1))
-            changed = True
-        if changed:
-            out.append(replace(record, partitions=tuple(partitions)))
-    return out
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The broker configs the controller follows (see the module doc)."""
+
+    unclean_default: bool = False
+    auto_rebalance: bool = True
+    imbalance_check_interval_s: float = 300.0
+    imbalance_percentage: int = 10
 
 
-async def run_controller(store: EtcdClusterStore) -> None:
+async def run_controller(store: EtcdClusterStore,
+                         settings: ControllerSettings = ControllerSettings()) -> None:
     """Campaign, then keep leaders live for as long as this broker is the controller.
 
     Runs until cancelled. If this broker stops being the controller (its session lapsed), it
@@ -61,7 +57,7 @@ async def run_controller(store: EtcdClusterStore) -> None:
     view = store.view
     while True:
         try:
-            await _serve_term(store, view, wake)
+            await _serve_term(store, view, wake, settings)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # etcd unreachable, or a lapsed session: campaign again
@@ -70,30 +66,70 @@ async def run_controller(store: EtcdClusterStore) -> None:
             await asyncio.sleep(1)
 
 
-async def _serve_term(store: EtcdClusterStore, view: ClusterView, wake: asyncio.Event) -> None:
+async def _serve_term(store: EtcdClusterStore, view: ClusterView, wake: asyncio.Event,
+                      settings: ControllerSettings) -> None:
     """Win an election, then keep leaders live until another broker is controller."""
     me = await store.campaign()
     # The view learns of the election through the watch, right after.
     await store.wait_for(_elected(view, me.epoch), 30)
     wake.set()
+    loop = asyncio.get_running_loop()
+    next_check = loop.time() + settings.imbalance_check_interval_s
     while view.controller is not None and view.controller.epoch == me.epoch:
-        await wake.wait()
+        timeout = max(0.0, next_check - loop.time()) if settings.auto_rebalance else None
+        try:
+            await asyncio.wait_for(wake.wait(), timeout)
+        except TimeoutError:
+            next_check = loop.time() + settings.imbalance_check_interval_s
+            await _rebalance(store, view, settings.imbalance_percentage)
+            continue
         wake.clear()
-        for record in leader_changes(view):
+        for record in controller_changes(view, settings.unclean_default):
             before = view.topics[record.name]
             if await store.update_topic(record, view.topic_revisions.get(record.name, 0)):
-                log.info("controller %d moved leaders of topic %s: %s", me.node_id,
-                         record.name, _describe(before, record))
+                log.info("controller %d changed topic %s: %s", me.node_id, record.name,
+                         describe_changes(before, record))
+
+
+async def _rebalance(store: EtcdClusterStore, view: ClusterView, percentage: int) -> None:
+    """One auto-rebalance pass: preferred elections where a broker's imbalance is too high."""
+    brokers = Brokers.of(view)
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in rebalance_targets(view.topics, brokers, percentage):
+        by_topic.setdefault(topic, []).append(p)
+    for topic, indexes in by_topic.items():
+        record = view.topics.get(topic)
+        if record is None:
+            continue
+        partitions = list(record.partitions)
+        for i in indexes:
+            try:
+                partitions[i] = elect_preferred(partitions[i], brokers, f"{topic}-{i}")
+            except ElectionError:
+                continue
+        new = replace(record, partitions=tuple(partitions))
+        if new != record and await store.update_topic(new, view.topic_revisions.get(topic, 0)):
+            log.info("auto leader rebalance of topic %s: %s", topic,
+                     describe_changes(record, new))
 
 
 def _elected(view: ClusterView, epoch: int) -> Callable[[], bool]:
     return lambda: view.controller is not None and view.controller.epoch >= epoch
 
 
-def _describe(before: TopicRecord, after: TopicRecord) -> str:
+def describe_changes(before: TopicRecord, after: TopicRecord) -> str:
+    """What changed per partition, for the log."""
     moved = []
     for i, (old, new) in enumerate(zip(before.partitions, after.partitions)):
-        if old != new:
+        if old == new:
+            continue
+        parts = []
+        if old.leader != new.leader:
             to = "none (offline)" if new.leader == NO_LEADER else f"broker {new.leader}"
-            moved.append(f"partition {i} to {to} (leader epoch {new.leader_epoch})")
-    return ", ".join(moved)
+            parts.append(f"leader {to} (leader epoch {new.leader_epoch})")
+        if old.isr != new.isr:
+            parts.append(f"ISR {list(new.isr)}")
+        if old.replicas != new.replicas:
+            parts.append(f"replicas {list(new.replicas)}")
+        moved.append(f"partition {i}: " + ", ".join(parts))
+    return "; ".join(moved)

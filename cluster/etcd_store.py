@@ -221,6 +221,20 @@ class EtcdClusterStore:
         log.info("registered as node %d in etcd %s (session timeout %d s)",
                  registration.node_id, self._where(), ttl)
 
+    async def update_registration(self, registration: BrokerRegistration) -> None:
+        """Rewrite this broker's registration (same node id, same lease), e.g. to mark it
+        shutting down; later re-registrations after a lost session use the new one.
+
+        Raises:
+            ClusterStoreError: not registered.
+        """
+        etcd = self._etcd()
+        if self._lease is None or self.registration is None:
+            raise ClusterStoreError("register before updating the registration")
+        await etcd.put(self.keys.broker(registration.node_id), registration.to_json(),
+                       lease=self._lease)
+        self.registration = registration
+
     async def _keep_alive(self) -> None:
         """Renew the lease; a lapsed lease (etcd says TTL 0) is a lost session: register again."""
         interval = self.heartbeat_interval_ms / 1000

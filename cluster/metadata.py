@@ -38,12 +38,14 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """Where one partition lives. ``leader`` is ``NO_LEADER`` while it is offline."""
+    """Where one partition lives. ``leader`` is ``NO_LEADER`` while it is offline;
+    ``offline_replicas`` are the replicas whose brokers are not live."""
 
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
 
 
 class ClusterMetadata(Protocol):
@@ -166,7 +168,8 @@ class EtcdMetadata:
             return None
         p = record.partitions[partition]
         leader = p.leader if p.leader in self._view.brokers else NO_LEADER
-        return PartitionInfo(leader, p.leader_epoch, p.replicas, p.isr)
+        offline = tuple(r for r in p.replicas if r not in self._view.brokers)
+        return PartitionInfo(leader, p.leader_epoch, p.replicas, p.isr, offline)
 
     def is_leader(self, topic: str, partition: int) -> bool:
         return self._view.leader_of(topic, partition) == self._node_id

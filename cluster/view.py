@@ -70,6 +70,9 @@ class BrokerRegistration:
     endpoints: tuple[Endpoint, ...]
     rack: str | None
     incarnation: str
+    # Controlled shutdown began (SIGTERM): the controller moves its leaderships away and takes
+    # it out of ISRs; it is live (reachable) until its registration goes.
+    shutting_down: bool = False
 
     def endpoint(self, listener: str) -> Endpoint | None:
         for e in self.endpoints:
@@ -78,13 +81,16 @@ class BrokerRegistration:
         return None
 
     def to_json(self) -> bytes:
-        return _dump({
+        doc: dict[str, Any] = {
             "node_id": self.node_id,
             "rack": self.rack,
             "incarnation": self.incarnation,
             "endpoints": [[e.listener, e.host, e.port, e.security_protocol]
                           for e in self.endpoints],
-        })
+        }
+        if self.shutting_down:  # absent otherwise: older brokers read the same document
+            doc["shutting_down"] = True
+        return _dump(doc)
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerRegistration:
@@ -96,6 +102,7 @@ class BrokerRegistration:
                 incarnation=str(doc["incarnation"]),
                 endpoints=tuple(Endpoint(str(l), str(h), int(p), str(s))
                                 for l, h, p, s in doc["endpoints"]),
+                shutting_down=bool(doc.get("shutting_down", False)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataFormatError(f"broker registration: {e!r}") from None
@@ -112,21 +119,53 @@ class ControllerRecord:
 
 @dataclass(frozen=True, slots=True)
 class PartitionAssignment:
-    """Where one partition lives. ``leader`` is ``NO_LEADER`` when no replica can lead."""
+    """Where one partition lives. ``leader`` is ``NO_LEADER`` when no replica can lead.
+
+    During a reassignment (AlterPartitionReassignments) ``replicas`` is the target followed by
+    the replicas being moved away, ``adding`` the target replicas that are new and ``removing``
+    the old ones not in the target; both are empty otherwise. The document is
+    ``[replicas, leader, epoch, isr]``, with ``adding`` and ``removing`` appended only while a
+    reassignment runs, so the four-element documents of earlier brokers still load.
+    """
 
     replicas: tuple[int, ...]
     leader: int
     leader_epoch: int = 0
     isr: tuple[int, ...] = ()
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once a running reassignment completes (``replicas`` when none)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replicas before a running reassignment (what cancelling it returns to)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
 
     def to_doc(self) -> list[Any]:
-        return [list(self.replicas), self.leader, self.leader_epoch, list(self.isr)]
+        doc: list[Any] = [list(self.replicas), self.leader, self.leader_epoch, list(self.isr)]
+        if self.reassigning:
+            doc += [list(self.adding), list(self.removing)]
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Any) -> PartitionAssignment:
-        replicas, leader, epoch, isr = doc
+        if len(doc) == 4:
+            replicas, leader, epoch, isr = doc
+            adding: Any = ()
+            removing: Any = ()
+        else:
+            replicas, leader, epoch, isr, adding, removing = doc
         return cls(tuple(int(r) for r in replicas), int(leader), int(epoch),
-                   tuple(int(r) for r in isr))
+                   tuple(int(r) for r in isr), tuple(int(r) for r in adding),
+                   tuple(int(r) for r in removing))
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +425,14 @@ class ClusterView:
 
     def live_brokers(self) -> list[BrokerRegistration]:
         return [self.brokers[n] for n in sorted(self.brokers)]
+
+    def shutting_down(self) -> set[int]:
+        """Live brokers in controlled shutdown (no new leaderships or replicas go there)."""
+        return {n for n, b in self.brokers.items() if b.shutting_down}
+
+    def active_brokers(self) -> list[BrokerRegistration]:
+        """Live brokers not shutting down: where new replicas are placed."""
+        return [b for b in self.live_brokers() if not b.shutting_down]
 
     def controller_id(self) -> int:
         return self.controller.node_id if self.controller is not None else NO_LEADER

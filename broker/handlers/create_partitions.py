@@ -5,7 +5,9 @@ UNKNOWN_TOPIC_OR_PARTITION; a count not above the current one -> INVALID_PARTITI
 are never removed); internal topics -> INVALID_REQUEST (their partition count fixes which
 partition holds a group's state, so changing it would lose state). Manual assignments are
 optional; when given they must list one entry per new partition, each on exactly this broker
-(the replication factor is 1), else INVALID_REPLICA_ASSIGNMENT. ``validate_only`` checks without
+on a single broker, or in a cluster on registered brokers, none twice, as many as the topic's
+replication factor, else INVALID_REPLICA_ASSIGNMENT. New partitions of a cluster topic get its
+replication factor, placed over the available brokers. ``validate_only`` checks without
 changing anything. New partitions start empty; existing partitions keep their data and offsets.
 
 Authorization (``broker/authz.py``): ALTER on each topic, after the duplicate check; a topic the
@@ -35,12 +37,17 @@ API_KEY = 37
 VERSIONS = (0, 3)
 
 
-def _assignment_problem(broker: Broker, added: int, assignments: Any) -> str | None:
+def _assignment_problem(broker: Broker, name: str, added: int,
+                        assignments: Any) -> str | None:
     if assignments is None:
         return None
     if len(assignments) != added:
         return (f"{added} partition(s) would be added but {len(assignments)} assignment(s) "
                 "were given")
+    if broker.member is not None:
+        record = broker.member.store.view.topics.get(name)
+        rf = len(record.partitions[0].target) if record and record.partitions else None
+        return broker.member.assignment_problem([tuple(a.broker_ids) for a in assignments], rf)
     node = broker.node_id
     for i, a in enumerate(assignments):
         if list(a.broker_ids) != [node]:
@@ -65,13 +72,14 @@ async def create_partitions(broker: Broker, name: str, count: int, assignments: 
                 "partitions cannot be removed")
     if count == current:
         return ErrorCode.invalid_partitions, f"topic already has {current} partitions"
-    problem = _assignment_problem(broker, count - current, assignments)
+    problem = _assignment_problem(broker, name, count - current, assignments)
     if problem:
         return ErrorCode.invalid_replica_assignment, problem
     try:
         broker.check_partition_budget(count - current)
         if not validate_only:
-            await broker.admin_add_partitions(name, count)
+            await broker.admin_add_partitions(
+                name, count, [tuple(a.broker_ids) for a in assignments] if assignments else None)
     except TopicError as exc:
         return exc.error, exc.message
     return OK, None

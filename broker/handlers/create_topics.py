@@ -8,10 +8,13 @@ Per topic, in this order (the first failing check is the answer; other topics ar
   differs from an existing one only by '.' vs '_' -> INVALID_TOPIC_EXCEPTION (the two would
   collide in metric names, so Kafka refuses it too);
 - partitions: -1 means ``num.partitions``; 0 or below -1 -> INVALID_PARTITIONS;
-- replication factor -1 or 1 only (one broker) -> else INVALID_REPLICATION_FACTOR;
+- replication factor: -1 means ``default.replication.factor``; below 1, above 1 on a single
+  broker, or above the cluster's available brokers -> INVALID_REPLICATION_FACTOR;
 - manual assignments: only with partitions and replication factor both -1 (else
-  INVALID_REQUEST); honoured when they list partitions 0..n-1, each on exactly this broker,
-  else INVALID_REPLICA_ASSIGNMENT;
+  INVALID_REQUEST); honoured when they list partitions 0..n-1 (else
+  INVALID_REPLICA_ASSIGNMENT), each on exactly this broker on a single broker, or in a cluster
+  on registered brokers, none twice, the same count for every partition (else
+  INVALID_REPLICA_ASSIGNMENT naming the partition);
 - configs: unknown names, invalid values and null values -> INVALID_CONFIG naming the config;
 - the new partitions must fit the broker's open-file limit -> POLICY_VIOLATION saying how to
   raise it (``broker/resources.py``);
@@ -78,11 +81,13 @@ def _collision(broker: Broker, name: str) -> str | None:
     return None
 
 
-def _partitions_from_assignments(broker: Broker, t: Any) -> int:
-    """The partition count a manual assignment asks for.
+def _assignments(broker: Broker, t: Any) -> list[tuple[int, ...]]:
+    """The replica lists of a manual assignment, by partition.
 
     Raises:
-        TopicError: the assignment is combined with counts, or places replicas elsewhere.
+        TopicError: the assignment is combined with counts, or places replicas where they
+            cannot go (another broker than this one on a single broker; an unregistered
+            broker, a broker twice or differing replica counts in a cluster).
     """
     if t.num_partitions != -1 or t.replication_factor != -1:
         raise TopicError(ErrorCode.invalid_request,
@@ -93,13 +98,20 @@ def _partitions_from_assignments(broker: Broker, t: Any) -> int:
         raise TopicError(ErrorCode.invalid_replica_assignment,
                          f"assigned partitions must be 0..{len(indexes) - 1} each exactly once, "
                          f"got {indexes}")
+    by_partition = sorted(t.assignments, key=lambda a: a.partition_index)
+    replicas = [tuple(a.broker_ids) for a in by_partition]
+    if broker.member is not None:
+        problem = broker.member.assignment_problem(replicas)
+        if problem:
+            raise TopicError(ErrorCode.invalid_replica_assignment, problem)
+        return replicas
     node = broker.node_id
     for a in t.assignments:
         if list(a.broker_ids) != [node]:
             raise TopicError(ErrorCode.invalid_replica_assignment,
                              f"partition {a.partition_index} is assigned to brokers "
                              f"{list(a.broker_ids)}; the only broker is {node}")
-    return len(indexes)
+    return replicas
 
 
 async def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
@@ -108,10 +120,12 @@ async def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
     try:
         partitions = t.num_partitions
         replication = t.replication_factor
+        assignments = None
         if t.assignments:
-            partitions = _partitions_from_assignments(broker, t)
-            replication = -1
+            assignments = _assignments(broker, t)
+            partitions, replication = len(assignments), len(assignments[0])
         partitions = broker.check_new_topic(t.name, partitions, replication)
+        replication = broker.replication_for(replication)
         collision = _collision(broker, t.name)
         if collision:
             raise TopicError(ErrorCode.invalid_topic_exception, collision)
@@ -123,10 +137,11 @@ async def create_one(broker: Broker, t: Any, validate_only: bool) -> Created:
     except TopicError as exc:
         out.error, out.message = exc.error, exc.message
         return out
-    out.partitions, out.replication, out.configs = partitions, 1, configs
+    out.partitions, out.replication, out.configs = partitions, replication, configs
     if not validate_only:
         try:
-            out.topic_id = (await broker.admin_create_topic(t.name, partitions, configs)).topic_id
+            out.topic_id = (await broker.admin_create_topic(
+                t.name, partitions, configs, replication, assignments)).topic_id
         except TopicError as exc:
             return Created(t.name, exc.error, exc.message)
     return out

@@ -51,8 +51,9 @@ def partition_entry(cls: Any, node_id: int, topic: Topic, p: int,
     """One partition's leader, epoch, replicas and ISR as ``cls`` (Metadata's and
     DescribeTopicPartitions' partition types share these fields), so both APIs tell the same.
     Without ``cluster`` (or a single broker's) ``node_id`` leads every partition; a cluster
-    member tells each partition's leader, epoch, replicas and ISR, and LEADER_NOT_AVAILABLE with
-    leader -1 for a partition whose leader is down. The ELR fields (DescribeTopicPartitions
+    member tells each partition's leader, epoch, replicas, ISR and the replicas on brokers that
+    are down, and LEADER_NOT_AVAILABLE with leader -1 for a partition no live replica leads (its
+    ISR then names the last in-sync replica, as Kafka's does). The ELR fields (DescribeTopicPartitions
     only) are empty, never null: Kafka's Admin reads them unchecked."""
     if cluster is None or not cluster.clustered:
         return make(cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
@@ -66,8 +67,8 @@ def partition_entry(cls: Any, node_id: int, topic: Topic, p: int,
     offline = info.leader == NO_LEADER
     return make(cls, error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
                 partition_index=p, leader_id=info.leader, leader_epoch=info.leader_epoch,
-                replica_nodes=info.replicas, isr_nodes=() if offline else info.isr,
-                offline_replicas=info.replicas if offline else (),
+                replica_nodes=info.replicas, isr_nodes=info.isr,
+                offline_replicas=info.offline_replicas,
                 eligible_leader_replicas=(), last_known_elr=())
 
 
