@@ -77,6 +77,13 @@ class ReplicaFetcher:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"replica fetcher from broker {self.leader}")
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the replica fetcher from broker %d stopped: %r; it restarts on the next "
+                      "metadata change", self.leader, task.exception(),
+                      exc_info=task.exception())
 
     def remove(self, tp: TP) -> None:
         self.partitions.pop(tp, None)
