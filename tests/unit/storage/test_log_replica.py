@@ -520,3 +520,26 @@ def test_truncation_racing_flushes_keeps_the_recovery_point_below_the_end(
     again = open_log(crashed)
     assert everything(again) == expected
     again.close()
+
+
+def test_truncate_into_a_compaction_gap(log_dir: Path) -> None:
+    log = open_log(log_dir)
+    for base in (0, 10, 20):
+        b = bytearray(batch(base, 2, epoch=base // 10))
+        struct.pack_into(">q", b, 0, base)
+        log.append_as_follower(bytes(b), T0)
+    log.flush()
+    assert log.epoch_entries() == [E(0, 0), E(1, 10), E(2, 20)]
+    assert log.truncate_to(5) == 5  # no batch holds 5: the log ends there
+    assert log.epoch_entries() == [E(0, 0)]
+    assert [o for o, _ in epochs_of(everything(log))] == [0]
+    again = bytearray(batch(10, 2, epoch=3))
+    struct.pack_into(">q", again, 0, 10)
+    log.append_as_follower(bytes(again), T0)
+    assert [o for o, _ in epochs_of(everything(log))] == [0, 10]
+    assert log.epoch_entries() == [E(0, 0), E(3, 10)]
+    log.close()
+    reopened = open_log(log_dir)
+    assert reopened.log_end_offset == 12
+    assert [o for o, _ in epochs_of(everything(reopened))] == [0, 10]
+    reopened.close()
