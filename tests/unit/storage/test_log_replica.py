@@ -303,6 +303,23 @@ def test_truncate_fully_and_start_at(log_dir: Path) -> None:
     again.close()
 
 
+def test_crash_after_truncating_fully_and_appending(log_dir: Path, tmp_path: Path) -> None:
+    log = open_log(log_dir)
+    fill(log, 20)
+    log.flush()
+    log.truncate_fully_and_start_at(7)
+    for i in range(4):
+        log.append(batch(50 + i, 2), T0, leader_epoch=3)
+    expected = everything(log)
+    crashed = shutil.copytree(log_dir, tmp_path / "crash")
+    log.close()
+    again = open_log(crashed)
+    assert (again.log_start_offset, again.log_end_offset) == (7, 15)
+    assert everything(again) == expected
+    assert again.epoch_entries() == [E(3, 7)]
+    again.close()
+
+
 def test_truncate_below_the_log_start_empties_the_log(log_dir: Path) -> None:
     log = open_log(log_dir)
     fill(log, 20)
