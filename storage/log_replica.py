@@ -291,6 +291,8 @@ class LogReplica(LogState):
                 self._hw = offset
                 self._hw_dirty = False
                 self.first_unstable_offset = None
+                # No segment recovery re-read is left (the producer-state load needs no replay).
+                self.recovered_from = None
                 cleaner_lowered = self._cleaner_offset > offset
                 if cleaner_lowered:
                     self._cleaner_offset = offset

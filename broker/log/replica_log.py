@@ -23,11 +23,14 @@ from the newest remaining snapshot and the log after it (``ProducerStateManager`
 rebuilds the aborted-transaction index from there and sets ``first_unstable_offset``.
 
 All on the event loop (the producer state is the loop's), like the leader's appends. Truncation
-is blocking (fsyncs). Kafka classes this mirrors: ``UnifiedLog.appendAsFollower``,
+is blocking (fsyncs); ``truncate_to_async`` / ``truncate_fully_async`` do the file work in a
+worker thread instead (the producer state is dropped first and rebuilt after, on the loop). Kafka classes this mirrors: ``UnifiedLog.appendAsFollower``,
 ``truncateTo``, ``truncateFullyAndStartAt`` with ``ProducerStateManager`` (behaviour only).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from broker.log.manager import LogManager
 from broker.log.producer_state import ProducerStates
@@ -141,11 +144,46 @@ class ReplicaLog:
         # Every snapshot describes the old history, even one at ``start``.
         self._rewind(topic, partition, lg, -1)
 
+    async def truncate_to_async(self, topic: str, partition: int, offset: int) -> int:
+        """``truncate_to`` with the file work (truncation, fsyncs, snapshot deletion) in a
+        worker thread, so the event loop is not blocked; the producer state is dropped before
+        and rebuilt after on the loop.
+
+        Raises:
+            as ``truncate_to``.
+        """
+        lg = self._log(topic, partition)
+        if offset >= lg.log_end_offset:
+            return lg.log_end_offset
+        self._producers.unload(topic, partition)
+        end = await asyncio.to_thread(lg.truncate_to, offset)
+        await asyncio.to_thread(self._drop_snapshots, topic, partition, lg, end)
+        self._reload(topic, partition)
+        return end
+
+    async def truncate_fully_async(self, topic: str, partition: int, start: int) -> None:
+        """``truncate_fully`` with the file work in a worker thread (as ``truncate_to_async``).
+
+        Raises:
+            as ``truncate_to``.
+        """
+        lg = self._log(topic, partition)
+        self._producers.unload(topic, partition)
+        await asyncio.to_thread(lg.truncate_fully_and_start_at, start)
+        await asyncio.to_thread(self._drop_snapshots, topic, partition, lg, -1)
+        self._reload(topic, partition)
+
     def _rewind(self, topic: str, partition: int, lg: PartitionLog, keep_upto: int) -> None:
         """Drop the snapshots past ``keep_upto`` (durably) and rebuild the producer state."""
         self._producers.unload(topic, partition)
+        self._drop_snapshots(topic, partition, lg, keep_upto)
+        self._reload(topic, partition)
+
+    @staticmethod
+    def _drop_snapshots(topic: str, partition: int, lg: PartitionLog, keep_upto: int) -> None:
+        """Delete the producer-state snapshots past ``keep_upto`` (-1: all), durably: a stale
+        snapshot must be gone before appends pass its offset again."""
         directory = lg.directory
-        end = lg.log_end_offset
         try:
             stale = [o for o in list_snapshots(directory) if o > keep_upto]
             if stale:
@@ -153,6 +191,10 @@ class ReplicaLog:
                 fsync_dir(directory)
         except OSError as exc:
             raise lg.log_dir.fail(f"deleting the producer-state snapshots of {topic}-{partition} "
-                                  f"past offset {end} in {directory}", exc) from exc
+                                  f"past offset {keep_upto} in {directory}", exc) from exc
+
+    def _reload(self, topic: str, partition: int) -> None:
+        # Dropped again: a reader may have loaded it from the log mid-truncation.
+        self._producers.unload(topic, partition)
         self._producers.states(topic, partition)  # rebuilt now: LSO and aborted index current
         self._logs.appended(topic, partition)  # waiting fetches see the new end

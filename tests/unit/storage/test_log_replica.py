@@ -303,6 +303,23 @@ def test_truncate_fully_and_start_at(log_dir: Path) -> None:
     again.close()
 
 
+def test_crash_after_truncating_fully_and_appending(log_dir: Path, tmp_path: Path) -> None:
+    log = open_log(log_dir)
+    fill(log, 20)
+    log.flush()
+    log.truncate_fully_and_start_at(7)
+    for i in range(4):
+        log.append(batch(50 + i, 2), T0, leader_epoch=3)
+    expected = everything(log)
+    crashed = shutil.copytree(log_dir, tmp_path / "crash")
+    log.close()
+    again = open_log(crashed)
+    assert (again.log_start_offset, again.log_end_offset) == (7, 15)
+    assert everything(again) == expected
+    assert again.epoch_entries() == [E(3, 7)]
+    again.close()
+
+
 def test_truncate_below_the_log_start_empties_the_log(log_dir: Path) -> None:
     log = open_log(log_dir)
     fill(log, 20)
@@ -520,3 +537,26 @@ def test_truncation_racing_flushes_keeps_the_recovery_point_below_the_end(
     again = open_log(crashed)
     assert everything(again) == expected
     again.close()
+
+
+def test_truncate_into_a_compaction_gap(log_dir: Path) -> None:
+    log = open_log(log_dir)
+    for base in (0, 10, 20):
+        b = bytearray(batch(base, 2, epoch=base // 10))
+        struct.pack_into(">q", b, 0, base)
+        log.append_as_follower(bytes(b), T0)
+    log.flush()
+    assert log.epoch_entries() == [E(0, 0), E(1, 10), E(2, 20)]
+    assert log.truncate_to(5) == 5  # no batch holds 5: the log ends there
+    assert log.epoch_entries() == [E(0, 0)]
+    assert [o for o, _ in epochs_of(everything(log))] == [0]
+    again = bytearray(batch(10, 2, epoch=3))
+    struct.pack_into(">q", again, 0, 10)
+    log.append_as_follower(bytes(again), T0)
+    assert [o for o, _ in epochs_of(everything(log))] == [0, 10]
+    assert log.epoch_entries() == [E(0, 0), E(3, 10)]
+    log.close()
+    reopened = open_log(log_dir)
+    assert reopened.log_end_offset == 12
+    assert [o for o, _ in epochs_of(everything(reopened))] == [0, 10]
+    reopened.close()

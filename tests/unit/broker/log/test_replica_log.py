@@ -156,6 +156,26 @@ def test_truncation_rewinds_an_open_transaction_and_an_abort(tmp_path: Path,
     node.close()
 
 
+def test_async_truncation_rewinds_like_the_blocking_one(tmp_path: Path,
+                                                        clock: FakeClock) -> None:
+    nodes = [Node.open(tmp_path / name, clock) for name in ("sync", "async")]
+    for node in nodes:
+        assert node.produce(1, 0, 0, 2) == (ErrorCode.none, 0)
+        assert node.marker(1, 0, commit=False) == ErrorCode.none
+        for seq in range(0, 40, 2):
+            node.produce(2, 0, seq, 2)
+    assert replica(nodes[0]).truncate_to(P, 0, 9) == 9
+    assert asyncio.run(replica(nodes[1]).truncate_to_async(P, 0, 9)) == 9
+    assert derived(nodes[1]) == derived(nodes[0])
+    assert list_snapshots(nodes[1].log.directory) == list_snapshots(nodes[0].log.directory)
+    asyncio.run(replica(nodes[1]).truncate_fully_async(P, 0, 50))
+    replica(nodes[0]).truncate_fully(P, 0, 50)
+    assert derived(nodes[1]) == derived(nodes[0])
+    assert list_snapshots(nodes[1].log.directory) == []
+    for node in nodes:
+        node.close()
+
+
 def test_truncate_fully_starts_over_with_no_producer_state(tmp_path: Path,
                                                            clock: FakeClock) -> None:
     node = Node.open(tmp_path / "b", clock)
