@@ -184,11 +184,11 @@ class ReplicaFetcher:
                 tp = (topic, pr.partition_index)
                 if tp not in asked or tp not in self.partitions:
                     continue  # no longer followed from this leader
-                if not self._partition(tp, asked[tp], pr):
+                if not await self._partition(tp, asked[tp], pr):
                     progressed = False
         return progressed
 
-    def _partition(self, tp: TP, fetch_offset: int, pr: Any) -> bool:
+    async def _partition(self, tp: TP, fetch_offset: int, pr: Any) -> bool:
         """Apply one partition's answer; False when it failed in a way that needs a pause."""
         lg = self._broker.logs.get(*tp)
         if lg is None or lg.log_end_offset != fetch_offset:
@@ -199,7 +199,8 @@ class ReplicaFetcher:
             if err == ErrorCode.none:
                 diverging = getattr(pr, "diverging_epoch", None)
                 if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
-                    self._truncate_diverging(tp, lg, diverging.epoch, diverging.end_offset)
+                    await self._truncate_diverging(tp, lg, diverging.epoch,
+                                                   diverging.end_offset)
                     return True
                 data = pr.records
                 if data:
@@ -212,14 +213,14 @@ class ReplicaFetcher:
                     log.warning("%s-%d: the leader's log starts at %d, after this follower's "
                                 "end %d; starting this replica over there", topic, p,
                                 leader_start, fetch_offset)
-                    self._replica_log.truncate_fully(topic, p, leader_start)
+                    await self._replica_log.truncate_fully_async(topic, p, leader_start)
                 else:
                     hw = int(pr.high_watermark)
                     if 0 <= hw < fetch_offset:
                         log.warning("%s-%d: this follower's log end %d is past the leader's; "
                                     "truncating to its high watermark %d", topic, p,
                                     fetch_offset, hw)
-                        self._replica_log.truncate_to(topic, p, hw)
+                        await self._replica_log.truncate_to_async(topic, p, hw)
                 self._manager.follower_truncated(tp, lg)
                 return True
         except OSError as exc:  # LogDirOfflineError: the broker is going down
@@ -252,7 +253,7 @@ class ReplicaFetcher:
             f.parked = False
             self._wake.set()
 
-    def _truncate_diverging(self, tp: TP, lg: Any, epoch: int, end_offset: int) -> None:
+    async def _truncate_diverging(self, tp: TP, lg: Any, epoch: int, end_offset: int) -> None:
         # When this log never had the leader's epoch, its own largest epoch below it ends
         # earlier: cut back there, and the next round compares again from that epoch.
         _local_epoch, local_end = lg.end_offset_for_epoch(epoch)
@@ -262,5 +263,5 @@ class ReplicaFetcher:
             log.info("%s-%d: truncating a divergent tail: log end %d -> %d (leader epoch %d "
                      "ends at %d at the leader)", *tp, lg.log_end_offset, target, epoch,
                      end_offset)
-            self._replica_log.truncate_to(tp[0], tp[1], target)
+            await self._replica_log.truncate_to_async(tp[0], tp[1], target)
             self._manager.follower_truncated(tp, lg)

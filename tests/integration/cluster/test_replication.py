@@ -215,6 +215,10 @@ def test_a_returning_leader_truncates_the_tail_no_follower_got(
     for proc in procs:
         assert proc is not None
         os.kill(proc.pid, signal.SIGSTOP)
+    # A follower's fetch that was parked at the leader is answered (into the stopped process's
+    # socket) within replica.fetch.wait.max.ms; after that no fetch of theirs is pending, so
+    # what the leader appends now reaches nobody.
+    time.sleep(1.5)
     try:
         # acks=1: the leader alone has these; then it dies before anyone copies them.
         lost = [f"lost{i}".encode() for i in range(20)]
