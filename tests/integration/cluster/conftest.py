@@ -80,12 +80,8 @@ CLUSTER_OVERRIDES = {
     "transaction.state.log.num.partitions": "6",
     "broker.session.timeout.ms": "3000",
     "broker.heartbeat.interval.ms": "500",
-    # Internal topics default to 3 replicas; the tests written for one replica per partition
-    # (coordinator state comes back with its broker) keep them at 1. Tests of replication set
-    # their own.
-    "offsets.topic.replication.factor": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "transaction.state.log.replication.factor": "1",
+    # Internal topics keep their default of 3 replicas (capped at the live brokers when they
+    # are created), as on a real cluster: coordinators fail over to another in-sync replica.
 }
 
 
