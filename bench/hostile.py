@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
+import os
 import queue
 import resource
 import selectors
+import signal
 import socket
 import struct
 import tempfile
@@ -656,6 +659,24 @@ def _wait_report(out: Any, proc: Any, timeout: float, step: str) -> dict[str, An
     return {"ok": False, "kind": step, "error": f"no report within {timeout:.0f} s"}
 
 
+def _loop_hold(pid: int, path: Path) -> dict[str, Any]:
+    """The broker's loop-hold figures since the step started (bench/loop_hold.py): the ten
+    APIs that held the loop longest, GC pauses and the loop lag."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_mtime_ns != before:
+            break
+        time.sleep(0.05)
+    try:
+        got = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return {"error": f"no loop-hold figures from the broker: {exc}"}
+    got["apis"] = dict(list(got["apis"].items())[:10])
+    return got
+
+
 STEPS = ["flood", "half_sent", "slow_reader", "wide_fetch", "wide_share_fetch",
          "forged_batch", "element_counts", "share_load"]
 
@@ -667,7 +688,9 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
     limits = raise_nofile()  # the broker inherits the raised soft limit
     n = counts(scale)
     data = Path(tempfile.mkdtemp(prefix="shoal-bench-hostile-", dir=work_dir))
-    broker = ShoalBroker(data / "data", log_path, overrides)
+    hold_file = os.environ.get("SHOAL_BENCH_LOOP_HOLD")  # per-API loop hold (bench/loop_hold.py)
+    broker = ShoalBroker(data / "data", log_path, overrides,
+                         wrapper=["-m", "bench.loop_hold"] if hold_file else None)
     fig: dict[str, Any] = {"scale": scale, "counts": n, "nofile_limit": list(limits),
                            "control_rate": CONTROL_RATE, "steps": {},
                            "targets": {"control_p99_ms": TARGET_P99_MS,
@@ -713,6 +736,8 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
             if step == "share_load":
                 share_stop = stop
             log(f"  h: {step} {per_step[step]}")
+            if hold_file:
+                os.kill(broker.pid, signal.SIGUSR1)
             t0 = time.monotonic()
             proc = start_process(attack_worker, step, {**common, **per_step[step]}, out, stop,
                                  name=f"hostile-{step}")
@@ -724,6 +749,8 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
             res.pop("kind", None)
             res.pop("phase", None)
             fig["steps"][step] = res
+            if hold_file:
+                res["loop_hold"] = _loop_hold(broker.pid, Path(hold_file))
             if not proc.is_alive() and not res.get("ok"):
                 log(f"  h: {step} failed: {str(res.get('error', '')).strip().splitlines()[-1:]}")
         time.sleep(HOLD_S)
@@ -813,7 +840,6 @@ def _counts_summary(fig: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":  # python -m bench.hostile [scale]: the scenario alone, JSON out
-    import json
     import sys
 
     from bench.procs import install_signal_cleanup, stop_everything
