@@ -11,9 +11,10 @@ pauses proportional to what was allocated since the previous one instead:
 - frozen objects are still freed by reference counting; only garbage in reference cycles that
   became garbage after being frozen waits. ``reclaim_if_due`` (called every second on the
   loop) unfreezes and runs one complete collection when the process's peak resident memory
-  has grown by ``GROWTH`` times what it was after the previous complete one, so such garbage
-  is bounded by that share of the broker's memory, and complete collections become rarer as
-  the state grows. (The peak RSS is read from ``getrusage``, which costs nothing; counting the
+  has grown by ``GROWTH`` times what it was after the previous complete one (and by at least
+  ``MIN_GROWTH_BYTES``), so such garbage is bounded by that share of the broker's memory, and
+  complete collections (which walk everything, 100-200 ms for a broker holding tens of
+  thousands of groups) become rarer as the state grows. (The peak RSS is read from ``getrusage``, which costs nothing; counting the
   frozen objects would walk them all.)
 
 The policy only moves objects between the collector's generations; it never disables it.
@@ -25,12 +26,14 @@ import asyncio
 import gc
 import logging
 import resource
+import sys
 import time
 from typing import Any
 
 log = logging.getLogger("shoal.gc")
 
-GROWTH = 0.5  # a complete collection once the peak RSS grew by this share since the last one
+GROWTH = 1.0  # a complete collection once the peak RSS grew by this share since the last one
+MIN_GROWTH_BYTES = 64 << 20  # ... and by at least this much
 CHECK_EVERY_S = 1.0
 
 
@@ -39,7 +42,7 @@ class GcPolicy:
 
     def __init__(self, growth: float = GROWTH) -> None:
         self.growth = growth
-        self.baseline = 0  # peak RSS (getrusage units) after the last complete collection
+        self.baseline = 0  # peak RSS (bytes) after the last complete collection
         self.reclaims = 0
         self._installed = False
 
@@ -64,7 +67,7 @@ class GcPolicy:
             gc.freeze()
 
     def reclaim_due(self) -> bool:
-        return _peak_rss() > self.baseline * (1 + self.growth)
+        return _peak_rss() > self.baseline + max(self.baseline * self.growth, MIN_GROWTH_BYTES)
 
     def reclaim_if_due(self) -> bool:
         """One complete collection (frozen objects included) if the frozen set outgrew its
@@ -92,4 +95,6 @@ class GcPolicy:
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """The process's peak resident memory in bytes (``ru_maxrss`` is in KiB on Linux)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)

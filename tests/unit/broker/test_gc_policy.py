@@ -50,7 +50,7 @@ def test_frozen_cycles_are_reclaimed_once_memory_grew(policy: GcPolicy,
     gc.collect()
     assert ref() is not None  # frozen garbage: not collected by ordinary collections
     assert not policy.reclaim_if_due()  # memory has not grown: it waits
-    monkeypatch.setattr(gc_policy, "_peak_rss", lambda: int(policy.baseline * 1.6) + 1)
+    monkeypatch.setattr(gc_policy, "_peak_rss", lambda: policy.baseline * 2 + (64 << 20) + 1)
     assert policy.reclaim_if_due()
     assert ref() is None
     assert policy.reclaims == 1
