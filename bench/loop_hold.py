@@ -46,6 +46,7 @@ _lags: list[float] = []
 _big: list[tuple[float, str, float]] = []  # (time, what, seconds) of every hold over _BIG_S
 _BIG_S = 0.04
 _t0 = [_perf()]
+_where: list[tuple[float, int, str, str]] = []  # steps over _BIG_S / 2 of CPU: between where
 _CONTROL_APIS = frozenset({0, 1, 2, 3, 8, 9, 10, 11, 12, 14, 18})  # the control pair's APIs
 _current = [-1]  # the last other API a frame arrived for: what a GC pause is charged to
 _TICK_S = 0.005
@@ -76,25 +77,50 @@ class _Timed:
         self.inner = inner
         self.key = key
 
+    def _step(self, t0: float, c0: float, since: str, until: str | None) -> str:
+        """Record one step; returns where the coroutine is suspended now (for the next)."""
+        dt, cpu = _perf() - t0, _cpu() - c0
+        _record(self.key, "step", dt, cpu)
+        here = until if until is not None else _suspended_at(self.inner)
+        if cpu > _BIG_S / 2:  # where the loop was held: between these two suspension points
+            _where.append((round(cpu * 1000, 1), self.key, since, here))
+        return here
+
     def __await__(self) -> Generator[Any, Any, Any]:
         it = self.inner.__await__()
         value: Any = None
         error: BaseException | None = None
+        where = "start"
         while True:
             t0, c0 = _perf(), _cpu()
             try:
                 out = it.send(value) if error is None else it.throw(error)
             except StopIteration as done:
-                _record(self.key, "step", _perf() - t0, _cpu() - c0)
+                self._step(t0, c0, where, "end")
                 return done.value
             except BaseException:
-                _record(self.key, "step", _perf() - t0, _cpu() - c0)
+                self._step(t0, c0, where, "raised")
                 raise
-            _record(self.key, "step", _perf() - t0, _cpu() - c0)
+            where = self._step(t0, c0, where, None)
             try:
                 value, error = (yield out), None
             except BaseException as exc:  # noqa: BLE001 - thrown in by the task; handed on
                 value, error = None, exc
+
+
+def _suspended_at(coro: Any) -> str:
+    """``module:function:line`` of the innermost coroutine (outside asyncio) ``coro`` is
+    suspended in."""
+    where = "?"
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        if "/asyncio/" not in frame.f_code.co_filename:
+            where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}:" \
+                    f"{frame.f_lineno}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return where
 
 
 def _api_names() -> dict[int, str]:
@@ -199,6 +225,7 @@ def figures() -> dict[str, Any]:
                             "max_ms": round(m * 1000, 2)} for g, (c, t, m) in sorted(_gc.items())},
             "loop_lag": {"ticks": len(_lags), "p50_ms": _pct(_lags, 0.5),
                          "p99_ms": _pct(_lags, 0.99), "max_ms": _pct(_lags, 1.0)},
+            "cpu_steps_over_20ms": sorted(_where, reverse=True)[:40],
             "holds_over_40ms": [(round(t, 2), what, round(dt * 1000, 1)) for t, what, dt in _big]}
 
 
@@ -216,6 +243,7 @@ def _reset(*_args: Any) -> None:
     _gc.clear()
     _lags.clear()
     _big.clear()
+    _where.clear()
     _t0[0] = _perf()
 
 
