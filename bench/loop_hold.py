@@ -48,6 +48,7 @@ _BIG_S = 0.04
 _t0 = [_perf()]
 _where: list[tuple[float, int, str, str]] = []  # steps over _BIG_S / 2 of CPU: between where
 _CONTROL_APIS = frozenset({0, 1, 2, 3, 8, 9, 10, 11, 12, 14, 18})  # the control pair's APIs
+_in_frame = [False]  # inside a frame's own timing
 _current = [-1]  # the last other API a frame arrived for: what a GC pause is charged to
 _TICK_S = 0.005
 
@@ -139,9 +140,11 @@ def _install() -> None:
 
     def timed_on_frame(self: Any, frame: bytes) -> None:
         t0, c0 = _perf(), _cpu()
+        _in_frame[0] = True
         try:
             on_frame(self, frame)
         finally:
+            _in_frame[0] = False
             dt, cpu = _perf() - t0, _cpu() - c0
             try:
                 key = peek(frame).api_key
@@ -160,7 +163,7 @@ def _install() -> None:
     def timed_complete(self: Any, slot: Any, result: Any) -> None:
         t0, c0 = _perf(), _cpu()
         complete(self, slot, result)
-        if slot.task is None or slot.task.done():  # not inside _on_frame's own timing
+        if not _in_frame[0]:  # a synchronous answer is part of its frame's hold
             _record(slot.api_key, "encode", _perf() - t0, _cpu() - c0)
 
     cls._on_frame = timed_on_frame  # type: ignore[method-assign]
