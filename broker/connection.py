@@ -29,19 +29,7 @@ partial-frame limits live in ``broker/connection_limits.py``. A misbehaving clie
 malformed frame, unknown API) is logged with its address and disconnected; nothing it sent affects
 other connections.
 
-Security (issue 13). Each connection belongs to one listener (``broker/endpoint.py``):
-
-- TLS (SSL, SASL_SSL): the server accepts the socket, counts it against the connection limits
-  and runs the TLS handshake (``broker/server.py``); the connection starts once it has
-  succeeded. Its principal is the client certificate's DN mapped by
-  ``ssl.principal.mapping.rules`` (``User:ANONYMOUS`` without a certificate); a DN no rule maps
-  closes the connection, as in Kafka.
-- SASL (SASL_PLAINTEXT, SASL_SSL): ``broker/authentication.py`` decides what may come before the
-  client has authenticated; until then frames are capped at ``sasl.server.max.receive.size`` and
-  the whole exchange at ``connections.authentication.timeout.ms``. The SASL principal replaces
-  the certificate's (as in Kafka). Failures are answered as Kafka answers them, counted
-  (``shoal_sasl_authentication_failures_total``) and logged with the user name the client gave
-  and its address, rate-limited; a password or SCRAM proof never reaches the log.
+Authentication (TLS principal, SASL exchange) is ``broker/connection_auth.py``'s.
 """
 
 from __future__ import annotations
@@ -56,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker.authentication import Admit, Reply, SaslGate
 from broker.authz import ANONYMOUS, Principal
+from broker.connection_auth import certificate_principal, record_reply
 from broker.connection_limits import RateLimitedLog
 from broker.context import NO_RESPONSE, RequestContext
 from broker.dispatch import Route
 from broker.handlers import api_versions, sasl_handshake
 from broker.security.sasl import Authenticator
-from broker.security.tls import NoMatchingRule, PrincipalMapper, tls_principal
+from broker.security.tls import NoMatchingRule, PrincipalMapper
 from broker.wire_limits import EncodeOffLoop, decode_off_loop
 from protocol.codec import DecodedRequest, decode_request, encode_response, peek
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
@@ -171,13 +160,10 @@ class Connection(asyncio.Protocol):
     def _take_certificate_principal(self, transport: asyncio.BaseTransport,
                                     mapper: PrincipalMapper) -> None:
         """The principal of a TLS connection: its client certificate's mapped DN."""
-        sslobj = transport.get_extra_info("ssl_object")
         try:
-            name = tls_principal(sslobj.getpeercert() if sslobj is not None else None, mapper)
+            self.principal = certificate_principal(transport, mapper)
         except NoMatchingRule as exc:
             self.close_for(f"{exc}; Kafka refuses such clients too")
-            return
-        self.principal = Principal.parse(name)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -387,27 +373,13 @@ class Connection(asyncio.Protocol):
 
     def _on_auth_reply(self, gate: SaslGate, reply: Reply, slot: _Slot | None) -> None:
         """Send what the SASL gate answered; then authenticated, failed, or still going."""
-        metrics = self.broker.metrics
-        listener = self.listener.name if self.listener is not None else "?"
-        if reply.failure is not None:
-            metrics.sasl_failures.inc((listener, gate.mechanism))
-            suppressed = (self._limits.sasl_log if self._limits is not None else _SASL_LOG) \
-                .admit(self.broker.clock.monotonic_ms())
-            if suppressed is not None:
-                more = f" ({suppressed} more since the last report)" if suppressed else ""
-                user = gate.auth.attempted_user
-                log.warning("SASL authentication of %s from %s on listener %s failed: %s; "
-                            "closing this connection%s",
-                            f"User:{user}" if user else "an unnamed user", self.peer, listener,
-                            reply.failure, more)
-        if reply.principal is not None:
-            metrics.sasl_successes.inc((listener, gate.mechanism))
-            self.principal = Principal.parse(reply.principal)
+        sasl_log = self._limits.sasl_log if self._limits is not None else _SASL_LOG
+        principal = record_reply(self.broker, self.listener, gate, reply, self.peer, sasl_log)
+        if principal is not None:
+            self.principal = principal
             self._gate = None
             self._decoder.set_limit(self.broker.config.get("socket.request.max.bytes"),
                                     "socket.request.max.bytes")
-            log.debug("connection from %s on listener %s authenticated as %s (%s)", self.peer,
-                      listener, self.principal, gate.mechanism)
         if reply.raw is not None or slot is None:
             slot = _Slot(-1, 0, 0)  # a bare token: written as is, in its turn
             slot.close_after = reply.close

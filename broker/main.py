@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import signal
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig, ConfigError, read_properties
+from broker.gc_policy import GcPolicy
 from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
 from broker.security.metrics_web import WebConfigError
@@ -114,10 +114,12 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     server.broker.add_fatal_listener(stop.set)
     await server.start()
     # What start-up made (modules, kio schema classes, loaded state) lives as long as the broker:
-    # moved out of the collector's sight, a full collection walks only what came later, which
-    # keeps its pauses of the event loop short (issue 25: tens of ms instead of 100+).
-    gc.collect()
-    gc.freeze()
+    # moved out of the collector's sight, and so are the survivors of each full collection
+    # later, so a full collection walks only what came since the last one, which keeps its
+    # pauses of the event loop short (issue 25; broker/gc_policy.py).
+    gc_policy = GcPolicy()
+    gc_policy.start()
+    reclaim = asyncio.create_task(gc_policy.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before we say we are ready: a reader may stop us
         loop.add_signal_handler(sig, stop.set)
@@ -138,6 +140,8 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
 
             await controlled_shutdown(
                 broker.member, broker.config.get("controlled.shutdown.timeout.ms") / 1000)
+    reclaim.cancel()
+    gc_policy.stop()
     await server.stop()
     return server.broker.exit_code
 

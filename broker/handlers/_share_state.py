@@ -57,10 +57,18 @@ async def answer(
     valid ones, ``invalid(code, message)`` for the rest. Returns ``[(topic id, [(partition, reply)])]``."""
     if not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
         refused = cluster_action_refusal(ctx.principal)
-        return [(topic.topic_id, [(p.partition,
-                                   invalid(ErrorCode.cluster_authorization_failed, refused))
-                                  for p in topic.partitions])
-                for topic in req.topics]
+        out: TopicReplies[Res] = []
+        seen = 0
+        for topic in req.topics:  # tens of thousands of entries: the loop served between
+            rows = []
+            for p in topic.partitions:
+                seen += 1
+                if seen % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                rows.append((p.partition, invalid(ErrorCode.cluster_authorization_failed,
+                                                  refused)))
+            out.append((topic.topic_id, rows))
+        return out
     params: list[P] = []
     # Per entry: (partition, index into params, or -1 with the reply already decided).
     layout: list[tuple[uuid.UUID | None, list[tuple[int, int, Res | None]]]] = []
@@ -80,7 +88,7 @@ async def answer(
         layout.append((topic.topic_id, entries))
     replies = await call(params) if params else []
     await asyncio.sleep(0)
-    out: TopicReplies[Res] = []
+    out = []
     for i, (topic_id, entries) in enumerate(layout):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)

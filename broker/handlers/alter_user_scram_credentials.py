@@ -23,6 +23,7 @@ from broker.authz import Operation, cluster_admin_refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
 from broker.security.scram_store import Deletion, Upsertion, UserResult
+from broker.wire_limits import in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 from storage.log_dir import describe
@@ -31,7 +32,7 @@ API_KEY = 51
 VERSIONS = (0, 0)
 
 log = logging.getLogger("shoal.security.scram")
-
+_LOG_USERS = 20
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
@@ -40,9 +41,10 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _alter(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    deletions = [Deletion(d.name, int(d.mechanism)) for d in req.deletions]
-    upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
-                            bytes(u.salted_password)) for u in req.upsertions]
+    # Tens of thousands of changes: every pass hands the event loop back every YIELD_EVERY.
+    deletions = await in_slices(req.deletions, lambda d: Deletion(d.name, int(d.mechanism)))
+    upsertions = await in_slices(req.upsertions, lambda u: Upsertion(
+        u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password)))
     users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
     if not ctx.authorized_cluster_admin(Operation.ALTER):
         message = cluster_admin_refusal(ctx.principal, Operation.ALTER,
@@ -58,11 +60,19 @@ async def _alter(ctx: RequestContext, req: Any) -> Any:
             results = [UserResult(u, ErrorCode.unknown_server_error,
                                   f"SCRAM credentials could not be written: {describe(exc)}")
                        for u in users]
-        for r in results:
-            if r.error == ErrorCode.none:
-                log.info("SCRAM credentials of user %s altered (client %s)", r.user,
-                         ctx.client_host)
-    return make(m.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE, results=tuple(
-        make(m.AlterUserScramCredentialsResult, user=r.user, error_code=r.error,
-             error_message=err_message(r.error, r.message))
-        for r in results))
+        _log_altered([r.user for r in results if r.error == ErrorCode.none], ctx.client_host)
+    return make(m.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                results=tuple(await in_slices(results, lambda r: make(
+                    m.AlterUserScramCredentialsResult, user=r.user, error_code=r.error,
+                    error_message=err_message(r.error, r.message)))))
+
+
+def _log_altered(users: list[str], client: str) -> None:
+    """One line per altered user; past ``_LOG_USERS`` of them one line naming the first few
+    (a line per user of a request of tens of thousands held the event loop for 100+ ms)."""
+    if len(users) <= _LOG_USERS:
+        for user in users:
+            log.info("SCRAM credentials of user %s altered (client %s)", user, client)
+    elif users:
+        log.info("SCRAM credentials of %d users altered (client %s): %s, ...", len(users),
+                 client, ", ".join(users[:_LOG_USERS]))

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
+from broker.wire_limits import denied_in_slices
 from coordinator.group.consumer.heartbeat import (
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
@@ -63,7 +64,8 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             refusal(ctx.principal, Operation.READ, group)))
     names = req.subscribed_topic_names
     if names:
-        denied = ctx.denied(Operation.DESCRIBE, ResourceType.TOPIC, names)
+        # Tens of thousands of names: asked a slice at a time, the loop served between.
+        denied = await denied_in_slices(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
         if denied:
             return _response(m, ConsumerHeartbeatResponse(
                 ErrorCode.topic_authorization_failed,

@@ -21,6 +21,7 @@ does (``PartitionLog`` is safe for that). Nothing is woken: readers find out on 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, ResourceType
 from broker.config import cleanup_policies, topic_config_value
 from broker.context import RequestContext
-from broker.wire_limits import in_slices
+from broker.wire_limits import denied_in_slices, in_slices
 from broker.handlers._common import NO_THROTTLE, OK
 from protocol.codec import response_module
 from protocol.messages import make
@@ -109,25 +110,27 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 async def _delete_records(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
-    denied = ctx.denied(Operation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
+    denied = await denied_in_slices(ctx, Operation.DELETE, ResourceType.TOPIC,
+                                    (t.name for t in req.topics))
 
-    def planned_topic(t: Any) -> list[Deletion]:
-        return [Deletion(t.name, p.partition_index, p.offset,
-                         error=ErrorCode.topic_authorization_failed) if t.name in denied
-                else plan(ctx.broker, t.name, p.partition_index, p.offset) for p in t.partitions]
+    def planned(entry: tuple[str, Any]) -> Deletion:
+        name, p = entry
+        if name in denied:
+            return Deletion(name, p.partition_index, p.offset,
+                            error=ErrorCode.topic_authorization_failed)
+        return plan(ctx.broker, name, p.partition_index, p.offset)
 
-    # A slice at a time: tens of thousands of topics do not hold the event loop.
-    planned = await in_slices(req.topics, planned_topic)
-    todo = [d for ds in planned for d in ds if d.log is not None]
+    # Per partition, a slice at a time: tens of thousands of topics, or of partitions of one
+    # topic, do not hold the event loop.
+    deletions = await in_slices(((t.name, p) for t in req.topics for p in t.partitions), planned)
+    todo = [d for d in deletions if d.log is not None]
     if todo:
         await asyncio.to_thread(_apply_all, todo)
-
-    def answer(pair: tuple[Any, list[Deletion]]) -> Any:
-        t, ds = pair
-        return make(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
-            make(m.DeleteRecordsPartitionResult, partition_index=d.partition,
-                 low_watermark=d.low_watermark if d.error == OK else -1, error_code=d.error)
-            for d in ds))
-
-    topics = tuple(await in_slices(zip(req.topics, planned), answer))
-    return make(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=topics)
+    rows = await in_slices(deletions, lambda d: make(
+        m.DeleteRecordsPartitionResult, partition_index=d.partition,
+        low_watermark=d.low_watermark if d.error == OK else -1, error_code=d.error))
+    starts = list(itertools.accumulate((len(t.partitions) for t in req.topics), initial=0))
+    topics = await in_slices(range(len(req.topics)), lambda i: make(
+        m.DeleteRecordsTopicResult, name=req.topics[i].name,
+        partitions=tuple(rows[starts[i]:starts[i + 1]])))
+    return make(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -36,20 +36,38 @@ def handle(ctx: RequestContext, req: Any) -> Any:
 
 
 def _topic(m: Any, t: TopicOffsets) -> Any:
+    return _topic_answer(m, t, tuple(_partition(m, p) for p in t.partitions))
+
+
+def _partition(m: Any, p: PartitionOffset) -> Any:
+    return make(m.DescribeShareGroupOffsetsResponsePartition,
+                partition_index=p.partition, start_offset=p.start_offset,
+                leader_epoch=p.leader_epoch, lag=p.lag, error_code=p.error,
+                error_message=err_message(p.error, p.error_message))
+
+
+def _topic_answer(m: Any, t: TopicOffsets, partitions: tuple[Any, ...]) -> Any:
     return make(m.DescribeShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
-                topic_id=t.topic_id, partitions=tuple(
-                    make(m.DescribeShareGroupOffsetsResponsePartition,
-                         partition_index=p.partition, start_offset=p.start_offset,
-                         leader_epoch=p.leader_epoch, lag=p.lag, error_code=p.error,
-                         error_message=err_message(p.error, p.error_message))
-                    for p in t.partitions))
+                topic_id=t.topic_id, partitions=partitions)
 
 
 async def _group_in_slices(m: Any, g: GroupOffsets) -> Any:
-    """``_group`` of a group of many topics, YIELD_EVERY topics at a time."""
-    if len(g.topics) <= YIELD_EVERY:
+    """``_group`` of a group of many topics or partitions, YIELD_EVERY at a time."""
+    if len(g.topics) + sum(len(t.partitions) for t in g.topics) <= YIELD_EVERY:
         return _group(m, g)
-    return _answer(m, g, tuple(await in_slices(g.topics, lambda t: _topic(m, t))))
+    topics = []
+    work = 0  # topics and partitions answered since the loop was last served
+    for t in g.topics:
+        work += 1 + len(t.partitions)
+        if work > YIELD_EVERY:
+            await asyncio.sleep(0)
+            work = 1 + len(t.partitions)
+        if len(t.partitions) <= YIELD_EVERY:
+            topics.append(_topic(m, t))
+        else:  # one topic of tens of thousands of partitions
+            rows = await in_slices(t.partitions, lambda p: _partition(m, p))
+            topics.append(_topic_answer(m, t, tuple(rows)))
+    return _answer(m, g, tuple(topics))
 
 
 def _group(m: Any, g: GroupOffsets) -> Any:

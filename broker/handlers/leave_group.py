@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
+from broker.wire_limits import in_slices
 from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
@@ -26,7 +27,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     batched = ctx.api_version >= 3
     if batched:
-        members = tuple(cl.LeaveMember(x.member_id, x.group_instance_id) for x in req.members)
+        # Tens of thousands of members: built and answered a slice at a time (issue 25).
+        members = tuple(await in_slices(req.members, lambda x: cl.LeaveMember(
+            x.member_id, x.group_instance_id)))
     else:
         members = (cl.LeaveMember(req.member_id, None),)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
@@ -43,6 +46,6 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
         code = res.members[0][1] if res.members else res.error_code
         return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code, members=())
     return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error_code,
-                members=tuple(make(m.MemberResponse, member_id=lm.member_id,
-                                   group_instance_id=lm.group_instance_id, error_code=code)
-                              for lm, code in res.members))
+                members=tuple(await in_slices(res.members, lambda row: make(
+                    m.MemberResponse, member_id=row[0].member_id,
+                    group_instance_id=row[0].group_instance_id, error_code=row[1]))))

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
-from broker.wire_limits import YIELD_EVERY, denied_in_slices
+from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -51,7 +51,9 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     top = ErrorCode.none
     if allowed:
         top, results = await ctx.broker.share_groups.delete_offsets(req.group_id, allowed)
-        for name, partition, code in results:
+        for i, (name, partition, code) in enumerate(results):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             codes[(name, partition)] = code
     if top != ErrorCode.none:
         return make(m.OffsetDeleteResponse, error_code=top, throttle_time=NO_THROTTLE,
@@ -64,6 +66,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
             codes.get((name, partition), ErrorCode.none)
         by.setdefault(name, []).append(make(m.OffsetDeleteResponsePartition,
                                             partition_index=partition, error_code=code))
+    topics = await in_slices(by.items(), lambda kv: make(
+        m.OffsetDeleteResponseTopic, name=kv[0], partitions=tuple(kv[1])))
     return make(m.OffsetDeleteResponse, error_code=ErrorCode.none, throttle_time=NO_THROTTLE,
-                topics=tuple(make(m.OffsetDeleteResponseTopic, name=n, partitions=tuple(ps))
-                             for n, ps in by.items()))
+                topics=tuple(topics))

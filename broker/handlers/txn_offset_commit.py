@@ -40,7 +40,7 @@ from broker.authz import Operation, Resource, ResourceType
 from broker.context import RequestContext
 from coordinator.group.service import CONSUMER_OFFSETS_TOPIC
 from broker.handlers._common import NO_THROTTLE
-from broker.wire_limits import YIELD_EVERY, denied_in_slices
+from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
@@ -63,9 +63,9 @@ async def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], E
             parts.append(make(m.TxnOffsetCommitResponsePartition,
                               partition_index=p.partition_index,
                               error_code=codes.get((t.name, p.partition_index), default)))
-    return make(m.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
-        make(m.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(ps))
-        for name, ps in topics.items()))
+    answers = await in_slices(topics.items(), lambda kv: make(
+        m.TxnOffsetCommitResponseTopic, name=kv[0], partitions=tuple(kv[1])))
+    return make(m.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(answers))
 
 
 async def handle(ctx: RequestContext, req: Any) -> Any:

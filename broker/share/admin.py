@@ -104,6 +104,7 @@ log = logging.getLogger("shoal.share_admin")
 
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 GroupOp = Callable[[GroupCoordinatorShard, int], CoordinatorResult[r.Record, Any]]
 
@@ -178,8 +179,7 @@ class ShareAdmin:
             plan = [(name, self._topics.get(name), list(parts)) for name, parts in requested]
         ends = await self._remote_ends(plan)
         topics = await _gather_in_slices(
-            [self._topic_offsets(group_id, name, topic, parts, ends)
-             for name, topic, parts in plan])
+            plan, lambda row: self._topic_offsets(group_id, row[0], row[1], row[2], ends))
         return GroupOffsets(group_id, tuple(topics))
 
     def _name_of(self, topic_id: uuid.UUID) -> str:
@@ -207,7 +207,7 @@ class ShareAdmin:
                 PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
                                 error_message=UNKNOWN_PARTITION) for p in partitions))
         rows = await _gather_in_slices(
-            [self._partition_offset(group_id, topic, p, ends) for p in partitions])
+            partitions, lambda p: self._partition_offset(group_id, topic, p, ends))
         return TopicOffsets(topic.name, topic.topic_id, tuple(rows))
 
     async def _partition_offset(self, group_id: str, topic: Topic, p: int,
@@ -272,8 +272,8 @@ class ShareAdmin:
 
         keys = [(SharePartitionKey(group_id, tid, p), offset)
                 for tid, offsets in wanted.items() for p, offset in sorted(offsets.items())]
-        results = await _gather_in_slices([self._reinitialize(key, offset, plan.state_epoch)
-                                           for key, offset in keys])
+        results = await _gather_in_slices(
+            keys, lambda kv: self._reinitialize(kv[0], kv[1], plan.state_epoch))
         outcome = {(key.topic_id, key.partition): res for (key, _), res in zip(keys, results)}
         await self._finish_initialization(group_id, outcome, image)
         self._partitions.forget(key for (key, _), res in zip(keys, results)
@@ -481,12 +481,14 @@ class ShareAdmin:
         return GroupDeleteResult(group_id)
 
 
-async def _gather_in_slices(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
-    """``asyncio.gather`` of ``calls``, ``YIELD_EVERY`` at a time: tens of thousands of tasks
-    made in one go held the event loop for a second (issue 25)."""
+async def _gather_in_slices(items: Sequence[A],
+                            call: Callable[[A], Coroutine[Any, Any, T]]) -> list[T]:
+    """``asyncio.gather`` of ``call(item)`` per item, ``YIELD_EVERY`` at a time (the coroutines
+    made per slice too): tens of thousands of tasks made in one go held the event loop for a
+    second (issue 25)."""
     out: list[T] = []
-    for i in range(0, len(calls), YIELD_EVERY):
-        out += await asyncio.gather(*calls[i:i + YIELD_EVERY])
+    for i in range(0, len(items), YIELD_EVERY):
+        out += await asyncio.gather(*(call(item) for item in items[i:i + YIELD_EVERY]))
     return out
 
 

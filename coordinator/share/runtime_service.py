@@ -76,7 +76,7 @@ from storage.log import PartitionLogLike
 # share.coordinator.cold.partition.snapshot.interval.ms default (Kafka: 5 minutes).
 DEFAULT_COLD_SNAPSHOT_INTERVAL_MS = 300_000
 _COLD_SNAPSHOT_TIMER = "cold-snapshot"
-_MANY = 2000  # keys in one state RPC past which its phases hand the event loop back
+_MANY = 500  # keys in one state RPC past which its phases hand the event loop back
 # Ops of one large state RPC queued per loop iteration (an op costs up to ~0.1 ms: its records
 # are encoded, replayed and appended).
 _OPS_PER_TURN = 256

@@ -131,7 +131,7 @@ def test_hostile_wide_frames_match_kio() -> None:
     """The hand-written wide frames of scenario h decode to what kio would encode."""
     import uuid
 
-    from bench import hostile
+    from bench import hostile_frames as hostile
     from protocol import codec
 
     tid = uuid.uuid4()

@@ -1,0 +1,100 @@
+"""Keeping the garbage collector's pauses of the event loop short (issue 25, section 2).
+
+CPython's full (generation 2) collection walks every tracked object that is not frozen, with
+the GIL held, so it stops the event loop for as long as the broker's whole live state takes to
+walk: 100-250 ms once tens of thousands of groups, users or share-state keys are held, and
+while such state grows the collector runs one every few seconds. ``GcPolicy`` keeps those
+pauses proportional to what was allocated since the previous one instead:
+
+- after every full collection (the collector's own pacing decides when) the survivors are
+  frozen (``gc.freeze``): the next full collection walks only what came later;
+- frozen objects are still freed by reference counting; only garbage in reference cycles that
+  became garbage after being frozen waits. ``reclaim_if_due`` (called every second on the
+  loop) unfreezes and runs one complete collection when the process's peak resident memory
+  has grown by ``GROWTH`` times what it was after the previous complete one (and by at least
+  ``MIN_GROWTH_BYTES``), so such garbage is bounded by that share of the broker's memory, and
+  complete collections (which walk everything, 100-200 ms for a broker holding tens of
+  thousands of groups) become rarer as the state grows. (The peak RSS is read from ``getrusage``, which costs nothing; counting the
+  frozen objects would walk them all.)
+
+The policy only moves objects between the collector's generations; it never disables it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import resource
+import sys
+import time
+from typing import Any
+
+log = logging.getLogger("shoal.gc")
+
+GROWTH = 1.0  # a complete collection once the peak RSS grew by this share since the last one
+MIN_GROWTH_BYTES = 64 << 20  # ... and by at least this much
+CHECK_EVERY_S = 1.0
+
+
+class GcPolicy:
+    """Freeze the survivors of each full collection; reclaim frozen cycles now and then."""
+
+    def __init__(self, growth: float = GROWTH) -> None:
+        self.growth = growth
+        self.baseline = 0  # peak RSS (bytes) after the last complete collection
+        self.reclaims = 0
+        self._installed = False
+
+    def start(self) -> None:
+        """Collect and freeze what exists now (start-up objects), then freeze the survivors of
+        every full collection from here on."""
+        self._complete()
+        if not self._installed:
+            gc.callbacks.append(self._on_gc)
+            self._installed = True
+
+    def stop(self) -> None:
+        """Stop freezing; what is frozen stays frozen (the broker is exiting)."""
+        if self._installed:
+            gc.callbacks.remove(self._on_gc)
+            self._installed = False
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        # Right after a full collection the younger generations are empty: everything tracked
+        # and not frozen survived it.
+        if phase == "stop" and info.get("generation") == 2:
+            gc.freeze()
+
+    def reclaim_due(self) -> bool:
+        return _peak_rss() > self.baseline + max(self.baseline * self.growth, MIN_GROWTH_BYTES)
+
+    def reclaim_if_due(self) -> bool:
+        """One complete collection (frozen objects included) if the frozen set outgrew its
+        bound; True if it ran."""
+        if not self.reclaim_due():
+            return False
+        t0 = time.monotonic()
+        self._complete()
+        self.reclaims += 1
+        log.debug("complete garbage collection (peak RSS grew by more than %.0f%%): %.0f ms",
+                  self.growth * 100, (time.monotonic() - t0) * 1000)
+        return True
+
+    def _complete(self) -> None:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        self.baseline = _peak_rss()
+
+    async def run(self, every_s: float = CHECK_EVERY_S) -> None:
+        """``reclaim_if_due`` every ``every_s`` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            self.reclaim_if_due()
+
+
+def _peak_rss() -> int:
+    """The process's peak resident memory in bytes (``ru_maxrss`` is in KiB on Linux)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
