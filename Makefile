@@ -193,7 +193,7 @@ bench-hostile: $(VENV)/.installed-bench
 ## (.ci/run). SCALE=0.05 is a quick run (a few minutes).
 .PHONY: bench-cluster
 bench-cluster: $(VENV)/.installed-bench $(VENV)/.installed-cluster etcd
-	$(BIN)/python -m bench.run --only cluster $(if $(SCALE),--scale $(SCALE),)
+	$(BIN)/python -m bench.run --only cluster,replication $(if $(SCALE),--scale $(SCALE),)
 
 clean:
 	rm -rf $(VENV) data data-cluster .pytest_cache

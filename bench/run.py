@@ -39,6 +39,9 @@ Scenarios (1 KiB records, N = 500,000 x ``--scale``):
   (explicit): records/s, broker CPU per record (target: <= 1.2x one broker), inter-broker
   share-state RPCs per acknowledgement batch, kill -9 recovery and controller failover times
   (``bench/cluster.py``; ``make bench-cluster``). Skipped where etcd is missing (``make etcd``)
+- ``replication``  issue 24: etcd + 3 brokers, produce (acks=all) and share-consume at RF 3 vs
+  RF 1 (targets >= 0.5x and >= 0.8x), kill -9 failover time (<= 10 s) and a follower's catch-up
+  (``bench/replication.py``; ``make bench-cluster`` runs it after ``cluster``)
 
 ``--bootstrap [NAME=]HOST:PORT`` (repeatable) also runs a, b, c, f, g and k against an already
 running Kafka-protocol broker (Apache Kafka with share groups enabled, for one), so the report
@@ -68,6 +71,7 @@ from bench import (
     cluster,
     consumer_groups,
     key_ordering,
+    replication,
     report,
     scenarios,
     share_read_committed,
@@ -93,7 +97,7 @@ report.ROWS += (authz_overhead.REPORT_ROWS + cluster.REPORT_ROWS + consumer_grou
                 + transactions.REPORT_ROWS)
 
 ALL = ["a", "b1", "b2", "b3", "b4", "c", "d", "e", "f", "g", "k", "o", "r", "x", "h", "t", "z",
-       "cluster"]
+       "cluster", "replication"]
 CLIENT_SIDE = {"a", "b1", "b2", "b3", "b4", "c", "f", "g", "k", "o", "r", "x"}
 
 
@@ -235,6 +239,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
         return consumer_groups.brief(fig)
     if key == "cluster":
         return cluster.brief(fig)
+    if key == "replication":
+        return replication.brief(fig)
     if key == "o":
         return key_ordering.brief(fig)
     if key == "r":
@@ -411,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: cluster.scenario_cluster(settings, out_dir, overrides, _log),
                     "cluster")
                 _log(f"  cluster: {_brief('cluster', shoal['scenarios']['cluster'])}")
+            if "replication" in selected:
+                _log("(replication) RF 3 vs RF 1, failover and catch-up: bench/replication.py")
+                shoal["scenarios"]["replication"] = _attempt(
+                    lambda: replication.scenario_replication(settings, out_dir, overrides, _log),
+                    "replication")
+                _log(f"  replication: {_brief('replication', shoal['scenarios']['replication'])}")
         for item in args.bootstrap:
             name, sep, addr = item.rpartition("=")
             name = name if sep else f"broker@{addr}"

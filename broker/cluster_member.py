@@ -25,8 +25,8 @@ the etcd I/O, ``cluster/view.py`` holds the watched state):
   ``_follow_leadership`` loads a partition's coordinator state when this broker gains its
   leadership and unloads it when it loses it (requests for it then answer NOT_COORDINATOR).
 
-Replication is the next step (issue 24): every partition has one replica here, and the records
-carry replicas, ISR and leader epochs so that it fits.
+Replication (issue 24) is ``broker/replication/``: every replica of a partition has its log
+here, the ``ReplicaManager`` leads or follows it as the view says.
 """
 
 from __future__ import annotations

@@ -1,0 +1,287 @@
+"""Scenario ``replication`` (issue 24): what three copies cost, and how fast they take over.
+
+``make bench-cluster`` runs it after scenario ``cluster`` (``python -m bench.run --only
+replication`` alone). One real etcd and 3 brokers (``bench/cluster_procs.py``), then, with 1 KiB
+records and N = 200,000 x ``--scale``:
+
+1. **Produce**: one producer process (acks=all, idempotent) writes N records to a topic of 3
+   partitions at replication factor 1, then to one at 3, alternating twice (ABAB). Figures per
+   factor: records/s (median of the rounds) and the p99 latency of a produce, from
+   ``produce()`` to its delivery report; ``produce_ratio`` = RF 3 / RF 1 (target >= 0.5).
+2. **Share-consume**: each of those topics' N records are consumed by 3 ShareConsumer
+   processes (explicit ACCEPT) of a new group: records/s, ``consume_ratio`` (target >= 0.8).
+3. **Failover**: a topic of 1 partition at RF 3 takes a record every 20 ms (acks=all) while a
+   ShareConsumer reads it; the partition's leader is killed with kill -9. Figure: seconds from
+   the kill to the first record produced after it delivered by the consumer (target <= 10 s
+   with the default ``broker.session.timeout.ms``).
+4. **Catch-up**: a follower is stopped (SIGSTOP) while 1 GiB x ``--scale`` (at least 64 MiB) is
+   produced to an RF 3 partition, then resumed (a stopped broker that comes back is the
+   "restart" of the issue, without the session lapse): seconds until it is back in the ISR, and
+   the MiB/s it copied.
+
+The brokers keep their defaults except ``--override``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import clients
+from bench.cluster_procs import Etcd, Member, metadata, until
+from bench.procs import CTX, start_process
+from bench.scenarios import Settings, System, _collect, _share_figures, run_share_consumers
+
+BROKERS = 3
+PARTITIONS = 3
+RECORD = 1024
+FULL = 200_000
+TARGET_PRODUCE = 0.5
+TARGET_CONSUME = 0.8
+TARGET_FAILOVER_S = 10.0
+
+
+def latency_producer_worker(p: dict[str, Any], out: Any) -> None:
+    """Produce ``count`` records (acks=all, idempotent); report the rate and the produce
+    latencies (seconds, a sample of at most 20,000)."""
+    try:
+        from confluent_kafka import Producer
+
+        lat: list[float] = []
+        errors: list[str] = []
+        every = max(1, p["count"] // 20_000)
+
+        def done(err: Any, msg: Any, sent: float) -> None:
+            if err is not None:
+                errors.append(str(err))
+            elif msg.offset() % every == 0:
+                lat.append(time.monotonic() - sent)
+
+        prod = Producer({"bootstrap.servers": p["bootstrap"], "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5,
+                         "batch.size": 262144, "compression.type": "none"})
+        prod.list_topics(p["topic"], timeout=30)
+        value = os.urandom(RECORD)
+        start = time.monotonic()
+        i = 0
+        while i < p["count"]:
+            now = time.monotonic()
+            try:
+                prod.produce(p["topic"], value, partition=i % p["partitions"],
+                             on_delivery=lambda e, m, s=now: done(e, m, s))
+                i += 1
+            except BufferError:
+                prod.poll(0.005)
+            if i % 1000 == 0:
+                prod.poll(0)
+        left = prod.flush(300)
+        end = time.monotonic()
+        out.put({"ok": not left and not errors, "seconds": end - start, "latencies": lat,
+                 "errors": errors[:3], "left": left})
+    except Exception:  # noqa: BLE001 - reported to the parent
+        out.put({"ok": False, "error": traceback.format_exc(limit=5)})
+
+
+def _create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
+    until(f"topic {topic} in sync", lambda: _in_sync(admin, topic, rf), 60)
+
+
+def _in_sync(admin: Any, topic: str, rf: int) -> bool:
+    md = admin.list_topics(topic, timeout=5).topics.get(topic)
+    return md is not None and bool(md.partitions) and all(
+        p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values())
+
+
+def _produce_round(bootstrap: str, topic: str, n: int,
+                   partitions: int = PARTITIONS) -> dict[str, Any]:
+    out = CTX.Queue()
+    proc = start_process(latency_producer_worker, {"bootstrap": bootstrap, "topic": topic,
+                                                   "count": n, "partitions": partitions}, out,
+                         name="latency-producer")
+    try:
+        (res,) = _collect(out, 1, 600) or [{"ok": False, "error": "no report"}]
+    finally:
+        proc.join(10)
+    if not res.get("ok"):
+        raise RuntimeError(f"producer failed: {res}")
+    lat = sorted(res["latencies"])
+    return {"rate": round(n / res["seconds"], 1),
+            "p50_ms": round(1000 * lat[len(lat) // 2], 2) if lat else None,
+            "p99_ms": round(1000 * lat[int(len(lat) * 0.99)], 2) if lat else None}
+
+
+def produce_and_consume(settings: Settings, boot: str, members: list[Member]) -> dict[str, Any]:
+    n = settings.records(FULL)
+    rounds: dict[int, list[dict[str, Any]]] = {1: [], 3: []}
+    consumed: dict[int, list[float]] = {1: [], 3: []}
+    system = System("replication", boot, clients.Admin(boot))
+    try:
+        for i, rf in enumerate((1, 3, 1, 3)):
+            topic = settings.topic(f"rf{rf}-{i}")
+            _create(boot, topic, PARTITIONS, rf)
+            settings.log(f"  [replication] round {i + 1}: {n:,} records to RF {rf}")
+            rounds[rf].append(_produce_round(boot, topic, n))
+            results, _, t_go = run_share_consumers(
+                system, topic, f"bench-{settings.run_id}-rf{rf}-{i}", 3, "explicit", n,
+                60 + n / 2_000, bootstraps=[m.bootstrap for m in members])
+            fig = _share_figures(results, n, t_go)
+            if fig.get("rate"):
+                consumed[rf].append(fig["rate"])
+    finally:
+        system.admin.close()
+    out: dict[str, Any] = {"records": n, "partitions": PARTITIONS}
+    for rf in (1, 3):
+        out[f"rf{rf}"] = {
+            "produce_rate": statistics.median(r["rate"] for r in rounds[rf]),
+            "produce_p99_ms": statistics.median(r["p99_ms"] for r in rounds[rf]
+                                                if r["p99_ms"] is not None),
+            "produce_p50_ms": statistics.median(r["p50_ms"] for r in rounds[rf]
+                                                if r["p50_ms"] is not None),
+            "consume_rate": statistics.median(consumed[rf]) if consumed[rf] else None,
+            "rounds": rounds[rf]}
+    a, b = out["rf1"], out["rf3"]
+    out["produce_ratio"] = round(b["produce_rate"] / a["produce_rate"], 3)
+    out["produce_verdict"] = "met" if out["produce_ratio"] >= TARGET_PRODUCE else "missed"
+    if a["consume_rate"] and b["consume_rate"]:
+        out["consume_ratio"] = round(b["consume_rate"] / a["consume_rate"], 3)
+        out["consume_verdict"] = "met" if out["consume_ratio"] >= TARGET_CONSUME else "missed"
+    return out
+
+
+def failover(settings: Settings, boot: str, members: list[Member]) -> dict[str, Any]:
+    from confluent_kafka import Producer, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    topic = settings.topic("failover")
+    _create(boot, topic, 1, 3)
+    group = f"bench-{settings.run_id}-failover"
+    admin = AdminClient({"bootstrap.servers": boot})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    victim = next(m for m in members if m.node_id == leader)
+    others = ",".join(m.bootstrap for m in members if m is not victim)
+    prod = Producer({"bootstrap.servers": others, "acks": "all", "linger.ms": 0,
+                     "enable.idempotence": True, "message.timeout.ms": 60000})
+    cons = ShareConsumer({"bootstrap.servers": others, "group.id": group})
+    cons.subscribe([topic])
+    seq = 0
+    killed_at: float | None = None
+    first_after: float | None = None
+    deadline = time.monotonic() + 120
+    try:
+        while first_after is None and time.monotonic() < deadline:
+            seq += 1
+            stamp = b"after" if killed_at is not None else b"before"
+            prod.produce(topic, stamp + b"-" + str(seq).encode(), partition=0)
+            prod.poll(0)
+            for m in cons.poll(0.02):
+                if m.error() is None and m.value().startswith(b"after") and killed_at:
+                    first_after = time.monotonic()
+            if killed_at is None and seq == 100:
+                victim.kill9()
+                killed_at = time.monotonic()
+        prod.flush(30)
+    finally:
+        cons.close()
+        victim.start()
+    if killed_at is None or first_after is None:
+        return {"error": "no record produced after the kill was delivered within 120 s"}
+    secs = round(first_after - killed_at, 2)
+    return {"seconds": secs, "target_s": TARGET_FAILOVER_S,
+            "verdict": "met" if secs <= TARGET_FAILOVER_S else "missed",
+            "killed_node": victim.node_id}
+
+
+def catch_up(settings: Settings, boot: str, members: list[Member]) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient
+
+    topic = settings.topic("catchup")
+    _create(boot, topic, 1, 3)
+    admin = AdminClient({"bootstrap.servers": boot})
+    part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    follower = next(m for m in members if m.node_id != part.leader)
+    size = max(64 << 20, int((1 << 30) * settings.scale))
+    n = size // RECORD
+    assert follower.proc is not None
+    os.kill(follower.proc.pid, signal.SIGSTOP)
+    try:
+        settings.log(f"  [replication] {size >> 20} MiB to {topic} with broker "
+                     f"{follower.node_id} stopped")
+        _produce_round(",".join(m.bootstrap for m in members if m is not follower), topic, n,
+                       partitions=1)
+    finally:
+        os.kill(follower.proc.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    until(f"broker {follower.node_id} back in the ISR",
+          lambda: follower.node_id in admin.list_topics(topic, timeout=5)
+          .topics[topic].partitions[0].isrs, 600, every=0.2)
+    secs = time.monotonic() - resumed
+    return {"mib": size >> 20, "seconds": round(secs, 2),
+            "mib_per_s": round((size >> 20) / secs, 1) if secs else None}
+
+
+def scenario_replication(settings: Settings, out_dir: Path, overrides: dict[str, str],
+                         log: Callable[[str], None]) -> dict[str, Any]:
+    if shutil.which("etcd") is None:
+        return {"skipped": "etcd is not installed (make etcd installs Debian's etcd-server)"}
+    root = settings.work_dir / "replication"
+    etcd = Etcd(root / "etcd", out_dir / "etcd-replication.log")
+    etcd.start()
+    secret = secrets.token_hex(16)
+    members = [Member(root, i, etcd, secret, overrides) for i in range(1, BROKERS + 1)]
+    fig: dict[str, Any] = {"brokers": BROKERS, "overrides": overrides}
+    try:
+        for m in members:
+            m.start()
+        boot = ",".join(m.bootstrap for m in members)
+        until("3 live brokers", lambda: len(metadata(members[0].bootstrap)[1]) == BROKERS)
+        log(f"[replication] etcd + {BROKERS} brokers (pids {[m.pid for m in members]})")
+        for key, fn in (("throughput", lambda: produce_and_consume(settings, boot, members)),
+                        ("failover", lambda: failover(settings, boot, members)),
+                        ("catch_up", lambda: catch_up(settings, boot, members))):
+            try:
+                fig[key] = fn()
+            except Exception:  # noqa: BLE001 - reported, the other figures stand
+                fig[key] = {"error": traceback.format_exc(limit=6)}
+            log(f"  {key}: {brief_part(fig[key])}")
+    finally:
+        for m in members:
+            m.stop()
+        etcd.stop()
+    errors = [k for k in ("throughput", "failover", "catch_up") if "error" in fig.get(k, {})]
+    if errors:
+        fig["error"] = "failed: " + ", ".join(errors)
+    return fig
+
+
+def brief_part(f: dict[str, Any]) -> str:
+    if "error" in f:
+        return f["error"].strip().splitlines()[-1]
+    return ", ".join(f"{k}={v}" for k, v in f.items() if not isinstance(v, dict | list))
+
+
+def brief(fig: dict[str, Any]) -> str:
+    t = fig.get("throughput", {})
+    return (f"produce RF3/RF1 {t.get('produce_ratio')} ({t.get('produce_verdict')}), consume "
+            f"{t.get('consume_ratio')} ({t.get('consume_verdict')}), failover "
+            f"{fig.get('failover', {}).get('seconds')} s, catch-up "
+            f"{fig.get('catch_up', {}).get('mib_per_s')} MiB/s")
