@@ -197,4 +197,15 @@ class TransactionalLog:
             log.warning("%s-%d: syncing the transaction marker of producer %d failed: %s",
                         topic, partition, producer_id, exc)
             return ErrorCode.kafka_storage_error
+        rep = getattr(broker, "replication", None)
+        if rep is not None and rep.tracks(topic, partition):
+            # A replicated partition's marker counts once every in-sync replica has it, as an
+            # acks=all write: else the coordinator sends it again (to the new leader, if any).
+            code = await rep.wait_replicated(topic, partition, offset + 1,
+                                             int(broker.config.get("request.timeout.ms")) / 1000)
+            if code not in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+                log.warning("%s-%d: the transaction marker of producer %d at offset %d was not "
+                            "confirmed by the in-sync replicas (%s); the coordinator retries",
+                            topic, partition, producer_id, offset, code.name.upper())
+                return code
         return ErrorCode.none
