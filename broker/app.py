@@ -57,6 +57,7 @@ from storage.log_dir import LogDir
 
 if TYPE_CHECKING:
     from broker.cluster_member import ClusterMember
+    from broker.replication.manager import ReplicaManager
     from broker.connection import Connection
     from broker.txn_remote import BrokerLinks
 
@@ -121,6 +122,8 @@ class Broker(TopicAdmin):
         # A member's inter-broker clients for transactions, dead letters and admin fan-out
         # (broker/txn_remote.py), set by open_coordinators; None on a single broker.
         self.links: BrokerLinks | None = None
+        # Replicated partitions led or followed here (broker/replication/); cluster mode only.
+        self.replication: ReplicaManager | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -172,6 +175,9 @@ class Broker(TopicAdmin):
                 self.logs.open_topic(topic)
         else:
             self.member.start_syncing()
+            from broker.replication.manager import ReplicaManager
+            self.replication = ReplicaManager(self)
+            self.replication.start()
         self.txn_log = TransactionalLog(self)
         self._load_producer_ids()
         # The share, group and transaction coordinators over their internal topics, every
@@ -206,6 +212,8 @@ class Broker(TopicAdmin):
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
+        if self.replication is not None:
+            await self.replication.close()
         if self.member is not None:
             await self.member.close()
         if self.started:

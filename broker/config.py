@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from broker.config_defs import (
-    _BROKER_DEFS,
     _SASL_MECHANISMS,
     _SEE_README,
     BROKER_CONFIGS,
@@ -94,7 +93,7 @@ class BrokerConfig:
     """Validated broker configs; dynamic ones can change while the broker runs."""
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
-        self._values: dict[str, Any] = {d.name: d.default for d in _BROKER_DEFS}
+        self._values: dict[str, Any] = {d.name: d.default for d in BROKER_CONFIGS.values()}
         self._explicit: set[str] = set()
         # Where a value came from, for DescribeConfigs (Kafka's STATIC_BROKER_CONFIG vs
         # DYNAMIC_BROKER_CONFIG): values given at startup, and names changed while running.

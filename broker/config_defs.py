@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.config_no_effect import NO_EFFECT_KAFKA_CONFIGS
+from broker.config_controller import CONTROLLER_DEFS
 from broker.config_replication import REPLICATION_DEFS
 from broker.config_types import (
     LONG_MAX,
@@ -57,7 +58,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("default.replication.factor", "int", 1,
               "Replicas of topics created without a replication factor (-1) and of "
               "auto-created topics; a single broker allows only 1.", at_least(1)),
-    *REPLICATION_DEFS,  # broker/config_replication.py
+    *CONTROLLER_DEFS,  # broker/config_controller.py
     ConfigDef("auto.create.topics.enable", "bool", True,
               "Create unknown topics on Metadata/Produce requests that allow it.", dynamic=True),
     ConfigDef("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
@@ -563,7 +564,7 @@ def share_bounds_problem(get: Callable[[str], Any]) -> str | None:
         return "group.share.max.share.sessions must be at least group.share.max.size"
     return None
 
-BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [*_BROKER_DEFS, *REPLICATION_DEFS]}
 
 _SEE_README = "See docs/configuration.md for the broker configs."
 

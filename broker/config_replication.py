@@ -1,40 +1,29 @@
-"""The broker configs of replication and of the controller (issue 24): replication factors,
-min.insync.replicas, unclean election, controlled shutdown and leader rebalancing. The
-controller applies them in ``cluster/election.py`` and ``cluster/controller.py``; the data path
-reads ``min.insync.replicas``. Part of the broker's config table (``broker/config_defs.py``)."""
+"""Broker configs of replication (issue 24, ``broker/replication/``): Kafka's names, defaults
+and meaning. They matter only in cluster mode, for partitions with more than one replica."""
 
 from __future__ import annotations
 
-from broker.config_types import ConfigDef, at_least, between
+from broker.config_types import ConfigDef, at_least
 
 REPLICATION_DEFS: list[ConfigDef] = [
-    ConfigDef("min.insync.replicas", "int", 1,
-              "Default min.insync.replicas of topics: acks=all produce needs this many "
-              "in-sync replicas.", at_least(1)),
-    ConfigDef("unclean.leader.election.enable", "bool", False,
-              "Default unclean.leader.election.enable of topics: let a replica outside the ISR "
-              "lead when no in-sync replica is live (acknowledged records can be lost)."),
-    ConfigDef("offsets.topic.replication.factor", "int", 3,
-              "Replicas of __consumer_offsets (capped at the live brokers when it is created).",
-              at_least(1)),
-    ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3,
-              "Replicas of __share_group_state (capped at the live brokers when it is "
-              "created).", at_least(1)),
-    ConfigDef("transaction.state.log.replication.factor", "int", 3,
-              "Replicas of __transaction_state (capped at the live brokers when it is "
-              "created).", at_least(1)),
-    ConfigDef("controlled.shutdown.enable", "bool", True,
-              "On SIGTERM a cluster member first moves its leaderships to other in-sync "
-              "replicas, then exits."),
-    ConfigDef("controlled.shutdown.timeout.ms", "long", 30_000,
-              "Shoal extension: how long a controlled shutdown waits for its leaderships to "
-              "move before the broker exits anyway.", at_least(0)),
-    ConfigDef("auto.leader.rebalance.enable", "bool", True,
-              "The controller moves leaderships back to preferred replicas when a broker's "
-              "imbalance is above leader.imbalance.per.broker.percentage."),
-    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300,
-              "How often the controller checks the leader imbalance.", at_least(1)),
-    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
-              "Share (percent) of a broker's preferred partitions led elsewhere above which "
-              "they are moved back.", between(0, 100)),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000,
+              "A follower that has not caught up with its leader for this long leaves the ISR "
+              "(the leader records the change in etcd).", at_least(1)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500,
+              "How long a follower's fetch waits at the leader for new records.", at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", "int", 1,
+              "Bytes a follower's fetch waits for before the leader answers.", at_least(1)),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576,
+              "Bytes a follower fetches per partition and request (the first batch always "
+              "comes whole).", at_least(1)),
+    ConfigDef("replica.fetch.response.max.bytes", "int", 10485760,
+              "Bytes a follower's fetch response may hold over all its partitions.", at_least(0)),
+    ConfigDef("replica.fetch.backoff.ms", "int", 1000,
+              "How long a follower waits before fetching again from a leader that failed.",
+              at_least(0)),
+    ConfigDef("num.replica.fetchers", "int", 1,
+              "Fetch loops per leader broker (Shoal runs one, on the event loop).", at_least(1)),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
+              "How often each replicated partition's high watermark is written to its "
+              "directory.", at_least(1)),
 ]

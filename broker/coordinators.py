@@ -23,7 +23,11 @@ share-partition leaders (``broker.shares``) wrote their last state through it.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
 
 from broker.group_configs import GroupConfigs
 from coordinator.group.service import open_group_coordinator
@@ -36,6 +40,8 @@ from persister.local_first import LocalFirstPersister
 
 if TYPE_CHECKING:
     from broker.app import Broker
+
+log = logging.getLogger("shoal.coordinators")
 
 
 async def open_coordinators(broker: Broker) -> None:
@@ -68,6 +74,32 @@ async def open_coordinators(broker: Broker) -> None:
     broker.links = BrokerLinks(rpc, markers, TxnCoordinatorLink(rpc, lambda: broker.transactions))
     broker.transactions = await open_transactions(
         broker, data_markers=markers, offset_markers=markers.offset_marker)
+    for topic, runtime in (("__share_group_state", broker.share_coordinator.runtime),
+                           ("__consumer_offsets", broker.share_groups.runtime),
+                           ("__transaction_state", broker.transactions.runtime)):
+        runtime.replicated = _replicated(broker, topic)
+
+
+def _replicated(broker: Broker, topic: str) -> Callable[[int, int], Awaitable[bool]]:
+    """A coordinator's write to ``topic`` is answered once every in-sync replica has it (its
+    partitions are replicated, issue 24): True then, False once this broker no longer leads
+    the partition. A slow ISR is waited for (it shrinks within replica.lag.time.max.ms, or
+    when the controller drops a dead broker)."""
+    async def wait(partition: int, offset: int) -> bool:
+        rep = broker.replication
+        if rep is None or not rep.tracks(topic, partition):
+            return True  # one replica: durable once synced, as before
+        while True:
+            code = await rep.wait_replicated(topic, partition, offset, 30)
+            if code == ErrorCode.not_leader_or_follower:
+                return False
+            if code != ErrorCode.request_timed_out:
+                return True
+            log.warning("%s-%d: the in-sync replicas have not confirmed the coordinator's "
+                        "writes up to offset %d for 30 s; still waiting (is a follower stuck?)",
+                        topic, partition, offset)
+
+    return wait
 
 
 async def close_coordinators(broker: Broker) -> None:

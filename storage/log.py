@@ -36,6 +36,11 @@ class LogClosedError(LogError):
     """The log was closed or deleted."""
 
 
+class UnexpectedOffsetError(LogError, ValueError):
+    """A follower append whose batches do not start at or after the log end offset, or whose
+    offsets do not increase (Kafka UnexpectedAppendOffsetException): truncate first."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an append landed.
@@ -86,7 +91,11 @@ class PartitionLogLike(Protocol):
     @property
     def recovery_point(self) -> int: ...
 
-    def append(self, data: bytes | bytearray | memoryview, now_ms: int) -> AppendResult: ...
+    @property
+    def high_watermark(self) -> int: ...
+
+    def append(self, data: bytes | bytearray | memoryview, now_ms: int,
+               leader_epoch: int | None = None) -> AppendResult: ...
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult: ...
 

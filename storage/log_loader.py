@@ -8,6 +8,8 @@ Layout of a partition directory::
     log-start-offset.checkpoint     "0\\n<offset>\\n", written atomically (tmp, fsync, rename)
     recovery-point.checkpoint       offset below which everything is fsynced
     cleaner-offset.checkpoint       compacted topics: the log cleaner's first dirty offset
+    high-watermark.checkpoint       the replica's high watermark (storage/log_replica.py)
+    leader-epoch-checkpoint         the leader-epoch cache (storage/leader_epoch.py)
     *.cleaned, *.swap               a cleaned segment being swapped in (storage/segment_swap.py)
     .clean-shutdown                 written by close(); removed by load()
 
@@ -60,6 +62,8 @@ LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point.checkpoint"
 # The log cleaner's first dirty offset: everything below it has been compacted.
 CLEANER_CHECKPOINT = "cleaner-offset.checkpoint"
+# The replica's high watermark (``storage/log_replica.py``), written by flush and close.
+HIGH_WATERMARK_CHECKPOINT = "high-watermark.checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 _TMP_SUFFIX = ".tmp"
 _CHECKPOINT_VERSION = 0

@@ -4,6 +4,7 @@ Part of ``PartitionLog`` (``storage/segment_log.py``; the shared state is
 ``storage/log_state.py``). ``log_start_offset`` only moves forward. Its checkpoint is written
 before the segment files are unlinked, so a crash between the two leaves segments below the
 checkpoint, which the next open removes. Changes of the segment list hold ``_retention_lock``.
+Moving the log start trims the leader-epoch cache from the start (``storage/leader_epoch.py``).
 """
 
 from __future__ import annotations
@@ -112,5 +113,6 @@ class LogRetention(LogState):
             except OSError as exc:
                 raise self.log_dir.fail(f"writing the log start checkpoint of {self._tp()} in "
                                         f"{self.directory}", exc) from exc
+            self._trim_epochs_start()
         for seg in victims:
             seg.unlink()

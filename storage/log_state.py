@@ -9,7 +9,9 @@ offsets, counters, the three locks) and the lookups several of them use.
 
 Locks: ``_lock`` guards the segment list, the segments, descriptors and counters and is never
 held across an fsync; ``_flush_lock`` serialises flushes; ``_retention_lock`` serialises changes
-of the segment list (retention, DeleteRecords, the cleaned-segment swap, close, delete). A method
+of the segment list (retention, DeleteRecords, the cleaned-segment swap, truncation, close,
+delete); ``_epoch_lock`` serialises changes of the leader-epoch cache (``storage/leader_epoch.py``),
+whose checkpoint is written before the change is visible and never under ``_lock``. A method
 named as needing ``_lock`` is called with it held.
 """
 
@@ -23,7 +25,8 @@ from pathlib import Path
 from storage.log import LogClosedError, OffsetOutOfRangeError
 from storage.log_config import LogConfig
 from storage.log_dir import LogDir
-from storage.log_loader import LoadedLog
+from storage import leader_epoch
+from storage.log_loader import HIGH_WATERMARK_CHECKPOINT, LoadedLog, read_checkpoint
 from storage.segment import Segment, track_loaded
 from storage.txn_index import TxnIndex
 
@@ -72,6 +75,21 @@ class LogState:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._retention_lock = threading.Lock()
+        self._epoch_lock = threading.Lock()
+        # The leader epoch ``append`` stamps by default (-1: none), see ``PartitionLog.append``.
+        self.appending_epoch = -1
+        # The leader-epoch cache, trimmed to the offsets the directory holds (a crash may have
+        # cut the log after the checkpoint was written; Kafka's LogLoader trims it the same way).
+        self._epochs = leader_epoch.LeaderEpochCache.load(directory)
+        self._epochs.replace(leader_epoch.truncate_from_start(
+            leader_epoch.truncate_from_end(self._epochs.entries, self._leo),
+            self._log_start_offset))
+        # The high watermark (replication, storage/log_replica.py): checkpointed by flush and
+        # close when it changed; without a checkpoint (a log from before replication) the log
+        # end offset.
+        hw = read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT)
+        self._hw = self._leo if hw is None else max(self._log_start_offset, min(hw, self._leo))
+        self._hw_dirty = False
         # Called with the new segment's base offset after each roll, under the lock and before
         # the batch that caused the roll is written (producer-state snapshots,
         # broker/log/producer_state_manager.py). It must not call back into this log.
@@ -142,6 +160,27 @@ class LogState:
     def _track(self, seg: Segment) -> None:
         """``segment.track_loaded`` on this log's loaded sealed segments (under ``_lock``)."""
         track_loaded(self._loaded, seg)
+
+    def _write_epochs(self, entries: leader_epoch.Entries) -> None:
+        """Checkpoint and install new leader-epoch entries (under ``_epoch_lock``, not ``_lock``).
+
+        Raises:
+            LogDirOfflineError: the checkpoint write failed (the directory is now offline).
+        """
+        try:
+            self._epochs.replace(entries)
+        except OSError as exc:
+            raise self.log_dir.fail(f"writing the leader-epoch checkpoint of {self._tp()} in "
+                                    f"{self.directory}", exc) from exc
+
+    def _trim_epochs_start(self) -> None:
+        """The log start offset moved: trim the leader-epoch cache to it (Kafka
+        ``truncateFromStart``)."""
+        with self._epoch_lock:
+            entries = self._epochs.entries
+            trimmed = leader_epoch.truncate_from_start(entries, self._log_start_offset)
+            if trimmed is not entries:
+                self._write_epochs(trimmed)
 
     def _max_timestamp(self, seg: Segment) -> int:
         if not seg.max_known:

@@ -279,8 +279,10 @@ class Segment:
         metas: list[tuple[int, int, int, int]],
         offset: int,
         index_interval_bytes: int,
+        keep_offsets: bool = False,
     ) -> tuple[int, list[tuple[int, int, int]]]:
-        """Write whole batches at the end of the file, giving them offsets from ``offset`` on.
+        """Write whole batches at the end of the file, giving them offsets from ``offset`` on
+        (``keep_offsets``: the base offsets already in ``buf``, a follower's append).
 
         ``metas`` holds (position in ``buf``, size, last offset delta, max timestamp) per batch;
         the base offsets are packed into ``buf``. Returns the offset after the batches and the
@@ -297,7 +299,10 @@ class Segment:
         entries: list[tuple[int, int, int]] = []
         pack_offset = _INT64.pack_into
         for p, size, delta, max_ts in metas:
-            pack_offset(buf, p, offset)
+            if keep_offsets:
+                offset = _INT64.unpack_from(buf, p)[0]
+            else:
+                pack_offset(buf, p, offset)
             if max_ts > running:
                 running = max_ts
             if since > index_interval_bytes and offset - seg_base <= INT32_MAX:

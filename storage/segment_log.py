@@ -7,10 +7,11 @@ rolls, runs the flush policy and the recovery-point checkpoint, and closes (clea
 marker) or deletes the log; reads and timestamp lookups are ``storage/log_reads.py``, retention
 and DeleteRecords (the log start offset checkpoint) ``storage/log_retention.py``, the log
 cleaner's hooks (its checkpoint and the cleaned-segment swap, ``storage/segment_swap.py``)
-``storage/log_compaction.py``, and the aborted-transaction index (``storage/txn_index.py``: one
+``storage/log_compaction.py``, the aborted-transaction index (``storage/txn_index.py``: one
 ``.txnindex`` per segment that holds an ABORT marker, gone with its segment)
-``storage/log_aborted_txns.py``. They share the state in ``storage/log_state.py``; the settings
-are ``storage/log_config.py``. One segment (its files, in-memory index, appends, seal and the CRC
+``storage/log_aborted_txns.py``, and the log as a replica (leader epochs, the high watermark,
+truncation; ``storage/leader_epoch.py``) ``storage/log_replica.py``. They share the state in
+``storage/log_state.py``; the settings are ``storage/log_config.py``. One segment (its files, in-memory index, appends, seal and the CRC
 check of its unflushed tail) is ``storage.segment.Segment``.
 
 Invariants:
@@ -28,7 +29,8 @@ Invariants:
 Threads: every method is synchronous and thread-safe. The broker runs ``flush`` and
 ``enforce_retention`` in worker threads while the event loop appends and reads: one
 ``threading.Lock`` guards the segment list, the segments themselves, descriptors and counters
-and is never held across an fsync. Reads hold it during their ``pread``s so a concurrent segment
+and is never held across an fsync (the leader-epoch checkpoint is written before an append that
+starts a new epoch takes it). Reads hold it during their ``pread``s so a concurrent segment
 deletion cannot close a descriptor under them.
 
 Storage faults: a failed write, truncate or sync takes the log directory offline
@@ -49,23 +51,26 @@ from pathlib import Path
 
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
     TIMESTAMP_TYPE_MASK,
     CorruptRecordError,
     RecordTooLargeError,
 )
 from storage import fileops, log_loader
-from storage.log import AppendResult
+from storage.log import AppendResult, UnexpectedOffsetError
 from storage.log_aborted_txns import LogAbortedTxns
 from storage.log_compaction import LogCompaction
 from storage.log_config import LogConfig
 from storage.log_dir import LogDir, LogDirOfflineError
 from storage.log_loader import (
     CLEAN_SHUTDOWN_MARKER,
+    HIGH_WATERMARK_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     fsync_dir,
     write_checkpoint,
 )
 from storage.log_reads import LogReads
+from storage.log_replica import LogReplica
 from storage.log_retention import LogRetention
 from storage.segment import INT32_MAX, Segment, batch_metas
 
@@ -74,9 +79,12 @@ __all__ = ["LogConfig", "PartitionLog"]
 _log = logging.getLogger("shoal.log")
 
 _INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_PACK_INT32 = _INT32.pack_into
+_INT64 = struct.Struct(">q")
 
 
-class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
+class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogReplica):
     """A partition stored as segment files in one directory. Create with ``PartitionLog.open``.
 
     ``config`` may be replaced at any time (dynamic topic configs); the next operation uses it.
@@ -103,12 +111,22 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
 
     # -- append ------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
+    def append(self, data: bytes | bytearray | memoryview, now_ms: int,
+               leader_epoch: int | None = None) -> AppendResult:
         """Append already-validated v2 batches at the log end offset, assigning their offsets.
 
         All batches go into one segment with one write to the page cache (never an fsync). A new
         segment is rolled first when the active one would grow past ``segment_bytes``, is older
         than ``segment_ms``, or would need a relative offset beyond int32.
+
+        With ``leader_epoch >= 0`` (a replicated partition's leader) every batch is stamped with
+        it (``partitionLeaderEpoch``, outside the CRC) and, when it is newer than the leader-epoch
+        cache's latest, ``(leader_epoch, base offset)`` is checkpointed before the batches are
+        written (``storage/leader_epoch.py``). Appends of one partition come from one thread at a
+        time (the broker's event loop), so that entry starts exactly at these batches. ``None``
+        (the default) means ``self.appending_epoch``: the epoch the broker leads this partition
+        under, set when it becomes the leader of a replicated partition (-1 otherwise), so every
+        writer of the log (producers, markers, coordinators) stamps it.
 
         Raises:
             CorruptRecordError: ``data`` is empty or is not a sequence of whole v2 batches.
@@ -124,51 +142,129 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
         if n > INT32_MAX:
             raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
         metas, offsets = batch_metas(buf)
-        first_attributes = _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
+        if leader_epoch is None:
+            leader_epoch = self.appending_epoch
+        if leader_epoch >= 0:
+            for m in metas:
+                _PACK_INT32(buf, m[0] + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+            if leader_epoch > self._epochs.latest_epoch:
+                self._begin_epoch(leader_epoch)
         with self._lock:
             self._check_open()
-            cfg = self.config
-            seg = self._segments[-1]
             leo = self._leo
-            if seg.size > 0 and (
-                seg.size + n > cfg.segment_bytes
-                or leo + offsets - 1 - seg.base_offset > INT32_MAX
-                or now_ms - seg.created_ms > cfg.segment_ms
-            ):
-                try:
-                    seg = self._roll(now_ms)
-                except OSError as exc:
-                    raise self.log_dir.fail(f"rolling a new segment in {self.directory}",
-                                            exc) from exc
-            if seg.size == 0:
-                seg.created_ms = now_ms
-            start = seg.size
-            seg_base = seg.base_offset
-            try:
-                offset, entries = seg.append(buf, metas, leo, cfg.index_interval_bytes)
-            except OSError as exc:
-                raise self._append_failed(seg, start, exc) from exc
-            self._leo = offset
-            self._size_bytes += n
-            self._appended += offset - leo
-            if self._unflushed_since_ms is None:
-                self._unflushed_since_ms = now_ms
-            if self._since_snapshot_ms is None:
-                self._since_snapshot_ms = now_ms
-            if entries:
-                # Index entries are hints and go at explicit positions: if this write fails, the
-                # appended data stands and the next entries overwrite any partial one.
-                try:
-                    seg.add_entries(entries)
-                except OSError as exc:
-                    # The records are in the log (the append stands and is answered); the
-                    # directory still goes offline, as for any write error.
-                    self.log_dir.fail(f"writing the index of {seg.log_path}", exc)
+            seg, start, offset = self._write(buf, metas, leo, leo + offsets - 1, now_ms, False)
             lso = self._log_start_offset
         append_time = -1
-        if first_attributes & TIMESTAMP_TYPE_MASK:
+        if _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0] & TIMESTAMP_TYPE_MASK:
             append_time = metas[0][3]
-        return AppendResult(leo, offset - 1, append_time, lso, seg_base, start)
+        return AppendResult(leo, offset - 1, append_time, lso, seg.base_offset, start)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview,
+                           now_ms: int) -> AppendResult:
+        """Append a leader's batches unchanged (offsets, epochs): a follower's append.
+
+        The first batch must start at or after the log end offset (after it: a compaction gap
+        of the leader's log) and each batch after the previous one's last offset. New leader
+        epochs in the batch headers are checkpointed in the leader-epoch cache before the
+        batches are written. The log end offset becomes the last batch's last offset + 1.
+
+        A gap in offsets in the unflushed tail (a compacted leader's) is cut off by crash
+        recovery like a torn write; the follower fetches it again.
+
+        Raises:
+            UnexpectedOffsetError: the offsets do not continue the log (truncate first).
+            CorruptRecordError, RecordTooLargeError, LogClosedError, LogDirOfflineError: as
+                ``append``.
+        """
+        buf = bytearray(data)
+        n = len(buf)
+        if n == 0:
+            raise CorruptRecordError("nothing to append")
+        if n > INT32_MAX:
+            raise RecordTooLargeError(f"append of {n} bytes does not fit a segment")
+        metas, _ = batch_metas(buf)
+        unpack64, unpack32 = _INT64.unpack_from, _INT32.unpack_from
+        first = expected = unpack64(buf, 0)[0]
+        changes: list[tuple[int, int]] = []
+        last_epoch = None
+        for p, _, delta, _ in metas:
+            base = unpack64(buf, p)[0]
+            if base < expected:
+                raise UnexpectedOffsetError(
+                    f"{self._tp()}: batch at offset {base} does not follow offset "
+                    f"{expected - 1}; the leader's batches must have increasing offsets")
+            epoch = unpack32(buf, p + PARTITION_LEADER_EPOCH_OFFSET)[0]
+            if epoch != last_epoch:
+                if epoch >= 0:
+                    changes.append((epoch, base))
+                last_epoch = epoch
+            expected = base + delta + 1
+        leo = self._leo
+        if first < leo:
+            raise UnexpectedOffsetError(
+                f"{self._tp()}: follower append starts at offset {first}, below the log end "
+                f"offset {leo}; truncate the log to where it diverged first")
+        if changes:
+            self._learn_epochs(changes)
+        with self._lock:
+            self._check_open()
+            if first < self._leo:
+                raise UnexpectedOffsetError(f"{self._tp()}: follower append at offset {first} "
+                                            f"raced an append up to {self._leo}")
+            seg, start, offset = self._write(buf, metas, first, expected - 1, now_ms, True)
+            lso = self._log_start_offset
+        append_time = -1
+        if _INT16.unpack_from(buf, ATTRIBUTES_OFFSET)[0] & TIMESTAMP_TYPE_MASK:
+            append_time = metas[0][3]
+        return AppendResult(first, offset - 1, append_time, lso, seg.base_offset, start)
+
+    def _write(self, buf: bytearray, metas: list[tuple[int, int, int, int]], first: int,
+               last: int, now_ms: int, keep_offsets: bool) -> tuple[Segment, int, int]:
+        """Write the batches of an append holding offsets ``first..last`` (under ``_lock``,
+        rolling first when due); returns the segment, the position written at, and the new log
+        end offset."""
+        cfg = self.config
+        seg = self._segments[-1]
+        n = len(buf)
+        if seg.size > 0 and (
+            seg.size + n > cfg.segment_bytes
+            or last - seg.base_offset > INT32_MAX
+            or now_ms - seg.created_ms > cfg.segment_ms
+        ):
+            try:
+                seg = self._roll(now_ms, first)
+            except OSError as exc:
+                raise self.log_dir.fail(f"rolling a new segment in {self.directory}",
+                                        exc) from exc
+        elif last - seg.base_offset > INT32_MAX:
+            raise UnexpectedOffsetError(f"{self._tp()}: offset {last} is too far past segment "
+                                        f"{seg.base_offset}; truncate fully and start there")
+        if seg.size == 0:
+            seg.created_ms = now_ms
+        start = seg.size
+        leo = self._leo
+        try:
+            offset, entries = seg.append(buf, metas, first, cfg.index_interval_bytes,
+                                         keep_offsets)
+        except OSError as exc:
+            raise self._append_failed(seg, start, exc) from exc
+        self._leo = offset
+        self._size_bytes += n
+        self._appended += offset - leo
+        if self._unflushed_since_ms is None:
+            self._unflushed_since_ms = now_ms
+        if self._since_snapshot_ms is None:
+            self._since_snapshot_ms = now_ms
+        if entries:
+            # Index entries are hints and go at explicit positions: if this write fails, the
+            # appended data stands and the next entries overwrite any partial one.
+            try:
+                seg.add_entries(entries)
+            except OSError as exc:
+                # The records are in the log (the append stands and is answered); the
+                # directory still goes offline, as for any write error.
+                self.log_dir.fail(f"writing the index of {seg.log_path}", exc)
+        return seg, start, offset
 
     def _append_failed(self, seg: Segment, start: int, exc: OSError) -> LogDirOfflineError:
         """A write into ``seg`` at ``start`` failed: cut off whatever part of it reached the file
@@ -183,12 +279,14 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
                          "start cuts it", seg.log_path, start)
         return self.log_dir.fail(f"appending {self._tp()} to {seg.log_path} at byte {start}", exc)
 
-    def _roll(self, now_ms: int) -> Segment:
+    def _roll(self, now_ms: int, base: int) -> Segment:
+        """Seal the active segment and start one at ``base`` (the log end offset, or a
+        follower's next batch after a compaction gap)."""
         old = self._segments[-1]
         old.seal()
         old.close_index_files()
         self._track(old)
-        seg = Segment.create(self.directory, self._leo, now_ms)
+        seg = Segment.create(self.directory, base, now_ms)
         self._segments.append(seg)
         self._dir_dirty = True
         seg.open_index_files()
@@ -284,6 +382,7 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             rolled, self._rolled_unflushed = self._rolled_unflushed, False
             self._since_snapshot_ms = None
+            hw, hw_dirty, self._hw_dirty = self._hw, self._hw_dirty, False
         try:
             for seg in dirty:
                 seg.fsync()
@@ -291,6 +390,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
                 fsync_dir(self.directory)
             if target > self._recovery_point:
                 write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, target)
+            if hw_dirty:
+                write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, hw)
         except OSError as exc:
             # Never retried (see storage.fileops): the directory goes offline instead.
             with self._lock:
@@ -298,6 +399,7 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns):
                     seg.dirty = True
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 self._rolled_unflushed = self._rolled_unflushed or rolled
+                self._hw_dirty = self._hw_dirty or hw_dirty
             raise self.log_dir.fail(f"syncing {self._tp()} in {self.directory}", exc) from exc
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)

@@ -8,19 +8,19 @@ partitions. Fetch sessions (KIP-227) are not kept: we answer session id 0, which
 treats as "send full requests".
 
 Isolation (KIP-98, ``broker/log/txn_log.py``): read_uncommitted (0) reads up to the high watermark
-(the log end offset: Shoal has no followers). read_committed (1) reads only below the last stable
-offset (the first offset of the oldest ongoing transaction), answers it as LastStableOffset, and
-lists the aborted transactions that intersect the returned batches (from the segments'
-transaction indexes) so the consumer drops their records; markers themselves go to the consumer,
-which skips control batches. The high watermark stays the log end offset in both. A marker
-wakes waiting read_committed fetches (it moves the LSO).
+(the log end offset of a partition with one replica; of a replicated one, the offset every
+in-sync replica has, ``broker/replication/``). read_committed (1) reads only below the last stable
+offset (the first offset of the oldest ongoing transaction, never past the high watermark),
+answers it as LastStableOffset, and lists the aborted transactions that intersect the returned
+batches (from the segments' transaction indexes) so the consumer drops their records; markers
+themselves go to the consumer, which skips control batches. A marker wakes waiting
+read_committed fetches (it moves the LSO), and so does a high watermark that moves.
 
 Authorization (``broker/authz.py``): READ on each topic, asked once per topic and request (not
 on every long-poll pass); a partition of a topic the principal may not read is answered
 TOPIC_AUTHORIZATION_FAILED, before the unknown-partition check for topics named (an unknown id
-stays UNKNOWN_TOPIC_ID: ids reveal nothing). Every Fetch is authorized as a consumer fetch:
-Shoal has no followers, so the ReplicaId of a request grants nothing (Kafka would ask
-CLUSTER_ACTION of a follower instead).
+stays UNKNOWN_TOPIC_ID: ids reveal nothing). A fetch with a replica id is a follower's: it is
+answered by ``broker/replication/replica_fetch.py`` and needs CLUSTER_ACTION instead.
 
 Bounded work per request (issue 12): a pass over the partitions yields to the event loop every
 ``YIELD_EVERY`` partitions, long-poll wake-up keys are deduplicated, and a response over many
@@ -40,6 +40,7 @@ from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import endpoint_entries, leader_problem, moved_leader
 from broker.log.watch import wait_for_any
+from broker.replication.replica_fetch import replica_fetch, replica_id_of
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make
@@ -51,6 +52,9 @@ READ_COMMITTED = 1
 
 
 def handle(ctx: RequestContext, req: Any) -> Any:
+    replica = replica_id_of(req)
+    if replica >= 0:
+        return replica_fetch(ctx, req, replica)
     return _fetch(ctx, req)
 
 
@@ -96,6 +100,7 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
     budget = min(req.max_bytes, broker.config.get("fetch.max.bytes"))
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     txn_log = broker.txn_log
+    rep = broker.replication
     total = 0
     errors = False
     keys: list[tuple[str, int]] = []
@@ -131,7 +136,7 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
                 parts.append(_pdata(m, p, err, -1, -1, b""))
                 continue
             keys.append((topic.name, p))
-            hwm = lg.log_end_offset
+            hwm = lg.log_end_offset if rep is None else rep.high_watermark(topic.name, p, lg)
             data = b""
             err = ErrorCode.none
             limit = min(fp.partition_max_bytes, budget)
@@ -140,7 +145,7 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
             if limit > 0 or total == 0:
                 try:
                     if committed:
-                        bound = lso = txn_log.last_stable_offset(topic.name, p)
+                        bound = lso = min(hwm, txn_log.last_stable_offset(topic.name, p))
                     read = lg.read(fp.fetch_offset, max(limit, 1), bound)
                     data = read.data
                     if data and committed:
@@ -160,7 +165,7 @@ async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozen
                     aborted = ()
             elif committed:
                 try:
-                    lso = txn_log.last_stable_offset(topic.name, p)
+                    lso = min(hwm, txn_log.last_stable_offset(topic.name, p))
                 except OSError:
                     err = ErrorCode.kafka_storage_error
                     errors = True

@@ -1,6 +1,7 @@
 """ListOffsets (2) v1-10: earliest, latest, max-timestamp and by-timestamp lookups.
 
-Special timestamps: -1 latest (the high watermark, i.e. the log end offset; under read_committed
+Special timestamps: -1 latest (the high watermark: the log end offset of a partition with one
+replica, what every in-sync replica has of a replicated one; under read_committed
 (v2+) the last stable offset, ``broker/log/txn_log.py``), -2 earliest (log start offset), -3 the
 offset of the largest timestamp (v7+), -4 earliest local (v8+, same as -2 here), -5 latest tiered
 (v9+, none: -1). Otherwise the earliest offset whose timestamp is at or after the given one, or -1
@@ -74,6 +75,8 @@ def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
     denied = yield from denied_steps(ctx, Operation.DESCRIBE, ResourceType.TOPIC,
                                      (t.name for t in req.topics))
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    rep = broker.replication
+    cluster = broker.cluster
     step = 0
     for t in req.topics:
         refused = t.name in denied
@@ -97,12 +100,17 @@ def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
                 continue
             error = ErrorCode.none
             try:
-                bound = broker.txn_log.last_stable_offset(t.name, p.partition_index) \
-                    if committed else None
+                hw = None if rep is None else rep.high_watermark(t.name, p.partition_index, lg)
+                bound = hw
+                if committed:
+                    lso = broker.txn_log.last_stable_offset(t.name, p.partition_index)
+                    bound = lso if hw is None else min(hw, lso)
                 offset, ts = lookup(lg, p.timestamp, bound)
             except OSError:  # LogDirOfflineError: the log directory failed (storage/log_dir.py)
                 error, offset, ts = ErrorCode.kafka_storage_error, -1, -1
             parts.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index,
-                              error_code=error, timestamp=ts, offset=offset, leader_epoch=0))
+                              error_code=error, timestamp=ts, offset=offset,
+                              leader_epoch=info.leader_epoch if (info := cluster.partition(
+                                  t.name, p.partition_index)) is not None else 0))
         topics.append(make(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
     return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -99,6 +99,19 @@ VERSIONS = (3, NEWEST_PRODUCE_VERSION)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
+_REPLICATION_FAILURES = {
+    ErrorCode.not_enough_replicas_after_append:
+        "{tp}: appended, but the in-sync replicas fell below min.insync.replicas before they "
+        "all had it; the producer retries",
+    ErrorCode.not_leader_or_follower:
+        "{tp}: leadership moved before the in-sync replicas had the records up to offset "
+        "{end}; the producer retries at the new leader",
+    ErrorCode.request_timed_out:
+        "{tp}: the in-sync replicas did not confirm the records up to offset {end} within the "
+        "request timeout (a follower is slow or gone and has not left the ISR yet)",
+}
+
+
 def _partition(m: Any, index: int, out: PartitionOutcome, **leader: Any) -> Any:
     append_time = None if out.log_append_time_ms < 0 else \
         _EPOCH + datetime.timedelta(milliseconds=out.log_append_time_ms)
@@ -361,6 +374,9 @@ def _produce_steps(ctx: RequestContext, req: Any,
     by_id = ctx.api_version >= 13
     responses = []
     appended: list[tuple[str, int]] = []
+    # acks=all partitions of replicated topics: (topic, partition, log end after the append).
+    replicated: list[tuple[str, int, int]] = []
+    rep = broker.replication
     leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
     resolved = []
     for i, td in enumerate(req.topic_data):
@@ -413,10 +429,18 @@ def _produce_steps(ctx: RequestContext, req: Any,
                 parts.append(_partition(m, pd.index, PartitionOutcome(not_here), **moved_leader(
                     ctx, m, topic.name, pd.index, leaders)))
                 continue
+            if rep is not None and req.acks == -1 and \
+                    (short := rep.min_isr_problem(topic.name, pd.index)) is not None:
+                parts.append(_partition(m, pd.index, PartitionOutcome(
+                    ErrorCode.not_enough_replicas, message=short)))
+                continue
             out = append_partition(broker, topic.name, topic.configs, pd.index, pd.records,
                                    ctx.api_version, checks.get((ti, pi)), txn_id, verifier)
             if out.error == ErrorCode.none:
                 appended.append((topic.name, pd.index))
+                if rep is not None and req.acks == -1 and rep.tracks(topic.name, pd.index) \
+                        and (lg := broker.logs.get(topic.name, pd.index)) is not None:
+                    replicated.append((topic.name, pd.index, lg.log_end_offset))
             parts.append(_partition(m, pd.index, out))
         responses.append(make(m.TopicProduceResponse, name=getattr(td, "name", None),
                               topic_id=getattr(td, "topic_id", None),
@@ -429,20 +453,34 @@ def _produce_steps(ctx: RequestContext, req: Any,
                 node_endpoints=endpoint_entries(m, leaders))
     now = broker.clock.now_ms()
     due = [(t, p) for t, p in appended if (lg := broker.logs.get(t, p)) and lg.needs_flush(now)]
-    if due:
-        return _flush_then(broker, due, resp, m)
+    if due or replicated:
+        return _flush_then(broker, due, resp, m, replicated, int(req.timeout.total_seconds()))
     return resp
 
 
-async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m: Any) -> Any:
-    """Wait for the fsyncs the flush policy asks for; a partition whose fsync failed is answered
-    KAFKA_STORAGE_ERROR instead of its offset (its records are not known to be durable)."""
-    failed: dict[tuple[str, int], str] = {}
+async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m: Any,
+                      replicated: list[tuple[str, int, int]] | None = None,
+                      timeout_s: float = 30) -> Any:
+    """Wait for the fsyncs the flush policy asks for, then (acks=all) for the in-sync replicas
+    to have each ``replicated`` partition's records, at most ``timeout_s``. A partition whose
+    fsync failed is answered KAFKA_STORAGE_ERROR instead of its offset (its records are not
+    known to be durable); one the replicas did not confirm, with the replication's code
+    (``ReplicaManager.wait_replicated``)."""
+    failed: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
     for t, p in parts:
         try:
             await broker.logs.flush_if_needed(t, p)
         except OSError as exc:
-            failed[(t, p)] = f"{t}-{p} appended but not synced: {exc}"
+            failed[(t, p)] = (ErrorCode.kafka_storage_error,
+                              f"{t}-{p} appended but not synced: {exc}")
+    rep = broker.replication
+    if replicated and rep is not None:
+        codes = await asyncio.gather(*(rep.wait_replicated(t, p, end, max(timeout_s, 0.001))
+                                       for t, p, end in replicated))
+        for (t, p, end), code in zip(replicated, codes):
+            if code != ErrorCode.none and (t, p) not in failed:
+                failed[(t, p)] = (code, _REPLICATION_FAILURES.get(code, "").format(
+                    tp=f"{t}-{p}", end=end))
     if not failed or resp is NO_RESPONSE:
         return resp
     topics = []
@@ -452,8 +490,7 @@ async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m
             topic = broker.topics.by_id(getattr(tr, "topic_id", None))
             name = topic.name if topic is not None else None
         parts_out = tuple(
-            _partition(m, pr.index, PartitionOutcome(ErrorCode.kafka_storage_error,
-                                                     message=failed[(name, pr.index)]))
+            _partition(m, pr.index, PartitionOutcome(*failed[(name, pr.index)]))
             if (name, pr.index) in failed else pr
             for pr in tr.partition_responses)
         topics.append(make(m.TopicProduceResponse, name=getattr(tr, "name", None),

@@ -75,6 +75,19 @@ class ProducerStateManager:
             s = self._states[key] = self._load(topic, partition, lg)
         return s
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def unload(self, topic: str, partition: int) -> None:
+        """Forget the partition's state (its log was truncated, ``broker/log/replica_log.py``):
+        the next ``states`` rebuilds it from the snapshots at or below the log end offset and
+        the log after them."""
+        if self._states.pop((topic, partition), None) is not None:
+            lg = self._logs.get(topic, partition)
+            if lg is not None:
+                lg.roll_listener = None
+
     def loaded(self, topic: str, partition: int) -> bool:
         """Whether the partition's state is in memory (``states`` would not read the log)."""
         return (topic, partition) in self._states

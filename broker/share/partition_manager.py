@@ -256,8 +256,12 @@ class SharePartitionManager:
         if reset.startswith("by_duration:"):
             ms = duration_ms(reset.split(":", 1)[1]) or 0
             found = lg.offset_for_timestamp(self._broker.clock.now_ms() - ms)
-            return found[0] if found is not None else lg.log_end_offset
-        return lg.log_end_offset
+            return found[0] if found is not None else self._high_watermark(topic, partition, lg)
+        return self._high_watermark(topic, partition, lg)
+
+    def _high_watermark(self, topic: str, partition: int, lg: Any) -> int:
+        rep = getattr(self._broker, "replication", None)
+        return lg.log_end_offset if rep is None else rep.high_watermark(topic, partition, lg)
 
     # -- acquire -----------------------------------------------------------------------------
 
@@ -278,7 +282,10 @@ class SharePartitionManager:
         # The aborted transactions are known before the read (the transaction index), so the
         # read's record budget counts only records that can be delivered.
         txn_log = getattr(self._broker, "txn_log", None) if sp.read_committed else None
-        end = lg.log_end_offset
+        # A replicated partition is read up to its high watermark (what every in-sync replica
+        # has), so nothing a failover could lose is ever delivered.
+        rep = getattr(self._broker, "replication", None)
+        end = lg.log_end_offset if rep is None else rep.high_watermark(topic, partition, lg)
         aborted: Sequence[Any] = ()
         if txn_log is not None:
             try:

@@ -1,5 +1,6 @@
 """Flush and commit in ``CoordinatorRuntime`` (``loop.py`` documents the whole): group commit
-(one fsync for every write appended since the last one, on the io pool), then the shard commits
+(one fsync for every write appended since the last one, on the io pool), then, for a replicated
+partition, the wait until every in-sync replica has it (``replicated``), then the shard commits
 and the writes below the durable offset are answered; a failed fsync fails the partition.
 """
 
@@ -45,6 +46,11 @@ class CommitMixin(RuntimeBase[S]):
             ctx.flush_task = None
             if ctx.status is PartitionStatus.ACTIVE:
                 self._on_flush_failure(ctx, exc)
+            return
+        if self.replicated is not None and not await self.replicated(ctx.number, target):
+            # No longer the leader: nothing past the last commit is answered; unloading the
+            # partition (leadership moved) fails the writes still waiting.
+            ctx.flush_task = None
             return
         ctx.flush_task = None
         ctx.stats.flushes += 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic
 
 from kio.schema.errors import ErrorCode
@@ -71,6 +71,10 @@ class RuntimeBase(Generic[S]):
         )
         self._partitions: dict[int, PartitionState[S]] = {}
         self._closed = False
+        # Set by the host when its partitions are replicated: ``replicated(partition, offset)``
+        # returns once every in-sync replica has the log up to ``offset`` (True), or False when
+        # this broker stopped leading the partition. Writes are answered only after it.
+        self.replicated: Callable[[int, int], Awaitable[bool]] | None = None
 
     # ------------------------------------------------------------------------------------------
     # Introspection

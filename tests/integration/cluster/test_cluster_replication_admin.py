@@ -14,6 +14,8 @@ complete.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -204,16 +206,24 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
     assert (p0_after.leader, p0_after.epoch) == (2, p0.epoch + 1)
     assert elect(boot, 1, "moves", (0,)) == [(0, ErrorCode.election_not_needed)]
 
-    # A move onto a broker that must copy the data stays in progress, and can be cancelled.
-    assert reassign(boot, "moves", {1: (3, 1), 2: (3, 7)})[0][:2] == (1, ErrorCode.none)
-    bad = reassign(boot, "moves", {2: (3, 7)})[0]
-    assert bad[1] == ErrorCode.invalid_replica_assignment and "[7]" in (bad[2] or "")
-    assert ongoing(boot) == {("moves", 1): ((3, 1, 2), (1,), (2,))}
-    assert metadata(boot, "moves")[1].replicas == (3, 1, 2)
-    assert reassign(boot, "moves", {1: None}) == [(1, ErrorCode.none, None)]
-    assert ongoing(boot) == {}
+    # A move onto a broker that must copy the data stays in progress until that broker is in
+    # sync (broker 1 is paused: it cannot catch up), and can be cancelled.
+    paused = cluster.brokers[0].proc
+    assert paused is not None
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        assert reassign(boot, "moves", {1: (3, 1), 2: (3, 7)})[0][:2] == (1, ErrorCode.none)
+        bad = reassign(boot, "moves", {2: (3, 7)})[0]
+        assert bad[1] == ErrorCode.invalid_replica_assignment and "[7]" in (bad[2] or "")
+        assert ongoing(boot) == {("moves", 1): ((3, 1, 2), (1,), (2,))}
+        assert metadata(boot, "moves")[1].replicas == (3, 1, 2)
+        assert reassign(boot, "moves", {1: None}) == [(1, ErrorCode.none, None)]
+        assert ongoing(boot) == {}
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
     assert sorted(metadata(boot, "moves")[1].replicas) == [2, 3]
     assert reassign(boot, "moves", {1: None})[0][1] == ErrorCode.no_reassignment_in_progress
+    wait(lambda: 1 in metadata(boot, "moves")[0].isr, "broker 1 back in sync")
 
     # Decommission broker 3: every partition holding it gets a move to a broker without one.
     shoal = [sys.executable, "-m", "cli.main", "cluster", "decommission", "--bootstrap-server",
@@ -229,14 +239,17 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
     done = subprocess.run(shoal, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "decommission --status" in done.stdout
-    running = ongoing(boot)
-    assert running[("moves", 1)] == ((1, 2, 3), (1,), (3,))
-    assert set(running) == set(planned)
+    # The new replicas copy the (empty) logs, join the ISR, and the moves complete: broker 3
+    # holds no replica any more.
+    wait(lambda: not ongoing(boot), "the decommission's moves completing")
+    after = metadata(boot, "moves")
+    assert all(3 not in p.replicas and 3 not in p.isr for p in after.values()), after
+    assert sorted(after[1].replicas) == [1, 2] and sorted(after[2].replicas) == [1, 2]
     status = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "decommission",
                              "--bootstrap-server", boot, "--status", "--output", "json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
-    assert {(r["topic"], r["partition"]) for r in json.loads(status.stdout)} == set(planned)
+    assert json.loads(status.stdout) == []
 
 
 def test_auto_rebalance_moves_leadership_back_to_the_preferred_replica(
