@@ -4,11 +4,11 @@ Replica placement and the ISR in Metadata and DescribeTopicPartitions; the contr
 new leader from the ISR (epoch + 1) when a leader is killed, and showing the dead broker as an
 offline replica; a SIGTERM'd broker handing its leaderships over before it exits (controlled
 shutdown); ElectLeaders; AlterPartitionReassignments / ListPartitionReassignments and
-``shoal cluster decommission``.
+``shoal cluster decommission``; auto leader rebalance; unclean election, by topic config or on
+request, when the only in-sync replica is dead.
 
-Until followers copy data (issue 24's data path), a new replica never joins the ISR, so the
-reassignments that need a copy stay in progress here; those that only reorder or drop replicas
-complete.
+A move onto a broker completes once the new replica has copied the log and joined the ISR; a
+paused (SIGSTOP) broker cannot, which keeps a move in progress for as long as a test needs.
 """
 
 from __future__ import annotations
@@ -267,3 +267,37 @@ def test_auto_rebalance_moves_leadership_back_to_the_preferred_replica(
         assert (p.replicas, p.isr) == ((2, 1), (1, 2))
     finally:
         c.stop()
+
+
+def test_unclean_election_by_topic_config_or_on_request(cluster: Cluster) -> None:
+    boot = cluster.brokers[2].bootstrap
+    m = RawClient.request_module(19, 7)
+    with RawClient(boot) as c:
+        resp = c.call(19, 7, request(19, 7, topics=tuple(m.CreatableTopic(
+            name=name, num_partitions=-1, replication_factor=-1,
+            assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(1, 2)),),
+            configs=(m.CreatableTopicConfig(name="unclean.leader.election.enable", value=v),))
+            for name, v in (("strict", "false"), ("loose", "true"))),
+            timeout=timedelta(seconds=T), validate_only=False))
+    assert [t.error_code for t in resp.topics] == [ErrorCode.none] * 2
+    follower = cluster.brokers[1].proc
+    assert follower is not None
+    os.kill(follower.pid, signal.SIGSTOP)  # broker 2 falls out of both ISRs
+    try:
+        wait(lambda: all(metadata(boot, t)[0].isr == (1,) for t in ("strict", "loose")),
+             "broker 2 leaving the ISRs")
+        cluster.brokers[0].kill()  # the only in-sync replica dies
+        wait(lambda: all(metadata(boot, t)[0].leader == -1 for t in ("strict", "loose")),
+             "both partitions going offline")
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    loose = wait(lambda: (p := metadata(boot, "loose")[0]).leader == 2 and p,
+                 "the controller's unclean election on the topic that allows it")
+    assert (loose.isr, loose.offline) == ((2,), (1,))
+    strict = metadata(boot, "strict")[0]
+    assert (strict.leader, strict.isr) == (-1, (1,))
+    assert elect(boot, 0, "strict", (0,)) == [(0, ErrorCode.preferred_leader_not_available)]
+    assert elect(boot, 1, "strict", (0,)) == [(0, ErrorCode.none)]
+    strict_after = metadata(boot, "strict")[0]
+    assert (strict_after.leader, strict_after.isr) == (2, (2,))
+    assert strict_after.epoch == strict.epoch + 1
