@@ -147,6 +147,24 @@ def test_replicas_are_placed_and_a_killed_leader_is_replaced_from_the_isr(
         ErrorCode.none, 2, 2)
     assert {i: (p.leader, p.replicas) for i, p in metadata(boot, "manual").items()} == {
         0: (3, (3, 2)), 1: (2, (2, 1))}
+    # New partitions keep the topic's replication factor; assignments must match it.
+    cp = RawClient.request_module(37, 3)
+
+    def grow(count: int, *assigned: tuple[int, ...]) -> Any:
+        with RawClient(boot) as c:
+            return c.call(37, 3, request(37, 3, topics=(cp.CreatePartitionsTopic(
+                name="manual", count=count, assignments=tuple(
+                    cp.CreatePartitionsAssignment(broker_ids=a) for a in assigned) or None),),
+                timeout=timedelta(seconds=T), validate_only=False)).results[0]
+
+    wrong = grow(3, (1,))
+    assert wrong.error_code == ErrorCode.invalid_replica_assignment
+    assert "replication factor is 2" in wrong.error_message
+    assert grow(3, (1, 3)).error_code == ErrorCode.none
+    assert grow(4).error_code == ErrorCode.none
+    grown = wait(lambda: (md := metadata(boot, "manual")) and len(md) == 4 and md,
+                 "the new partitions appearing")
+    assert grown[2].replicas == (1, 3) and len(set(grown[3].replicas)) == 2
 
     cluster.brokers[0].kill()
     boot = cluster.brokers[1].bootstrap
