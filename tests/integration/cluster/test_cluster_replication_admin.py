@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -223,6 +224,12 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
     p0_after = metadata(boot, "moves")[0]
     assert (p0_after.leader, p0_after.epoch) == (2, p0.epoch + 1)
     assert elect(boot, 1, "moves", (0,)) == [(0, ErrorCode.election_not_needed)]
+    # librdkafka's Admin API (kafka-leader-election's call) gets the same answers.
+    admin = AdminClient({"bootstrap.servers": boot})
+    answers = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("moves", 0),
+                                                           TopicPartition("moves", 2)]).result(T)
+    assert {tp.partition: (e.code() if e else None) for tp, e in answers.items()} == {
+        0: KafkaError.ELECTION_NOT_NEEDED, 2: KafkaError.ELECTION_NOT_NEEDED}
 
     # A move onto a broker that must copy the data stays in progress until that broker is in
     # sync (broker 1 is paused: it cannot catch up), and can be cancelled.
