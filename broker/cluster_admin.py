@@ -205,6 +205,7 @@ async def apply_plan(member: ClusterMember, compute: Callable[[], Plan], what: s
 
 
 VISIBLE_S = 15.0
+SHUTDOWN_MARK_S = 5.0
 
 
 async def controlled_shutdown(member: ClusterMember, timeout_s: float) -> None:
@@ -217,9 +218,10 @@ async def controlled_shutdown(member: ClusterMember, timeout_s: float) -> None:
     view = store.view
     node = member.node_id
     try:
+        # Bounded tightly: with etcd unreachable nothing can move, so exit soon.
         await asyncio.wait_for(store.update_registration(
-            replace(registration, shutting_down=True)), VISIBLE_S)
-        await store.wait_for(lambda: node in view.shutting_down(), VISIBLE_S)
+            replace(registration, shutting_down=True)), SHUTDOWN_MARK_S)
+        await store.wait_for(lambda: node in view.shutting_down(), SHUTDOWN_MARK_S)
     except Exception as e:
         log.warning("controlled shutdown: could not mark node %d as shutting down in etcd "
                     "(%s); exiting without moving its leaderships first", node,

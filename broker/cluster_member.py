@@ -17,10 +17,14 @@ the etcd I/O, ``cluster/view.py`` holds the watched state):
   ``add_partitions``, ``set_topic_configs``) write etcd with compare-and-swap and answer once the
   watch has brought the change back, so the answer comes after etcd accepted it and the change
   is visible on this broker when the client hears of it.
-- **Placement**: a new topic's partitions are spread by count and rack over the live brokers
-  (``cluster/placement.py``) by the broker that receives the request; the compare-and-swap on
-  the topic's key makes concurrent creations safe. The controller moves leaders when brokers
-  leave and come back.
+- **Placement**: a new topic's partitions get ``replication.factor`` replicas each, spread by
+  count and rack over the available brokers (``cluster/placement.py``; live and not shutting
+  down), or a validated manual assignment, by the broker that receives the request; the
+  compare-and-swap on the topic's key makes concurrent creations safe. Every replica starts in
+  the ISR and the first leads. Internal topics take their ``*.replication.factor`` capped at
+  the available brokers. The controller (``cluster/controller.py``) keeps leaders live and
+  ISRs honest; ElectLeaders, reassignments and controlled shutdown are in
+  ``broker/cluster_admin.py``.
 - **Leadership**: the coordinators serve the internal partitions this broker leads.
   ``_follow_leadership`` loads a partition's coordinator state when this broker gains its
   leadership and unloads it when it loses it (requests for it then answer NOT_COORDINATOR).

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.config_no_effect import NO_EFFECT_KAFKA_CONFIGS
+from broker.config_controller import CONTROLLER_DEFS
 from broker.config_replication import REPLICATION_DEFS
 from broker.config_types import (
     LONG_MAX,
@@ -57,36 +58,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("default.replication.factor", "int", 1,
               "Replicas of topics created without a replication factor (-1) and of "
               "auto-created topics; a single broker allows only 1.", at_least(1)),
-    # Replication (issue 24): cluster/election.py, cluster/controller.py.
-    ConfigDef("min.insync.replicas", "int", 1,
-              "Default min.insync.replicas of topics: acks=all produce needs this many "
-              "in-sync replicas.", at_least(1)),
-    ConfigDef("unclean.leader.election.enable", "bool", False,
-              "Default unclean.leader.election.enable of topics: let a replica outside the ISR "
-              "lead when no in-sync replica is live (acknowledged records can be lost)."),
-    ConfigDef("offsets.topic.replication.factor", "int", 3,
-              "Replicas of __consumer_offsets (capped at the live brokers when it is created).",
-              at_least(1)),
-    ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3,
-              "Replicas of __share_group_state (capped at the live brokers when it is "
-              "created).", at_least(1)),
-    ConfigDef("transaction.state.log.replication.factor", "int", 3,
-              "Replicas of __transaction_state (capped at the live brokers when it is "
-              "created).", at_least(1)),
-    ConfigDef("controlled.shutdown.enable", "bool", True,
-              "On SIGTERM a cluster member first moves its leaderships to other in-sync "
-              "replicas, then exits."),
-    ConfigDef("controlled.shutdown.timeout.ms", "long", 30_000,
-              "Shoal extension: how long a controlled shutdown waits for its leaderships to "
-              "move before the broker exits anyway.", at_least(0)),
-    ConfigDef("auto.leader.rebalance.enable", "bool", True,
-              "The controller moves leaderships back to preferred replicas when a broker's "
-              "imbalance is above leader.imbalance.per.broker.percentage."),
-    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300,
-              "How often the controller checks the leader imbalance.", at_least(1)),
-    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
-              "Share (percent) of a broker's preferred partitions led elsewhere above which "
-              "they are moved back.", between(0, 100)),
+    *CONTROLLER_DEFS,  # broker/config_controller.py
     ConfigDef("auto.create.topics.enable", "bool", True,
               "Create unknown topics on Metadata/Produce requests that allow it.", dynamic=True),
     ConfigDef("delete.topic.enable", "bool", True, "Allow DeleteTopics."),

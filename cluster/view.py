@@ -4,13 +4,14 @@ Every piece of cluster metadata is one key in the store, holding a small JSON do
 
 - ``<prefix>/cluster_id``: the cluster id, written once by the first broker;
 - ``<prefix>/brokers/<node.id>``: a ``BrokerRegistration``, attached to that broker's lease, so
-  it disappears when the broker stops renewing it;
+  it disappears when the broker stops renewing it; marked ``shutting_down`` during a controlled
+  shutdown;
 - ``<prefix>/controller``: the elected controller (``ControllerRecord``), attached to the
   controller's lease;
 - ``<prefix>/topics/<name>``: a ``TopicRecord``: id, configs and one ``PartitionAssignment`` per
-  partition (replicas, leader, leader epoch, ISR). With one replica per partition the leader is
-  that replica; the ISR and the leader epoch are there so that replication fits without a new
-  format;
+  partition (replicas, leader, leader epoch, ISR, and the adding/removing replicas of a running
+  reassignment), written with compare-and-swap by the controller, the admin verbs and (ISR
+  changes) the partition's leader;
 - ``<prefix>/group_configs/<group id>``: a group's config overrides (name -> text), the same
   everywhere so that any broker's answer and any group coordinator's behaviour agree;
 - ``<prefix>/acls/<id>``: one ACL binding (``protocol.acl_types.binding_doc``); the id is a

@@ -365,6 +365,13 @@ class ReplicaManager:
         pa = record.partitions[tp[1]]
         if pa.leader != self.node_id or pa.leader_epoch != st.leader_epoch:
             return False  # fenced: the view will make this broker resign
+        if len(isr) > len(pa.isr):
+            # As Kafka's controller (INELIGIBLE_REPLICA): a replica that is down or in
+            # controlled shutdown is not added; the controller would only take it out again.
+            down = view.shutting_down()
+            isr = tuple(r for r in isr if r in pa.isr or (r in view.brokers and r not in down))
+            if len(isr) <= len(pa.isr):
+                return False
         parts = list(record.partitions)
         parts[tp[1]] = replace(pa, isr=isr)
         revision = view.topic_revisions.get(tp[0], 0)

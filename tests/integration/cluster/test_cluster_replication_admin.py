@@ -4,11 +4,11 @@ Replica placement and the ISR in Metadata and DescribeTopicPartitions; the contr
 new leader from the ISR (epoch + 1) when a leader is killed, and showing the dead broker as an
 offline replica; a SIGTERM'd broker handing its leaderships over before it exits (controlled
 shutdown); ElectLeaders; AlterPartitionReassignments / ListPartitionReassignments and
-``shoal cluster decommission``.
+``shoal cluster decommission``; auto leader rebalance; unclean election, by topic config or on
+request, when the only in-sync replica is dead.
 
-Until followers copy data (issue 24's data path), a new replica never joins the ISR, so the
-reassignments that need a copy stay in progress here; those that only reorder or drop replicas
-complete.
+A move onto a broker completes once the new replica has copied the log and joined the ISR; a
+paused (SIGSTOP) broker cannot, which keeps a move in progress for as long as a test needs.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -147,6 +148,24 @@ def test_replicas_are_placed_and_a_killed_leader_is_replaced_from_the_isr(
         ErrorCode.none, 2, 2)
     assert {i: (p.leader, p.replicas) for i, p in metadata(boot, "manual").items()} == {
         0: (3, (3, 2)), 1: (2, (2, 1))}
+    # New partitions keep the topic's replication factor; assignments must match it.
+    cp = RawClient.request_module(37, 3)
+
+    def grow(count: int, *assigned: tuple[int, ...]) -> Any:
+        with RawClient(boot) as c:
+            return c.call(37, 3, request(37, 3, topics=(cp.CreatePartitionsTopic(
+                name="manual", count=count, assignments=tuple(
+                    cp.CreatePartitionsAssignment(broker_ids=a) for a in assigned) or None),),
+                timeout=timedelta(seconds=T), validate_only=False)).results[0]
+
+    wrong = grow(3, (1,))
+    assert wrong.error_code == ErrorCode.invalid_replica_assignment
+    assert "replication factor is 2" in wrong.error_message
+    assert grow(3, (1, 3)).error_code == ErrorCode.none
+    assert grow(4).error_code == ErrorCode.none
+    grown = wait(lambda: (md := metadata(boot, "manual")) and len(md) == 4 and md,
+                 "the new partitions appearing")
+    assert grown[2].replicas == (1, 3) and len(set(grown[3].replicas)) == 2
 
     cluster.brokers[0].kill()
     boot = cluster.brokers[1].bootstrap
@@ -205,6 +224,12 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
     p0_after = metadata(boot, "moves")[0]
     assert (p0_after.leader, p0_after.epoch) == (2, p0.epoch + 1)
     assert elect(boot, 1, "moves", (0,)) == [(0, ErrorCode.election_not_needed)]
+    # librdkafka's Admin API (kafka-leader-election's call) gets the same answers.
+    admin = AdminClient({"bootstrap.servers": boot})
+    answers = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("moves", 0),
+                                                           TopicPartition("moves", 2)]).result(T)
+    assert {tp.partition: (e.code() if e else None) for tp, e in answers.items()} == {
+        0: KafkaError.ELECTION_NOT_NEEDED, 2: KafkaError.ELECTION_NOT_NEEDED}
 
     # A move onto a broker that must copy the data stays in progress until that broker is in
     # sync (broker 1 is paused: it cannot catch up), and can be cancelled.
@@ -267,3 +292,37 @@ def test_auto_rebalance_moves_leadership_back_to_the_preferred_replica(
         assert (p.replicas, p.isr) == ((2, 1), (1, 2))
     finally:
         c.stop()
+
+
+def test_unclean_election_by_topic_config_or_on_request(cluster: Cluster) -> None:
+    boot = cluster.brokers[2].bootstrap
+    m = RawClient.request_module(19, 7)
+    with RawClient(boot) as c:
+        resp = c.call(19, 7, request(19, 7, topics=tuple(m.CreatableTopic(
+            name=name, num_partitions=-1, replication_factor=-1,
+            assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(1, 2)),),
+            configs=(m.CreatableTopicConfig(name="unclean.leader.election.enable", value=v),))
+            for name, v in (("strict", "false"), ("loose", "true"))),
+            timeout=timedelta(seconds=T), validate_only=False))
+    assert [t.error_code for t in resp.topics] == [ErrorCode.none] * 2
+    follower = cluster.brokers[1].proc
+    assert follower is not None
+    os.kill(follower.pid, signal.SIGSTOP)  # broker 2 falls out of both ISRs
+    try:
+        wait(lambda: all(metadata(boot, t)[0].isr == (1,) for t in ("strict", "loose")),
+             "broker 2 leaving the ISRs")
+        cluster.brokers[0].kill()  # the only in-sync replica dies
+        wait(lambda: all(metadata(boot, t)[0].leader == -1 for t in ("strict", "loose")),
+             "both partitions going offline")
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    loose = wait(lambda: (p := metadata(boot, "loose")[0]).leader == 2 and p,
+                 "the controller's unclean election on the topic that allows it")
+    assert (loose.isr, loose.offline) == ((2,), (1,))
+    strict = metadata(boot, "strict")[0]
+    assert (strict.leader, strict.isr) == (-1, (1,))
+    assert elect(boot, 0, "strict", (0,)) == [(0, ErrorCode.preferred_leader_not_available)]
+    assert elect(boot, 1, "strict", (0,)) == [(0, ErrorCode.none)]
+    strict_after = metadata(boot, "strict")[0]
+    assert (strict_after.leader, strict_after.isr) == (2, (2,))
+    assert strict_after.epoch == strict.epoch + 1

@@ -227,3 +227,23 @@ def test_controlled_shutdown_waits_only_for_leaderships_that_can_move():
     [after] = controller_changes(view, unclean_default=False)
     assert [p.leader for p in after.partitions] == [2, 1, 2]
     assert [p.isr for p in after.partitions] == [(2,), (1,), (2,)]
+
+
+@settings(max_examples=300)
+@given(partitions(), st.lists(st.sampled_from(NODES), min_size=1, max_size=4, unique=True),
+       brokers_st, st.booleans())
+def test_a_reassignment_ends_on_its_target_with_a_leader_and_isr_inside_it(p, target, brokers,
+                                                                          unclean):
+    target = tuple(target)
+    moving = start_reassignment(p, target)
+    assert set(moving.replicas) == set(p.replicas) | set(target)
+    assert moving.target == target or (not moving.reassigning and moving.replicas == target)
+    # Every target replica catches up (the leader adds them to the ISR), then it completes.
+    caught_up = PartitionAssignment(moving.replicas, moving.leader, moving.leader_epoch,
+                                    moving.isr + tuple(r for r in target if r not in moving.isr),
+                                    moving.adding, moving.removing)
+    done = settle(caught_up, brokers, unclean)
+    assert done.replicas == target and not done.reassigning
+    assert set(done.isr) <= set(target) and done.isr
+    assert done.leader == NO_LEADER or done.leader in done.isr
+    assert done.leader_epoch >= p.leader_epoch

@@ -41,6 +41,6 @@ def test_a_member_answers_per_listener_and_a_dead_leader_is_no_leader() -> None:
     assert md.controller_id() == NO_LEADER
     assert md.partition("t", 0) == PartitionInfo(1, 3, (1,), (1,))
     # Broker 3 is not registered: its partition is offline.
-    assert md.partition("t", 1) == PartitionInfo(NO_LEADER, 0, (3,), (3,))
+    assert md.partition("t", 1) == PartitionInfo(NO_LEADER, 0, (3,), (3,), offline_replicas=(3,))
     assert md.is_leader("t", 0) and not md.is_leader("t", 1)
     assert not EtcdMetadata(2, _view()).is_leader("t", 0)
