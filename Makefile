@@ -36,7 +36,9 @@ HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || \
 
 # Without uv the venv is created without pip: ensurepip costs ~5 s of CPU. $(PYTHON)'s own pip
 # installs into it (pip >= 22.3: --python), pip included; a Python without one gets ensurepip.
-PIP = $(if $(wildcard $(BIN)/pip),$(BIN)/pip,$(PYTHON) -m pip --python $(BIN)/python)
+# The venv's pip is looked for when the command runs (make's $(wildcard) may remember the
+# directory from before the venv was made).
+PIP = $$(if [ -x $(BIN)/pip ]; then echo $(BIN)/pip; else echo $(PYTHON) -m pip --python $(BIN)/python; fi)
 
 $(VENV)/.created:
 	@if $(HAVE_UV); then \
@@ -44,7 +46,7 @@ $(VENV)/.created:
 	else \
 	  echo "$(PYTHON) -m venv --without-pip $(VENV)"; $(PYTHON) -m venv --without-pip $(VENV) && \
 	  { $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || \
-	    $(BIN)/python -m ensurepip; }; \
+	    $(BIN)/python -m ensurepip --default-pip; }; \
 	fi
 	touch $@
 
