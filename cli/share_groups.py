@@ -141,6 +141,10 @@ def _check(args: argparse.Namespace) -> None:
     elif args.delete_offsets:
         if len(args.group) != 1 or not args.topic:
             err("--delete-offsets needs one --group and at least one --topic")
+        with_partitions = [t for t in args.topic if ":" in t]
+        if with_partitions:  # a topic name never holds ':'; TOPIC:P,P is the reset form
+            err(f"--delete-offsets deletes a share group's offsets of whole topics; give "
+                f"--topic {with_partitions[0].partition(':')[0]} (not {with_partitions[0]})")
     elif args.delete and not groups:
         err("--delete needs --group or --all-groups")
 
