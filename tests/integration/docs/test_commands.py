@@ -52,3 +52,27 @@ def test_plain_startup_line_names_the_protocol_once(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
     assert line == f"shoal: listening on 127.0.0.1:{port} (PLAINTEXT)\n"
+
+
+def test_a_taken_port_is_named_with_what_to_do(tmp_path: Path) -> None:
+    """A second `make run` beside the first: the broker says the port is taken and how to pick
+    another, and exits 1."""
+    port = free_port()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "one")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("shoal: listening")
+        second = subprocess.run(
+            [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+             "--data-dir", str(tmp_path / "two")],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=20)
+    assert second.returncode == 1
+    last = second.stderr.splitlines()[-1]
+    assert last.startswith("shoal: could not start: ") and "address already in use" in last
+    assert last.endswith("another process (another broker?) listens there: stop it, or give "
+                         "another port (--listen HOST:PORT, --metrics-listen, make run PORT=N)")
