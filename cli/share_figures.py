@@ -2,8 +2,8 @@
 
 The Kafka protocol has no field for them (DescribeShareGroupOffsets carries start offset and lag
 only), and a new Shoal-only RPC would be one more thing for proxies and ACLs to know. The broker
-already publishes every figure on its Prometheus endpoint (README "Age and drain metrics"), so
-the CLI reads them there:
+already publishes every figure on its Prometheus endpoint (docs/queues.md "Age and drain
+metrics"), so the CLI reads them there:
 
 - ``--metrics-url URL`` names the endpoint (``http://host:9404/metrics``);
 - otherwise the CLI asks the group coordinator for its ``metrics.listen`` config
