@@ -11,7 +11,8 @@ Marking, in the markdown, on the line before a fenced block:
 - ``<!-- test: NAME background -->``: a command the reader leaves running in another terminal
   (a broker); it runs in the background until the example ends. Without such a step the test
   starts a broker itself, where the text says ``make run``.
-- ``<!-- output: NAME -->``: what the text says the example prints on stdout; lines may come in
+- ``<!-- output: NAME -->``: what the text says the example prints on stdout (an example with
+  output shown in several places has several such blocks, in document order); lines may come in
   any order (the text says so where that matters). ``<!-- output: NAME contains -->``: lines
   the output holds, in this order, among others. ``<!-- output: NAME numbers-vary -->``: the
   lines in this order, where a number written with a decimal point (a measured time) stands
@@ -65,8 +66,10 @@ def marked() -> tuple[dict[str, list[Step]], dict[str, tuple[str, str]]]:
         for kind, name, opts, lang, text in _MARKED.findall(page.read_text(encoding="utf-8")):
             options = dict(o.partition("=")[::2] for o in opts.split())
             if kind == "output":
-                assert name not in outputs, f"output of {name!r} is marked twice"
                 mode = next((m for m in ("contains", "numbers-vary") if m in options), "exact")
+                if name in outputs:  # more of the output, shown after later steps
+                    assert outputs[name][1] == mode, f"outputs of {name!r} compared unlike"
+                    text = f"{outputs[name][0]}\n{text}"
                 outputs[name] = (text, mode)
             else:
                 steps.setdefault(name, []).append(Step(lang, text, options.get("file") or None,
