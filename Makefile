@@ -40,7 +40,13 @@ HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || \
 # directory from before the venv was made).
 PIP = $$(if [ -x $(BIN)/pip ]; then echo $(BIN)/pip; else echo $(PYTHON) -m pip --python $(BIN)/python; fi)
 
+# An older Python is refused before a venv is made with it (one made would stay, and a later
+# make run PYTHON=... would reuse it).
 $(VENV)/.created:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  v=$$($(PYTHON) --version 2>/dev/null); \
+	  echo "Shoal needs Python 3.11 or newer, and '$(PYTHON)' is $${v:-not found}:" \
+	    "name a newer one, e.g. make $(or $(MAKECMDGOALS),run) PYTHON=python3.12" >&2; exit 1; }
 	@if $(HAVE_UV); then \
 	  echo "$(UV) venv --seed $(VENV)"; $(UV) venv --quiet --seed --python $(PYTHON) $(VENV); \
 	else \

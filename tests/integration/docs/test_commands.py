@@ -76,3 +76,19 @@ def test_a_taken_port_is_named_with_what_to_do(tmp_path: Path) -> None:
     assert last.startswith("shoal: could not start: ") and "address already in use" in last
     assert last.endswith("another process (another broker?) listens there: stop it, or give "
                          "another port (--listen HOST:PORT, --metrics-listen, make run PORT=N)")
+
+
+def test_make_refuses_an_old_python_before_making_a_venv(tmp_path: Path) -> None:
+    """README quick start: Python 3.11 or newer. An older one is named with the way out, and
+    no .venv is left behind (a later make run PYTHON=... would reuse it)."""
+    old = tmp_path / "python3.10"
+    old.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Python 3.10.13'\nexit 1\n")
+    old.chmod(0o755)
+    for name in ("Makefile", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    done = subprocess.run(["make", "run", f"PYTHON={old}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert (f"Shoal needs Python 3.11 or newer, and '{old}' is Python 3.10.13: name a newer "
+            "one, e.g. make run PYTHON=python3.12") in done.stderr
+    assert not (tmp_path / ".venv").exists()
