@@ -36,15 +36,23 @@ HAVE_UV = [ -n "$(UV)" ] && { [ -x "$(UV)" ] || \
 
 # Without uv the venv is created without pip: ensurepip costs ~5 s of CPU. $(PYTHON)'s own pip
 # installs into it (pip >= 22.3: --python), pip included; a Python without one gets ensurepip.
-PIP = $(if $(wildcard $(BIN)/pip),$(BIN)/pip,$(PYTHON) -m pip --python $(BIN)/python)
+# The venv's pip is looked for when the command runs (make's $(wildcard) may remember the
+# directory from before the venv was made).
+PIP = $$(if [ -x $(BIN)/pip ]; then echo $(BIN)/pip; else echo $(PYTHON) -m pip --python $(BIN)/python; fi)
 
+# An older Python is refused before a venv is made with it (one made would stay, and a later
+# make run PYTHON=... would reuse it).
 $(VENV)/.created:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  v=$$($(PYTHON) --version 2>/dev/null); \
+	  echo "Shoal needs Python 3.11 or newer, and '$(PYTHON)' is $${v:-not found}:" \
+	    "name a newer one, e.g. make $(or $(MAKECMDGOALS),run) PYTHON=python3.12" >&2; exit 1; }
 	@if $(HAVE_UV); then \
 	  echo "$(UV) venv --seed $(VENV)"; $(UV) venv --quiet --seed --python $(PYTHON) $(VENV); \
 	else \
 	  echo "$(PYTHON) -m venv --without-pip $(VENV)"; $(PYTHON) -m venv --without-pip $(VENV) && \
 	  { $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || \
-	    $(BIN)/python -m ensurepip; }; \
+	    $(BIN)/python -m ensurepip --default-pip; }; \
 	fi
 	touch $@
 

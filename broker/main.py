@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import signal
@@ -208,7 +209,11 @@ def run_broker_command(args: argparse.Namespace) -> int:
         print(f"shoal: configuration error: {exc}", file=sys.stderr)
         return 2
     except (OSError, ScramError, ClusterStoreError, ValueError) as exc:
-        print(f"shoal: could not start: {exc}", file=sys.stderr)
+        hint = ""
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            hint = ("; another process (another broker?) listens there: stop it, or give "
+                    "another port (--listen HOST:PORT, --metrics-listen, make run PORT=N)")
+        print(f"shoal: could not start: {exc}{hint}", file=sys.stderr)
         return 1
     return code
 

@@ -2,8 +2,8 @@
 
 The Kafka protocol has no field for them (DescribeShareGroupOffsets carries start offset and lag
 only), and a new Shoal-only RPC would be one more thing for proxies and ACLs to know. The broker
-already publishes every figure on its Prometheus endpoint (README "Age and drain metrics"), so
-the CLI reads them there:
+already publishes every figure on its Prometheus endpoint (docs/queues.md "Age and drain
+metrics"), so the CLI reads them there:
 
 - ``--metrics-url URL`` names the endpoint (``http://host:9404/metrics``);
 - otherwise the CLI asks the group coordinator for its ``metrics.listen`` config
@@ -40,7 +40,8 @@ AGE = "shoal_share_partition_oldest_unacked_append_age_seconds"
 IN_FLIGHT = "shoal_share_partition_acquired_records"
 ETA = "shoal_share_partition_drain_eta_seconds"
 RATE = "shoal_share_partition_drain_rate"
-_WANTED = (AGE, IN_FLIGHT, ETA, RATE)
+SINCE_PROGRESS = "shoal_share_partition_seconds_since_progress"
+_WANTED = (AGE, IN_FLIGHT, ETA, RATE, SINCE_PROGRESS)
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:\\.|[^"\\])*)"')
@@ -55,6 +56,9 @@ class PartitionFigures:
     oldest_unacked_s: float | None = None
     drain_eta_s: float | None = None  # math.inf: records wait and none completes
     drain_rate: float | None = None
+    #: Seconds without a completed record while records wait (math.inf: none since the
+    #: share-partition was loaded on its broker; 0.0 without lag).
+    since_progress_s: float | None = None
 
 
 Figures = dict[tuple[str, str, int], PartitionFigures]
@@ -88,7 +92,8 @@ def parse(text: str, group_ids: set[str]) -> Figures:
         in_flight = v.get(IN_FLIGHT)
         out[key] = PartitionFigures(
             in_flight=None if in_flight is None else int(in_flight),
-            oldest_unacked_s=v.get(AGE), drain_eta_s=v.get(ETA), drain_rate=v.get(RATE))
+            oldest_unacked_s=v.get(AGE), drain_eta_s=v.get(ETA), drain_rate=v.get(RATE),
+            since_progress_s=v.get(SINCE_PROGRESS))
     return out
 
 

@@ -13,8 +13,8 @@
     shoal share-groups --bootstrap-server B --delete (--group G ... | --all-groups)
 
 Columns are Kafka's: ``GROUP TOPIC PARTITION START-OFFSET LAG`` (``LEADER-EPOCH`` with
---verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S`` when the broker's metrics
-endpoint is known, cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
+--verbose; plus Shoal's ``IN-FLIGHT OLDEST-UNACKED-S DRAIN-ETA-S SINCE-PROGRESS-S`` when the
+broker's metrics endpoint is known, cli/share_figures.py), ``GROUP CONSUMER-ID HOST CLIENT-ID
 #PARTITIONS ASSIGNMENT`` (``MEMBER-EPOCH``),
 ``GROUP COORDINATOR (ID) STATE #MEMBERS`` (``GROUP-EPOCH ASSIGNMENT-EPOCH``), ``GROUP TOPIC
 PARTITION NEW-OFFSET`` and ``TOPIC STATUS``. An unknown start offset or lag prints ``-``.
@@ -141,6 +141,10 @@ def _check(args: argparse.Namespace) -> None:
     elif args.delete_offsets:
         if len(args.group) != 1 or not args.topic:
             err("--delete-offsets needs one --group and at least one --topic")
+        with_partitions = [t for t in args.topic if ":" in t]
+        if with_partitions:  # a topic name never holds ':'; TOPIC:P,P is the reset form
+            err(f"--delete-offsets deletes a share group's offsets of whole topics; give "
+                f"--topic {with_partitions[0].partition(':')[0]} (not {with_partitions[0]})")
     elif args.delete and not groups:
         err("--delete needs --group or --all-groups")
 
@@ -310,7 +314,7 @@ def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
         ["START-OFFSET", "LAG"]
     figures = _figures(cluster, groups, args)
     if figures is not None:
-        header += ["IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S"]
+        header += ["IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S", "SINCE-PROGRESS-S"]
     rows: list[list[Any]] = []
     empty: list[str] = []
     failed = 0
@@ -332,7 +336,8 @@ def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
             if figures is not None:
                 f = figures.get((gid, topic, int(p.partition_index)), sf.PartitionFigures())
                 seconds = sf.json_seconds if args.output == "json" else sf.fmt_seconds
-                row += [f.in_flight, seconds(f.oldest_unacked_s), seconds(f.drain_eta_s)]
+                row += [f.in_flight, seconds(f.oldest_unacked_s), seconds(f.drain_eta_s),
+                        seconds(f.since_progress_s)]
             rows.append(row)
     if args.output == "json" or rows:
         emit(args.output, header, rows)

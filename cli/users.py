@@ -189,7 +189,9 @@ def describe(conn: Connection, names: Sequence[str], output: str) -> int:
     errors: list[str] = []
     for r in sorted(resp.results, key=lambda r: r.user):
         if r.error_code != ErrorCode.none:
-            errors.append(f"user {r.user!r}: {_hinted(r.error_code, r.error_message)}")
+            # A refused describe of every user comes back as one result for user "".
+            who = f"user {r.user!r}" if r.user else "cannot describe SCRAM credentials"
+            errors.append(f"{who}: {_hinted(r.error_code, r.error_message)}")
             continue
         for info in sorted(r.credential_infos, key=lambda i: int(i.mechanism)):
             rows.append([r.user, MECHANISM_NAMES.get(int(info.mechanism),

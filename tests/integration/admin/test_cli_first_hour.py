@@ -53,6 +53,15 @@ def test_delete_offsets_of_a_missing_partition_is_not_successful(broker: BrokerP
     assert [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions] == [
         (7, ErrorCode.unknown_topic_or_partition)]
 
+def test_users_describe_without_rights_says_what_failed(broker: BrokerProcess) -> None:
+    """A plain broker lets only super users list SCRAM users: one line saying what failed and
+    what to do, not a result for a user named ''."""
+    err = Cli(broker.bootstrap).fails("users", "--describe")
+    assert err.startswith("shoal users: cannot describe SCRAM credentials: "
+                          "CLUSTER_AUTHORIZATION_FAILED"), err
+    assert "super user" in err and "user ''" not in err and err.count("\n") == 1
+
+
 def test_the_metrics_port_is_named_as_not_kafka_at_once(tmp_path: Path) -> None:
     metrics = free_port()
     b = BrokerProcess(tmp_path / "data", overrides={"metrics.listen": f"127.0.0.1:{metrics}"})

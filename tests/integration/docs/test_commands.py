@@ -52,3 +52,43 @@ def test_plain_startup_line_names_the_protocol_once(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
     assert line == f"shoal: listening on 127.0.0.1:{port} (PLAINTEXT)\n"
+
+
+def test_a_taken_port_is_named_with_what_to_do(tmp_path: Path) -> None:
+    """A second `make run` beside the first: the broker says the port is taken and how to pick
+    another, and exits 1."""
+    port = free_port()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "one")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("shoal: listening")
+        second = subprocess.run(
+            [sys.executable, "-m", "broker.main", "broker", "--listen", f"127.0.0.1:{port}",
+             "--data-dir", str(tmp_path / "two")],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=20)
+    assert second.returncode == 1
+    last = second.stderr.splitlines()[-1]
+    assert last.startswith("shoal: could not start: ") and "address already in use" in last
+    assert last.endswith("another process (another broker?) listens there: stop it, or give "
+                         "another port (--listen HOST:PORT, --metrics-listen, make run PORT=N)")
+
+
+def test_make_refuses_an_old_python_before_making_a_venv(tmp_path: Path) -> None:
+    """README quick start: Python 3.11 or newer. An older one is named with the way out, and
+    no .venv is left behind (a later make run PYTHON=... would reuse it)."""
+    old = tmp_path / "python3.10"
+    old.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Python 3.10.13'\nexit 1\n")
+    old.chmod(0o755)
+    for name in ("Makefile", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    done = subprocess.run(["make", "run", f"PYTHON={old}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert (f"Shoal needs Python 3.11 or newer, and '{old}' is Python 3.10.13: name a newer "
+            "one, e.g. make run PYTHON=python3.12") in done.stderr
+    assert not (tmp_path / ".venv").exists()

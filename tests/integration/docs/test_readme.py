@@ -11,9 +11,12 @@ Marking, in the markdown, on the line before a fenced block:
 - ``<!-- test: NAME background -->``: a command the reader leaves running in another terminal
   (a broker); it runs in the background until the example ends. Without such a step the test
   starts a broker itself, where the text says ``make run``.
-- ``<!-- output: NAME -->``: what the text says the example prints on stdout; lines may come in
+- ``<!-- output: NAME -->``: what the text says the example prints on stdout (an example with
+  output shown in several places has several such blocks, in document order); lines may come in
   any order (the text says so where that matters). ``<!-- output: NAME contains -->``: lines
-  the output holds, in this order, among others.
+  the output holds, in this order, among others. ``<!-- output: NAME numbers-vary -->``: the
+  lines in this order, where a number written with a decimal point (a measured time) stands
+  for any number or ``inf``, and columns may be aligned differently.
 
 Each example runs in a fresh directory holding only a ``.venv`` link to this checkout's venv,
 the environment the quick start tells the reader to create. Ports 9092, 9093 and 9404 in the
@@ -54,16 +57,20 @@ class Step:
     counted: bool = True  # its stdout is the example's (not a step of an `after` example)
 
 
-def marked() -> tuple[dict[str, list[Step]], dict[str, tuple[str, bool]]]:
-    """Every example's steps, and every expected output (text, whether only contained)."""
+def marked() -> tuple[dict[str, list[Step]], dict[str, tuple[str, str]]]:
+    """Every example's steps, and every expected output (text, how it is compared: "exact",
+    "contains" or "numbers-vary")."""
     steps: dict[str, list[Step]] = {}
-    outputs: dict[str, tuple[str, bool]] = {}
+    outputs: dict[str, tuple[str, str]] = {}
     for page in PAGES:
         for kind, name, opts, lang, text in _MARKED.findall(page.read_text(encoding="utf-8")):
             options = dict(o.partition("=")[::2] for o in opts.split())
             if kind == "output":
-                assert name not in outputs, f"output of {name!r} is marked twice"
-                outputs[name] = (text, "contains" in options)
+                mode = next((m for m in ("contains", "numbers-vary") if m in options), "exact")
+                if name in outputs:  # more of the output, shown after later steps
+                    assert outputs[name][1] == mode, f"outputs of {name!r} compared unlike"
+                    text = f"{outputs[name][0]}\n{text}"
+                outputs[name] = (text, mode)
             else:
                 steps.setdefault(name, []).append(Step(lang, text, options.get("file") or None,
                                                        "background" in options,
@@ -194,10 +201,33 @@ def test_make_client_installs_what_the_quick_start_uses() -> None:
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_example_prints_what_the_text_says(name: str, tmp_path: Path) -> None:
     stdout, stderr = run_example(name, tmp_path)
-    expected, contained = OUTPUTS[name]
+    expected, mode = OUTPUTS[name]
     lines = stdout.splitlines()
-    if contained:
+    if mode == "contains":
         at = [lines.index(x) if x in lines else -1 for x in expected.splitlines()]
         assert -1 not in at and at == sorted(at), (expected, stdout, stderr[-3000:])
+    elif mode == "numbers-vary":
+        assert len(lines) == len(expected.splitlines()) and all(
+            _same_but_measures(want, got) for want, got in zip(expected.splitlines(), lines)), (
+                expected, stdout, stderr[-3000:])
     else:
         assert sorted(lines) == sorted(expected.splitlines()), (stdout, stderr[-3000:])
+
+
+_MEASURE = re.compile(r"-?\d+\.\d+")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?|inf")
+
+
+def _same_but_measures(want: str, got: str) -> bool:
+    """``got`` is ``want`` up to column alignment, with any number (or inf) where ``want`` has
+    a number with a decimal point."""
+    a, b = want.split(), got.split()
+    return len(a) == len(b) and all(
+        x == y or (_MEASURE.fullmatch(x) is not None and _NUMBER.fullmatch(y) is not None)
+        for x, y in zip(a, b))
+
+
+def test_measured_numbers_may_vary_and_nothing_else() -> None:
+    assert _same_but_measures("crew  tasks 0  1   3.2  0.3", "crew tasks 0 1 12.9 inf")
+    assert not _same_but_measures("crew  tasks 0  1   3.2  0.3", "crew tasks 0 2 3.2 0.3")
+    assert not _same_but_measures("crew tasks 0 1 3.2", "crew tasks 0 1 slow")

@@ -278,14 +278,19 @@ def test_cli_describe_shows_in_flight_age_and_eta(mb, unique) -> None:
         # The coordinator serves metrics: the CLI finds them through its metrics.listen.
         header, row = cli.ok(*describe).splitlines()
         assert header.split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG",
-                                  "IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S"]
+                                  "IN-FLIGHT", "OLDEST-UNACKED-S", "DRAIN-ETA-S",
+                                  "SINCE-PROGRESS-S"]
         cells = row.split()
         assert cells[:6] == [unique, unique, "0", "8", "2", "2"]
         assert float(cells[6]) >= 0.3
         assert 0 < float(cells[7]) < math.inf
+        # Eight records completed: a finite time since (the page may be the one rendered for
+        # the scrape above, cached for up to metrics.render.cache.ms, so no lower bound).
+        assert 0 <= float(cells[8]) < math.inf
         (doc,) = json.loads(cli.ok(*describe, "--output", "json"))
         assert doc["in_flight"] == 2 and doc["lag"] == 2 and doc["start_offset"] == 8
         assert doc["oldest_unacked_s"] >= 0.3 and doc["drain_eta_s"] > 0
+        assert doc["since_progress_s"] is not None and doc["since_progress_s"] >= 0
         url = f"http://127.0.0.1:{mb.metrics_port}/metrics"
         (same,) = json.loads(cli.ok(*describe, "--output", "json", "--metrics-url", url))
         assert same["in_flight"] == 2

@@ -50,3 +50,15 @@ def test_every_flag_of_every_command_has_help() -> None:
     missing = [(name, a.option_strings[0]) for name, p in commands.items()
                for a in p._actions if a.option_strings and not a.help]
     assert missing == []
+
+
+def test_share_group_offsets_are_deleted_per_topic_and_a_partition_list_says_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """kafka-share-groups.sh deletes whole topics' offsets; `orders:0,9` is a usage error that
+    names the form to use, before anything is sent (no broker listens on port 1)."""
+    with pytest.raises(SystemExit) as info:
+        main(["share-groups", "--bootstrap-server", "127.0.0.1:1", "--delete-offsets",
+              "--group", "workers", "--topic", "orders:0,9"])
+    assert info.value.code == 2
+    assert ("--delete-offsets deletes a share group's offsets of whole topics; give "
+            "--topic orders (not orders:0,9)") in capsys.readouterr().err

@@ -159,11 +159,12 @@ def test_cli_reads_the_figures_of_the_asked_groups_from_the_exposition() -> None
         'partition="0"} 3.25\n'
         'shoal_share_partition_acquired_records{group="g",topic="t",partition="0"} 4\n'
         'shoal_share_partition_lag{group="g",topic="t",partition="0"} 9\n'
+        'shoal_share_partition_seconds_since_progress{group="g",topic="t",partition="0"} 75\n'
         'shoal_share_partition_acquired_records{group="we\\"ird",topic="t",partition="0"} 2\n'
     )
     got = sf.parse(text, {"g", 'we"ird'})
     assert got[("g", "t", 0)] == sf.PartitionFigures(in_flight=4, oldest_unacked_s=3.25,
-                                                     drain_eta_s=math.inf)
+                                                     drain_eta_s=math.inf, since_progress_s=75)
     assert got[("g", "t", 1)].drain_eta_s == 12.5 and got[("g", "t", 1)].in_flight is None
     assert got[('we"ird', "t", 0)].in_flight == 2
     assert ("other", "t", 0) not in got
