@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import clients
+from bench import clients, report
 from bench.cluster_procs import Etcd, Member, metadata, until
 from bench.procs import CTX, start_process
 from bench.scenarios import Settings, System, _collect, _share_figures, run_share_consumers
@@ -285,3 +285,39 @@ def brief(fig: dict[str, Any]) -> str:
             f"{t.get('consume_ratio')} ({t.get('consume_verdict')}), failover "
             f"{fig.get('failover', {}).get('seconds')} s, catch-up "
             f"{fig.get('catch_up', {}).get('mib_per_s')} MiB/s")
+
+
+def _get(*path: str) -> Callable[[dict[str, Any]], Any]:
+    def get(d: dict[str, Any]) -> Any:
+        for k in ("replication", *path):
+            if not isinstance(d, dict) or k not in d:
+                return None
+            d = d[k]
+        return d
+    return get
+
+
+TITLE = (f"(replication) 3 brokers + etcd, {PARTITIONS} partitions, 1 KiB records: RF 3 vs RF 1, "
+         "failover and catch-up")
+REPORT_ROWS = [
+    report.Row("replication", TITLE, "produce acks=all, RF 3", "rec/s",
+               _get("throughput", "rf3", "produce_rate")),
+    report.Row("replication", TITLE, "produce acks=all, RF 1", "rec/s",
+               _get("throughput", "rf1", "produce_rate")),
+    report.Row("replication", TITLE, "produce, RF 3 / RF 1", "ratio",
+               _get("throughput", "produce_ratio"), (">=", TARGET_PRODUCE), digits=3),
+    report.Row("replication", TITLE, "produce p99 latency, RF 3", "ms",
+               _get("throughput", "rf3", "produce_p99_ms"), digits=1),
+    report.Row("replication", TITLE, "produce p99 latency, RF 1", "ms",
+               _get("throughput", "rf1", "produce_p99_ms"), digits=1),
+    report.Row("replication", TITLE, "share-consume, RF 3", "rec/s",
+               _get("throughput", "rf3", "consume_rate")),
+    report.Row("replication", TITLE, "share-consume, RF 3 / RF 1", "ratio",
+               _get("throughput", "consume_ratio"), (">=", TARGET_CONSUME), digits=3),
+    report.Row("replication", TITLE, "kill -9 of a leader to a record served by the new one",
+               "s", _get("failover", "seconds"), ("<=", TARGET_FAILOVER_S), digits=2),
+    report.Row("replication", TITLE, "stopped follower back in the ISR", "s",
+               _get("catch_up", "seconds"), digits=2),
+    report.Row("replication", TITLE, "catch-up copy rate", "MiB/s",
+               _get("catch_up", "mib_per_s"), digits=1),
+]

@@ -93,6 +93,7 @@ from bench.profiling import Profiler, choose
 from bench.scenarios import SHARE_VARIANTS, Settings, System
 
 report.ROWS += (authz_overhead.REPORT_ROWS + cluster.REPORT_ROWS + consumer_groups.REPORT_ROWS
+                + replication.REPORT_ROWS
                 + key_ordering.REPORT_ROWS + share_read_committed.REPORT_ROWS
                 + transactions.REPORT_ROWS)
 
