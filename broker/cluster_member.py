@@ -45,6 +45,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import format_value
 from broker.group_configs import GroupConfigs
+from broker.log.manager import partition_dir
 from broker.log.topics import Topic, TopicError
 from cluster.controller import ControllerSettings, run_controller
 from cluster.election import assignment_problem
@@ -93,6 +94,7 @@ class ClusterMember:
         # coordinators open; ``request_internal_topic`` creates one on first use.
         self.internal_specs: dict[str, tuple[int, dict[str, Any]]] = {}
         self._creating: set[str] = set()
+        self._swept: set[uuid.UUID] = set()  # topics whose unplaced directories were looked for
         self._group_configs: GroupConfigs | None = None
         # Producer ids: [next, limit) of the block reserved in etcd, and one reserved ahead.
         self._pid_next = self._pid_limit = 0
@@ -278,12 +280,14 @@ class ClusterMember:
         if local is None:
             topic = Topic(record.name, topic_id, len(record.partitions), configs)
             b.logs.open_topic(topic, only=mine)
+            self._drop_moved_replicas(topic, len(record.partitions), mine)
             b.topics.add(topic)
             log.info("topic %s (id %s): %d partition(s), %d on this broker", record.name,
                      topic_id, topic.partitions, len(mine))
             b.topic_changed(record.name)
             return
         b.logs.open_topic(local, only=mine)  # at start: what was here before
+        self._drop_moved_replicas(local, len(record.partitions), mine)
         if len(record.partitions) > local.partitions:
             old = local.partitions
             grown = Topic(local.name, local.topic_id, len(record.partitions), local.configs)
@@ -294,6 +298,25 @@ class ClusterMember:
             b.topics.set_configs(local.name, configs)
             b.logs.reconfigure(local)
             b.cleaner_wake()
+
+    def _drop_moved_replicas(self, topic: Topic, partitions: int, mine: set[int]) -> None:
+        """Delete the replicas this broker holds of partitions no longer placed here (a
+        completed reassignment or decommission), open or left on disk from before a restart.
+        The replica manager stops fetching them on the same change."""
+        b = self.broker
+        # The directories are looked for once per topic (leftovers of a move finished while
+        # this broker was down); after that only open logs can be moved replicas.
+        on_disk = topic.topic_id not in self._swept
+        self._swept.add(topic.topic_id)
+        for p in range(partitions):
+            if p in mine:
+                continue
+            if b.logs.get(topic.name, p) is None and not (
+                    on_disk and partition_dir(b.data_dir, topic.name, p).exists()):
+                continue
+            log.info("%s-%d is no longer placed on this broker: deleting its replica here",
+                     topic.name, p)
+            b.logs.drop_replica(topic, p)
 
     async def _follow_leadership(self) -> None:
         """Load the coordinator partitions this broker leads, unload the others; again after

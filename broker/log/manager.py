@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +151,17 @@ class LogManager:
         is removed here as before; one that cannot be removed is logged (it holds nothing anyone
         can read). Moved directories a stop left behind go at the next start
         (``remove_leftovers``)."""
+        self._drop(topic, range(topic.partitions))
+
+    def drop_replica(self, topic: Topic, partition: int) -> None:
+        """Close and delete this broker's replica of one partition (moved to other brokers by a
+        reassignment: Kafka's StopReplica with deletion), as ``drop_topic`` deletes, also when
+        only its directory is left from before a restart."""
+        self._drop(topic, (partition,))
+
+    def _drop(self, topic: Topic, partitions: Iterable[int]) -> None:
         later: list[tuple[PartitionLog | None, Path]] = []
-        for p in range(topic.partitions):
+        for p in partitions:
             lg = self._logs.pop((topic.name, p), None)
             self._flush_locks.pop((topic.name, p), None)
             path = partition_dir(self._dir, topic.name, p)

@@ -270,6 +270,10 @@ def test_elect_leaders_reassignments_and_decommission(cluster: Cluster) -> None:
     after = metadata(boot, "moves")
     assert all(3 not in p.replicas and 3 not in p.isr for p in after.values()), after
     assert sorted(after[1].replicas) == [1, 2] and sorted(after[2].replicas) == [1, 2]
+    # Broker 3 deletes the replicas it no longer holds.
+    gone = cluster.brokers[2].data_dir
+    wait(lambda: not any((gone / f"moves-{p}").exists() for p in range(3)),
+         "broker 3 deleting its moved replicas")
     status = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "decommission",
                              "--bootstrap-server", boot, "--status", "--output", "json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
