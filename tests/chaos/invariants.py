@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from protocol import codec
 from tests.chaos.load import CONSUMER_GROUP, EOS_GROUP, IN, OUT, SHARE_GROUP, Journal
+from tests.integration.cluster.probe import metadata
 from tests.integration.rawclient import RawClient
 
 DELIVERY_LIMIT = 10  # the share group's share.delivery.count.limit (set by the test)
@@ -68,30 +69,56 @@ def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def share_offsets(bootstrap: str, group: str, topic: str,
-                  partitions: int) -> dict[int, tuple[int, int]] | None:
+                  partitions: int) -> dict[int, tuple[int, int]] | str:
     """Per partition, (start offset, lag) of the share group as its coordinator describes it
     (DescribeShareGroupOffsets v1; the lag counts records still to be delivered or
-    acknowledged). None while the coordinator cannot say."""
+    acknowledged); while the coordinator cannot say, why (a sentence)."""
     fc, desc = codec.request_module(10, 4), codec.request_module(90, 1)
     try:
-        with RawClient(bootstrap) as c:
+        with RawClient(bootstrap.split(",")[0]) as c:
             (coord,) = c.call(10, 4, fc.FindCoordinatorRequest(
                 key_type=0, coordinator_keys=(group,))).coordinators
         if coord.error_code != 0:
-            return None
+            return f"FindCoordinator: error {coord.error_code}"
         with RawClient(f"{coord.host}:{coord.port}") as c:
             resp = c.call(90, 1, desc.DescribeShareGroupOffsetsRequest(groups=(
                 desc.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
                     desc.DescribeShareGroupOffsetsRequestTopic(
                         topic_name=topic, partitions=tuple(range(partitions))),)),)))
-    except (OSError, EOFError, ConnectionError):
-        return None
+    except (OSError, EOFError, ConnectionError) as e:
+        return f"coordinator unreachable: {e!r}"
     (g,) = resp.groups
     if g.error_code != 0:
-        return None
+        return f"DescribeShareGroupOffsets: group error {g.error_code}"
     got = {p.partition_index: (int(p.start_offset), int(p.lag))
            for t in g.topics for p in t.partitions if p.error_code == 0}
-    return got if len(got) == partitions else None
+    if len(got) < partitions:
+        return f"DescribeShareGroupOffsets: partition errors {g.topics}"
+    return got
+
+
+def stable_ends(brokers: dict[int, str], topic: str, partitions: int) -> dict[int, object]:
+    """Each partition's last stable offset (ListOffsets latest, read_committed) as its leader
+    answers it (``brokers``: node id -> address); why not, in words, when it cannot. For a
+    diagnosis: a read_committed reader stops there."""
+    m = codec.request_module(2, 7)
+    seen = metadata(next(iter(brokers.values())), [topic])
+    out: dict[int, object] = {}
+    for p in range(partitions):
+        leader = -1 if seen is None else seen.leaders.get((topic, p), -1)
+        if leader not in brokers:
+            out[p] = f"no leader ({leader})"
+            continue
+        try:
+            with RawClient(brokers[leader]) as c:
+                resp = c.call(2, 7, m.ListOffsetsRequest(replica_id=-1, isolation_level=1, topics=(
+                    m.ListOffsetsTopic(name=topic, partitions=(
+                        m.ListOffsetsPartition(partition_index=p, timestamp=-1),)),)))
+            (r,) = resp.topics[0].partitions
+            out[p] = int(r.offset) if r.error_code == 0 else f"error {r.error_code}"
+        except (OSError, EOFError, ConnectionError) as e:
+            out[p] = repr(e)
+    return out
 
 
 def violations(j: Journal, bootstrap: str, in_partitions: int,
@@ -117,7 +144,7 @@ def violations(j: Journal, bootstrap: str, in_partitions: int,
         bad.append(f"{len(never)} records were never delivered to the share group and "
                    f"ACCEPTed, e.g. {some(never)}")
     share = share_offsets(bootstrap, SHARE_GROUP, IN, in_partitions)
-    if share is None or any(lag != 0 for _, lag in share.values()):
+    if isinstance(share, str) or any(lag != 0 for _, lag in share.values()):
         bad.append(f"{SHARE_GROUP} still has records to deliver: (start offset, lag) per "
                    f"partition {share}")
     archived = {v: c for v, c in j.share_deliveries.items() if max(c) >= DELIVERY_LIMIT}

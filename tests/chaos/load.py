@@ -24,6 +24,8 @@ what the logs hold at the end:
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import threading
 import time
@@ -52,8 +54,27 @@ class Journal:
     group_seen: set[str] = field(default_factory=set)
     group_commits: dict[int, int] = field(default_factory=dict)
     eos_transactions: int = 0
+    eos_slowest: tuple[float, str] = (0.0, "")  # the slowest step of a transaction, seconds
     client_errors: Counter[str] = field(default_factory=Counter)
     crashes: list[str] = field(default_factory=list)
+
+
+def client_debug(name: str) -> dict[str, Any]:
+    """librdkafka debug logging for a client, when CHAOS_DEBUG names librdkafka debug contexts
+    (e.g. "cgrp,fetch,topic"): lines go to the file in CHAOS_DEBUG_DIR (else the cwd) named
+    after the worker. Empty (no debug) otherwise."""
+    contexts = os.environ.get("CHAOS_DEBUG")
+    if not contexts:
+        return {}
+    logger = logging.getLogger(f"chaos.{name}")
+    if not logger.handlers:
+        path = os.path.join(os.environ.get("CHAOS_DEBUG_DIR", "."), f"{name}.rdkafka.log")
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return {"debug": contexts, "logger": logger}
 
 
 class Worker(threading.Thread):
@@ -200,7 +221,8 @@ class GroupWorker(Worker):
 
     def setup(self) -> None:
         self.c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": CONSUMER_GROUP,
-                           "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                           **client_debug(self.name_)})
         self.c.subscribe([IN])
 
     def step(self) -> None:
@@ -249,7 +271,8 @@ class EosWorker(Worker):
         if self.c is None:
             self.c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": EOS_GROUP,
                                "isolation.level": "read_committed",
-                               "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                               "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                               **client_debug(self.name_)})
             self.c.subscribe([IN])
         return self.c, self.p
 
@@ -267,17 +290,25 @@ class EosWorker(Worker):
         msgs = [m for m in c.consume(200, 0.5) if m.error() is None]
         if not msgs:
             return
+        step, started = "begin", time.monotonic()
         try:
             p.begin_transaction()
             for m in msgs:
                 p.produce(OUT, m.value(), partition=m.partition() % self.out_partitions)
+            step = "send_offsets_to_transaction"
             p.send_offsets_to_transaction(c.position(c.assignment()),
                                           c.consumer_group_metadata(), 30)
+            step = "commit_transaction"
             p.commit_transaction(30)
         except KafkaException as e:
-            self.error(f"transaction: {e.args[0].name()}")
+            self.error(f"{step}: {e.args[0].name()}")
             self._discard()
             return
+        finally:
+            took = time.monotonic() - started
+            with self.journal.lock:
+                if took > self.journal.eos_slowest[0]:
+                    self.journal.eos_slowest = (round(took, 2), f"{step}, {len(msgs)} records")
         with self.journal.lock:
             self.journal.eos_transactions += 1
 

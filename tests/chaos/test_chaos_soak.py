@@ -36,6 +36,7 @@ from tests.chaos.invariants import (
     longest_gaps,
     read_log,
     share_offsets,
+    stable_ends,
     violations,
 )
 from tests.chaos.load import (
@@ -57,6 +58,7 @@ from tests.integration.share_helpers import set_group_configs
 
 IN_PARTITIONS, OUT_PARTITIONS = 6, 3
 KILLS = int(os.environ.get("CHAOS_KILLS") or 30)
+DRAIN = float(os.environ.get("CHAOS_DRAIN_S") or 240)  # liveness deadline after the chaos
 RATE = 40  # records/s produced: enough to see every outage, light on a shared 2-core machine
 
 REPLICATION = [
@@ -87,15 +89,20 @@ def _registered(cluster: Cluster, node_id: int) -> bool:
     return False
 
 
+def _addresses(cluster: Cluster) -> dict[int, str]:
+    return {i: b.bootstrap for i, b in enumerate(cluster.brokers, start=1) if b.alive()}
+
+
 def _controller(cluster: Cluster) -> int:
     seen = wait_for(lambda: metadata(cluster.bootstrap.split(",")[0], []), 30,
                     "no broker answered Metadata")
     return seen.controller
 
 
-def _chaos(cluster: Cluster, rng: random.Random, kills: int) -> list[dict[str, object]]:
-    """``kills`` rounds of kill -9, pause, restart, wait for registration, pause."""
-    done: list[dict[str, object]] = []
+def _chaos(cluster: Cluster, rng: random.Random, kills: int,
+           done: list[dict[str, object]]) -> None:
+    """``kills`` rounds of kill -9, pause, restart, wait for registration, pause; each round
+    is added to ``done`` as it ends."""
     for n in range(kills):
         controller = _controller(cluster)
         victim = controller if n % 6 == 2 else rng.randint(1, len(cluster.brokers))
@@ -110,7 +117,6 @@ def _chaos(cluster: Cluster, rng: random.Random, kills: int) -> list[dict[str, o
         print(f"chaos round {n}: killed broker {victim}"
               f"{' (controller)' if victim == controller else ''}, down {down:.1f} s")
         time.sleep(rng.uniform(0.5, 3.0))
-    return done
 
 
 def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[float]) -> bool:
@@ -121,7 +127,7 @@ def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[floa
         return False
     last_check[0] = time.monotonic()
     share = share_offsets(bootstrap, SHARE_GROUP, IN, IN_PARTITIONS)
-    return (share is not None and all(lag == 0 for _, lag in share.values())
+    return (not isinstance(share, str) and all(lag == 0 for _, lag in share.values())
             and committed(bootstrap, EOS_GROUP, IN, IN_PARTITIONS) == ends(bootstrap, IN,
                                                                             IN_PARTITIONS))
 
@@ -155,47 +161,60 @@ def test_chaos_soak_keeps_every_promise(chaos_cluster: Cluster, seed: int, repor
     workers = [producer, *readers]
     for w in workers:
         w.start()
+    run: dict[str, object] = {"seed": seed, "replication_factor": rf, "rounds": []}
     began = time.monotonic()
+    chaos_from = chaos_to = began
     try:
         wait_for(lambda: len(j.acked) >= 200 and j.share_confirmed and j.group_seen
                  and j.eos_transactions, 120, "the load did not get going before the chaos "
                  f"(acked {len(j.acked)}, share confirmed {len(j.share_confirmed)}, group "
                  f"saw {len(j.group_seen)}, transactions {j.eos_transactions})")
         chaos_from = time.monotonic()
-        rounds = _chaos(cluster, rng, KILLS)
+        _chaos(cluster, rng, KILLS, run["rounds"])  # type: ignore[arg-type]
         chaos_to = time.monotonic()
         producer.stop(150)
         target = set(read_log(cluster.bootstrap, IN, IN_PARTITIONS).values())
         last_check = [0.0]
-        wait_for(lambda: _drained(j, cluster.bootstrap, target, last_check), 240,
+        wait_for(lambda: _drained(j, cluster.bootstrap, target, last_check), DRAIN,
                  f"the readers did not finish {len(target)} records after the chaos (share "
                  f"ACCEPTed {len(target & j.share_accept_sent)}, not yet: "
                  f"{_unaccepted(j, target)}, share offsets (start, lag) "
                  f"{share_offsets(cluster.bootstrap, SHARE_GROUP, IN, IN_PARTITIONS)}, group "
                  f"saw {len(target & j.group_seen)}, EOS committed "
-                 f"{committed(cluster.bootstrap, EOS_GROUP, IN, IN_PARTITIONS)})", interval=1)
+                 f"{committed(cluster.bootstrap, EOS_GROUP, IN, IN_PARTITIONS)}; {IN} ends "
+                 f"{ends(cluster.bootstrap, IN, IN_PARTITIONS)}, last stable offsets "
+                 f"{stable_ends(_addresses(cluster), IN, IN_PARTITIONS)})", interval=1)
     finally:
         for w in reversed(workers):
             w.stop()
-
-    gaps = longest_gaps(j, chaos_from, chaos_to)
-    report = {"seed": seed, "replication_factor": rf, "kills": len(rounds),
-              "controller_kills": sum(1 for r in rounds if r["was_controller"]),
-              "chaos_seconds": round(chaos_to - chaos_from, 1),
-              "total_seconds": round(time.monotonic() - began, 1),
-              "acknowledged": len(j.acked),
-              "share_accept_outcome_unknown": len(j.share_accept_sent - j.share_confirmed),
-              "share_deliveries": sum(
-                  len(c) for c in j.share_deliveries.values()),
-              "eos_transactions": j.eos_transactions,
-              "longest_unavailability_s": gaps,
-              "client_errors": dict(j.client_errors.most_common(20)), "rounds": rounds}
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(json.dumps(report, indent=2))
-    print(f"chaos report ({report_path}):\n" + json.dumps(
-        {k: v for k, v in report.items() if k != "rounds"}, indent=2))
+        chaos_to = max(chaos_to, chaos_from)
+        _report(j, run, report_path, chaos_from, chaos_to, began)
 
     assert j.crashes == [], j.crashes
-    assert report["controller_kills"] >= min(1, KILLS // 6), "the controller was never killed"
+    assert run["controller_kills"] >= min(1, KILLS // 6), "the controller was never killed"
     bad = violations(j, cluster.bootstrap, IN_PARTITIONS, OUT_PARTITIONS)
     assert bad == [], f"seed {seed}:\n" + "\n".join(bad)
+
+
+def _report(j: Journal, run: dict[str, object], path: Path, chaos_from: float,
+            chaos_to: float, began: float) -> None:
+    """Complete ``run`` with the figures and write it to ``path`` (JSON); print it too.
+    Written whether the soak passed or not, so a failure comes with its figures."""
+    rounds: list[dict[str, object]] = run["rounds"]  # type: ignore[assignment]
+    run.update({
+        "kills": len(rounds),
+        "controller_kills": sum(1 for r in rounds if r["was_controller"]),
+        "chaos_seconds": round(chaos_to - chaos_from, 1),
+        "total_seconds": round(time.monotonic() - began, 1),
+        "acknowledged": len(j.acked),
+        "share_deliveries": sum(len(c) for c in j.share_deliveries.values()),
+        "share_accept_outcome_unknown": len(j.share_accept_sent - j.share_confirmed),
+        "eos_transactions": j.eos_transactions,
+        "eos_slowest_transaction": j.eos_slowest,
+        "longest_unavailability_s": longest_gaps(j, chaos_from, chaos_to),
+        "client_errors": dict(j.client_errors.most_common(30)),
+        "crashes": j.crashes})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=2))
+    print(f"chaos report ({path}):\n" + json.dumps(
+        {k: v for k, v in run.items() if k != "rounds"}, indent=2))
