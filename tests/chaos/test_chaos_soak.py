@@ -106,7 +106,7 @@ def _chaos(cluster: Cluster, rng: random.Random, kills: int,
     for n in range(kills):
         controller = _controller(cluster)
         victim = controller if n % 6 == 2 else rng.randint(1, len(cluster.brokers))
-        down = rng.uniform(0.5, 3.0)
+        down = rng.uniform(0.3, 2.0)
         cluster.brokers[victim - 1].kill()
         time.sleep(down)
         _restart(cluster, victim)
@@ -116,7 +116,7 @@ def _chaos(cluster: Cluster, rng: random.Random, kills: int,
                      "down_s": round(down, 2)})
         print(f"chaos round {n}: killed broker {victim}"
               f"{' (controller)' if victim == controller else ''}, down {down:.1f} s")
-        time.sleep(rng.uniform(0.5, 3.0))
+        time.sleep(rng.uniform(0.3, 1.5))
 
 
 def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[float]) -> bool:
