@@ -36,6 +36,9 @@ from typing import Any
 
 PREFIX = "shn"
 OWNERS = Path("/run/shoal-netns")  # one file per live run: "<pid> <process start time>"
+# Names and subnets from the OS's randomness: test runs may reseed ``random`` identically in
+# every pytest-xdist worker, and parallel runs must not pick the same names.
+_pick = random.SystemRandom()
 
 
 def ip(*args: str, check: bool = True) -> str:
@@ -67,33 +70,37 @@ def _delete_namespace(ns: str) -> None:
     ip("netns", "del", ns, check=False)
 
 
+def _owner_alive(run: str) -> bool:
+    """Whether run ``run``'s owner file names a live process (the same one: pid and start
+    time). A run writes its owner file before it creates anything, so a namespace seen after
+    this says no is a stale one."""
+    try:
+        pid, started = (OWNERS / run).read_text().split()
+    except (OSError, ValueError):
+        return False
+    return _start_time(int(pid)) == started
+
+
 def remove_stale() -> list[str]:
     """Remove the namespaces and root-side links of runs whose owner process is gone (or that
     have no owner file); returns the run ids removed. Live runs are left alone."""
     OWNERS.mkdir(parents=True, exist_ok=True)
-    live: set[str] = set()
-    for owner in OWNERS.iterdir():
-        try:
-            pid, started = owner.read_text().split()
-        except (OSError, ValueError):
-            continue
-        if _start_time(int(pid)) == started:
-            live.add(owner.name)
-        else:
-            owner.unlink(missing_ok=True)
     stale: set[str] = set()
     for ns in _namespaces():
         if ns.startswith(PREFIX) and "-" in ns:
             run = ns[len(PREFIX):ns.index("-")]
-            if run not in live:
+            if run in stale or not _owner_alive(run):
                 stale.add(run)
                 _delete_namespace(ns)
     for line in ip("-o", "link", "show").splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         if (len(name) == len(PREFIX) + 6 and name.startswith(PREFIX) and name.endswith("h")
-                and name[len(PREFIX):-1] not in live):
+                and not _owner_alive(name[len(PREFIX):-1])):
             stale.add(name[len(PREFIX):-1])
             ip("link", "del", name, check=False)
+    for owner in OWNERS.iterdir():
+        if not _owner_alive(owner.name):
+            owner.unlink(missing_ok=True)
     return sorted(stale)
 
 
@@ -117,7 +124,9 @@ class Network:
 
     def __init__(self) -> None:
         self.removed_stale = remove_stale()
-        self.run = f"{random.randrange(16**5):05x}"
+        self.run = f"{_pick.randrange(16**5):05x}"
+        while (OWNERS / self.run).exists():
+            self.run = f"{_pick.randrange(16**5):05x}"
         self.owner = OWNERS / self.run
         self.owner.write_text(f"{os.getpid()} {_start_time(os.getpid())}")
         self.switch = f"{PREFIX}{self.run}-sw"
@@ -136,7 +145,7 @@ class Network:
         """A 10.x.y.0/24 no route of this machine uses (other runs included)."""
         used = ip("-4", "route", "show", "table", "all")
         for _ in range(100):
-            prefix = f"10.{random.randrange(200, 250)}.{random.randrange(256)}"
+            prefix = f"10.{_pick.randrange(200, 250)}.{_pick.randrange(256)}"
             if f"{prefix}." not in used:
                 return prefix
         raise RuntimeError("no free 10.x.y.0/24 for a test network")
