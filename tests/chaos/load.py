@@ -13,8 +13,9 @@ what the logs hold at the end:
   answer was lost with a killed broker may have been applied: its outcome is unknown), and any
   delivery of a value already confirmed.
   A few records (seeded) are RELEASEd instead, so redelivery is exercised too.
-- ``GroupWorker``: a classic consumer group member committing synchronously; every value seen
-  and, per partition, the highest offset whose commit was confirmed.
+- ``GroupWorker``: a classic consumer group member committing after every batch
+  (asynchronously: a synchronous commit has no deadline in confluent-kafka); every value seen
+  and, per partition, the highest offset whose commit ``on_commit`` confirmed.
 - ``EosWorker``: consume-transform-produce (read_committed in, transactional out, offsets sent
   to the transaction). Any failure of a transaction throws both clients away: a new producer
   with the same transactional.id fences and aborts the old one, and a new consumer starts from
@@ -87,12 +88,29 @@ class Worker(threading.Thread):
         self.journal = journal
         self.bootstrap = bootstrap
         self._stop_event = threading.Event()
+        self._call: tuple[str, float] | None = None  # the client call under way, since when
+
+    def call(self, what: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, remembered as the call under way (see ``stuck``)."""
+        self._call = (what, time.monotonic())
+        try:
+            return fn(*args)
+        finally:
+            self._call = None
+
+    def stuck(self, longer_than: float = 30.0) -> str | None:
+        """The client call this worker has been in for more than ``longer_than`` s, if any."""
+        call = self._call
+        if call is None or time.monotonic() - call[1] < longer_than:
+            return None
+        return f"{self.name_} in {call[0]} for {time.monotonic() - call[1]:.0f} s"
 
     def stop(self, timeout: float = 60.0) -> None:
         self._stop_event.set()
         self.join(timeout)
         if self.is_alive():
-            self.journal.crashes.append(f"{self.name_} did not stop within {timeout:.0f} s")
+            self.journal.crashes.append(f"{self.name_} did not stop within {timeout:.0f} s"
+                                        f" ({self.stuck(0) or 'not in a client call'})")
 
     @property
     def stopping(self) -> bool:
@@ -176,7 +194,7 @@ class ShareWorker(Worker):
 
     def step(self) -> None:
         batch = []
-        for m in self.c.poll(0.5):
+        for m in self.call("poll", self.c.poll, 0.5):
             if m.error() is not None:
                 self.error(m.error().name())
             else:
@@ -199,7 +217,7 @@ class ShareWorker(Worker):
         with j.lock:
             j.share_accept_sent.update(m.value().decode() for m in accepted)
         try:
-            results = self.c.commit_sync(15) or {}
+            results = self.call("commit_sync", self.c.commit_sync, 15) or {}
         except KafkaException as e:
             self.error(f"commit_sync: {e.args[0].name()}")
             return
@@ -211,7 +229,7 @@ class ShareWorker(Worker):
                                      if (m.topic(), m.partition()) not in failed)
 
     def teardown(self) -> None:
-        self.c.close()
+        self.call("close", self.c.close)
 
 
 class GroupWorker(Worker):
@@ -222,28 +240,32 @@ class GroupWorker(Worker):
     def setup(self) -> None:
         self.c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": CONSUMER_GROUP,
                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                           **client_debug(self.name_)})
+                           "on_commit": self._committed, **client_debug(self.name_)})
         self.c.subscribe([IN])
 
+    def _committed(self, err: Any, partitions: Any) -> None:
+        if err is not None:
+            self.error(f"commit: {err.name()}")
+            return
+        with self.journal.lock:
+            for tp in partitions:
+                if tp.error is None and tp.offset >= 0:
+                    prev = self.journal.group_commits.get(tp.partition, -1)
+                    self.journal.group_commits[tp.partition] = max(prev, tp.offset)
+
     def step(self) -> None:
-        msgs = [m for m in self.c.consume(200, 0.5) if m.error() is None]
+        msgs = [m for m in self.call("consume", self.c.consume, 200, 0.5) if m.error() is None]
         if not msgs:
             return
         with self.journal.lock:
             self.journal.group_seen.update(m.value().decode() for m in msgs)
         try:
-            done = self.c.commit(asynchronous=False) or []
+            self.c.commit(asynchronous=True)
         except KafkaException as e:
             self.error(f"commit: {e.args[0].name()}")
-            return
-        with self.journal.lock:
-            for tp in done:
-                if tp.error is None and tp.offset >= 0:
-                    prev = self.journal.group_commits.get(tp.partition, -1)
-                    self.journal.group_commits[tp.partition] = max(prev, tp.offset)
 
     def teardown(self) -> None:
-        self.c.close()
+        self.call("close", self.c.close)
 
 
 class EosWorker(Worker):
@@ -262,7 +284,7 @@ class EosWorker(Worker):
             p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID,
                           "transaction.timeout.ms": 60_000, "linger.ms": 5})
             try:
-                p.init_transactions(30)
+                self.call("init_transactions", p.init_transactions, 30)
             except KafkaException as e:
                 self.error(f"init_transactions: {e.args[0].name()}")
                 time.sleep(0.5)
@@ -277,9 +299,10 @@ class EosWorker(Worker):
         return self.c, self.p
 
     def _discard(self) -> None:
-        """Throw both clients away (a new consumer restarts from the committed offsets)."""
+        """Throw both clients away (a new consumer restarts from the committed offsets). The
+        old consumer leaves its group in a thread of its own: close() has no deadline."""
         if self.c is not None:
-            self.c.close()
+            threading.Thread(target=self.c.close, daemon=True, name="eos-close").start()
         self.c, self.p = None, None
 
     def step(self) -> None:
@@ -287,7 +310,7 @@ class EosWorker(Worker):
             c, p = self._clients()
         except _Retry:
             return
-        msgs = [m for m in c.consume(200, 0.5) if m.error() is None]
+        msgs = [m for m in self.call("consume", c.consume, 200, 0.5) if m.error() is None]
         if not msgs:
             return
         step, started = "begin", time.monotonic()
@@ -296,10 +319,10 @@ class EosWorker(Worker):
             for m in msgs:
                 p.produce(OUT, m.value(), partition=m.partition() % self.out_partitions)
             step = "send_offsets_to_transaction"
-            p.send_offsets_to_transaction(c.position(c.assignment()),
-                                          c.consumer_group_metadata(), 30)
+            self.call(step, p.send_offsets_to_transaction, c.position(c.assignment()),
+                      c.consumer_group_metadata(), 30)
             step = "commit_transaction"
-            p.commit_transaction(30)
+            self.call(step, p.commit_transaction, 30)
         except KafkaException as e:
             self.error(f"{step}: {e.args[0].name()}")
             self._discard()
@@ -313,7 +336,8 @@ class EosWorker(Worker):
             self.journal.eos_transactions += 1
 
     def teardown(self) -> None:
-        self._discard()
+        if self.c is not None:
+            self.call("close", self.c.close)
 
 
 class _Retry(Exception):

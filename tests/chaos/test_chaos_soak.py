@@ -40,6 +40,7 @@ from tests.chaos.invariants import (
     violations,
 )
 from tests.chaos.load import (
+    CONSUMER_GROUP,
     EOS_GROUP,
     IN,
     OUT,
@@ -120,6 +121,7 @@ def _chaos(cluster: Cluster, rng: random.Random, kills: int,
 
 
 def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[float]) -> bool:
+    """Whether every reader is done with ``target`` (checked against the brokers every 3 s)."""
     with j.lock:
         share_done = target <= j.share_accept_sent
         group_done = target <= j.group_seen
@@ -127,9 +129,10 @@ def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[floa
         return False
     last_check[0] = time.monotonic()
     share = share_offsets(bootstrap, SHARE_GROUP, IN, IN_PARTITIONS)
+    end = ends(bootstrap, IN, IN_PARTITIONS)
     return (not isinstance(share, str) and all(lag == 0 for _, lag in share.values())
-            and committed(bootstrap, EOS_GROUP, IN, IN_PARTITIONS) == ends(bootstrap, IN,
-                                                                            IN_PARTITIONS))
+            and committed(bootstrap, EOS_GROUP, IN, IN_PARTITIONS) == end
+            and committed(bootstrap, CONSUMER_GROUP, IN, IN_PARTITIONS) == end)
 
 
 def _unaccepted(j: Journal, target: set[str]) -> dict[str, list[int]]:
@@ -180,10 +183,13 @@ def test_chaos_soak_keeps_every_promise(chaos_cluster: Cluster, seed: int, repor
                  f"ACCEPTed {len(target & j.share_accept_sent)}, not yet: "
                  f"{_unaccepted(j, target)}, share offsets (start, lag) "
                  f"{share_offsets(cluster.bootstrap, SHARE_GROUP, IN, IN_PARTITIONS)}, group "
-                 f"saw {len(target & j.group_seen)}, EOS committed "
+                 f"saw {len(target & j.group_seen)} and committed "
+                 f"{committed(cluster.bootstrap, CONSUMER_GROUP, IN, IN_PARTITIONS)}, EOS "
+                 f"committed "
                  f"{committed(cluster.bootstrap, EOS_GROUP, IN, IN_PARTITIONS)}; {IN} ends "
                  f"{ends(cluster.bootstrap, IN, IN_PARTITIONS)}, last stable offsets "
-                 f"{stable_ends(_addresses(cluster), IN, IN_PARTITIONS)})", interval=1)
+                 f"{stable_ends(_addresses(cluster), IN, IN_PARTITIONS)}; stuck client calls: "
+                 f"{[w.stuck() for w in workers if w.stuck()]})", interval=1)
     finally:
         for w in reversed(workers):
             w.stop()
