@@ -8,7 +8,7 @@ DATA_DIR ?= ./data
 PYTHON_IMAGE ?= python:3.11-slim
 BIN    := $(VENV)/bin
 
-.PHONY: setup run cluster client lint test test-slow test-cluster test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
+.PHONY: setup run cluster client lint test test-slow test-cluster test-chaos test-crash bench bench-spark bench-hostile bench-groups kcat java javac java-clients etcd clean
 
 # One stamp per set of extras, so each target installs only what it uses: `make run` the
 # broker's own dependencies, `make test` the test and Spark extras (tests/spark), `make bench`
@@ -148,9 +148,9 @@ lint: $(VENV)/.installed-test
 TEST_WORKERS ?= 4
 XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(VENV)/.installed-test lint kcat java java-clients etcd
-	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider $(XDIST) --ignore=tests/spark \
-	  --ignore=tests/integration/cluster
-	$(BIN)/pytest -m "not slow and not compose" -p no:cacheprovider tests/spark
+	$(BIN)/pytest -m "not slow and not compose and not chaos" -p no:cacheprovider $(XDIST) \
+	  --ignore=tests/spark --ignore=tests/integration/cluster --ignore=tests/chaos
+	$(BIN)/pytest -m "not slow and not compose and not chaos" -p no:cacheprovider tests/spark
 
 ## The cluster suite (tests/integration/cluster): real etcd and 3-broker clusters, with
 ## confluent-kafka and Apache Kafka's Java clients; CI runs it after `make test` (.ci/run).
@@ -161,7 +161,16 @@ test-cluster: $(VENV)/.installed-test kcat java java-clients etcd
 ## Soak runs excluded from `make test` (bounded share-state log, repeated crash tests, the wire
 ## fuzz soak); CI runs them after `make test` (.ci/run).
 test-slow: $(VENV)/.installed-test kcat java java-clients etcd
-	$(BIN)/pytest -m "slow and not compose" -p no:cacheprovider $(XDIST)
+	$(BIN)/pytest -m "slow and not compose and not chaos" -p no:cacheprovider $(XDIST)
+
+## The chaos soak (tests/chaos, issue 24): 30 kill -9s of random brokers, the controller among
+## them, under share-group, consumer-group and transactional load, with every promise checked
+## at the end; it prints the longest unavailability per partition and writes a JSON report to
+## CHAOS_REPORT (default: the test's tmp dir). CHAOS_SEED=n repeats a run (the seed is printed),
+## CHAOS_KILLS=n changes the count. One test at a time: it needs the machine to itself.
+.PHONY: test-chaos
+test-chaos: $(VENV)/.installed-test etcd
+	$(BIN)/pytest -m chaos -p no:cacheprovider -rA tests/chaos
 
 ## The share-state crash test repeated at 20 random kill points.
 test-crash: $(VENV)/.installed-test

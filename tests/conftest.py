@@ -31,6 +31,8 @@ class BrokerProcess:
         # (the default, 1 s of page cache, is covered by tests/integration/admin/test_metrics.py).
         self.overrides = {"metrics.render.cache.ms": "0", **(overrides or {})}
         self.extra_args = list(extra_args or [])  # more `shoal broker` options
+        # Run through this first (e.g. `ip netns exec NS`, which execs: the pid stays the broker's).
+        self.command_prefix: list[str] = []
         self._auto_port = port is None  # chosen here: may be taken again if it was lost
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -54,7 +56,8 @@ class BrokerProcess:
             self._start(timeout)
 
     def _start(self, timeout: float) -> None:
-        cmd = [sys.executable, "-m", "broker.main", "broker", "--data-dir", str(self.data_dir)]
+        cmd = [*self.command_prefix, sys.executable, "-m", "broker.main", "broker",
+               "--data-dir", str(self.data_dir)]
         ready = self.data_dir.parent / f"broker-{self.port}.ready"
         if self.listen:
             cmd += ["--listen", self.bootstrap]

@@ -8,6 +8,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,14 @@ from tests.conftest import BrokerProcess, free_port
 
 
 class Etcd:
-    """One etcd process with its own data dir; ``stop()`` is kill -9, ``start()`` restarts it."""
+    """One etcd process with its own data dir; ``stop()`` is kill -9, ``start()`` restarts it.
+    ``host`` and ``command_prefix`` place it elsewhere (tests/integration/cluster/netns.py)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1",
+                 command_prefix: list[str] | None = None) -> None:
         self.data_dir = data_dir
+        self.host = host
+        self.command_prefix = command_prefix or []
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -26,13 +31,13 @@ class Etcd:
 
     @property
     def endpoint(self) -> str:
-        return f"etcd://127.0.0.1:{self.client_port}"
+        return f"etcd://{self.host}:{self.client_port}"
 
     def start(self) -> None:
-        url = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        url = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         self.proc = subprocess.Popen(
-            ["etcd", "--name", "test", "--data-dir", str(self.data_dir),
+            [*self.command_prefix, "etcd", "--name", "test", "--data-dir", str(self.data_dir),
              "--listen-client-urls", url, "--advertise-client-urls", url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"test={peer}"],
@@ -167,3 +172,22 @@ def cluster(tmp_path: Path, etcd: Etcd, cluster_overrides: dict[str, str]) -> It
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def net_cluster(tmp_path: Path, cluster_overrides: dict[str, str]) -> Iterator[Any]:
+    """A ``net_cluster.NetCluster``: etcd and 3 brokers, each in its own network namespace
+    (needs root); every namespace is removed afterwards, whatever the test did."""
+    from tests.integration.cluster.net_cluster import NetCluster
+    from tests.integration.cluster.netns import Network
+
+    net = Network()
+    try:
+        c = NetCluster(tmp_path, net, overrides=cluster_overrides)
+        try:
+            c.start()
+            yield c
+        finally:
+            c.stop()
+    finally:
+        net.close()
