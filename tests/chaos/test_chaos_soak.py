@@ -62,11 +62,7 @@ KILLS = int(os.environ.get("CHAOS_KILLS") or 30)
 DRAIN = float(os.environ.get("CHAOS_DRAIN_S") or 240)  # liveness deadline after the chaos
 RATE = 40  # records/s produced: enough to see every outage, light on a shared 2-core machine
 
-REPLICATION = [
-    1,
-    pytest.param(3, marks=pytest.mark.xfail(
-        strict=True, reason="replication lands with lead's branch")),
-]
+REPLICATION = [1, 3]
 
 
 def _restart(cluster: Cluster, node_id: int) -> None:
