@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -48,7 +49,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.procs import ROOT, ShoalBroker, cpu_seconds, free_port, track_popen, untrack_popen
+from bench.procs import PAGE_TICKS, ROOT, ShoalBroker, free_port, track_popen, untrack_popen
 
 SOURCE = Path(__file__).resolve().parent / "java" / "ShareConsumeBench.java"
 SUMS = ROOT / "tests" / "integration" / "java" / "jars.sha256"
@@ -60,6 +61,18 @@ SHAPES = [(1, "implicit"), (1, "explicit"), (4, "implicit"), (4, "explicit"),
           (8, "implicit"), (8, "explicit")]
 SHOAL_COUNTERS = ("shoal_share_fetch_requests_total", "shoal_share_fetch_empty_responses_total",
                   "shoal_share_fetch_parked_total", "shoal_share_acknowledge_requests_total")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float, int] | None:
+    """(user, system) CPU seconds and minor page faults of ``pid``, all its threads; None if
+    it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) / PAGE_TICKS, int(fields[12]) / PAGE_TICKS, int(fields[7])
 
 
 def classpath() -> str:
@@ -95,6 +108,7 @@ class Target:
     def __init__(self, name: str, bootstrap: str, pid: int, metrics_url: str | None) -> None:
         self.name, self.bootstrap, self.pid, self.metrics_url = name, bootstrap, pid, metrics_url
         self.topic = ""
+        self.profiled = False  # bench.profiled_broker: profile between "first" and "done"
 
     def counters(self) -> dict[str, float]:
         if self.metrics_url is None:
@@ -147,7 +161,7 @@ def new_group(bootstrap: str, group: str) -> None:
 
 
 def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
-              timeout: float = 300) -> dict[str, Any]:
+              timeout: float = 180) -> dict[str, Any]:
     """One run of the Java program against ``target``; the figures of that run."""
     group = f"jbench-{uuid.uuid4().hex[:8]}"
     new_group(target.bootstrap, group)
@@ -169,6 +183,8 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
             if ev["event"] in ("first", "done"):
                 marks[ev["event"]] = (time.monotonic(), cpu_seconds(target.pid),
                                       target.counters(), ev["records"])
+                if target.profiled:
+                    os.kill(target.pid, signal.SIGUSR1 if ev["event"] == "first" else signal.SIGUSR2)
             elif ev["event"] == "result":
                 result = ev
         proc.wait(60)
@@ -177,6 +193,11 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
             proc.kill()
             proc.wait(10)
         untrack_popen(proc)  # type: ignore[arg-type]
+    if result and "done" in marks and ("first" not in marks or not result["complete"]):
+        # Stalled (no record for 20 s, see ShareConsumeBench) or timed out: reported apart,
+        # left out of the medians.
+        return {"complete": False, "records": result["records"], "rate": None,
+                "empty_poll_pct": 100 * result["empty_polls"] / max(result["polls"], 1)}
     if not result or "first" not in marks or "done" not in marks:
         err = proc.stderr.read()[-3000:] if proc.stderr else ""
         raise RuntimeError(f"{target.name} {consumers}x{mode}: no result (exit {proc.returncode})"
@@ -192,8 +213,11 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
         "client_fetch_latency_avg_ms": _avg(result["client"].get("fetch-latency-avg"), consumers),
     }
     if c0 is not None and c1 is not None:
-        out["cpu_us_per_record"] = 1e6 * (c1 - c0) / n
-        out["broker_cpu_pct"] = 100 * (c1 - c0) / max(t1 - t0, 1e-9)
+        user, system = c1[0] - c0[0], c1[1] - c0[1]
+        out["cpu_us_per_record"] = 1e6 * (user + system) / n
+        out["sys_pct_of_cpu"] = 100 * system / max(user + system, 1e-9)
+        out["page_faults_per_record"] = (c1[2] - c0[2]) / n
+        out["broker_cpu_pct"] = 100 * (user + system) / max(t1 - t0, 1e-9)
     if k0:
         d = {k: k1[k] - k0[k] for k in k0}
         fetches = d["shoal_share_fetch_requests_total"]
@@ -229,13 +253,14 @@ def stop_kafka() -> None:
     subprocess.run([str(PEER / "stop.sh")], check=False, capture_output=True, timeout=120)
 
 
-FIGURES = ("rate", "cpu_us_per_record", "fetches_per_record", "records_per_fetch", "empty_pct",
+FIGURES = ("rate", "cpu_us_per_record", "sys_pct_of_cpu", "page_faults_per_record", "fetches_per_record", "records_per_fetch", "empty_pct",
            "parked_pct", "empty_poll_pct", "broker_cpu_pct", "redelivered")
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and spread (min, max) of each figure over the rounds."""
-    out: dict[str, Any] = {"rounds": len(runs)}
+    out: dict[str, Any] = {"rounds": len(runs), "stalled": sum(not r["complete"] for r in runs)}
+    runs = [r for r in runs if r["complete"]]
     for f in FIGURES:
         vals = [r[f] for r in runs if r.get(f) is not None]
         if vals:
@@ -245,9 +270,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(summary: dict[str, dict[str, Any]], systems: list[str]) -> str:
-    head = ("| shape | broker | rec/s | broker CPU us/rec | ShareFetch/rec | rec/ShareFetch | "
-            "empty % | parked % | empty polls % |")
-    lines = [head, "|" + "---|" * 9]
+    head = ("| shape | broker | rec/s | broker CPU us/rec | of it sys % | page faults/rec | ShareFetch/rec | rec/ShareFetch | "
+            "empty % | parked % | empty polls % | stalled runs |")
+    lines = [head, "|" + "---|" * 12]
     for shape, per in summary.items():
         for s in systems:
             r = per.get(s)
@@ -255,14 +280,15 @@ def table(summary: dict[str, dict[str, Any]], systems: list[str]) -> str:
                 continue
             lines.append(
                 f"| {shape} | {s} | {_f(r, 'rate', 0)} | {_f(r, 'cpu_us_per_record', 2)} | "
+                f"{_f(r, 'sys_pct_of_cpu', 0)} | {_f(r, 'page_faults_per_record', 2)} | "
                 f"{_f(r, 'fetches_per_record', 4)} | {_f(r, 'records_per_fetch', 1)} | "
                 f"{_f(r, 'empty_pct', 1)} | {_f(r, 'parked_pct', 1)} | "
-                f"{_f(r, 'empty_poll_pct', 1)} |")
-        if "kafka" in per and "shoal" in per:
+                f"{_f(r, 'empty_poll_pct', 1)} | {r['stalled']} |")
+        if all(per.get(s, {}).get("rate") for s in ("kafka", "shoal")):
             ratio = per["shoal"].get("cpu_us_per_record", 0) / max(
                 per["kafka"].get("cpu_us_per_record", 1e-9), 1e-9)
             rate = per["shoal"]["rate"] / max(per["kafka"]["rate"], 1e-9)
-            lines.append(f"| {shape} | shoal / kafka | {rate:.2f}x | {ratio:.2f}x | | | | | |")
+            lines.append(f"| {shape} | shoal / kafka | {rate:.2f}x | {ratio:.2f}x | | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -291,6 +317,10 @@ def run(targets: list[Target], cp: str, records: int, rounds: int,
             for t in order:
                 r = run_shape(cp, t, consumers, mode, records)
                 raw[shape][t.name].append(r)
+                if not r["complete"]:
+                    print(f"  {shape} {t.name}: stalled at {r['records']:,} records "
+                          "(client livelock, left out)", flush=True)
+                    continue
                 print(f"  {shape} {t.name}: {r['rate']:,.0f} rec/s, "
                       f"{r.get('cpu_us_per_record', 0):.2f} us/rec, "
                       f"{r['records_per_fetch']:.1f} rec/fetch", flush=True)
@@ -315,10 +345,17 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="e.g. 1:implicit,8:explicit (default: all six)")
     ap.add_argument("--kafka", action="store_true",
                     help="also run against Apache Kafka 4.1.0 (peer-kafka, started and stopped)")
+    ap.add_argument("--kafka-running", action="store_true",
+                    help="also run against the peer-kafka broker already running (not stopped)")
     ap.add_argument("--no-shoal", action="store_true", help="only Apache Kafka")
     ap.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
                     help="broker config for the Shoal broker (repeatable)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="environment variable for the Shoal broker (repeatable)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--profile", type=Path, metavar="PSTATS",
+                    help="run Shoal under cProfile (bench.profiled_broker), on between each run's "
+                    "first record and its last; write the cumulative stats here")
     args = ap.parse_args()
     records = max(2_000, int(args.records * args.scale))
     shapes = parse_shapes(args.shapes) if args.shapes else SHAPES
@@ -331,12 +368,23 @@ def main() -> None:
             mport = free_port()
             overrides = {"metrics.listen": f"127.0.0.1:{mport}", "metrics.render.cache.ms": "0"}
             overrides.update(o.split("=", 1) for o in args.override)  # type: ignore[misc]
-            broker = ShoalBroker(tmp / "data", tmp / "broker.log", overrides)
+            env = dict(e.split("=", 1) for e in args.env)
+            profile = args.profile is not None
+            broker = ShoalBroker(
+                tmp / "data", tmp / "broker.log", overrides,
+                wrapper=["-m", "bench.profiled_broker"] if profile else None,
+                env={**env, "SHOAL_BENCH_PROFILE": str(args.profile.resolve())} if profile
+                else env)
             broker.start()
-            targets.append(Target("shoal", broker.bootstrap, broker.pid,
-                                  f"http://127.0.0.1:{mport}/metrics"))
+            shoal = Target("shoal", broker.bootstrap, broker.pid,
+                           f"http://127.0.0.1:{mport}/metrics")
+            shoal.profiled = profile
+            targets.append(shoal)
         if args.kafka:
             targets.append(start_kafka())
+        elif args.kafka_running:
+            targets.append(Target("kafka", "127.0.0.1:19092",
+                                  int(PEER_PID.read_text().split()[0]), None))
         res = run(targets, cp, records, args.rounds, shapes)
     finally:
         if broker is not None:
@@ -349,6 +397,10 @@ def main() -> None:
     print(res["table"])
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
+    if args.profile is not None and args.profile.exists():
+        import pstats
+
+        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(30)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
