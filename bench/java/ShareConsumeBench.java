@@ -171,9 +171,6 @@ public final class ShareConsumeBench {
                 }
             }
         }
-        for (KafkaShareConsumer<byte[], byte[]> c : all) {
-            c.close(Duration.ofSeconds(10));
-        }
         double span = Math.max(lastNs[0] - firstNs[0], 1) / 1e9;
         StringBuilder sb = new StringBuilder("{\"event\":\"result\"");
         sb.append(",\"complete\":").append(complete);
@@ -195,6 +192,19 @@ public final class ShareConsumeBench {
         }
         sb.append('}');
         emit(sb.toString());
+        // Close in parallel, bounded: a livelocked client never finishes close() (its
+        // background thread does not process the leave event), so the JVM exits regardless.
+        List<Thread> closers = new ArrayList<>();
+        for (KafkaShareConsumer<byte[], byte[]> c : all) {
+            Thread t = new Thread(() -> c.close(Duration.ofSeconds(10)));
+            t.setDaemon(true);
+            t.start();
+            closers.add(t);
+        }
+        long closeBy = System.nanoTime() + 15_000_000_000L;
+        for (Thread t : closers) {
+            t.join(Math.max(1, (closeBy - System.nanoTime()) / 1_000_000));
+        }
         System.exit(0);
     }
 
