@@ -205,6 +205,15 @@ bench-groups: $(VENV)/.installed-bench
 bench-hostile: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.run --only h $(if $(SCALE),--scale $(SCALE),)
 
+## Scenario (j) (issue 26): Apache Kafka's Java KafkaShareConsumer, 1 partition x 1, 4 and 8
+## consumers, implicit and explicit: records/s, broker CPU per record, ShareFetch per record,
+## empty and parked fetches (bench/java_share.py). Its own step (several minutes: a JVM per run);
+## KAFKA=1 also runs Apache Kafka 4.1.0 (../shared/peer-kafka, started and stopped) side by
+## side; SCALE=0.2 is a quick run.
+.PHONY: bench-java
+bench-java: $(VENV)/.installed-bench java-clients
+	$(BIN)/python -m bench.java_share $(if $(SCALE),--scale $(SCALE),) $(if $(KAFKA),--kafka,)
+
 ## Scenario (cluster) alone (issue 23): etcd + 3 brokers vs one broker, 12 partitions x 6 share
 ## consumers, then kill -9 recovery and controller failover (bench/cluster.py). Not part of CI
 ## (.ci/run). SCALE=0.05 is a quick run (a few minutes).

@@ -105,6 +105,13 @@ class BrokerMetrics:
             "shoal_share_fetch_requests_failed_total",
             "ShareFetch requests whose response carries an error (top level, or a partition's "
             "fetch or acknowledge error), by the first such error.", ("error",))
+        self.share_fetch_empty = r.counter(
+            "shoal_share_fetch_empty_responses_total",
+            "ShareFetch requests that asked for records and were answered without any.")
+        self.share_fetch_parked = r.counter(
+            "shoal_share_fetch_parked_total",
+            "ShareFetch requests that waited (MaxWaitMs) for records or for MinBytes at least "
+            "once before their answer.")
         self.share_ack_requests = r.counter(
             "shoal_share_acknowledge_requests_total", "ShareAcknowledge requests answered.")
         self.share_ack_failed = r.labelled_counter(

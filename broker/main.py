@@ -200,9 +200,10 @@ def run_broker_command(args: argparse.Namespace) -> int:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-    from broker.resources import raise_open_file_limit  # (the same reason as in run_broker)
+    from broker.resources import raise_open_file_limit, tune_malloc  # (as in run_broker)
 
     raise_open_file_limit()
+    tune_malloc()
     try:
         code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format))
     except (TlsConfigError, SaslConfigError, WebConfigError) as exc:

@@ -198,11 +198,12 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         raise LocalProtocolError(
             f"could not encode api {api_key} v{api_version} response: {exc}"
         ) from exc
-    data = buf.getbuffer()
-    _I32.pack_into(data, 0, len(data) - 4)
-    out = bytes(data)
-    data.release()
-    return out
+    # The size goes in place and getvalue() hands over BytesIO's own buffer: no copy of a frame
+    # that can be megabytes (fetch answers), where getbuffer() + bytes() copied it once more.
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(_I32.pack(size))
+    return buf.getvalue()
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

@@ -199,6 +199,7 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         readable = order
     fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
     budget, room = req.max_records, req.max_bytes
+    parked = False
     while True:
         got, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode,
                                            budget, room)
@@ -217,10 +218,15 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         if (size >= req.min_bytes or budget <= 0 or room <= 0 or errors or unknown
                 or (denied and not readable) or remaining <= 0):
             break
+        if not parked:
+            parked = True
+            broker.metrics.share_fetch_parked.value += 1
         fut = broker.logs.watch.watch(keys)
         await wait_for_any(fut, remaining / 1000)
         if session is not svc.sessions.get(group, member):
             break  # the session was closed or replaced while we waited
+    if not fetched:
+        broker.metrics.share_fetch_empty.value += 1
     results = {**unknown, **denied, **errors, **fetched}
     return top(ErrorCode.none, None, *_responses(m, ctx, results, acks, order, full=epoch == 0))
 

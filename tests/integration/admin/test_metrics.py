@@ -181,6 +181,16 @@ def test_scrape_during_share_consumption_shows_acks_and_lag_falling_to_zero(mb, 
     assert after.value("shoal_share_fetch_bytes_total", topic=unique) > 0
     assert after.value("shoal_share_acquired_records_total", topic=unique) == 500
     assert after.value("shoal_share_fetch_requests_total") > 0
+    # The fetches after the last record found nothing: they waited (MaxWaitMs) and came back
+    # empty (counted as the answer goes out, so the last one may still be on its way).
+    deadline = time.monotonic() + 10
+    while (after.value("shoal_share_fetch_parked_total") < 1
+           or after.value("shoal_share_fetch_empty_responses_total") < 1):
+        assert time.monotonic() < deadline, "no parked or empty ShareFetch counted"
+        time.sleep(0.1)
+        after = scrape(mb)
+    assert after.value("shoal_share_fetch_empty_responses_total") <= \
+        after.value("shoal_share_fetch_requests_total")
     assert after.value("shoal_share_state_write_duration_seconds_count") > 0
     assert after.value("shoal_share_state_write_duration_seconds_bucket", le="+Inf") == \
         after.value("shoal_share_state_write_duration_seconds_count")
