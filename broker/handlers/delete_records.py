@@ -59,6 +59,7 @@ class Deletion:
     log: PartitionLog | None = None
     error: ErrorCode = OK
     low_watermark: int = -1
+    high_watermark: int = -1  # where records may be deleted up to (replicated: what all have)
 
 
 def plan(broker: Broker, topic: str, partition: int, offset: int) -> Deletion:
@@ -78,7 +79,13 @@ def plan(broker: Broker, topic: str, partition: int, offset: int) -> Deletion:
     elif offset < 0 and offset != HIGH_WATERMARK:
         d.error = ErrorCode.offset_out_of_range
     else:
-        d.log = lg
+        rep = broker.replication
+        d.high_watermark = lg.log_end_offset if rep is None \
+            else rep.high_watermark(topic, partition, lg)
+        if offset > d.high_watermark:
+            d.error = ErrorCode.offset_out_of_range  # Kafka: not past the high watermark
+        else:
+            d.log = lg
     return d
 
 
@@ -87,7 +94,7 @@ def apply(d: Deletion) -> None:
     lg = d.log
     if lg is None:
         return
-    target = lg.log_end_offset if d.offset == HIGH_WATERMARK else d.offset
+    target = d.high_watermark if d.offset == HIGH_WATERMARK else d.offset
     try:
         d.low_watermark = lg.delete_records_before(target)
     except OffsetOutOfRangeError:

@@ -54,6 +54,9 @@ class LogManager:
         self.removals: set[asyncio.Future[None]] = set()
         self._on_append: list[Callable[[str, int], None]] = []
         self.log_dir = LogDir(data_dir)
+        # Where retention may delete up to in a partition (its high watermark when replicated,
+        # set by the replica manager); None: the log end offset.
+        self.high_watermark_of: Callable[[str, int, PartitionLog], int] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -279,8 +282,9 @@ class LogManager:
         for (topic, p), lg in list(self._logs.items()):
             if self.log_dir.offline:
                 break
+            hw = None if self.high_watermark_of is None else self.high_watermark_of(topic, p, lg)
             try:
-                n = await asyncio.to_thread(lg.enforce_retention, now)
+                n = await asyncio.to_thread(lg.enforce_retention, now, hw)
             except OSError:
                 log.exception("retention for %s-%d failed; will retry", topic, p)
                 continue

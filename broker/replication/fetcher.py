@@ -18,7 +18,8 @@ partition with its fetch offset (the local log end), the local latest leader epo
   leader's end is cut back to it;
 - NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH: the view is about to change (or just
   did): the partition waits, the next view change moves it to the right fetcher;
-- the leader's high watermark, capped at the local log end, becomes this follower's.
+- the leader's high watermark, capped at the local log end, becomes this follower's, and its
+  log start offset (moved by retention or DeleteRecords) this follower's log start.
 
 A leader that cannot be reached is retried after ``replica.fetch.backoff.ms``; the loop logs
 its first failure and its recovery, not every attempt.
@@ -206,6 +207,12 @@ class ReplicaFetcher:
                 if data:
                     self._replica_log.append(topic, p, bytes(data))
                 self._manager.follower_high_watermark(tp, int(pr.high_watermark), lg)
+                leader_start = int(pr.log_start_offset)
+                if leader_start > lg.log_start_offset:
+                    # Retention or DeleteRecords moved the leader's log start: follow it, so a
+                    # failover does not bring deleted records back.
+                    await asyncio.to_thread(lg.delete_records_before,
+                                            min(leader_start, lg.log_end_offset))
                 return True
             if err == ErrorCode.offset_out_of_range:
                 leader_start = int(pr.log_start_offset)

@@ -79,6 +79,7 @@ class ReplicaManager:
         self._rpc = inter_broker_rpc_for(self._broker)
         member.store.add_listener(self._on_change)
         self._broker.logs.on_append(self._on_append)
+        self._broker.logs.high_watermark_of = self.high_watermark
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._isr_loop(), name="ISR changes"))
         self._tasks.append(loop.create_task(self._checkpoint_loop(),

@@ -271,3 +271,29 @@ def test_a_replica_fetch_without_cluster_action_is_refused(cluster: Cluster) -> 
     (part,) = resp.responses[0].partitions
     assert part.error_code == ErrorCode.topic_authorization_failed
     assert not part.records
+
+
+def test_records_deleted_at_the_leader_stay_deleted_after_a_failover(cluster: Cluster) -> None:
+    from confluent_kafka import TopicPartition
+
+    admin = _admin(cluster.bootstrap)
+    admin.create_topics([NewTopic("trimmed", 1, 3)])["trimmed"].result(T)
+    leader, _, _ = _wait(lambda: (x := _partition(admin, "trimmed")) and len(x[2]) == 3 and x,
+                         T, "an ISR of three")
+    values = [f"t{i}".encode() for i in range(100)]
+    assert _produce(cluster.bootstrap, "trimmed", values) == set(values)
+    (res,) = admin.delete_records([TopicPartition("trimmed", 0, 60)]).values()
+    assert res.result(T).low_watermark == 60
+    # The followers learn the new log start from their next fetch.
+    time.sleep(2)
+    cluster.brokers[leader - 1].kill()
+    others = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
+    other_admin = _admin(others)
+    _wait(lambda: _partition(other_admin, "trimmed")[0] not in (leader, -1), T,
+          "a new leader")
+    c = Consumer({"bootstrap.servers": others, "group.id": "trim-check"})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition("trimmed", 0), timeout=T)
+    finally:
+        c.close()
+    assert (low, high) == (60, 100)
