@@ -20,6 +20,7 @@ When the broker exits, and on SIGUSR2, the figures are written as JSON to
 ``$SHOAL_BENCH_LOOP_HOLD``: per API (``key name``) the count, total and largest hold per kind;
 per GC generation the count, total and largest pause; the lag's percentiles. SIGUSR1 resets
 them (so a bench can measure one step). The broker's own code is not modified.
+``SHOAL_BENCH_SWITCH_INTERVAL`` (seconds) sets the GIL switch interval, an experiment knob.
 """
 
 from __future__ import annotations
@@ -251,6 +252,11 @@ def _reset(*_args: Any) -> None:
 
 
 def main() -> int:
+    # An experiment knob: the GIL switch interval (seconds) for the whole broker, to see how
+    # much of the loop's wall-clock holds is waiting for the GIL behind worker threads.
+    switch = os.environ.get("SHOAL_BENCH_SWITCH_INTERVAL")
+    if switch:
+        sys.setswitchinterval(float(switch))
     _install()
     signal.signal(signal.SIGUSR1, _reset)
     signal.signal(signal.SIGUSR2, _dump)
