@@ -125,13 +125,16 @@ def response_type(api_key: int, api_version: int) -> type:
     return _response_codec(api_key, api_version).response_type
 
 
+@lru_cache(maxsize=4096)
 def response_module(api_key: int, api_version: int) -> Any:
-    """The kio module holding the response types of an API version."""
+    """The kio module holding the response types of an API version (looked up once per key and
+    version: kio's lookup costs several microseconds, and every request asks)."""
     return load_payload_module(api_key, api_version, EntityType.response)
 
 
+@lru_cache(maxsize=4096)
 def request_module(api_key: int, api_version: int) -> Any:
-    """The kio module holding the request types of an API version."""
+    """The kio module holding the request types of an API version (looked up once)."""
     return load_payload_module(api_key, api_version, EntityType.request)
 
 
