@@ -47,6 +47,7 @@ from broker.security.scram_store import CredentialStore, ScramArg, ScramStore
 from broker.security.setup import AclSeam, build_authorizer
 from broker.topic_admin import TopicAdmin
 from broker.share.service import ShareService
+from broker.replication.manager import ReplicaManager
 from cluster.errors import ClusterStoreError
 from cluster.metadata import ClusterMetadata, LocalMetadata
 from coordinator.group.service import GroupCoordinatorService
@@ -57,7 +58,6 @@ from storage.log_dir import LogDir
 
 if TYPE_CHECKING:
     from broker.cluster_member import ClusterMember
-    from broker.replication.manager import ReplicaManager
     from broker.connection import Connection
     from broker.txn_remote import BrokerLinks
 
@@ -175,7 +175,6 @@ class Broker(TopicAdmin):
                 self.logs.open_topic(topic)
         else:
             self.member.start_syncing()
-            from broker.replication.manager import ReplicaManager
             self.replication = ReplicaManager(self)
             self.replication.start()
         self.txn_log = TransactionalLog(self)

@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.config import topic_config_value
+from broker.inter_broker import inter_broker_rpc_for
+from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.leader_state import PartitionLeader
 from cluster.view import NO_LEADER, TopicRecord
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.replication.fetcher import ReplicaFetcher
     from storage.segment_log import PartitionLog
 
 log = logging.getLogger("shoal.replication")
@@ -73,7 +75,6 @@ class ReplicaManager:
 
     def start(self) -> None:
         """Follow the view from now on (the logs of placed partitions are open)."""
-        from broker.inter_broker import inter_broker_rpc_for
         member = self._broker.member
         assert member is not None
         self._rpc = inter_broker_rpc_for(self._broker)
@@ -168,7 +169,6 @@ class ReplicaManager:
             return
         fetcher = self._fetchers.get(leader)
         if fetcher is None:
-            from broker.replication.fetcher import ReplicaFetcher
             fetcher = self._fetchers[leader] = ReplicaFetcher(self._broker, self, leader)
         fetcher.add(tp, epoch, record.topic_id)
         log.info("%s-%d: following broker %d at leader epoch %d from offset %d", *tp, leader,
@@ -311,7 +311,6 @@ class ReplicaManager:
 
     def _min_isr(self, topic: str) -> int:
         t = self._broker.topics.get(topic)
-        from broker.config import topic_config_value
         try:
             return int(topic_config_value("min.insync.replicas", t.configs if t else {},
                                           self._broker.config))

@@ -288,7 +288,7 @@ CASES: list[Case] = [
     ("init_producer_id", 22, 5, lambda e: dict(
         transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
         producer_epoch=-1),
-     lambda e, r: r.error_code == CAF or pytest.fail(r)),
+     lambda e, r: r.error_code == CAF or pytest.fail(str(r))),
     ("init_producer_id_txn", 22, 5, lambda e: dict(
         transactional_id="tx", transaction_timeout=timedelta(seconds=60), producer_id=-1,
         producer_epoch=-1),
@@ -305,7 +305,7 @@ CASES: list[Case] = [
             transactional_id="tx", producer_id=1, producer_epoch=0, verify_only=True,
             topics=(request_module(24, 5).AddPartitionsToTxnTopic(name=TOPIC, partitions=(0,)),)),
     )),
-     lambda e, r: r.error_code == CAF or pytest.fail(r)),
+     lambda e, r: r.error_code == CAF or pytest.fail(str(r))),
     ("add_offsets_to_txn", 25, 4, lambda e: dict(transactional_id="tx", producer_id=1,
                                                   producer_epoch=0, group_id=GROUP),
      lambda e, r: r.error_code == ErrorCode.transactional_id_authorization_failed
@@ -328,6 +328,32 @@ CASES: list[Case] = [
     # topic refused with the zero id; the all-topics listing leaves it out).
     ("describe_log_dirs", 35, 4, lambda e: dict(topics=None),
      lambda e, r: (r.error_code, r.results) == (CAF, ()) or pytest.fail(r)),
+    ("offset_for_leader_epoch", 23, 4, lambda e: dict(replica_id=-1, topics=(
+        request_module(23, 4).OffsetForLeaderTopic(topic=TOPIC, partitions=(
+            request_module(23, 4).OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
+     lambda e, r: _codes(r, "topics", "partitions") == [TAF] or pytest.fail(r)),
+    ("offset_for_leader_epoch_as_follower", 23, 4, lambda e: dict(replica_id=2, topics=(
+        request_module(23, 4).OffsetForLeaderTopic(topic=TOPIC, partitions=(
+            request_module(23, 4).OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=-1, leader_epoch=0),)),)),
+     lambda e, r: _codes(r, "topics", "partitions") == [CAF] or pytest.fail(r)),
+    ("elect_leaders", 43, 2, lambda e: dict(election_type=0, topic_partitions=(
+        request_module(43, 2).TopicPartitions(topic=TOPIC, partitions=(0,)),),
+        timeout=timedelta(seconds=T)),
+     # ALTER on the cluster is one of ANONYMOUS's bootstrap ACLs: authorized, nothing to elect.
+     lambda e, r: (r.error_code, _codes(r, "replica_election_results", "partition_result"))
+     == (0, [ErrorCode.election_not_needed]) or pytest.fail(str(r))),
+    ("alter_partition_reassignments", 45, 0, lambda e: dict(
+        timeout=timedelta(seconds=T), topics=(request_module(45, 0).ReassignableTopic(
+            name=TOPIC, partitions=(request_module(45, 0).ReassignablePartition(
+                partition_index=0, replicas=(1,)),)),)),
+     # Authorized by the same ALTER ACL; moving onto the replica it has is a no-op.
+     lambda e, r: (r.error_code, _codes(r, "responses", "partitions")) == (0, [0])
+     or pytest.fail(str(r))),
+    ("list_partition_reassignments", 46, 0, lambda e: dict(
+        timeout=timedelta(seconds=T), topics=None),
+     lambda e, r: (r.error_code, r.topics) == (CAF, ()) or pytest.fail(r)),
     ("describe_producers", 61, 0, lambda e: dict(topics=(request_module(61, 0).TopicRequest(
         name=TOPIC, partition_indexes=(0,)),)),
      lambda e, r: _codes(r, "topics", "partitions") == [TAF] or pytest.fail(r)),
@@ -361,7 +387,7 @@ CASES: list[Case] = [
     ("describe_acls", 29, 3, lambda e: dict(
         resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
         principal_filter=None, host_filter=None, operation=1, permission_type=1),
-     lambda e, r: r.error_code == CAF or pytest.fail(r)),
+     lambda e, r: r.error_code == CAF or pytest.fail(str(r))),
     # CLUSTER ALTER is granted (the tests manage ACLs with it), so these are allowed.
     ("create_acls", 30, 3, lambda e: dict(creations=(request_module(30, 3).AclCreation(
         resource_type=2, resource_name="zz", resource_pattern_type=3,

@@ -42,22 +42,30 @@ DELETED = {f"k{i:02d}" for i in range(1, 10, 2)}  # their last version is a tomb
 FILLER = "~filler"
 
 
-METRICS_PORT = free_port()
+METRICS_PORT = [0]  # chosen when the broker starts (a port chosen at import may be taken since)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(Path(tmp_path_factory.mktemp("compaction")) / "data",
-                      overrides={"log.cleaner.backoff.ms": "100",
-                                 "log.flush.scheduler.interval.ms": "100",
-                                 "metrics.listen": f"127.0.0.1:{METRICS_PORT}"})
-    b.start()
+    data = Path(tmp_path_factory.mktemp("compaction")) / "data"
+    for attempt in (1, 2):
+        METRICS_PORT[0] = free_port()
+        b = BrokerProcess(data, overrides={"log.cleaner.backoff.ms": "100",
+                                           "log.flush.scheduler.interval.ms": "100",
+                                           "metrics.listen": f"127.0.0.1:{METRICS_PORT[0]}"})
+        try:
+            b.start()
+            break
+        except RuntimeError as exc:  # the metrics port was taken meanwhile: once more
+            if attempt == 2 or "already in use" not in str(exc):
+                raise
     yield b
     b.stop()
 
 
 def metric(name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5).read()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT[0]}/metrics",
+                                  timeout=5).read()
     want = ",".join(f'{k}="{v}"' for k, v in labels.items())
     for line in text.decode().splitlines():
         if line.startswith(f"{name}{{{want}}} ") or line.startswith(f"{name} ") and not want:
