@@ -65,6 +65,11 @@ def _coordinator(bootstrap: str, key: str, key_type: int) -> int:
             time.sleep(0.2)
 
 
+def _alive(cluster: Cluster) -> str:
+    """One live broker's address (RawClient talks to a single broker)."""
+    return next(b.bootstrap for b in cluster.brokers if b.alive())
+
+
 def _leader(admin: AdminClient, topic: str, p: int) -> int:
     return admin.list_topics(topic, timeout=T).topics[topic].partitions[p].leader
 
@@ -246,3 +251,52 @@ def test_a_transaction_survives_the_kill_of_its_coordinator(rf3_cluster: Cluster
             got.append(m.value())
     c.close()
     assert sorted(got) == sorted(want)
+
+
+def test_exactly_once_across_the_kill_of_its_coordinators(rf3_cluster: Cluster) -> None:
+    """The consume-transform-produce loop of tests/integration/txn/test_exactly_once.py on three
+    brokers at RF 3: the transaction coordinator's broker is killed mid-transaction (after the
+    output records were produced), and later the group coordinator's (after the offsets were
+    sent); each is started again afterwards. The output holds every input once."""
+    import threading
+
+    from tests.integration.txn import test_exactly_once as eos
+
+    cluster = rf3_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for name in (eos.INPUT, eos.OUTPUT):
+        admin.create_topics([NewTopic(name, eos.PARTITIONS, 3)])[name].result(T)
+    ends = eos.produce_input(cluster.bootstrap)
+    kills: list[tuple[str, int, int]] = []
+    restarts: list[threading.Thread] = []
+
+    def kill(node: int) -> None:
+        cluster.brokers[node - 1].kill()
+        t = threading.Thread(target=lambda: (time.sleep(5), cluster.brokers[node - 1].start()))
+        t.start()
+        restarts.append(t)
+
+    def hook(stage: str, n: int) -> None:
+        if (stage, n) == ("produced", 3):
+            node = _coordinator(_alive(cluster), eos.TXN_ID, 1)
+            kills.append((stage, n, node))
+            kill(node)
+        if (stage, n) == ("offsets-sent", 7):
+            for t in restarts:
+                t.join(60)
+            node = _coordinator(_alive(cluster), eos.GROUP, 0)
+            kills.append((stage, n, node))
+            kill(node)
+
+    app = eos.App(cluster.bootstrap, ends, hook)
+    app.start()
+    assert app.done.wait(110), "the application hung"
+    for t in restarts:
+        t.join(60)
+    if app.error is not None:
+        raise app.error
+    assert [k[:2] for k in kills] == [("produced", 3), ("offsets-sent", 7)], kills
+    out = eos.read_committed_output(cluster.bootstrap)
+    expected = sorted(eos.transform(f"v{i}".encode()) for i in range(eos.N))
+    assert len(out) == len(set(out)), f"{len(out) - len(set(out))} duplicate(s)"
+    assert sorted(out) == expected, f"{len(set(expected) - set(out))} missing"
