@@ -53,6 +53,15 @@ log = logging.getLogger("shoal.cluster")
 
 # Seconds each etcd call may take before it counts as failed.
 RPC_TIMEOUT_S = 5
+# After a network cut the broker must find etcd again within seconds of the cut healing:
+# - keepalive pings (every 6 s, while the watch stream is open: etcd's default enforcement
+#   allows one per 5 s, with a stream) find a connection the cut left dead in 9 s; without
+#   them its calls time out one by one until the kernel gives the connection up, minutes on;
+# - gRPC backs off reconnecting up to 120 s by default; retry at most every 2 s instead.
+GRPC_OPTIONS = {"grpc.keepalive_time_ms": 6000, "grpc.keepalive_timeout_ms": 3000,
+                "grpc.keepalive_permit_without_calls": 0,
+                "grpc.initial_reconnect_backoff_ms": 200, "grpc.min_reconnect_backoff_ms": 200,
+                "grpc.max_reconnect_backoff_ms": 2000}
 # The longest ``close`` waits for the watch and renewal tasks, and for the client to close.
 CLOSE_TIMEOUT_S = 5
 
@@ -121,7 +130,8 @@ class EtcdClusterStore:
         """
         problems = []
         for host, port in self.endpoints:
-            client = aetcd.Client(host=host, port=port, timeout=RPC_TIMEOUT_S)
+            client = aetcd.Client(host=host, port=port, timeout=RPC_TIMEOUT_S,
+                                  options=GRPC_OPTIONS)
             try:
                 await asyncio.wait_for(client.connect(), RPC_TIMEOUT_S)
                 await asyncio.wait_for(client.get(self.keys.cluster_id), RPC_TIMEOUT_S)

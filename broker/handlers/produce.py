@@ -490,7 +490,8 @@ async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m
             topic = broker.topics.by_id(getattr(tr, "topic_id", None))
             name = topic.name if topic is not None else None
         parts_out = tuple(
-            _partition(m, pr.index, PartitionOutcome(*failed[(name, pr.index)]))
+            _partition(m, pr.index, PartitionOutcome(failed[(name, pr.index)][0],
+                                                     message=failed[(name, pr.index)][1]))
             if (name, pr.index) in failed else pr
             for pr in tr.partition_responses)
         topics.append(make(m.TopicProduceResponse, name=getattr(tr, "name", None),
