@@ -311,11 +311,8 @@ class ReplicaManager:
 
     def _min_isr(self, topic: str) -> int:
         t = self._broker.topics.get(topic)
-        try:
-            return int(topic_config_value("min.insync.replicas", t.configs if t else {},
-                                          self._broker.config))
-        except KeyError:  # not declared (older config table)
-            return 1
+        return int(topic_config_value("min.insync.replicas", t.configs if t else {},
+                                      self._broker.config))
 
     async def _checkpoint_loop(self) -> None:
         """Write the replicated partitions' high watermarks to their directories every

@@ -32,22 +32,13 @@ from kio.schema.errors import ErrorCode
 from coordinator.share.service import partition_for as share_partition_for
 from protocol import codec
 from tests.integration.cluster.conftest import Cluster, Etcd
+from tests.integration.cluster.net_cluster import wait_for
 from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import set_group_configs, share_consumer
 
 T = 30
 SHARE_STATE = "__share_group_state"
 
-
-def _wait(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        got = condition()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.2)
 
 
 def _coordinator(bootstrap: str, key: str, key_type: int) -> int:
@@ -101,7 +92,7 @@ def test_share_group_continues_through_a_leader_kill_without_restart(
     group = f"through-{victim_role.split()[0]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("work", 1, 3)])["work"].result(T)
-    _wait(lambda: len(_isr(admin, "work", 0)) == 3, T, "an ISR of three")
+    wait_for(lambda: len(_isr(admin, "work", 0)) == 3, T, "an ISR of three")
     set_group_configs(cluster.brokers[0].bootstrap, group, {
         "share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "3000"})
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
@@ -203,7 +194,7 @@ def test_committed_offsets_survive_the_kill_of_the_group_coordinator(
         finally:
             c2.close()
 
-    assert _wait(read_back, 60, "the new coordinator answering") == committed
+    assert wait_for(read_back, 60, "the new coordinator answering") == committed
 
 
 def test_a_transaction_survives_the_kill_of_its_coordinator(rf3_cluster: Cluster) -> None:

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from storage.log_config import LogConfig
 from storage.segment_log import PartitionLog
 from tests.integration.cluster.conftest import Cluster, Etcd
+from tests.integration.cluster.net_cluster import wait_for
 
 T = 30
 
@@ -38,16 +39,6 @@ def _partition(admin: AdminClient, topic: str, p: int = 0) -> tuple[int, list[in
     part = md.topics[topic].partitions[p]
     return part.leader, list(part.replicas), list(part.isrs)
 
-
-def _wait(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        got = condition()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.2)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], acks: str = "all",
@@ -105,7 +96,7 @@ def cluster_overrides() -> dict[str, str]:
 def test_acknowledged_records_survive_the_kill_9_of_the_leader(cluster: Cluster) -> None:
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("safe", 1, 3)])["safe"].result(T)
-    leader, replicas, isr = _wait(lambda: (x := _partition(admin, "safe")) and len(x[2]) == 3
+    leader, replicas, isr = wait_for(lambda: (x := _partition(admin, "safe")) and len(x[2]) == 3
                                   and x, T, "an ISR of three")
     assert sorted(replicas) == [1, 2, 3]
     values = [f"r{i}".encode() for i in range(3000)]
@@ -114,7 +105,7 @@ def test_acknowledged_records_survive_the_kill_9_of_the_leader(cluster: Cluster)
     cluster.brokers[leader - 1].kill()
     others = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
     survivor_admin = _admin(others)
-    new_leader = _wait(lambda: (x := _partition(survivor_admin, "safe")[0]) not in (leader, -1)
+    new_leader = wait_for(lambda: (x := _partition(survivor_admin, "safe")[0]) not in (leader, -1)
                        and x, T, "a new leader from the ISR")
     assert new_leader in replicas
     # The survivors keep taking acks=all writes (two in-sync replicas).
@@ -128,7 +119,7 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up(
         cluster: Cluster) -> None:
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("lag", 1, 3)])["lag"].result(T)
-    leader, replicas, _ = _wait(lambda: (x := _partition(admin, "lag")) and len(x[2]) == 3
+    leader, replicas, _ = wait_for(lambda: (x := _partition(admin, "lag")) and len(x[2]) == 3
                                 and x, T, "an ISR of three")
     follower = next(r for r in replicas if r != leader)
     proc = cluster.brokers[follower - 1].proc
@@ -140,11 +131,11 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up(
         # acks=all goes on once the stopped follower is out of the ISR (lag 3 s, or its etcd
         # session lapsing, whichever comes first).
         assert _produce(cluster.brokers[leader - 1].bootstrap, "lag", first) == set(first)
-        _wait(lambda: follower not in _partition(leader_admin, "lag")[2], T,
+        wait_for(lambda: follower not in _partition(leader_admin, "lag")[2], T,
               f"broker {follower} leaving the ISR")
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    _wait(lambda: sorted(_partition(leader_admin, "lag")[2]) == sorted(replicas), 60,
+    wait_for(lambda: sorted(_partition(leader_admin, "lag")[2]) == sorted(replicas), 60,
           f"broker {follower} rejoining the ISR")
 
 
@@ -152,13 +143,13 @@ def test_below_min_insync_replicas_acks_all_is_refused(cluster: Cluster) -> None
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("strict", 1, 3, config={"min.insync.replicas": "3"})]
                         )["strict"].result(T)
-    leader, replicas, _ = _wait(lambda: (x := _partition(admin, "strict")) and len(x[2]) == 3
+    leader, replicas, _ = wait_for(lambda: (x := _partition(admin, "strict")) and len(x[2]) == 3
                                 and x, T, "an ISR of three")
     victim = next(r for r in replicas if r != leader)
     cluster.brokers[victim - 1].kill()
     leader_bootstrap = cluster.brokers[leader - 1].bootstrap
     leader_admin = _admin(leader_bootstrap)
-    _wait(lambda: victim not in _partition(leader_admin, "strict")[2], T,
+    wait_for(lambda: victim not in _partition(leader_admin, "strict")[2], T,
           f"broker {victim} leaving the ISR")
     p = Producer({"bootstrap.servers": leader_bootstrap, "acks": "all",
                   "message.timeout.ms": 3000, "retries": 0})
@@ -206,7 +197,7 @@ def test_a_returning_leader_truncates_the_tail_no_follower_got(
     cluster = slow_session_cluster
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("diverge", 1, 3)])["diverge"].result(T)
-    leader, replicas, _ = _wait(lambda: (x := _partition(admin, "diverge")) and len(x[2]) == 3
+    leader, replicas, _ = wait_for(lambda: (x := _partition(admin, "diverge")) and len(x[2]) == 3
                                 and x, T, "an ISR of three")
     base = [f"b{i}".encode() for i in range(100)]
     assert _produce(cluster.bootstrap, "diverge", base) == set(base)
@@ -230,12 +221,12 @@ def test_a_returning_leader_truncates_the_tail_no_follower_got(
             os.kill(proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
     others = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
     other_admin = _admin(others)
-    _wait(lambda: _partition(other_admin, "diverge")[0] in followers, 60,
+    wait_for(lambda: _partition(other_admin, "diverge")[0] in followers, 60,
           "a follower taking over")
     after = [f"a{i}".encode() for i in range(100)]
     assert _produce(others, "diverge", after) == set(after)
     cluster.brokers[leader - 1].start()
-    _wait(lambda: sorted(_partition(other_admin, "diverge")[2]) == sorted(replicas), 60,
+    wait_for(lambda: sorted(_partition(other_admin, "diverge")[2]) == sorted(replicas), 60,
           f"broker {leader} back in the ISR")
     got = _read_all(cluster.bootstrap, "diverge", len(base) + len(after))
     assert sorted(got) == sorted(base + after)
@@ -256,7 +247,7 @@ def test_a_replica_fetch_without_cluster_action_is_refused(cluster: Cluster) -> 
 
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("guarded", 1, 3)])["guarded"].result(T)
-    leader, _, _ = _wait(lambda: (x := _partition(admin, "guarded")) and len(x[2]) == 3 and x,
+    leader, _, _ = wait_for(lambda: (x := _partition(admin, "guarded")) and len(x[2]) == 3 and x,
                          T, "an ISR of three")
     _produce(cluster.bootstrap, "guarded", [b"secret"])
     m = codec.request_module(1, 12)
@@ -278,7 +269,7 @@ def test_records_deleted_at_the_leader_stay_deleted_after_a_failover(cluster: Cl
 
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("trimmed", 1, 3)])["trimmed"].result(T)
-    leader, _, _ = _wait(lambda: (x := _partition(admin, "trimmed")) and len(x[2]) == 3 and x,
+    leader, _, _ = wait_for(lambda: (x := _partition(admin, "trimmed")) and len(x[2]) == 3 and x,
                          T, "an ISR of three")
     values = [f"t{i}".encode() for i in range(100)]
     assert _produce(cluster.bootstrap, "trimmed", values) == set(values)
@@ -289,7 +280,7 @@ def test_records_deleted_at_the_leader_stay_deleted_after_a_failover(cluster: Cl
     cluster.brokers[leader - 1].kill()
     others = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
     other_admin = _admin(others)
-    _wait(lambda: _partition(other_admin, "trimmed")[0] not in (leader, -1), T,
+    wait_for(lambda: _partition(other_admin, "trimmed")[0] not in (leader, -1), T,
           "a new leader")
     c = Consumer({"bootstrap.servers": others, "group.id": "trim-check"})
     try:
