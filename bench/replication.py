@@ -4,10 +4,14 @@
 replication`` alone). One real etcd and 3 brokers (``bench/cluster_procs.py``), then, with 1 KiB
 records and N = 200,000 x ``--scale``:
 
-1. **Produce**: one producer process (acks=all, idempotent) writes N records to a topic of 3
-   partitions at replication factor 1, then to one at 3, alternating twice (ABAB). Figures per
-   factor: records/s (median of the rounds) and the p99 latency of a produce, from
-   ``produce()`` to its delivery report; ``produce_ratio`` = RF 3 / RF 1 (target >= 0.5).
+1. **Produce**: one producer process (acks=all, idempotent, librdkafka's default batch size
+   and linger) writes N records to a topic of 3 partitions at replication factor 1, then to one
+   at 3, alternating twice (ABAB). Figures per factor: records/s (median of the rounds) and the
+   p99 latency of a produce, from ``produce()`` to its delivery report; ``produce_ratio`` =
+   RF 3 / RF 1 (target >= 0.5). librdkafka's idempotent producer keeps one Produce request in
+   flight per broker whatever ``max.in.flight`` says (confluentinc/librdkafka#4989), so its rate
+   is a batch per round trip: the replication round trips (leader -> followers -> leader) count
+   in full, and a machine whose cores are busy elsewhere stretches every hop.
 2. **Share-consume**: each of those topics' N records are consumed by 3 ShareConsumer
    processes (explicit ACCEPT) of a new group: records/s, ``consume_ratio`` (target >= 0.8).
 3. **Failover**: a topic of 1 partition at RF 3 takes a record every 20 ms (acks=all) while a
@@ -71,7 +75,7 @@ def latency_producer_worker(p: dict[str, Any], out: Any) -> None:
 
         prod = Producer({"bootstrap.servers": p["bootstrap"], "acks": "all",
                          "enable.idempotence": True, "linger.ms": 5,
-                         "batch.size": 262144, "compression.type": "none",
+                         "compression.type": "none",
                          "on_delivery": done})
         prod.list_topics(p["topic"], timeout=30)
         value = os.urandom(RECORD)

@@ -21,6 +21,9 @@ REPLICATION_DEFS: list[ConfigDef] = [
     ConfigDef("replica.fetch.backoff.ms", "int", 1000,
               "How long a follower waits before fetching again from a leader that failed.",
               at_least(0)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000,
+              "Follower fetch sessions a leader keeps (one per follower broker is in use; the "
+              "least recently used beyond this many is closed).", at_least(0)),
     ConfigDef("num.replica.fetchers", "int", 1,
               "Fetch loops per leader broker (Shoal runs one, on the event loop).", at_least(1)),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000,

@@ -2,9 +2,15 @@
 
 One task per leader broker, on the broker's event loop, over its own inter-broker connection
 (``ReplicaManager.rpc``: a long-polling fetch would hold up other calls on a shared one). Each
-round is one Fetch (v12 to 17) with this broker's node id as replica id, naming every followed
-partition with its fetch offset (the local log end), the local latest leader epoch
-(LastFetchedEpoch) and the leader epoch it follows (CurrentLeaderEpoch). Per partition answer:
+round is one Fetch (v12 to 17) with this broker's node id as replica id. A followed partition is
+given with its fetch offset (the local log end), the local latest leader epoch
+(LastFetchedEpoch) and the leader epoch it follows (CurrentLeaderEpoch).
+
+Rounds run in a fetch session (KIP-227, ``fetch_session.py``): the first is a full fetch naming
+every followed partition; the next ones name only partitions that are new or whose fetch offset
+or leader epoch changed, and forget those no longer fetched from this leader. The leader answers
+only partitions with something new. A session error, a failed round or a leader that keeps no
+session starts over with a full fetch. Per partition answer:
 
 - records: appended unchanged (offsets and leader epochs as the leader wrote them) through
   ``ReplicaLog`` (``broker/log/replica_log.py``), which keeps the producer state and
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.log.replica_log import ReplicaLog
+from broker.replication.fetch_session import INITIAL_EPOCH
 from protocol.codec import request_module
 from protocol.messages import make
 
@@ -71,6 +78,11 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # The fetch session: its id (0: none yet), the epoch of the next fetch, and what the
+        # leader holds for each partition (topic id, fetch offset, leader epoch).
+        self._session_id = 0
+        self._epoch = INITIAL_EPOCH
+        self._held: dict[TP, tuple[uuid.UUID, int, int]] = {}
 
     def add(self, tp: TP, leader_epoch: int, topic_id: str) -> None:
         self.partitions[tp] = Followed(leader_epoch, uuid.UUID(topic_id))
@@ -91,6 +103,7 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         self.partitions.clear()
+        self._reset_session()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -132,6 +145,21 @@ class ReplicaFetcher:
         if not asked:
             return False
         logs = self._broker.logs
+        full = self._session_id == 0
+        held = self._held
+        if not full:  # only what the leader's session does not already hold
+            by_topic = {t: kept for t, parts in by_topic.items()
+                        if (kept := [(p, f) for p, f in parts
+                                     if held.get((t, p)) != (f.topic_id, asked[(t, p)],
+                                                             f.leader_epoch)])}
+        forgotten: dict[uuid.UUID, list[int]] = {}
+        if not full:
+            for (t, p), (tid, _, _) in held.items():
+                if (t, p) not in asked:
+                    forgotten.setdefault(tid, []).append(p)
+        sent = {(t, p): (f.topic_id, asked[(t, p)], f.leader_epoch)
+                for t, parts in by_topic.items() for p, f in parts}
+        epoch = self._epoch
 
         def build(version: int) -> Any:
             m = request_module(FETCH, version)
@@ -154,14 +182,18 @@ class ReplicaFetcher:
                         max_wait=datetime.timedelta(milliseconds=wait_ms),
                         min_bytes=int(cfg.get("replica.fetch.min.bytes")),
                         max_bytes=int(cfg.get("replica.fetch.response.max.bytes")),
-                        isolation_level=0, session_id=0, session_epoch=-1,
-                        topics=tuple(topics), forgotten_topics_data=(), rack_id="")
+                        isolation_level=0, session_id=self._session_id,
+                        session_epoch=epoch, topics=tuple(topics),
+                        forgotten_topics_data=tuple(
+                            make(m.ForgottenTopic, topic_id=tid, partitions=tuple(ps))
+                            for tid, ps in forgotten.items()), rack_id="")
 
         rpc = self._manager.rpc
         resp, code, message = await rpc.send(self.leader, FETCH, VERSIONS, build,
                                              timeout_ms=wait_ms + int(cfg.get(
                                                  "request.timeout.ms")))
         if resp is None:
+            self._reset_session()  # the leader may or may not have seen this epoch
             if not self._failing:
                 log.warning("fetching %d partition(s) from leader broker %d failed: %s (%s); "
                             "retrying every %d ms", len(asked), self.leader, message,
@@ -172,9 +204,25 @@ class ReplicaFetcher:
             log.info("fetching from leader broker %d works again", self.leader)
             self._failing = False
         if resp.error_code != ErrorCode.none:
+            self._reset_session()
+            if resp.error_code in (ErrorCode.fetch_session_id_not_found,
+                                   ErrorCode.invalid_fetch_session_epoch):
+                log.info("leader broker %d closed this follower's fetch session (%s); "
+                         "opening a new one", self.leader,
+                         ErrorCode(resp.error_code).name.upper())
+                return True
             log.warning("leader broker %d refused a follower fetch: %s", self.leader,
                         ErrorCode(resp.error_code).name.upper())
             return False
+        if full:
+            self._held = sent
+            self._session_id = int(resp.session_id)
+            self._epoch = INITIAL_EPOCH + 1 if self._session_id else INITIAL_EPOCH
+        else:
+            held.update(sent)
+            for tp in [tp for tp in held if tp not in asked]:
+                del held[tp]
+            self._epoch = 1 if self._epoch >= 2**31 - 1 else self._epoch + 1
         by_id = {f.topic_id: tp[0] for tp, f in active.items()}
         progressed = True
         for tr in resp.responses:
@@ -253,6 +301,12 @@ class ReplicaFetcher:
         log.warning("%s-%d: leader broker %d answered the follower fetch with %s", topic, p,
                     self.leader, err.name.upper())
         return False
+
+    def _reset_session(self) -> None:
+        """The next round is a full fetch that opens a new session."""
+        self._session_id = 0
+        self._epoch = INITIAL_EPOCH
+        self._held = {}
 
     def _unpark(self, tp: TP) -> None:
         f = self.partitions.get(tp)

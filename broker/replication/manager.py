@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import topic_config_value
 from broker.inter_broker import inter_broker_rpc_for
+from broker.replication.fetch_session import FetchSessions
 from broker.replication.fetcher import ReplicaFetcher
 from broker.replication.leader_state import PartitionLeader
 from cluster.view import NO_LEADER, TopicRecord
@@ -66,6 +67,8 @@ class ReplicaManager:
         self.follows: dict[TP, Following] = {}
         self._waiters: dict[TP, list[tuple[int, asyncio.Future[ErrorCode]]]] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
+        self.sessions = FetchSessions(int(broker.config.get(
+            "max.incremental.fetch.session.cache.slots")))
         self._isr_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None  # the fetchers' own connections (a long poll blocks its link)
