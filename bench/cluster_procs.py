@@ -138,6 +138,25 @@ def metadata(bootstrap: str, topics: list[str] | None = None, timeout: float = 2
     return int(resp.controller_id), {int(b.node_id) for b in resp.brokers}, leaders
 
 
+def in_sync(bootstrap: str, topic: str, partition: int, timeout: float = 2.0) -> list[int]:
+    """The ISR of ``topic``-``partition`` as broker ``bootstrap`` (one broker) sees it."""
+    from client.blocking import open_connection
+    from protocol import codec
+
+    host, _, port = bootstrap.rpartition(":")
+    m = codec.request_module(3, 12)
+    req = m.MetadataRequest(topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+                            allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False)
+    with open_connection(host, int(port), timeout, "bench-cluster-probe") as conn:
+        resp = conn.call(3, 12, req)
+    for t in resp.topics:
+        for p in t.partitions:
+            if t.name == topic and int(p.partition_index) == partition:
+                return [int(x) for x in p.isr_nodes]
+    return []
+
+
 def group_coordinator(bootstrap: str, group: str, timeout: float = 30.0) -> int:
     from client.blocking import open_connection
     from protocol import codec
