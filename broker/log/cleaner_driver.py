@@ -97,6 +97,12 @@ class LogCleaner:
                 continue
             try:
                 limit = self.stable_limit(*tp) if self.stable_limit is not None else None
+                hw_of = self._logs.high_watermark_of
+                if hw_of is not None:
+                    # A replica cleans only what every in-sync replica has (Kafka's cleaner
+                    # stops at the last stable offset, which the high watermark bounds).
+                    hw = hw_of(tp[0], tp[1], lg)
+                    limit = hw if limit is None else min(limit, hw)
                 c = cleanable(lg, now, limit)
             except (OSError, LogError) as exc:
                 log.warning("cannot inspect %s-%d for cleaning: %s", *tp, exc)

@@ -7,6 +7,8 @@ batch is checked byte by byte: CRC, offsets, timestamps, keys and values.
 
 from __future__ import annotations
 
+from typing import Any
+
 import errno
 import itertools
 import os
@@ -409,6 +411,7 @@ class _Logs:
     def __init__(self, log: PartitionLog) -> None:
         self.log = log
         self.log_dir = log.log_dir
+        self.high_watermark_of: Any = None  # a replicated partition's bound (cluster mode)
 
     def items(self) -> list[tuple[tuple[str, int], PartitionLog]]:
         return [(("t", 0), self.log)]
@@ -436,6 +439,23 @@ def test_the_cleaner_picks_by_ratio_then_max_lag_then_tombstone_horizon(log_dir:
     assert cleaner.clean_filthiest()  # the tombstone's delete horizon passed
     assert not any(k == b"key-0" for _, k, _, _ in read_all(log))
     assert cleaner.stats.passes == 3
+    log.close()
+
+
+def test_a_replica_cleans_only_below_its_high_watermark(log_dir: Path) -> None:
+    """Records the in-sync replicas do not all have yet are not compacted."""
+    log = PartitionLog.open(log_dir, config(), T0)
+    logs = _Logs(log)
+    cleaner = LogCleaner(logs, BrokerConfig(), _Clock(T0))  # type: ignore[arg-type]
+    write(log, history(6, 3), per_batch=3)
+    roll_and_flush(log)
+    before = read_all(log)
+    logs.high_watermark_of = lambda _t, _p, _lg: 0
+    assert not cleaner.clean_filthiest()
+    assert read_all(log) == before
+    logs.high_watermark_of = lambda _t, _p, lg: lg.log_end_offset
+    assert cleaner.clean_filthiest()
+    assert len(read_all(log)) < len(before)  # compacted once the replicas have it all
     log.close()
 
 
