@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from protocol import codec
 from tests.chaos.load import CONSUMER_GROUP, EOS_GROUP, IN, OUT, SHARE_GROUP, Journal
@@ -53,9 +53,47 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                   "isolation.level": "read_committed", "enable.auto.commit": False})
     try:
         got = c.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
+    except KafkaException as e:
+        raise AssertionError(f"reading {group}'s committed offsets failed ({e}); its "
+                             f"coordinator says: {stable_fetch(bootstrap, group, topic, partitions)}"
+                             ) from e
     finally:
         c.close()
     return {tp.partition: tp.offset for tp in got}
+
+
+def committed_or_why(bootstrap: str, group: str, topic: str,
+                     partitions: int) -> dict[int, int] | str:
+    """``committed``, or why it could not be read yet (a sentence: e.g. the group's open
+    transaction keeps its offsets unstable)."""
+    try:
+        return committed(bootstrap, group, topic, partitions)
+    except AssertionError as e:
+        return str(e)
+
+
+def stable_fetch(bootstrap: str, group: str, topic: str, partitions: int) -> str:
+    """What ``group``'s coordinator answers a stable OffsetFetch (v9, RequireStable) with: its
+    node, the group's error and each partition's (offset, error)."""
+    fc, of = codec.request_module(10, 4), codec.request_module(9, 9)
+    try:
+        with RawClient(bootstrap.split(",")[0]) as c:
+            (coord,) = c.call(10, 4, fc.FindCoordinatorRequest(
+                key_type=0, coordinator_keys=(group,))).coordinators
+        if coord.error_code != 0:
+            return f"FindCoordinator: error {coord.error_code}"
+        with RawClient(f"{coord.host}:{coord.port}") as c:
+            resp = c.call(9, 9, of.OffsetFetchRequest(require_stable=True, groups=(
+                of.OffsetFetchRequestGroup(group_id=group, member_id=None, member_epoch=-1,
+                                           topics=(of.OffsetFetchRequestTopics(
+                                               name=topic,
+                                               partition_indexes=tuple(range(partitions))),)),)))
+    except (OSError, EOFError, ConnectionError) as e:
+        return f"coordinator unreachable: {e!r}"
+    (g,) = resp.groups
+    parts = {p.partition_index: (int(p.committed_offset), int(p.error_code))
+             for t in g.topics for p in t.partitions}
+    return f"broker {coord.node_id}: group error {g.error_code}, partitions {parts}"
 
 
 def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
