@@ -225,7 +225,9 @@ def catch_up(settings: Settings, boot: str, members: list[Member]) -> dict[str, 
     topic = settings.topic("catchup")
     _create(boot, topic, 1, 3)
     admin = AdminClient({"bootstrap.servers": boot})
-    part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    # A broker just restarted by the failover step may not know the new topic yet.
+    part = until(f"{topic} in the metadata", lambda: admin.list_topics(
+        topic, timeout=5).topics[topic].partitions.get(0), 60)
     follower = next(m for m in members if m.node_id != part.leader)
     leader = next(m for m in members if m.node_id == part.leader)
     size = max(64 << 20, int((1 << 30) * settings.scale))
