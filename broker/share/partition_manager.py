@@ -9,7 +9,9 @@ reads the log for it, persists its state writes, answers acknowledgements only a
 completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry and
 the end of redelivery backoffs (``SharePartition.next_deadline``), and wakes parked ShareFetches
 (watch key ``("share", group, topic, partition)``) when records become available again, including
-when a record's redelivery backoff ends (broker/share/backoff.py).
+when a record's redelivery backoff ends (broker/share/backoff.py). It wakes one, oldest first;
+a woken fetch that acquired something hands the wake-up on while more is left
+(``pass_wakeup``), so a freed batch costs one acquisition round, not one per parked member.
 
 Unloading (Shoal extension, ``group.share.partition.unload.idle.ms``): ``unload_idle(now_ms)``,
 run periodically by the broker, drops share-partitions of groups without members that nobody
@@ -390,7 +392,28 @@ class SharePartitionManager:
             self._dlq.kick(sp)
         if sp.take_wakeup():
             topic, p = self._names[sp.key]
-            self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p))
+            # One parked ShareFetch, not all of them: the one woken passes the wake-up on when
+            # it acquired something and more is left (``pass_wakeup``). Waking every parked
+            # member for one freed batch cost each of the others a wasted acquisition round.
+            self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p), 1)
+
+    def pass_wakeup(self, sp: SharePartition) -> None:
+        """After a ShareFetch acquired from ``sp`` (or had to skip it, its budget used up,
+        after a wake-up): wake the next parked ShareFetch of the share-partition if it could
+        acquire something too (lock room and records past the next fetch offset, or records
+        to redeliver). A fetch that acquires nothing passes nothing on, so wake-ups never
+        circle among parked fetches."""
+        topic, p = self._names[sp.key]
+        key = share_watch_key(sp.key.group_id, topic, p)
+        watch = self._broker.logs.watch
+        if not watch.waiting(key):
+            return
+        now = self._broker.clock.now_ms()
+        lg = self._broker.logs.get(topic, p)
+        if lg is None or not sp.can_acquire(now):
+            return
+        if sp.next_fetch_offset(now) < self._high_watermark(topic, p, lg):
+            watch.notify(key, 1)
 
     def _arm(self, sp: SharePartition) -> None:
         deadline = sp.next_deadline()
