@@ -108,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--bootstrap", action="append", default=[], metavar="[NAME=]HOST:PORT",
                     help="also run the client-side scenarios (a, b, c, f, g) against this running "
                     "broker (repeatable)")
+    ap.add_argument("--monitor", action="append", default=[], metavar="NAME=PID",
+                    help="sample the CPU of the --bootstrap broker NAME's process PID (e.g. "
+                    "Apache Kafka's, from /tmp/peer-kafka/peer.pid) for its broker CPU figures")
     ap.add_argument("--no-local", action="store_true",
                     help="do not start a Shoal broker (only the --bootstrap brokers; no d, e)")
     ap.add_argument("--scale", type=float, default=1.0,
@@ -255,6 +258,8 @@ def _brief(key: str, fig: dict[str, Any]) -> str:
                 f"Spark start {fig.get('spark_startup_s')} s)")
     broker = fig.get("broker", {})
     extra = f", broker CPU {broker['broker_cpu_pct']}%" if broker.get("broker_cpu_pct") else ""
+    if broker.get("broker_cpu_s") and fig.get("records"):
+        extra += f", {1e6 * broker['broker_cpu_s'] / fig['records']:.2f} us/record"
     return f"{fig.get('rate', 0) or 0:,.0f} rec/s ({fig.get('records')} records{extra})"
 
 
@@ -436,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                 host, port = split_hostport(addr)
                 if not metadata_ok(host, port, timeout=5):
                     raise RuntimeError(f"no Kafka broker answers Metadata at {addr}")
-                system = System(name, addr, Admin(addr))
+                pid = dict(m.split("=", 1) for m in args.monitor).get(name)
+                system = System(name, addr, Admin(addr),
+                                monitor=Monitor(int(pid)) if pid else None)
                 ext["scenarios"] = run_client_scenarios(settings, system, selected, None)
                 if not args.keep_topics:
                     system.admin.delete_created()

@@ -52,7 +52,13 @@ from broker.handlers import api_versions, sasl_handshake
 from broker.security.sasl import Authenticator
 from broker.security.tls import NoMatchingRule, PrincipalMapper
 from broker.wire_limits import EncodeOffLoop, decode_off_loop
-from protocol.codec import DecodedRequest, decode_request, encode_response, peek
+from protocol.codec import (
+    DecodedRequest,
+    decode_request,
+    encode_response,
+    encode_response_parts,
+    peek,
+)
 from protocol.errors import ProtocolError, RemoteProtocolError, UnsupportedApiError
 from protocol.framing import FrameDecoder
 from protocol.guard import CountPaths
@@ -77,15 +83,22 @@ _SMALL_RESPONSE = 64 * 1024
 _SASL_LOG = RateLimitedLog()
 
 
+# Responses encoded as parts, their record data not copied into the frame (ShareFetch).
+_SPLICED = frozenset({78})
+
+
 class _Slot:
-    __slots__ = ("api_key", "api_version", "correlation_id", "data", "task", "reserved",
+    __slots__ = ("api_key", "api_version", "correlation_id", "data", "size", "task", "reserved",
                  "close_after")
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
-        self.data: bytes | None = None  # the encoded response once ready (b"": no response)
+        # The encoded response once ready (b"": no response); a ShareFetch answer with record
+        # data comes as its parts (protocol.codec.encode_response_parts), ``size`` bytes in all.
+        self.data: bytes | tuple[bytes, ...] | None = None
+        self.size = 0
         self.task: asyncio.Future[Any] | None = None
         self.reserved = 0  # response bytes this request may produce, while in progress
         self.close_after = False  # close the connection once this response is written
@@ -483,8 +496,8 @@ class Connection(asyncio.Protocol):
             data = b""
         else:
             try:
-                data = encode_response(slot.api_key, slot.api_version, slot.correlation_id,
-                                       result)
+                encode = encode_response_parts if slot.api_key in _SPLICED else encode_response
+                data = encode(slot.api_key, slot.api_version, slot.correlation_id, result)
             except ProtocolError:
                 log.exception("could not encode a response to %s; closing the connection",
                               self.peer)
@@ -504,9 +517,10 @@ class Connection(asyncio.Protocol):
         slot.task = None
         self._ready(slot, task.result())
 
-    def _ready(self, slot: _Slot, data: bytes) -> None:
+    def _ready(self, slot: _Slot, data: bytes | tuple[bytes, ...]) -> None:
         slot.data = data
-        self._held += len(data)
+        slot.size = len(data) if type(data) is bytes else sum(len(p) for p in data)
+        self._held += slot.size
         self._reserved -= slot.reserved
         slot.reserved = 0
         self._drain()
@@ -517,9 +531,12 @@ class Connection(asyncio.Protocol):
         while self._pending and self._pending[0].data is not None:
             slot = self._pending.popleft()
             data = slot.data or b""
-            self._held -= len(data)
+            self._held -= slot.size
             if data and transport is not None and not self._closing:
-                transport.write(data)
+                if type(data) is tuple:
+                    transport.writelines(data)  # record batches as read, not copied
+                else:
+                    transport.write(data)
                 self._last_active_ms = self.broker.clock.monotonic_ms()
             if slot.close_after:
                 self.close()

@@ -209,6 +209,64 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     return buf.getvalue()
 
 
+# A bytes value at least this long (record batches) stays a part of its own in a frame made by
+# encode_response_parts instead of being copied into the frame.
+SPLICE_MIN_BYTES = 64 * 1024
+
+
+class _PartsWriter:
+    """The write buffer of :func:`encode_response_parts`: small writes are joined, a large
+    ``bytes`` value is kept by reference as a part of its own."""
+
+    __slots__ = ("parts", "small")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.small = bytearray()
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if n >= SPLICE_MIN_BYTES and type(data) is bytes:  # immutable: safe to keep
+            if self.small:
+                self.parts.append(bytes(self.small))
+                self.small = bytearray()
+            self.parts.append(data)
+        else:
+            self.small += data
+        return n
+
+
+def encode_response_parts(api_key: int, api_version: int, correlation_id: int,
+                          body: Any) -> bytes | tuple[bytes, ...]:
+    """:func:`encode_response`, except that a response holding large record data (ShareFetch)
+    comes back as the frame's parts in order (the record batches as they were read, not
+    copied), for the transport's ``writelines``; one ``bytes`` when there is none.
+
+    Raises:
+        LocalProtocolError: the body does not fit the schema (a broker bug).
+    """
+    codec = _response_codec(api_key, api_version)
+    w = _PartsWriter()
+    w.small += _I32.pack(0) + _I32.pack(correlation_id)
+    if codec.header_version == 1:
+        w.small += _CORRELATION_V1_EMPTY_TAGS
+    try:
+        codec.writer(w, body)
+    except Exception as exc:
+        raise LocalProtocolError(
+            f"could not encode api {api_key} v{api_version} response: {exc}"
+        ) from exc
+    if not w.parts:
+        _I32.pack_into(w.small, 0, len(w.small) - 4)
+        return bytes(w.small)
+    parts = w.parts
+    if w.small:
+        parts.append(bytes(w.small))
+    size = sum(len(p) for p in parts) - 4
+    parts[0] = _I32.pack(size) + parts[0][4:]  # the header part is small (never a record part)
+    return tuple(parts)
+
+
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: Any) -> bytes:
     """Encode a typed request into a size-prefixed frame (used by tests and the CLI client)."""

@@ -199,10 +199,10 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
         readable = order
     fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
     budget, room = req.max_records, req.max_bytes
-    parked = False
+    parked = woken = False
     while True:
         got, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode,
-                                           budget, room)
+                                           budget, room, woken)
         for tp, (_code, data, acquired) in got.items():
             budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             room -= len(data)
@@ -222,9 +222,15 @@ async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
             parked = True
             broker.metrics.share_fetch_parked.value += 1
         fut = broker.logs.watch.watch(keys)
-        await wait_for_any(fut, remaining / 1000)
+        woken = await wait_for_any(fut, remaining / 1000)
         if session is not svc.sessions.get(group, member):
-            break  # the session was closed or replaced while we waited
+            # The session was closed or replaced while we waited. A share-partition wakes one
+            # parked fetch at a time: a wake-up this fetch will not use goes to the next one.
+            if woken:
+                for key in keys:
+                    if key[0] == "share":
+                        broker.logs.watch.notify(key, 1)
+            break
     if not fetched:
         broker.metrics.share_fetch_empty.value += 1
     results = {**unknown, **denied, **errors, **fetched}
@@ -286,8 +292,12 @@ def _join_batches(had: bytes, more: bytes) -> bytes:
 
 async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,
                    order: list[tuple[uuid.UUID, int]], req: Any, mode: AcquireMode,
-                   budget: int, room: int) -> tuple[dict, dict, list]:
-    """Acquire up to ``budget`` records and about ``room`` bytes from ``order``."""
+                   budget: int, room: int, woken: bool = False) -> tuple[dict, dict, list]:
+    """Acquire up to ``budget`` records and about ``room`` bytes from ``order``.
+
+    A share-partition wakes one parked fetch at a time (partition_manager.py): after
+    acquiring from one, or skipping it for want of budget after a wake-up (``woken``), the
+    wake-up is passed on to the next parked fetch if records are left there."""
     broker = ctx.broker
     per_partition_bytes = max(1, room // max(1, len(order)))
     fetched: dict[tuple[uuid.UUID, int], tuple[ErrorCode, bytes, list]] = {}
@@ -308,6 +318,10 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
         keys.append((topic.name, p))
         keys.append(share_watch_key(group, topic.name, p))
         if budget <= 0:
+            if woken:
+                skipped = svc.partitions.get_loaded(SharePartitionKey(group, topic_id, p))
+                if skipped is not None:
+                    svc.partitions.pass_wakeup(skipped)
             continue
         sp = await svc.partitions.get(group, topic, p)
         if not isinstance(sp, SharePartition):
@@ -316,6 +330,7 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
         data, acquired = svc.partitions.acquire(sp, member, budget, req.batch_size or budget,
                                                 mode, per_partition_bytes)
         if acquired:
+            svc.partitions.pass_wakeup(sp)
             n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
             budget -= n
             fetched[(topic_id, p)] = (ErrorCode.none, data, acquired)

@@ -127,13 +127,21 @@ class AckOps:
         write = self._writes.begin(self._start, merge_ranges(changed))
         return AckOutcome(ErrorCode.none, write=write, token=token)
 
-    def complete_write(self, token: int, ok: bool, now_ms: int) -> WriteParams | None:
+    def complete_write(self, token: int, ok: bool, now_ms: int, *,
+                       defer_start: bool = False) -> WriteParams | None:
         """Finish an acknowledgement's state write: commit it (``ok``) or roll it back.
 
         Commit applies the pending transitions, then the SPSO moves over the terminal prefix
         and the cache is trimmed. Rollback leaves the records ACQUIRED by their member, except
         those whose lock expired meanwhile, which are released as on a timeout. Returns a
         follow-up write to persist (fire and forget, like a timer write), or None.
+
+        A commit's follow-up only tells the persister a start offset beyond the one the write
+        predicted (acknowledgements of several members committing out of order) unless earlier
+        failed writes are to be sent again. With ``defer_start`` that start-only follow-up is
+        not made: the next write carries the start offset anyway, and the shell asks for it
+        with :meth:`start_write` a little later if none came. Nothing is lost by the wait: every
+        record below the new SPSO is durably terminal already, so a load moves past them.
 
         Raises:
             KeyError: ``token`` is unknown or already completed (a shell bug).
@@ -142,11 +150,23 @@ class AckOps:
         if ok:
             found_available = self._commit(token, ranges, now_ms)
             self._after_change(found_available)
+            if defer_start and not self._writes.has_dirty:
+                return None
             return self._writes.committed(self._start, [])
         self._roll_back(token, ranges, now_ms)
         # A lock that expired while the write was in flight is released now, as the timer
         # would have done (reference section 3: roll back to AVAILABLE/ARCHIVED).
         return self._release_expired(ranges, now_ms)
+
+    @property
+    def start_write_due(self) -> bool:
+        """The SPSO is beyond every start offset sent to the persister (see ``start_write``)."""
+        return self._start > self._writes.written_start
+
+    def start_write(self) -> WriteParams | None:
+        """The write a deferred commit follow-up (``complete_write(defer_start=True)``) left
+        to do: the SPSO (and any failed ranges) if the persister does not know them yet."""
+        return self._writes.committed(self._start, [])
 
     def _pending_units(
         self, token: int, ranges: list[tuple[int, int]]

@@ -9,7 +9,9 @@ reads the log for it, persists its state writes, answers acknowledgements only a
 completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry and
 the end of redelivery backoffs (``SharePartition.next_deadline``), and wakes parked ShareFetches
 (watch key ``("share", group, topic, partition)``) when records become available again, including
-when a record's redelivery backoff ends (broker/share/backoff.py).
+when a record's redelivery backoff ends (broker/share/backoff.py). It wakes one, oldest first;
+a woken fetch that acquired something hands the wake-up on while more is left
+(``pass_wakeup``), so a freed batch costs one acquisition round, not one per parked member.
 
 Unloading (Shoal extension, ``group.share.partition.unload.idle.ms``): ``unload_idle(now_ms)``,
 run periodically by the broker, drops share-partitions of groups without members that nobody
@@ -83,6 +85,8 @@ _UNSURE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_availa
                      ErrorCode.network_exception})
 
 LEADER_EPOCH = 0
+# Longest wait of a start offset an acknowledgement moved for the next state write to carry it.
+START_WRITE_DELAY_S = 0.1
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
 
@@ -113,6 +117,8 @@ class SharePartitionManager:
         self._names: dict[SharePartitionKey, tuple[str, int]] = {}
         self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
         self._timers: dict[SharePartitionKey, tuple[int, asyncio.TimerHandle]] = {}
+        # Deferred start-offset writes after acknowledgements (``_defer_start_write``).
+        self._start_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # Last (lock timeouts, delivery-limit archives) logged per share-partition.
         self._logged: dict[SharePartitionKey, tuple[int, int]] = {}
@@ -355,9 +361,12 @@ class SharePartitionManager:
         assert outcome.write is not None
         result = await self._persist(outcome.write)
         ok = result.error == ErrorCode.none
-        follow = sp.complete_write(outcome.token, ok, self._broker.clock.now_ms())
+        follow = sp.complete_write(outcome.token, ok, self._broker.clock.now_ms(),
+                                   defer_start=True)
         if follow is not None:
             self._write_later(follow)
+        elif ok and sp.start_write_due:
+            self._defer_start_write(sp.key)
         self._after(sp)
         if follow is not None or any(_RELEASE in types for _f, _l, types in batches):
             self._log_releases(sp)  # a RELEASE or an expired lock may have hit the limit
@@ -390,7 +399,24 @@ class SharePartitionManager:
             self._dlq.kick(sp)
         if sp.take_wakeup():
             topic, p = self._names[sp.key]
-            self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p))
+            # One parked ShareFetch, not all: it passes the wake-up on (``pass_wakeup``).
+            self._broker.logs.watch.notify(share_watch_key(sp.key.group_id, topic, p), 1)
+
+    def pass_wakeup(self, sp: SharePartition) -> None:
+        """After a ShareFetch acquired from ``sp`` (or skipped it, its budget used up, after a
+        wake-up): wake the next parked one if records are left to acquire. A fetch that
+        acquires nothing passes nothing on, so wake-ups never circle among parked fetches."""
+        topic, p = self._names[sp.key]
+        key = share_watch_key(sp.key.group_id, topic, p)
+        watch = self._broker.logs.watch
+        if not watch.waiting(key):
+            return
+        now = self._broker.clock.now_ms()
+        lg = self._broker.logs.get(topic, p)
+        if lg is None or not sp.can_acquire(now):
+            return
+        if sp.next_fetch_offset(now) < self._high_watermark(topic, p, lg):
+            watch.notify(key, 1)
 
     def _arm(self, sp: SharePartition) -> None:
         deadline = sp.next_deadline()
@@ -418,6 +444,23 @@ class SharePartitionManager:
             self._write_later(write)
             self._log_releases(sp)
         self._after(sp)
+
+    def _defer_start_write(self, key: SharePartitionKey) -> None:
+        """An acknowledgement moved the SPSO past what its write said: write it within
+        START_WRITE_DELAY_S (usually the next acknowledgement's write has told it by then)."""
+        if key in self._start_timers:
+            return
+        loop = asyncio.get_running_loop()
+        self._start_timers[key] = loop.call_later(START_WRITE_DELAY_S, self._write_start, key)
+
+    def _write_start(self, key: SharePartitionKey) -> None:
+        self._start_timers.pop(key, None)
+        sp = self._parts.get(key)
+        if sp is None:
+            return
+        write = sp.start_write()
+        if write is not None:
+            self._write_later(write)
 
     def _log_releases(self, sp: SharePartition) -> None:
         """Log lock timeouts and delivery-limit archives since the last call (operator events).
@@ -497,6 +540,9 @@ class SharePartitionManager:
         for _deadline, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for key in list(self._start_timers):
+            self._start_timers.pop(key).cancel()
+            self._write_start(key)  # the SPSO an acknowledgement moved, as it stands
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
 
@@ -559,3 +605,6 @@ class SharePartitionManager:
             t = self._timers.pop(key, None)
             if t is not None:
                 t[1].cancel()
+            st = self._start_timers.pop(key, None)
+            if st is not None:
+                st.cancel()

@@ -56,6 +56,11 @@ class StateWrites:
         return self._next_token
 
     @property
+    def has_dirty(self) -> bool:
+        """Ranges of failed writes wait to be sent again."""
+        return bool(self._dirty)
+
+    @property
     def pending_tokens(self) -> frozenset[int]:
         return frozenset(self._pending)
 

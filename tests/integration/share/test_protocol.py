@@ -53,7 +53,7 @@ class Member:
     def fetch(self, acks: Acks | None = None, *, epoch: int | None = None, max_wait_ms: int = 500,
               max_records: int = 500, is_renew: bool = False, partitions: tuple[int, ...] = (0,),
               forget: tuple[int, ...] = (), min_bytes: int = 1, member_id: str | None = None,
-              advance: bool = True) -> Any:
+              advance: bool = True, acquire_mode: int = 0) -> Any:
         m = codec.request_module(78, self.version)
         acks = acks or {}
         parts = tuple(m.FetchPartition(partition_index=p, acknowledgement_batches=tuple(
@@ -63,6 +63,7 @@ class Member:
         kw: dict[str, Any] = {}
         if self.version >= 2:
             kw["is_renew_ack"] = is_renew
+            kw["share_acquire_mode"] = acquire_mode
         body = m.ShareFetchRequest(
             group_id=self.group, member_id=self.member_id if member_id is None else member_id,
             share_session_epoch=e,
@@ -438,3 +439,38 @@ def test_share_fetch_waits_for_min_bytes_and_acquires_what_arrives_meanwhile(sb,
 def test_share_fetch_with_min_bytes_1_answers_with_what_is_there(mk, topic) -> None:
     p = part(mk().fetch(min_bytes=1, max_wait_ms=3000))
     assert [(x.first_offset, x.last_offset) for x in p.acquired_records][-1][1] == 9
+
+
+# -- wake-ups of parked fetches ----------------------------------------------------------------
+
+
+def test_records_released_reach_every_parked_member_not_only_the_first_woken(mk, long_locks
+                                                                             ) -> None:
+    """A share-partition wakes one parked ShareFetch at a time, and a woken fetch that acquired
+    something hands the wake-up on while records are left: three members parked for 3 records
+    each (record_limit) all get theirs once the holder releases the ten, long before their
+    MaxWaitMs runs out, and no record goes to two of them."""
+    a = mk("holder")
+    acquire_long_locked(a)
+    waiters = [mk(f"w{i}") for i in range(3)]
+    for w in waiters:  # open the sessions; nothing is available yet
+        assert not part(w.fetch(max_wait_ms=0)).acquired_records
+    answers: dict[str, Any] = {}
+
+    def park(w: Member) -> None:
+        answers[w.member_id] = part(w.fetch(max_wait_ms=30_000, max_records=3,
+                                            acquire_mode=1))
+
+    threads = [threading.Thread(target=park, args=(w,)) for w in waiters]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # let the three park
+    assert part(a.ack({0: [(0, 9, (2,))]})).error_code == ErrorCode.none
+    for t in threads:
+        t.join(RELEASED_WITHIN_S)
+    assert not any(t.is_alive() for t in threads), "a parked member never got the records"
+    got = {name: [o for r in p.acquired_records for o in range(r.first_offset, r.last_offset + 1)]
+           for name, p in answers.items()}
+    assert sorted(len(v) for v in got.values()) == [3, 3, 3], got
+    every = [o for v in got.values() for o in v]
+    assert len(every) == len(set(every)), got

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 
 import struct
+import uuid
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from broker.dispatch import default_dispatcher
 from protocol import codec
@@ -87,3 +90,36 @@ def test_fuzzed_bodies_decode_or_raise_protocol_error(api, noise: bytes, lengths
         codec.decode_request(frame)
     except ProtocolError:
         pass
+
+
+def _share_fetch_response(version: int, records: list[bytes]) -> object:
+    m = codec.response_module(78, version)
+    parts = tuple(make(m.PartitionData, partition_index=i, error_code=ErrorCode.none,
+                       error_message=None, acknowledge_error_code=ErrorCode.none,
+                       acknowledge_error_message=None,
+                       current_leader=m.LeaderIdAndEpoch(leader_id=1, leader_epoch=0),
+                       records=r, acquired_records=(m.AcquiredRecords(
+                           first_offset=0, last_offset=9, delivery_count=1),))
+                  for i, r in enumerate(records))
+    return make(m.ShareFetchResponse, throttle_time=timedelta(0), error_code=ErrorCode.none,
+                error_message=None, acquisition_lock_timeout=timedelta(milliseconds=30_000),
+                responses=(m.ShareFetchableTopicResponse(topic_id=uuid.uuid4(),
+                                                         partitions=parts),),
+                node_endpoints=())
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_response_in_parts_is_the_same_frame_with_records_not_copied(
+        version: int) -> None:
+    """encode_response_parts: the frame a client reads is byte for byte encode_response's; the
+    large record data are parts of their own (the very objects, so never copied)."""
+    big = [bytes([i]) * (codec.SPLICE_MIN_BYTES + i) for i in range(2)]
+    body = _share_fetch_response(version, [big[0], b"small", big[1]])
+    parts = codec.encode_response_parts(78, version, 42, body)
+    assert isinstance(parts, tuple)
+    assert b"".join(parts) == codec.encode_response(78, version, 42, body)
+    assert sum(p is big[0] for p in parts) == 1 and sum(p is big[1] for p in parts) == 1
+    assert struct.unpack(">i", parts[0][:4])[0] == sum(map(len, parts)) - 4
+    small = _share_fetch_response(version, [b"tiny"])
+    assert codec.encode_response_parts(78, version, 7, small) == \
+        codec.encode_response(78, version, 7, small)

@@ -202,8 +202,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
             self.tokens[out.token] = (mine, out.write)
 
     @precondition(lambda self: bool(self.tokens))
-    @rule(data=st.data(), ok=st.booleans(), fail_follow_up=st.booleans())
-    def complete_write(self, data: st.DataObject, ok: bool, fail_follow_up: bool) -> None:
+    @rule(data=st.data(), ok=st.booleans(), fail_follow_up=st.booleans(), defer=st.booleans())
+    def complete_write(self, data: st.DataObject, ok: bool, fail_follow_up: bool,
+                       defer: bool) -> None:
         token = data.draw(st.sampled_from(sorted(self.tokens)))
         offsets, sent = self.tokens.pop(token)
         if ok:  # respond after commit: the write is durable before the partition hears back
@@ -220,7 +221,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         else:
             self.may_finish |= self.expire_candidates(
                 lambda o, v: o in offsets and v.deadline_ms <= self.now)
-        self.persist(self.p.complete_write(token, ok, self.now), fail_follow_up)
+        # ``defer``: the start-only follow-up is left to start_write (partition_manager.py).
+        self.persist(self.p.complete_write(token, ok, self.now, defer_start=defer),
+                     fail_follow_up)
         cur = self.p.snapshot()
         for o in offsets:
             old, new = self.prev[o], cur.get(o)
@@ -237,6 +240,16 @@ class SharePartitionMachine(RuleBasedStateMachine):
                     AQ, old.member_id, old.deadline_ms)
             else:
                 assert new.state in (RecordState.AVAILABLE, RecordState.ARCHIVED)
+
+    @rule(fail=st.booleans())
+    def deferred_start_write(self, fail: bool) -> None:
+        """The shell's deferred start-offset write after acknowledgements (or nothing)."""
+        due = self.p.start_write_due
+        write = self.p.start_write()
+        assert write is not None or not due
+        self.persist(write, fail)
+        if write is not None and not fail:
+            assert self.durable_start == self.p.start_offset
 
     @rule(ms=st.integers(1, 1_500), fail=st.booleans())
     def advance_clock(self, ms: int, fail: bool) -> None:
