@@ -83,8 +83,9 @@ _SMALL_RESPONSE = 64 * 1024
 _SASL_LOG = RateLimitedLog()
 
 
-# Responses encoded as parts, their record data not copied into the frame (ShareFetch).
-_SPLICED = frozenset({78})
+# Responses encoded as parts, their record data not copied into the frame (Fetch, for
+# consumers and followers, and ShareFetch).
+_SPLICED = frozenset({1, 78})
 
 
 class _Slot:

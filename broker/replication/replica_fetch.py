@@ -112,7 +112,8 @@ async def _entries(ctx: RequestContext, req: Any, session: Any
             named.add((tkey, fp.partition))
             fresh.append(SessionPartition(
                 name, ft.topic_id if by_id else None, fp.partition, int(fp.fetch_offset),
-                int(fp.current_leader_epoch), int(getattr(fp, "last_fetched_epoch", -1)),
+                int(getattr(fp, "current_leader_epoch", -1)),
+                int(getattr(fp, "last_fetched_epoch", -1)),
                 int(fp.partition_max_bytes), request_topic=getattr(ft, "topic", None)))
     if session is None:
         return fresh, named
