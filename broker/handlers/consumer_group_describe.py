@@ -16,7 +16,7 @@ a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -40,6 +40,9 @@ from coordinator.group.shard import ConsumerDescribeResult
 from coordinator.group.topics_image import TopicsImage
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ConsumerGroupDescribeRequest
 
 API_KEY = 69
 VERSIONS = (0, 1)
@@ -89,7 +92,7 @@ def _assigned_topics(d: ConsumerDescribeResult, topics: TopicsImage) -> set[str]
             if ps and (info := topics.by_id(tid)) is not None}
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ConsumerGroupDescribeRequest) -> Any:
     service = ctx.broker.share_groups
     topics = service.topics_image()
     if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
@@ -99,14 +102,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return _respond(ctx, req, topics, found, hidden)
 
 
-async def _many(ctx: RequestContext, req: Any, topics: Any) -> Any:
+async def _many(ctx: RequestContext, req: ConsumerGroupDescribeRequest, topics: Any) -> Any:
     service = ctx.broker.share_groups
     found, hidden = await describe_authorized_in_slices(
         ctx, req.group_ids, service.describe_consumer, lambda d: _assigned_topics(d, topics))
     return await _respond(ctx, req, topics, found, hidden)
 
 
-def _respond(ctx: RequestContext, req: Any, topics: Any, found: dict[str, Any],
+def _respond(ctx: RequestContext, req: ConsumerGroupDescribeRequest, topics: Any, found: dict[str, Any],
              hidden: frozenset[str]) -> Any:
     m = response_module(API_KEY, ctx.api_version)
 

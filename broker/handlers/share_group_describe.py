@@ -13,7 +13,7 @@ a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED wi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -37,6 +37,9 @@ from coordinator.group.share.group import ShareGroupMember
 from coordinator.group.topics_image import TopicsImage
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ShareGroupDescribeRequest
 
 API_KEY = 77
 VERSIONS = (1, 1)
@@ -86,7 +89,7 @@ def _group(m: Any, group_id: str, d: DescribeResult, topics: TopicsImage, ops: i
                 else OPERATIONS_NOT_REQUESTED)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ShareGroupDescribeRequest) -> Any:
     service = ctx.broker.share_groups
     topics = service.topics_image()
     if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
@@ -96,14 +99,14 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return _respond(ctx, req, topics, found, hidden)
 
 
-async def _many(ctx: RequestContext, req: Any, topics: Any) -> Any:
+async def _many(ctx: RequestContext, req: ShareGroupDescribeRequest, topics: Any) -> Any:
     service = ctx.broker.share_groups
     found, hidden = await describe_authorized_in_slices(
         ctx, req.group_ids, service.describe, lambda d: _assigned_topics(d, topics))
     return await _respond(ctx, req, topics, found, hidden)
 
 
-def _respond(ctx: RequestContext, req: Any, topics: Any, found: dict[str, Any],
+def _respond(ctx: RequestContext, req: ShareGroupDescribeRequest, topics: Any, found: dict[str, Any],
              hidden: frozenset[str]) -> Any:
     m = response_module(API_KEY, ctx.api_version)
 
