@@ -67,6 +67,7 @@ and append ops; reads), ``Committer`` (``commit.py``: fsync, the ``replicated`` 
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic
 
@@ -122,11 +123,14 @@ class CoordinatorRuntime(Generic[S]):
         Raises:
             ValueError: a limit is not positive.
         """
+        if min(max_queued_writes, max_batch_records, io_threads, load_threads) < 1 or prune_interval_ms < 0:
+            raise ValueError("runtime limits must be positive")
         self._state: RuntimeState[S] = RuntimeState(
-            shard_factory, serde, clock_ms=clock_ms, fsync=fsync,
-            prune_interval_ms=prune_interval_ms, max_queued_writes=max_queued_writes,
-            max_batch_records=max_batch_records, io_threads=io_threads,
-            load_threads=load_threads, name=name)
+            shard_factory, serde, clock_ms, fsync, prune_interval_ms, max_queued_writes,
+            max_batch_records, name,
+            concurrent.futures.ThreadPoolExecutor(io_threads, thread_name_prefix=f"{name}-io"),
+            concurrent.futures.ThreadPoolExecutor(load_threads,
+                                                  thread_name_prefix=f"{name}-load"))
         self._scheduler = Scheduler(self._state)
         self._pruner = Pruner(self._state)
         self._committer = Committer(self._state, self._pruner, self._scheduler)

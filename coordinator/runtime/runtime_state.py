@@ -11,57 +11,27 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Generic
 
-from coordinator.runtime.partition import (
-    DEFAULT_IO_THREADS,
-    DEFAULT_LOAD_THREADS,
-    DEFAULT_MAX_BATCH_RECORDS,
-    DEFAULT_MAX_QUEUED_WRITES,
-    DEFAULT_PRUNE_INTERVAL_MS,
-    PartitionState,
-    S,
-)
+from coordinator.runtime.partition import PartitionState, S
 from coordinator.runtime.shard import RecordSerde
 
 
+@dataclass(eq=False)
 class RuntimeState(Generic[S]):
-    """Settings, pools and the partition table of one runtime (see the module doc)."""
+    """Settings, pools and the partition table of one runtime (see the module doc; the
+    settings are ``CoordinatorRuntime``'s arguments)."""
 
-    def __init__(
-        self,
-        shard_factory: Callable[[int], S],
-        serde: RecordSerde[Any],
-        *,
-        clock_ms: Callable[[], int],
-        fsync: bool = True,
-        prune_interval_ms: int = DEFAULT_PRUNE_INTERVAL_MS,
-        max_queued_writes: int = DEFAULT_MAX_QUEUED_WRITES,
-        max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
-        io_threads: int = DEFAULT_IO_THREADS,
-        load_threads: int = DEFAULT_LOAD_THREADS,
-        name: str = "coordinator",
-    ) -> None:
-        """``shard_factory(partition)`` builds an empty shard; ``clock_ms`` gives record
-        timestamps and timer time. fsyncs and prunes run on ``io_threads`` worker threads, loads
-        on ``load_threads``.
-
-        Raises:
-            ValueError: a limit is not positive.
-        """
-        if min(max_queued_writes, max_batch_records, io_threads, load_threads) < 1 or prune_interval_ms < 0:
-            raise ValueError("runtime limits must be positive")
-        self.factory = shard_factory
-        self.serde = serde
-        self.clock_ms = clock_ms
-        self.fsync = fsync
-        self.prune_interval_ms = prune_interval_ms
-        self.max_queued = max_queued_writes
-        self.max_batch_records = max_batch_records
-        self.name = name
-        self.io_pool = concurrent.futures.ThreadPoolExecutor(io_threads, thread_name_prefix=f"{name}-io")
-        self.load_pool = concurrent.futures.ThreadPoolExecutor(
-            load_threads, thread_name_prefix=f"{name}-load"
-        )
-        self.partitions: dict[int, PartitionState[S]] = {}
-        self.closed = False
+    factory: Callable[[int], S]  # builds the empty shard of a partition
+    serde: RecordSerde[Any]
+    clock_ms: Callable[[], int]
+    fsync: bool
+    prune_interval_ms: int
+    max_queued: int  # inbox slots per partition
+    max_batch_records: int
+    name: str
+    io_pool: concurrent.futures.ThreadPoolExecutor  # fsyncs and prunes
+    load_pool: concurrent.futures.ThreadPoolExecutor
+    partitions: dict[int, PartitionState[S]] = field(default_factory=dict)
+    closed: bool = False
