@@ -134,11 +134,13 @@ etcd:
 
 ## The layers and the checks that find bugs without running anything (README "Layout"):
 ## import-linter contracts (pyproject [tool.importlinter]), ruff's small rule set, mypy on the
-## sans-IO packages (pyproject [tool.mypy]).
+## sans-IO packages and the handlers (pyproject [tool.mypy]), and no function-local import
+## without a `# lazy: why` comment (tests/unit/test_local_imports.py).
 lint: $(VENV)/.installed-test
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check --quiet .
 	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_local_imports.py
 
 ## The whole fast suite after the lint (slow soak runs are excluded; see test-slow), on
 ## TEST_WORKERS processes (pytest-xdist): most integration tests wait on sockets and brokers,

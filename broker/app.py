@@ -14,6 +14,7 @@ its fatal listeners (``run_broker`` stops the server) and ``exit_code`` becomes 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from broker.authz import Authorizer, DefaultAuthorizer, DenialLog, parse_super_users
 from broker.broker_metrics import BrokerMetrics
 from broker.clock import Clock, SystemClock
+from broker.cluster_security import attach_cluster_security
 from broker.config import (
     BrokerConfig,
     parse_listener,
@@ -130,8 +132,8 @@ class Broker(TopicAdmin):
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.config.get("cluster.etcd.endpoints"):
-            # Imported here: cluster mode needs the etcd client (the ``cluster`` extra), which
-            # the embedded single broker does without.
+            # Lazy: imported here, cluster mode needs the etcd client (the ``cluster`` extra),
+            # which the embedded single broker does without.
             try:
                 from broker.cluster_member import ClusterMember
             except ImportError as e:
@@ -156,7 +158,6 @@ class Broker(TopicAdmin):
             self.authorizer = AclSeam(self.acl_authorizer)
         if self.member is not None:
             # ACLs, SCRAM credentials (--add-scram too) and feature levels live in etcd.
-            from broker.cluster_security import attach_cluster_security
             await attach_cluster_security(self)
         else:
             self.scram_credentials = store = ScramStore.open(self.data_dir)
@@ -413,6 +414,4 @@ class Broker(TopicAdmin):
 
 def _kafka_style_id() -> str:
     """A cluster id in Kafka's format: a UUID in URL-safe base64 without padding."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -32,6 +32,7 @@ from typing import Any
 
 from broker.config import BrokerConfig, ConfigError, read_properties
 from broker.gc_policy import GcPolicy
+from broker.resources import raise_open_file_limit, tune_malloc
 from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
 from broker.security.metrics_web import WebConfigError
@@ -103,7 +104,7 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     ``add_scram`` credentials are stored when the broker starts (``--add-scram``). Each
     listener's address is printed on stdout, or logged as an ``event: listening`` record when
     ``log_format`` is ``json`` so that stdout and stderr carry only JSON lines."""
-    # Imported here, not at the top: `shoal topics ...` and the other CLI verbs load this module
+    # Lazy: imported here, not at the top: `shoal topics ...` and the other CLI verbs load this module
     # for the broker subcommand's options and should not pay for importing the whole broker.
     from broker.app import Broker
     from broker.server import Server
@@ -137,7 +138,7 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
     if broker.fatal is None:
         logging.getLogger("shoal").info("shutting down (signal received)")
         if broker.member is not None and broker.config.get("controlled.shutdown.enable"):
-            from broker.cluster_admin import controlled_shutdown
+            from broker.cluster_admin import controlled_shutdown  # lazy: as Broker above
 
             await controlled_shutdown(
                 broker.member, broker.config.get("controlled.shutdown.timeout.ms") / 1000)
@@ -195,13 +196,11 @@ def run_broker_command(args: argparse.Namespace) -> int:
         return 2
     if not args.no_uvloop:
         try:
-            import uvloop
+            import uvloop  # lazy: optional (not on Windows), and --no-uvloop skips it
 
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-    from broker.resources import raise_open_file_limit, tune_malloc  # (as in run_broker)
-
     raise_open_file_limit()
     tune_malloc()
     try:

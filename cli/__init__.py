@@ -3,7 +3,8 @@ and the cluster over the Kafka protocol (and ``shoal cluster run``, a local clus
 
 Each command talks to any Kafka-protocol broker (Shoal or Apache Kafka) through
 ``client/admin_wire.py`` (the admin part of the client library), never through a broker's files.
-``add_commands`` registers the subcommands on ``cli/main.py``'s parser; each sets
+``cli/main.py``'s ``add_commands`` registers the subcommands on its parser (this module holds
+only what they share, so they import it and it imports none of them); each sets
 ``args.run``, which returns the exit code: 0 on success, 1 when an operation failed, 2 for
 invalid usage. Errors are one line on stderr that says what failed and what to do.
 
@@ -23,20 +24,6 @@ from client.admin_wire import CliError, Cluster
 from client.security import SecurityConfigError, SecuritySettings, parse_properties
 
 DEFAULT_TIMEOUT_MS = 30_000
-
-
-def add_commands(sub: Any) -> None:
-    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls``, ``users``
-    and ``cluster`` to the ``shoal`` subparsers."""
-    from cli import acls, cluster, configs, consumer_groups, share_groups, topics, users
-
-    share_groups.add_parser(sub)
-    consumer_groups.add_parser(sub)
-    topics.add_parser(sub)
-    configs.add_parser(sub)
-    acls.add_parser(sub)
-    users.add_parser(sub)
-    cluster.add_parser(sub)
 
 
 def new_parser(sub: Any, name: str, help_text: str, description: str,

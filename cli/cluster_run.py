@@ -32,9 +32,12 @@ option, a port in use, etcd not installed).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -236,8 +239,6 @@ def etcd_ports(data_dir: Path, avoid: set[int]) -> tuple[int, int]:
 
 def _libc() -> Any:
     try:
-        import ctypes
-
         return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
@@ -439,8 +440,6 @@ def run_command(args: argparse.Namespace) -> int:
 def write_properties(data: Path, brokers: int, port: int) -> None:
     """``broker-i.properties`` for every broker, with the data directory's inter-broker
     password (made once, kept in ``inter-broker.secret``); both readable by the owner only."""
-    import secrets
-
     secret_file = data / "inter-broker.secret"
     if not secret_file.exists():
         secret_file.write_text(secrets.token_urlsafe(24) + "\n")
@@ -459,8 +458,6 @@ def prepare(args: argparse.Namespace) -> Launcher:
         CliError: see ``check_args``; a broker port in use or etcd not on PATH (exit code 2).
     """
     check_args(args.brokers, args.port, args.override)
-    import shutil
-
     if shutil.which("etcd") is None:
         raise CliError("etcd is not installed (not on PATH); `make etcd` installs Debian's "
                        "etcd-server", exit_code=2)

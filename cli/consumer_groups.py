@@ -45,12 +45,19 @@ from kio.schema.errors import ErrorCode
 
 from cli import new_parser, open_cluster, run_command
 from cli import reset_plan as rp
+from cli.group_tools import (
+    add_scope_options,
+    add_view_options,
+    assignment_text,
+    delete_groups,
+    print_idle,
+    resolve_topics,
+)
 from cli.output import Cell, emit, print_json
 from cli.share_reset import EARLIEST, LATEST, list_offsets
 from client.admin_groups import (
     CLASSIC,
     CONSUMER,
-    DELETE_GROUPS,
     GROUP_TYPES,
     OFFSET_DELETE,
     SHARE,
@@ -64,7 +71,7 @@ from client.admin_groups import (
     hinted,
     list_groups,
 )
-from client.admin_wire import CliError, Cluster, error_text
+from client.admin_wire import CliError, Cluster
 from protocol.codec import request_module
 from protocol.messages import make
 
@@ -86,23 +93,14 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--delete-offsets", action="store_true",
                         help="delete a group's committed offsets of topics or partitions")
     action.add_argument("--delete", action="store_true", help="delete inactive consumer groups")
-    p.add_argument("--group", action="append", default=[], metavar="GROUP",
-                   help="the consumer group to act on (repeatable for --describe and --delete)")
-    p.add_argument("--all-groups", action="store_true",
-                   help="every consumer group (--describe, --delete, --reset-offsets)")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
-                   help="a topic, or some of its partitions (orders:0,1); repeatable")
-    p.add_argument("--all-topics", action="store_true",
-                   help="--reset-offsets: every topic the group has offsets for")
+    add_scope_options(p, "consumer")
     p.add_argument("--type", action="append", nargs="?", const="", default=None,
                    metavar="TYPE[,TYPE]",
                    help="--list: show the group type (classic, consumer, share), or filter by it")
     p.add_argument("--state", action="append", nargs="?", const="", default=None,
                    metavar="STATE[,STATE]",
                    help="--list: show (or filter by) state; --describe: the group state view")
-    p.add_argument("--offsets", action="store_true", help="--describe: offsets and lag (default)")
-    p.add_argument("--members", action="store_true", help="--describe: members")
-    p.add_argument("--verbose", action="store_true", help="--describe: more columns")
+    add_view_options(p, "--describe: offsets and lag (default)")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true", help="reset to the log start offset")
     to.add_argument("--to-latest", action="store_true", help="reset to the log end offset")
@@ -303,15 +301,12 @@ def _describe_offsets(cluster: Cluster, groups: list[Group], args: argparse.Name
                              m.host, m.client_id])
     if args.output == "json" or rows:
         emit(args.output, header, rows)
-    for gid in idle if args.output != "json" else []:
-        print(f"Consumer group '{gid}' has no active members.")
+    print_idle(args, idle, "Consumer group '{gid}' has no active members.")
     return 0
 
 
 def _assignment_text(assignment: dict[str, list[int]] | None) -> str | None:
-    if not assignment:
-        return None
-    return ";".join(f"{t}:{','.join(str(p) for p in ps)}" for t, ps in sorted(assignment.items()))
+    return assignment_text(sorted((assignment or {}).items()))
 
 
 def _describe_members(groups: list[Group], args: argparse.Namespace) -> int:
@@ -330,8 +325,7 @@ def _describe_members(groups: list[Group], args: argparse.Namespace) -> int:
                          *extra])
     if args.output == "json" or rows:
         emit(args.output, header, rows)
-    for gid in idle if args.output != "json" else []:
-        print(f"Consumer group '{gid}' has no active members.")
+    print_idle(args, idle, "Consumer group '{gid}' has no active members.")
     return 0
 
 
@@ -410,19 +404,9 @@ def _scope(cluster: Cluster, args: argparse.Namespace, rule: rp.Rule,
             wanted = rp.parse_topic_specs(args.topic)
         except rp.PlanError as exc:
             raise _usage(exc) from None
-    meta = cluster.existing_topics(wanted)
-    out: list[tuple[str, int]] = []
-    for name, parts in wanted.items():
-        t = meta.get(name)
-        if t is None:
-            raise CliError(f"topic {name!r} does not exist; check the name with shoal topics "
-                           f"--bootstrap-server {args.bootstrap_server} --list")
-        bad = [p for p in parts or () if p not in t.partitions]
-        if bad:
-            raise CliError(f"topic {name!r} has no partition {bad[0]} (it has "
-                           f"{len(t.partitions)}); fix the partitions to reset")
-        out.extend((name, p) for p in (parts if parts is not None else sorted(t.partitions)))
-    return sorted(set(out))
+    scope = resolve_topics(cluster, wanted, args.bootstrap_server,
+                           "fix the partitions to reset")
+    return sorted({(name, p) for name, parts in scope.items() for p in parts})
 
 
 def _reset(cluster: Cluster, args: argparse.Namespace, rule: rp.Rule) -> int:
@@ -528,37 +512,14 @@ def _delete(cluster: Cluster, args: argparse.Namespace) -> int:
     listed = {g.group_id: g for g in list_groups(cluster)}
     ids = list(dict.fromkeys(args.group)) if args.group else [
         gid for gid, g in listed.items() if g.group_type in (CLASSIC, CONSUMER)]
-    if not ids:
-        print("There are no consumer groups to delete.")
-        return 0
-    results: dict[str, tuple[ErrorCode, str | None]] = {}
-    for gid in ids:
-        known = listed.get(gid)
-        if known is not None and known.group_type == SHARE:
-            results[gid] = (ErrorCode.group_id_not_found,
-                            "it is a share group; delete it with shoal share-groups --delete")
-            continue
-        _, conn = cluster.coordinator(gid)
-        _, resp = conn.call(DELETE_GROUPS, "DeleteGroupsRequest", groups_names=(gid,))
-        for r in resp.results:
-            results[r.group_id] = (ErrorCode(int(r.error_code)),
-                                   getattr(r, "error_message", None))
-    ok = [g for g in ids if results.get(g, (ErrorCode.unknown_server_error, None))[0]
-          == ErrorCode.none]
-    failed = [g for g in ids if g not in ok]
-    if args.output == "json":
-        print_json([{"group": g, "error": None if g in ok else error_text(*results.get(
-            g, (ErrorCode.unknown_server_error, "no answer")))} for g in ids])
-    else:
-        if ok:
-            names = ", ".join(f"'{g}'" for g in ok)
-            print(f"Deletion of requested consumer groups ({names}) was successful.")
-        for gid in failed:
-            code, message = results.get(gid, (ErrorCode.unknown_server_error, "no answer"))
-            if code == ErrorCode.group_id_not_found and message and "share group" in message:
-                text = message
-            else:
-                text = hinted(code, message)
-            print(f"{PROG}: consumer group {gid!r} could not be deleted: {text}",
-                  file=sys.stderr)
-    return 1 if failed else 0
+    refused = {gid: "it is a share group; delete it with shoal share-groups --delete"
+               for gid in ids if gid in listed and listed[gid].group_type == SHARE}
+    return delete_groups(cluster, args, ids, noun="consumer", prog=PROG, hinted=_delete_text,
+                         refused=refused)
+
+
+def _delete_text(code: ErrorCode, message: str | None) -> str:
+    """Why a group was not deleted: a share group's refusal as it is, else with a hint."""
+    if code == ErrorCode.group_id_not_found and message and "share group" in message:
+        return message
+    return hinted(code, message)

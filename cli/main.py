@@ -11,8 +11,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import Any
+
 from broker.main import add_broker_parser, run_broker_command
-from cli import add_commands
+from cli import acls, cluster, configs, consumer_groups, share_groups, topics, users
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``share-groups``, ``consumer-groups``, ``topics``, ``configs``, ``acls``, ``users``
+    and ``cluster`` to the ``shoal`` subparsers."""
+    share_groups.add_parser(sub)
+    consumer_groups.add_parser(sub)
+    topics.add_parser(sub)
+    configs.add_parser(sub)
+    acls.add_parser(sub)
+    users.add_parser(sub)
+    cluster.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,12 +44,20 @@ from kio.schema.errors import ErrorCode
 
 from cli import new_parser, open_cluster, run_command
 from cli import share_figures as sf
+from cli.group_tools import (
+    add_scope_options,
+    add_view_options,
+    assignment_text,
+    delete_groups,
+    print_idle,
+    resolve_topics,
+)
 from cli.output import Cell, emit, print_json
 from cli.share_reset import clamped_plan, hinted, plan_scope, read_reset_plan, reset_targets
+from client.admin_groups import list_groups
 from client.admin_wire import CliError, Cluster, Connection, Node, error_text
 from protocol.codec import request_module
 
-LIST_GROUPS, DELETE_GROUPS = 16, 42
 SHARE_GROUP_DESCRIBE = 77
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
 
@@ -72,19 +80,10 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--delete-offsets", action="store_true",
                         help="delete a group's offsets of whole topics")
     action.add_argument("--delete", action="store_true", help="delete inactive share groups")
-    p.add_argument("--group", action="append", default=[], metavar="GROUP",
-                   help="the share group to act on (repeatable for --describe and --delete)")
-    p.add_argument("--all-groups", action="store_true",
-                   help="every share group (--describe, --delete, --reset-offsets)")
-    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",
-                   help="a topic, or some of its partitions (orders:0,1); repeatable")
-    p.add_argument("--all-topics", action="store_true",
-                   help="--reset-offsets: every topic the group has offsets for")
+    add_scope_options(p, "share")
     p.add_argument("--state", nargs="?", const="", default=None, metavar="STATE",
                    help="--list: show (or filter by) state; --describe: the group state view")
-    p.add_argument("--offsets", action="store_true", help="--describe: offsets (default)")
-    p.add_argument("--members", action="store_true", help="--describe: members")
-    p.add_argument("--verbose", action="store_true", help="--describe: more columns")
+    add_view_options(p, "--describe: offsets (default)")
     p.add_argument("--metrics-url", metavar="URL",
                    help="--describe: read the in-flight, oldest-unacked-age and drain-ETA "
                         "columns from this Prometheus endpoint (default: the coordinator's "
@@ -168,23 +167,7 @@ def main(args: argparse.Namespace) -> int:
 
 def list_share_groups(cluster: Cluster, states: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(group id, state) of every share group, from every broker, sorted by id."""
-    found: dict[str, str] = {}
-    for node_id in cluster.broker_ids():
-        conn = cluster.node(node_id)
-        version, resp = conn.call(LIST_GROUPS, "ListGroupsRequest", states_filter=tuple(states),
-                                  types_filter=(SHARE,))
-        if resp.error_code != ErrorCode.none:
-            raise CliError(f"cannot list groups on {conn.address}: "
-                           f"{hinted(resp.error_code, None)}")
-        wanted = {s.lower() for s in states}
-        for g in resp.groups:
-            if g.protocol_type != SHARE and getattr(g, "group_type", "").lower() != SHARE:
-                continue  # a broker before ListGroups v5 ignores the type filter
-            state = getattr(g, "group_state", "")
-            if version < 4 and wanted and state.lower() not in wanted:
-                continue
-            found[g.group_id] = state
-    return sorted(found.items())
+    return [(g.group_id, g.state) for g in list_groups(cluster, (SHARE,), states)]
 
 
 def _list(cluster: Cluster, args: argparse.Namespace) -> int:
@@ -341,8 +324,7 @@ def _describe_offsets(cluster: Cluster, groups: list[tuple[str, Any, Node]],
             rows.append(row)
     if args.output == "json" or rows:
         emit(args.output, header, rows)
-    for gid in empty if args.output != "json" else []:
-        print(f"Share group '{gid}' has no offset information.")
+    print_idle(args, empty, "Share group '{gid}' has no offset information.")
     return 1 if failed else 0
 
 
@@ -350,12 +332,10 @@ def _known(value: int) -> int | None:
     return None if value < 0 else int(value)
 
 
-def _assignment(member: Any) -> tuple[int, str]:
+def _assignment(member: Any) -> tuple[int, str | None]:
     parts = sorted((tp.topic_name, sorted(tp.partitions))
                    for tp in member.assignment.topic_partitions)
-    count = sum(len(ps) for _, ps in parts)
-    text = ";".join(f"{t}:{','.join(str(p) for p in ps)}" for t, ps in parts)
-    return count, text
+    return sum(len(ps) for _, ps in parts), assignment_text(parts)
 
 
 def _describe_members(groups: list[tuple[str, Any, Node]], args: argparse.Namespace) -> int:
@@ -369,12 +349,10 @@ def _describe_members(groups: list[tuple[str, Any, Node]], args: argparse.Namesp
         for m in sorted(g.members, key=lambda m: m.member_id):
             count, text = _assignment(m)
             epoch: list[Cell] = [int(m.member_epoch)] if args.verbose else []
-            rows.append([gid, m.member_id, m.client_host, m.client_id, count, *epoch,
-                         text or None])
+            rows.append([gid, m.member_id, m.client_host, m.client_id, count, *epoch, text])
     if args.output == "json" or rows:
         emit(args.output, header, rows)
-    for gid in idle if args.output != "json" else []:
-        print(f"Share group '{gid}' has no active members.")
+    print_idle(args, idle, "Share group '{gid}' has no active members.")
     return 0
 
 
@@ -416,19 +394,7 @@ def _reset_scope(cluster: Cluster, args: argparse.Namespace,
         except ValueError:
             raise CliError(f"invalid --topic {spec!r}; use TOPIC or TOPIC:0,1,2",
                            exit_code=2) from None
-    meta = cluster.existing_topics(specs)
-    scope = {}
-    for name, parts in specs.items():
-        t = meta.get(name)
-        if t is None:
-            raise CliError(f"topic {name!r} does not exist; check the name with shoal topics "
-                           f"--bootstrap-server {args.bootstrap_server} --list")
-        bad = [p for p in parts or () if p not in t.partitions]
-        if bad:
-            raise CliError(f"topic {name!r} has no partition {bad[0]} (it has "
-                           f"{len(t.partitions)}); fix the --topic list")
-        scope[name] = parts if parts is not None else sorted(t.partitions)
-    return scope
+    return resolve_topics(cluster, specs, args.bootstrap_server, "fix the --topic list")
 
 
 def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
@@ -504,27 +470,5 @@ def _delete_offsets(cluster: Cluster, args: argparse.Namespace) -> int:
 def _delete(cluster: Cluster, args: argparse.Namespace) -> int:
     ids = list(dict.fromkeys(args.group)) if args.group else \
         [g for g, _ in list_share_groups(cluster)]
-    if not ids:
-        print("There are no share groups to delete.")
-        return 0
-    results: dict[str, tuple[ErrorCode, str | None]] = {}
-    for gid in ids:
-        _, conn = cluster.coordinator(gid)
-        _, resp = conn.call(DELETE_GROUPS, "DeleteGroupsRequest", groups_names=(gid,))
-        for r in resp.results:
-            results[r.group_id] = (ErrorCode(int(r.error_code)), getattr(r, "error_message", None))
-    ok = [g for g in ids if results.get(g, (ErrorCode.unknown_server_error, None))[0]
-          == ErrorCode.none]
-    failed = [g for g in ids if g not in ok]
-    if args.output == "json":
-        print_json([{"group": g, "error": None if g in ok else error_text(*results.get(
-            g, (ErrorCode.unknown_server_error, "no answer")))} for g in ids])
-    else:
-        if ok:
-            names = ", ".join(f"'{g}'" for g in ok)
-            print(f"Deletion of requested share groups ({names}) was successful.")
-        for gid in failed:
-            code, message = results.get(gid, (ErrorCode.unknown_server_error, "no answer"))
-            print(f"shoal share-groups: share group {gid!r} could not be deleted: "
-                  f"{hinted(code, message)}", file=sys.stderr)
-    return 1 if failed else 0
+    return delete_groups(cluster, args, ids, noun="share", prog="shoal share-groups",
+                         hinted=hinted)

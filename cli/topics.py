@@ -21,7 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from cli import new_parser, open_cluster, run_command
-from cli.output import Cell, emit, print_json, table
+from cli.output import Cell, emit, print_json, rows_as_json, table
 from client.admin_wire import CliError, Cluster, error_text
 from protocol.codec import request_module
 from protocol.messages import make
@@ -171,8 +171,6 @@ def _describe(cluster: Cluster, args: argparse.Namespace) -> int:
     head_cols = ["TOPIC", "TOPIC-ID", "PARTITIONS", "REPLICATION-FACTOR", "CONFIGS"]
     part_cols = ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
     if args.output == "json":
-        from cli.output import rows_as_json
-
         print_json({"topics": rows_as_json(head_cols, head),
                     "partitions": rows_as_json(part_cols, parts)})
     else:

@@ -75,6 +75,7 @@ def split(records: Sequence[Any], parts: int) -> list[Columns]:
 
 def to_arrow(cols: Columns) -> Any:
     """One ``pyarrow.RecordBatch`` in the source's schema (pyarrow imported on first use)."""
+    # Lazy: pyarrow is optional (the spark extra) and heavy.
     import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.RecordBatch.from_arrays([
@@ -92,6 +93,7 @@ def to_arrow(cols: Columns) -> Any:
 
 
 def _HEADERS_TYPE() -> Any:
+    # Lazy: as in to_arrow.
     import pyarrow as pa  # type: ignore[import-untyped]
 
     return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

@@ -174,7 +174,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for i in range(len(streams))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from pipeline.transport import fetch, from_ipc
+        from pipeline.transport import fetch, from_ipc  # lazy: the executor side only
 
         assert isinstance(partition, ShareInputPartition)
         if partition.payload is not None:
@@ -287,7 +287,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _pool(self) -> list[Any]:
         if self.options.transport == "tcp" and self._server is None:
-            from pipeline.transport import BatchServer
+            from pipeline.transport import BatchServer  # lazy: transport=tcp only
 
             self._server = BatchServer(self.options.driver_host)
         if not self._members:
@@ -297,6 +297,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._members
 
     def _new_member(self) -> Any:
+        # Lazy: the driver's consumers only; executors never load the asyncio client.
         from pipeline.bridge import ConsumerThread
         from pipeline.transport import to_ipc
 

@@ -28,6 +28,7 @@ TOKEN_BYTES = 16
 
 def to_ipc(batch: Any) -> bytes:
     """An Arrow record batch as one IPC stream (what both transports carry)."""
+    # Lazy: pyarrow is optional (the spark extra) and heavy.
     import pyarrow as pa  # type: ignore[import-untyped]
 
     sink = pa.BufferOutputStream()
@@ -37,7 +38,7 @@ def to_ipc(batch: Any) -> bytes:
 
 
 def from_ipc(payload: Any) -> list[Any]:
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: as above
 
     return list(pa.ipc.open_stream(payload))
 

@@ -63,6 +63,7 @@ class ShoalWriter(DataSourceWriter):
         self.options = options
 
     def write(self, iterator: Iterator[Any]) -> ProducedCount:
+        # Lazy: confluent-kafka is optional (the spark extra); only executors that write need it.
         from confluent_kafka import KafkaException, Producer
 
         config = {"bootstrap.servers": self.options.bootstrap_servers, "acks": "all",

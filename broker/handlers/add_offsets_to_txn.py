@@ -11,7 +11,7 @@ Authorization (``broker/authz.py``), as Kafka: WRITE on the transactional id
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,11 +20,14 @@ from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import AddOffsetsToTxnRequest
+
 API_KEY = 25
 VERSIONS = (0, 4)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AddOffsetsToTxnRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.WRITE,
                           Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):

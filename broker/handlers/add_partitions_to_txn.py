@@ -23,7 +23,7 @@ other partitions get OPERATION_NOT_ATTEMPTED. v4+ need CLUSTER_ACTION on the clu
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +34,9 @@ from broker.log.topics import INTERNAL_TOPICS
 from broker.wire_limits import YIELD_EVERY, denied_in_slices
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import AddPartitionsToTxnRequest
 
 API_KEY = 24
 VERSIONS = (0, 5)
@@ -105,7 +108,7 @@ async def _one(ctx: RequestContext, txn_id: str, pid: int, epoch: int, parts: Pa
     return error
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AddPartitionsToTxnRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.api_version < 4:
         parts = _parts(req.v3_and_below_topics)

@@ -37,6 +37,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import AlterConfigsRequest
 
 API_KEY = 33
 VERSIONS = (0, 2)
@@ -58,7 +59,7 @@ def replace_ops(broker: Broker, resource_type: int, name: str, given: Any) -> li
     return ops
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: AlterConfigsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if request_size(req) > YIELD_EVERY or ctx.broker.group_configs.lock.locked():
         return _locked(ctx, m, req)
@@ -68,7 +69,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return run_steps(_respond(m, req, answers, apply_topic_plans(ctx.broker, plans)))
 
 
-async def _locked(ctx: RequestContext, m: Any, req: Any) -> Any:
+async def _locked(ctx: RequestContext, m: Any, req: AlterConfigsRequest) -> Any:
     """A large request is planned and answered a slice at a time, the event loop served every
     YIELD_EVERY resources and configs (issue 25), under the config lock: no other config change
     lands between its plans and their apply (a change arriving meanwhile waits for the lock)."""
@@ -81,7 +82,7 @@ async def _locked(ctx: RequestContext, m: Any, req: Any) -> Any:
         return await run_steps_async(_respond(m, req, answers, failed))
 
 
-def _plan_all(ctx: RequestContext, req: Any
+def _plan_all(ctx: RequestContext, req: AlterConfigsRequest
               ) -> Steps[tuple[list[Altered], dict[str, dict[str, Any]]]]:
     """Every resource's answer, and the valid topic changes (topic -> its new configs, applied
     together); broker resources are applied here."""
@@ -118,13 +119,13 @@ def _plan_all(ctx: RequestContext, req: Any
     return answers, plans
 
 
-async def _respond_in_cluster(ctx: RequestContext, m: Any, req: Any, answers: list[Altered],
+async def _respond_in_cluster(ctx: RequestContext, m: Any, req: AlterConfigsRequest, answers: list[Altered],
                               plans: dict[str, dict[str, Any]]) -> Any:
     return run_steps(_respond(m, req, answers,
                               await apply_topic_plans_in_cluster(ctx.broker, plans)))
 
 
-def _respond(m: Any, req: Any, answers: list[Altered],
+def _respond(m: Any, req: AlterConfigsRequest, answers: list[Altered],
              failed: dict[str, Altered]) -> Steps[Any]:
     responses = []
     for i, (r, (error, message)) in enumerate(zip(req.resources, answers)):

@@ -18,7 +18,7 @@ partitions per request, else each is answered POLICY_VIOLATION.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -38,13 +38,16 @@ from cluster.election import ElectionError
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import AlterPartitionReassignmentsRequest
+
 API_KEY = 45
 VERSIONS = (0, 1)
 
 Wanted = dict[str, list[tuple[int, tuple[int, ...] | None]]]
 
 
-def _wanted(req: Any) -> Wanted:
+def _wanted(req: AlterPartitionReassignmentsRequest) -> Wanted:
     out: Wanted = {}
     for t in req.topics:
         out.setdefault(t.name, []).extend(
@@ -57,7 +60,7 @@ def _all_answered(wanted: Wanted, outcome: Outcome) -> Plan:
     return Plan(outcomes={t: [(p, outcome) for p, _ in ps] for t, ps in wanted.items()})
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: AlterPartitionReassignmentsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
     wanted = _wanted(req)

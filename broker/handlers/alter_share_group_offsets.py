@@ -13,7 +13,7 @@ partitions, which are left alone.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,15 +25,18 @@ from broker.share.admin import AlterResult, PartitionResult, ShareAdmin, TopicAl
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import AlterShareGroupOffsetsRequest
+
 API_KEY = 91
 VERSIONS = (0, 0)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: AlterShareGroupOffsetsRequest) -> Any:
     return _alter(ctx, req)
 
 
-async def _alter(ctx: RequestContext, req: Any) -> Any:
+async def _alter(ctx: RequestContext, req: AlterShareGroupOffsetsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     group = Resource(ResourceType.GROUP, req.group_id)
     if not ctx.authorized(Operation.READ, group):

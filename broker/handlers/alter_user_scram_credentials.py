@@ -15,7 +15,7 @@ written.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +28,9 @@ from protocol.codec import response_module
 from protocol.messages import make
 from storage.log_dir import describe
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import AlterUserScramCredentialsRequest
+
 API_KEY = 51
 VERSIONS = (0, 0)
 
@@ -35,11 +38,11 @@ log = logging.getLogger("shoal.security.scram")
 _LOG_USERS = 20
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: AlterUserScramCredentialsRequest) -> Any:
     return _alter(ctx, req)
 
 
-async def _alter(ctx: RequestContext, req: Any) -> Any:
+async def _alter(ctx: RequestContext, req: AlterUserScramCredentialsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     # Tens of thousands of changes: every pass hands the event loop back every YIELD_EVERY.
     deletions = await in_slices(req.deletions, lambda d: Deletion(d.name, int(d.mechanism)))

@@ -22,6 +22,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import ApiVersionsRequest
 
 API_KEY = 18
 VERSIONS = (0, 4)
@@ -50,7 +51,7 @@ def _response(broker: Broker, version: int, error: ErrorCode) -> Any:
     return make(m.ApiVersionsResponse, **fields)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ApiVersionsRequest) -> Any:
     return _response(ctx.broker, ctx.api_version, ErrorCode.none)
 
 

@@ -15,31 +15,21 @@ a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import (
-    OPERATIONS_NOT_REQUESTED,
-    Operation,
-    Resource,
-    ResourceType,
-    refusal,
-)
 from broker.context import RequestContext
-from broker.wire_limits import YIELD_EVERY, in_slices
-from broker.handlers._common import (
-    NO_THROTTLE,
-    describe_authorized,
-    describe_authorized_in_slices,
-    err_message,
-)
+from broker.handlers._common import err_message
+from broker.handlers._group_describe import describe_groups, refused
 from coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupMember
 from coordinator.group.shard import ConsumerDescribeResult
 from coordinator.group.topics_image import TopicsImage
-from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ConsumerGroupDescribeRequest
 
 API_KEY = 69
 VERSIONS = (0, 1)
@@ -74,12 +64,6 @@ def _member(m: Any, g: ConsumerGroup, member: ConsumerGroupMember, topics: Topic
     return make(m.Member, **fields)
 
 
-def _refused(m: Any, group_id: str, error: ErrorCode, message: str | None) -> Any:
-    return make(m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
-                group_state="", group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
-                authorized_operations=OPERATIONS_NOT_REQUESTED)
-
-
 def _assigned_topics(d: ConsumerDescribeResult, topics: TopicsImage) -> set[str]:
     g = d.group
     if g is None:
@@ -89,55 +73,23 @@ def _assigned_topics(d: ConsumerDescribeResult, topics: TopicsImage) -> set[str]
             if ps and (info := topics.by_id(tid)) is not None}
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ConsumerGroupDescribeRequest) -> Any:
     service = ctx.broker.share_groups
     topics = service.topics_image()
-    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
-        return _many(ctx, req, topics)
-    found, hidden = describe_authorized(ctx, req.group_ids, service.describe_consumer,
-                                        lambda d: _assigned_topics(d, topics))
-    return _respond(ctx, req, topics, found, hidden)
 
-
-async def _many(ctx: RequestContext, req: Any, topics: Any) -> Any:
-    service = ctx.broker.share_groups
-    found, hidden = await describe_authorized_in_slices(
-        ctx, req.group_ids, service.describe_consumer, lambda d: _assigned_topics(d, topics))
-    return await _respond(ctx, req, topics, found, hidden)
-
-
-def _respond(ctx: RequestContext, req: Any, topics: Any, found: dict[str, Any],
-             hidden: frozenset[str]) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
-
-    def one(gid: str) -> Any:
-        d = found.get(gid)
-        if d is None:
-            return _refused(m, gid, ErrorCode.group_authorization_failed, refusal(
-                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid)))
-        if d.group is None:
-            return _refused(m, gid, d.error_code, err_message(d.error_code, d.error_message))
-        if hidden and _assigned_topics(d, topics) & hidden:
-            return _refused(m, gid, ErrorCode.topic_authorization_failed,
-                            "the group is assigned topics that "
-                            f"{ctx.principal} may not DESCRIBE")
+    def answer(m: Any, gid: str, d: ConsumerDescribeResult,
+               operations: Callable[[], int]) -> Any:
         g = d.group
-        ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
-               if req.include_authorized_operations else OPERATIONS_NOT_REQUESTED)
+        if g is None:
+            return refused(m, gid, d.error_code, err_message(d.error_code, d.error_message))
         return make(
             m.DescribedGroup, error_code=ErrorCode.none, error_message=None, group_id=gid,
             group_state=g.state.value, group_epoch=g.group_epoch,
             assignment_epoch=g.assignment_epoch, assignor_name=d.assignor_name,
             members=tuple(_member(m, g, g.members[mid], topics, ctx.api_version)
                           for mid in sorted(g.members)),
-            authorized_operations=ops)
+            authorized_operations=operations())
 
-    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
-        return _in_slices(m, req.group_ids, one)
-    return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE,
-                groups=tuple(one(gid) for gid in req.group_ids))
-
-
-async def _in_slices(m: Any, gids: Any, one: Any) -> Any:
-    groups = await in_slices(gids, one)
-    return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    return describe_groups(ctx, API_KEY, "ConsumerGroupDescribeResponse", req.group_ids,
+                           req.include_authorized_operations, service.describe_consumer,
+                           lambda d: _assigned_topics(d, topics), answer)

@@ -17,7 +17,7 @@ once), else TOPIC_AUTHORIZATION_FAILED. A regex only matches topics the principa
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -32,6 +32,9 @@ from coordinator.group.consumer.heartbeat import (
 )
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ConsumerGroupHeartbeatRequest
 
 API_KEY = 68
 VERSIONS = (0, 1)
@@ -55,7 +58,7 @@ def _ms(td: Any) -> int:
     return round(td.total_seconds() * 1000)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     group = Resource(ResourceType.GROUP, req.group_id)
     if not ctx.authorized(Operation.READ, group):

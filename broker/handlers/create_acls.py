@@ -9,7 +9,7 @@ creation answers SECURITY_DISABLED.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
@@ -28,6 +28,9 @@ from broker.security.authorizer import AclResult
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import CreateAclsRequest
+
 API_KEY = 30
 VERSIONS = (1, 3)
 
@@ -40,11 +43,11 @@ def binding(c: Any) -> AclBinding:
                       from_code(AclPermissionType, c.permission_type))
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: CreateAclsRequest) -> Any:
     return _create(ctx, req)
 
 
-async def _create(ctx: RequestContext, req: Any) -> Any:
+async def _create(ctx: RequestContext, req: CreateAclsRequest) -> Any:
     authorizer, error, message = acl_gate(ctx, AclOperation.ALTER, "CreateAcls")
     large = len(req.creations) > YIELD_EVERY  # handed the loop back every YIELD_EVERY (issue 25)
     if authorizer is None:

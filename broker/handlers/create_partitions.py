@@ -32,6 +32,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import CreatePartitionsRequest
 
 API_KEY = 37
 VERSIONS = (0, 3)
@@ -85,7 +86,7 @@ async def create_partitions(broker: Broker, name: str, count: int, assignments: 
     return OK, None
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: CreatePartitionsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)
     results = []

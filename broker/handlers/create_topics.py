@@ -53,6 +53,7 @@ from protocol.messages import has_field, make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import CreateTopicsRequest
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -164,7 +165,7 @@ def _result(m: Any, broker: Broker, c: Created) -> Any:
                 num_partitions=c.partitions, replication_factor=c.replication, configs=configs)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: CreateTopicsRequest) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     counts = Counter(t.name for t in req.topics)

@@ -9,7 +9,7 @@ an ACL authorizer every filter answers SECURITY_DISABLED. v0 is not served (remo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,15 +24,18 @@ from broker.security.authorizer import AclResult
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DeleteAclsRequest
+
 API_KEY = 31
 VERSIONS = (1, 3)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteAclsRequest) -> Any:
     return _delete(ctx, req)
 
 
-async def _delete(ctx: RequestContext, req: Any) -> Any:
+async def _delete(ctx: RequestContext, req: DeleteAclsRequest) -> Any:
     authorizer, error, message = acl_gate(ctx, AclOperation.ALTER, "DeleteAcls")
     large = len(req.filters) > YIELD_EVERY  # handed the loop back every YIELD_EVERY (issue 25)
     if authorizer is None:

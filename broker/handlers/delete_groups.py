@@ -13,7 +13,7 @@ it and nothing of it is touched (Kafka).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,15 +25,18 @@ from broker.wire_limits import denied_in_slices, in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DeleteGroupsRequest
+
 API_KEY = 42
 VERSIONS = (0, 2)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteGroupsRequest) -> Any:
     return _delete(ctx, req)
 
 
-async def _delete(ctx: RequestContext, req: Any) -> Any:
+async def _delete(ctx: RequestContext, req: DeleteGroupsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     # Tens of thousands of names: authorized and answered a slice at a time (issue 25).
     denied = await denied_in_slices(ctx, Operation.DELETE, ResourceType.GROUP, req.groups_names)

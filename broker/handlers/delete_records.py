@@ -40,6 +40,7 @@ from storage.log import PartitionLogLike as PartitionLog
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import DeleteRecordsRequest
 
 log = logging.getLogger("shoal.admin")
 
@@ -111,11 +112,11 @@ def _apply_all(deletions: list[Deletion]) -> None:
         apply(d)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteRecordsRequest) -> Any:
     return _delete_records(ctx, req)
 
 
-async def _delete_records(ctx: RequestContext, req: Any) -> Any:
+async def _delete_records(ctx: RequestContext, req: DeleteRecordsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     denied = await denied_in_slices(ctx, Operation.DELETE, ResourceType.TOPIC,
                                     (t.name for t in req.topics))

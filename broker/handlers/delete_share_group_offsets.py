@@ -13,7 +13,7 @@ whose offsets are kept.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,15 +24,18 @@ from broker.share.admin import DeleteOffsetsResult, ShareAdmin, TopicDeleteResul
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DeleteShareGroupOffsetsRequest
+
 API_KEY = 92
 VERSIONS = (0, 0)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteShareGroupOffsetsRequest) -> Any:
     return _delete(ctx, req)
 
 
-async def _delete(ctx: RequestContext, req: Any) -> Any:
+async def _delete(ctx: RequestContext, req: DeleteShareGroupOffsetsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     group = Resource(ResourceType.GROUP, req.group_id)
     if not ctx.authorized(Operation.DELETE, group):

@@ -7,7 +7,7 @@ waits until the tombstone is durable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._share_state import answer, message, results, service
@@ -15,11 +15,14 @@ from persister.api import DeleteParams, SharePartitionKey, WriteResult
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DeleteShareGroupStateRequest
+
 API_KEY = 86
 VERSIONS = (0, 0)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteShareGroupStateRequest) -> Any:
     return _delete(ctx, req)
 
 
@@ -27,7 +30,7 @@ def _params(key: SharePartitionKey, _p: Any) -> DeleteParams:
     return DeleteParams(key)
 
 
-async def _delete(ctx: RequestContext, req: Any) -> Any:
+async def _delete(ctx: RequestContext, req: DeleteShareGroupStateRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).delete_state,
                            lambda code, text: WriteResult(code, text))

@@ -44,6 +44,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import DeleteTopicsRequest
 
 API_KEY = 20
 VERSIONS = (1, 6)
@@ -160,7 +161,7 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
     return out
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DeleteTopicsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.api_version >= 6:
         refs = [(t.name, _id(t.topic_id)) for t in req.topics]

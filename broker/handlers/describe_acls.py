@@ -8,7 +8,7 @@ SECURITY_DISABLED. v0 is not served (removed in Kafka 4.0, KIP-896; not in kio 0
 from __future__ import annotations
 
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._acls import acl_gate
@@ -25,6 +25,9 @@ from protocol.acl_types import (
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeAclsRequest
+
 API_KEY = 29
 VERSIONS = (1, 3)
 
@@ -38,7 +41,7 @@ def acl_filter(f: Any) -> AclBindingFilter:
         from_code(AclPermissionType, f.permission_type))
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeAclsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     authorizer, error, message = acl_gate(ctx, AclOperation.DESCRIBE, "DescribeAcls")
     resources: tuple[Any, ...] = ()

@@ -10,7 +10,7 @@ authorization off that is every cluster operation but CLUSTER_ACTION (``super.us
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,9 @@ from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import broker_entries
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeClusterRequest
 
 API_KEY = 60
 VERSIONS = (0, 2)
@@ -35,7 +38,7 @@ def cluster_operations(ctx: RequestContext) -> int:
     return ctx.authorized_operations(CLUSTER)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeClusterRequest) -> Any:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     endpoint_type = getattr(req, "endpoint_type", BROKERS_ENDPOINT)

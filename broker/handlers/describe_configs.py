@@ -43,6 +43,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import DescribeConfigsRequest
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -270,12 +271,12 @@ def _entry(m: Any, e: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
                 documentation=e.documentation if documentation else None)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeConfigsRequest) -> Any:
     # Over YIELD_EVERY resources the event loop is served every YIELD_EVERY (issue 25).
     return paced(_answer(ctx, req), len(req.resources) > YIELD_EVERY)
 
 
-def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
+def _answer(ctx: RequestContext, req: DescribeConfigsRequest) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     synonyms = bool(req.include_synonyms)
     documentation = bool(getattr(req, "include_documentation", False))

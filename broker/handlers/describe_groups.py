@@ -23,7 +23,7 @@ when asked) is the bitfield of the group operations the principal may perform.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -36,6 +36,9 @@ from coordinator.group.shard import PROTOCOL_TYPE
 from coordinator.group.share.group import GroupState
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeGroupsRequest
 
 API_KEY = 15
 VERSIONS = (0, 6)
@@ -97,7 +100,7 @@ def _members(m: Any, row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "members": tuple(make(m.DescribedGroupMember, **x) for x in row["members"])}
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeGroupsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     with_ops = bool(getattr(req, "include_authorized_operations", False))
 

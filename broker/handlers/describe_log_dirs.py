@@ -20,7 +20,7 @@ request size bounds); a response over ``YIELD_EVERY`` partitions is encoded off 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,9 @@ from broker.handlers._common import NO_THROTTLE
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeLogDirsRequest
 
 API_KEY = 35
 VERSIONS = (1, 4)
@@ -44,7 +47,7 @@ def _volume(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-def _wanted(ctx: RequestContext, req: Any) -> list[tuple[str, int]]:
+def _wanted(ctx: RequestContext, req: DescribeLogDirsRequest) -> list[tuple[str, int]]:
     logs = ctx.broker.logs
     if req.topics is None:
         return sorted(tp for tp, _ in logs.items())
@@ -52,7 +55,7 @@ def _wanted(ctx: RequestContext, req: Any) -> list[tuple[str, int]]:
     return sorted(tp for tp in asked if logs.get(*tp) is not None)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeLogDirsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.DESCRIBE, CLUSTER):
         return make(m.DescribeLogDirsResponse, throttle_time=NO_THROTTLE,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -40,6 +40,9 @@ from broker.log.topics import topic_name_problem
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from storage.log import LogError
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeProducersRequest
 
 log = logging.getLogger("shoal.broker")
 
@@ -74,7 +77,7 @@ def _partition(m: Any, ctx: RequestContext, topic: str, partitions: int, p: int)
                                active_producers=producers)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: DescribeProducersRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     topics = []
     done = 0

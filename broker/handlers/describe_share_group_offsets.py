@@ -15,7 +15,7 @@ describe of all topics leaves those topics out.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,11 +27,14 @@ from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeShareGroupOffsetsRequest
+
 API_KEY = 90
 VERSIONS = (0, 1)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeShareGroupOffsetsRequest) -> Any:
     return _describe(ctx, req)
 
 
@@ -79,7 +82,7 @@ def _answer(m: Any, g: GroupOffsets, topics: tuple[Any, ...]) -> Any:
                 error_code=g.error, error_message=err_message(g.error, g.error_message))
 
 
-async def _describe(ctx: RequestContext, req: Any) -> Any:
+async def _describe(ctx: RequestContext, req: DescribeShareGroupOffsetsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     admin = ShareAdmin.of(ctx.broker)
     groups = []

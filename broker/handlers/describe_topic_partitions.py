@@ -29,7 +29,7 @@ event loop.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -39,6 +39,9 @@ from broker.handlers._common import NO_THROTTLE
 from broker.handlers.metadata import partition_entry
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeTopicPartitionsRequest
 
 API_KEY = 75
 VERSIONS = (0, 0)
@@ -51,13 +54,13 @@ def _error_topic(m: Any, error: ErrorCode, name: str) -> Any:
                                                   is_internal=False, partitions=())
 
 
-def _invalid(m: Any, req: Any) -> Any:
+def _invalid(m: Any, req: DescribeTopicPartitionsRequest) -> Any:
     return m.DescribeTopicPartitionsResponse(
         throttle_time=NO_THROTTLE, next_cursor=None,
         topics=tuple(_error_topic(m, ErrorCode.invalid_request, t.name) for t in req.topics))
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeTopicPartitionsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
     cursor = req.cursor

@@ -17,7 +17,7 @@ DESCRIBE are left out.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +27,9 @@ from broker.handlers._common import NO_THROTTLE
 from broker.wire_limits import YIELD_EVERY, in_slices
 from coordinator.txn.metadata import TxnMetadata
 from protocol.codec import response_module
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeTransactionsRequest
 
 API_KEY = 65
 VERSIONS = (0, 0)
@@ -61,7 +64,7 @@ def _state(m: Any, ctx: RequestContext, txn_id: str) -> Any:
         producer_epoch=out.producer_epoch, topics=topics)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeTransactionsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if len(req.transactional_ids) > YIELD_EVERY:
         return _in_slices(m, ctx, req)
@@ -70,7 +73,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         transaction_states=tuple(_state(m, ctx, t) for t in req.transactional_ids))
 
 
-async def _in_slices(m: Any, ctx: RequestContext, req: Any) -> Any:
+async def _in_slices(m: Any, ctx: RequestContext, req: DescribeTransactionsRequest) -> Any:
     """Many ids: described a slice at a time, the event loop served in between (issue 25)."""
     states = await in_slices(req.transactional_ids, lambda t: _state(m, ctx, t))
     return m.DescribeTransactionsResponse(throttle_time=NO_THROTTLE,

@@ -14,7 +14,7 @@ asked), so clients fail the request cleanly with the same error.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,12 +25,15 @@ from broker.security.scram_store import MECHANISM_IDS
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import DescribeUserScramCredentialsRequest
+
 API_KEY = 50
 VERSIONS = (0, 0)
 
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: DescribeUserScramCredentialsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     names = [u.name for u in req.users or ()]
     if not ctx.authorized_cluster_admin(Operation.DESCRIBE):

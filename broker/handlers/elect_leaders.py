@@ -18,7 +18,7 @@ partitions per request, else each is answered POLICY_VIOLATION.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -40,11 +40,14 @@ from cluster.election import Brokers, ElectionError
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ElectLeadersRequest
+
 API_KEY = 43
 VERSIONS = (0, 2)
 
 
-def _wanted(req: Any) -> dict[str, list[int]] | None:
+def _wanted(req: ElectLeadersRequest) -> dict[str, list[int]] | None:
     if req.topic_partitions is None:
         return None
     out: dict[str, list[int]] = {}
@@ -57,7 +60,7 @@ def _all_answered(wanted: dict[str, list[int]], outcome: Outcome) -> Plan:
     return Plan(outcomes={t: [(p, outcome) for p in ps] for t, ps in wanted.items()})
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: ElectLeadersRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
     wanted = _wanted(req)

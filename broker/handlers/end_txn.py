@@ -19,7 +19,7 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -29,11 +29,14 @@ from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import EndTxnRequest
+
 API_KEY = 26
 VERSIONS = (0, 5)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: EndTxnRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.WRITE,
                           Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):

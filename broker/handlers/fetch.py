@@ -31,7 +31,7 @@ partitions shares the loop with everyone else.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -46,19 +46,22 @@ from protocol.codec import response_module
 from protocol.messages import make
 from storage.log import OffsetOutOfRangeError
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import FetchRequest
+
 API_KEY = 1
 VERSIONS = (4, 17)
 READ_COMMITTED = 1
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: FetchRequest) -> Any:
     replica = replica_id_of(req)
     if replica >= 0:
         return replica_fetch(ctx, req, replica)
     return _fetch(ctx, req)
 
 
-async def _fetch(ctx: RequestContext, req: Any) -> Any:
+async def _fetch(ctx: RequestContext, req: FetchRequest) -> Any:
     broker = ctx.broker
     clock = broker.clock
     max_wait_ms = max(0, int(req.max_wait.total_seconds() * 1000))
@@ -88,7 +91,7 @@ def _topic_name(broker: Any, ft: Any, by_id: bool) -> str | None:
     return topic.name if topic is not None else None
 
 
-async def _read(ctx: RequestContext, req: Any, cooperative: bool, denied: frozenset[str]
+async def _read(ctx: RequestContext, req: FetchRequest, cooperative: bool, denied: frozenset[str]
                 ) -> tuple[Any, int, bool, list[tuple[str, int]], list[tuple[str, int]]]:
     """One pass over the requested partitions: (response, bytes, any error, watch keys,
     (topic, bytes) of each non-empty partition for the metrics). ``cooperative``: yield to the

@@ -14,7 +14,7 @@ so they need CLUSTER_ACTION on the cluster; others get CLUSTER_AUTHORIZATION_FAI
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -33,6 +33,9 @@ from coordinator.group.placement import partition_for_group
 from coordinator.share.service import partition_for as share_partition_for
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import FindCoordinatorRequest
 
 API_KEY = 10
 VERSIONS = (0, 6)
@@ -88,7 +91,7 @@ def _locate(ctx: RequestContext, key_type: int,
             f"partition of {topic_name} has no live leader; retry", -1, "", -1)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: FindCoordinatorRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     key_type = getattr(req, "key_type", 0)
     if ctx.api_version >= 4:

@@ -7,7 +7,7 @@ Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUT
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -17,11 +17,14 @@ from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import HeartbeatRequest
+
 API_KEY = 12
 VERSIONS = (0, 4)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: HeartbeatRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         error = ErrorCode.group_authorization_failed

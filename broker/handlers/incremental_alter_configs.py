@@ -67,6 +67,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import IncrementalAlterConfigsRequest
 
 API_KEY = 44
 VERSIONS = (0, 1)
@@ -292,7 +293,7 @@ def duplicate_resources(resources: Sequence[Any]) -> set[tuple[int, str]]:
     return {k for k, n in counts.items() if n > 1}
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: IncrementalAlterConfigsRequest) -> Any:
     if any(r.resource_type == ResourceType.GROUP for r in req.resources) \
             or ctx.broker.member is not None:
         return _handle_with_groups(ctx, req)
@@ -301,7 +302,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
     return run_steps(_plain(ctx, req))
 
 
-async def _plain_locked(ctx: RequestContext, req: Any) -> Any:
+async def _plain_locked(ctx: RequestContext, req: IncrementalAlterConfigsRequest) -> Any:
     """A large request is checked and answered a slice at a time, the event loop served every
     YIELD_EVERY resources and configs (issue 25), under the config lock: no other config change
     lands between its plans and their apply (a change arriving meanwhile waits for the lock)."""
@@ -309,17 +310,17 @@ async def _plain_locked(ctx: RequestContext, req: Any) -> Any:
         return await run_steps_async(_plain(ctx, req))
 
 
-def request_size(req: Any) -> int:
+def request_size(req: IncrementalAlterConfigsRequest) -> int:
     """Resources and configs in an (Incremental)AlterConfigs request."""
     return sum(1 + len(r.configs) for r in req.resources)
 
 
-def _plain(ctx: RequestContext, req: Any) -> Steps[Any]:
+def _plain(ctx: RequestContext, req: IncrementalAlterConfigsRequest) -> Steps[Any]:
     results = yield from _check_all(ctx, req, {})
     return (yield from _answer(ctx, req, results))
 
 
-async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
+async def _handle_with_groups(ctx: RequestContext, req: IncrementalAlterConfigsRequest) -> Any:
     """Group changes are planned per resource under the group configs' lock, then written once
     for the whole request, off the event loop, before they become visible."""
     configs = ctx.broker.group_configs
@@ -349,7 +350,7 @@ async def _handle_with_groups(ctx: RequestContext, req: Any) -> Any:
     return await run_steps_async(_answer(ctx, req, results))
 
 
-def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
+def _check_all(ctx: RequestContext, req: IncrementalAlterConfigsRequest, plans: dict[str, dict[str, Any]],
                topic_plans_out: dict[str, dict[str, Any]] | None = None
                ) -> Steps[dict[tuple[int, str], Altered]]:
     """Every resource's answer; broker resources are applied here, the valid topic resources
@@ -394,7 +395,7 @@ def _check_all(ctx: RequestContext, req: Any, plans: dict[str, dict[str, Any]],
     return results
 
 
-def _answer(ctx: RequestContext, req: Any,
+def _answer(ctx: RequestContext, req: IncrementalAlterConfigsRequest,
             results: dict[tuple[int, str], Altered]) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     responses = []

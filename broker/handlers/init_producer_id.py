@@ -19,7 +19,7 @@ on the cluster (asked quietly) or WRITE on at least one topic, else CLUSTER_AUTH
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,9 @@ from broker.handlers._common import NO_THROTTLE
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import InitProducerIdRequest
+
 API_KEY = 22
 VERSIONS = (0, 5)
 
@@ -39,7 +42,7 @@ def _answer(m: Any, error: ErrorCode, pid: int = -1, epoch: int = -1) -> Any:
                 producer_id=pid, producer_epoch=epoch)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: InitProducerIdRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if req.transactional_id is not None:
         if not ctx.authorized(Operation.WRITE,
@@ -56,7 +59,7 @@ def handle(ctx: RequestContext, req: Any) -> Any:
         return _answer(m, ErrorCode.coordinator_load_in_progress)
 
 
-async def _transactional(ctx: RequestContext, m: Any, req: Any) -> Any:
+async def _transactional(ctx: RequestContext, m: Any, req: InitProducerIdRequest) -> Any:
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):

@@ -8,7 +8,7 @@ until the snapshot is durable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._share_state import answer, message, results, service
@@ -16,11 +16,14 @@ from persister.api import InitializeParams, SharePartitionKey, WriteResult
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import InitializeShareGroupStateRequest
+
 API_KEY = 83
 VERSIONS = (0, 0)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: InitializeShareGroupStateRequest) -> Any:
     return _initialize(ctx, req)
 
 
@@ -28,7 +31,7 @@ def _params(key: SharePartitionKey, p: Any) -> InitializeParams:
     return InitializeParams(key, p.state_epoch, p.start_offset)
 
 
-async def _initialize(ctx: RequestContext, req: Any) -> Any:
+async def _initialize(ctx: RequestContext, req: InitializeShareGroupStateRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).initialize_state,
                            lambda code, text: WriteResult(code, text))

@@ -11,7 +11,7 @@ Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUT
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -21,6 +21,9 @@ from broker.handlers._common import NO_THROTTLE
 from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import JoinGroupRequest
 
 API_KEY = 11
 VERSIONS = (2, 9)
@@ -43,7 +46,7 @@ def _response(m: Any, version: int, res: cl.JoinResponse) -> Any:
                 member_id=res.member_id, members=members)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: JoinGroupRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         return _response(m, ctx.api_version, cl.JoinResponse(

@@ -7,7 +7,7 @@ Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUT
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,11 +19,14 @@ from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import LeaveGroupRequest
+
 API_KEY = 13
 VERSIONS = (0, 5)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: LeaveGroupRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     batched = ctx.api_version >= 3
     if batched:

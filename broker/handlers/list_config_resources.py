@@ -23,7 +23,7 @@ the event loop.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +34,9 @@ from broker.handlers.describe_configs import ResourceType
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ListConfigResourcesRequest
 
 API_KEY = 74
 VERSIONS = (0, 1)
@@ -66,7 +69,7 @@ def _names(ctx: RequestContext, kind: ResourceType) -> list[str]:
     return []  # CLIENT_METRICS
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ListConfigResourcesRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.DESCRIBE_CONFIGS, CLUSTER):
         return _response(m, ErrorCode.cluster_authorization_failed)

@@ -17,7 +17,7 @@ refusal).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,11 +27,14 @@ from broker.handlers._common import NO_THROTTLE, OK
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ListGroupsRequest
+
 API_KEY = 16
 VERSIONS = (0, 5)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ListGroupsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.broker.share_groups.loading():
         # As Kafka: a coordinator partition still loading fails the whole listing.

@@ -18,7 +18,7 @@ before existence, as Kafka does).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +31,9 @@ from protocol.codec import response_module
 from protocol.log_validator import DECOMPRESSED_FLOOR
 from protocol.messages import make
 from protocol.record_timestamps import first_record_at_or_after
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ListOffsetsRequest
 
 API_KEY = 2
 VERSIONS = (1, 10)
@@ -62,13 +65,13 @@ def lookup(lg: Any, ts: int, last_fetchable: int | None = None) -> tuple[int, in
     return answer if answer[0] < bound else (-1, -1)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ListOffsetsRequest) -> Any:
     # Over YIELD_EVERY topics and partitions the event loop is served every YIELD_EVERY.
     return paced(_answer(ctx, req),
                  sum(1 + len(t.partitions) for t in req.topics) > YIELD_EVERY)
 
 
-def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
+def _answer(ctx: RequestContext, req: ListOffsetsRequest) -> Steps[Any]:
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)
     topics = []

@@ -9,7 +9,7 @@ replicas (the target first, then the replicas leaving), the adding and the remov
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -21,11 +21,14 @@ from broker.wire_limits import breathe
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ListPartitionReassignmentsRequest
+
 API_KEY = 46
 VERSIONS = (0, 0)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: ListPartitionReassignmentsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
     if not ctx.authorized(Operation.DESCRIBE, CLUSTER):

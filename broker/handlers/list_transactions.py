@@ -14,7 +14,7 @@ Authorization (``broker/authz.py``), as Kafka: ids the principal may not DESCRIB
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -26,11 +26,14 @@ from coordinator.txn.metadata import TxnState
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ListTransactionsRequest
+
 API_KEY = 66
 VERSIONS = (0, 2)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ListTransactionsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     unknown = tuple(s for s in req.state_filters if TxnState.from_name(s) is None)
     states = [s for n in req.state_filters if (s := TxnState.from_name(n)) is not None]

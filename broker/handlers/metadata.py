@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -39,6 +39,9 @@ from broker.log.topics import Topic, topic_name_problem
 from cluster.metadata import NO_LEADER, ClusterMetadata
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import MetadataRequest
 
 log = logging.getLogger("shoal.broker")
 
@@ -94,7 +97,7 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
             or ctx.authorized(Operation.CREATE, Resource(ResourceType.TOPIC, name)))
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: MetadataRequest) -> Any:
     steps = _answer(ctx, req)
     if req.topics is not None and len(req.topics) > YIELD_EVERY:
         return _paced(steps)  # the loop is served every YIELD_EVERY topics (issue 25)
@@ -106,7 +109,7 @@ async def _paced(steps: Steps[Any]) -> Any:
     return await out if inspect.isawaitable(out) else out
 
 
-def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
+def _answer(ctx: RequestContext, req: MetadataRequest) -> Steps[Any]:
     """The response, or (cluster mode, topics to auto-create) a coroutine answering it."""
     broker = ctx.broker
     m = response_module(API_KEY, ctx.api_version)

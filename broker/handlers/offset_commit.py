@@ -23,7 +23,7 @@ partitions).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -35,12 +35,15 @@ from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import OffsetCommitRequest
+
 API_KEY = 8
 VERSIONS = (2, 10)
 TOPIC_IDS = 10  # v10 names topics by id (KIP-848); an unknown id answers UNKNOWN_TOPIC_ID
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: OffsetCommitRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     by_id = ctx.api_version >= TOPIC_IDS
     codes: dict[tuple[Any, int], ErrorCode] = {}

@@ -14,7 +14,7 @@ partition).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,11 +25,14 @@ from broker.wire_limits import YIELD_EVERY, denied_in_slices, in_slices
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import OffsetDeleteRequest
+
 API_KEY = 47
 VERSIONS = (0, 0)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: OffsetDeleteRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.DELETE, Resource(ResourceType.GROUP, req.group_id)):
         return make(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed,

@@ -19,7 +19,7 @@ partition); when all topics are asked, topics the principal may not DESCRIBE are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,9 @@ from broker.wire_limits import YIELD_EVERY, Steps, denied_steps, run_steps, run_
 from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import OffsetFetchRequest
 
 API_KEY = 9
 VERSIONS = (1, 10)
@@ -157,7 +160,7 @@ def _group(ctx: RequestContext, m: Any, g: Any, by_id: bool, stable: bool) -> St
                 error_code=error)
 
 
-def _batched(ctx: RequestContext, m: Any, req: Any) -> Steps[Any]:
+def _batched(ctx: RequestContext, m: Any, req: OffsetFetchRequest) -> Steps[Any]:
     by_id = ctx.api_version >= TOPIC_IDS
     stable = bool(getattr(req, "require_stable", False))
     groups = []
@@ -168,7 +171,7 @@ def _batched(ctx: RequestContext, m: Any, req: Any) -> Steps[Any]:
     return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-def _single(ctx: RequestContext, m: Any, req: Any) -> Steps[Any]:
+def _single(ctx: RequestContext, m: Any, req: OffsetFetchRequest) -> Steps[Any]:
     """v1-7: one group."""
     stable = bool(getattr(req, "require_stable", False))
     asked, _, _ = yield from _asked(ctx, req.topics, False)
@@ -187,7 +190,7 @@ def _size(topics: Any) -> int:
     return 0 if topics is None else sum(1 + len(t.partition_indexes) for t in topics)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: OffsetFetchRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.api_version >= BATCHED:
         steps = _batched(ctx, m, req)

@@ -21,7 +21,7 @@ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -32,16 +32,19 @@ from broker.wire_limits import YIELD_EVERY, Steps, paced
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import OffsetForLeaderEpochRequest
+
 API_KEY = 23
 VERSIONS = (2, 4)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: OffsetForLeaderEpochRequest) -> Any:
     return paced(_answer(ctx, req),
                  sum(1 + len(t.partitions) for t in req.topics) > YIELD_EVERY)
 
 
-def _answer(ctx: RequestContext, req: Any) -> Steps[Any]:
+def _answer(ctx: RequestContext, req: OffsetForLeaderEpochRequest) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     replica = int(getattr(req, "replica_id", -1))
     cluster_denied = replica >= 0 and not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER)

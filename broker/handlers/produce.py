@@ -92,6 +92,7 @@ from protocol.record_batch import (
 
 if TYPE_CHECKING:
     from broker.app import Broker
+    from broker.handlers._requests import ProduceRequest
 
 API_KEY = 0
 VERSIONS = (3, NEWEST_PRODUCE_VERSION)
@@ -123,7 +124,7 @@ def _partition(m: Any, index: int, out: PartitionOutcome, **leader: Any) -> Any:
                 error_message=out.message, **leader)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ProduceRequest) -> Any:
     broker = ctx.broker
     order = _order(broker)
     before = order.get(ctx.connection_id)
@@ -160,7 +161,7 @@ def _order(broker: Broker) -> dict[int, asyncio.Future[Any]]:
     return order
 
 
-def validation_cost(req: Any) -> int:
+def validation_cost(req: ProduceRequest) -> int:
     """Records the validation of a Produce request may have to read (from the batch headers'
     claims, capped by what the bytes can hold)."""
     cost = 0
@@ -178,7 +179,7 @@ def validation_cost(req: Any) -> int:
     return cost
 
 
-async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[Any] | None) -> Any:
+async def _produce_later(ctx: RequestContext, req: ProduceRequest, before: asyncio.Future[Any] | None) -> Any:
     if before is not None:
         await asyncio.wait([before])  # its outcome is its own request's
     broker = ctx.broker
@@ -216,7 +217,7 @@ async def _produce_later(ctx: RequestContext, req: Any, before: asyncio.Future[A
     return result
 
 
-def _implicit_additions(ctx: RequestContext, req: Any, any_version: bool = False
+def _implicit_additions(ctx: RequestContext, req: ProduceRequest, any_version: bool = False
                         ) -> dict[tuple[int, int], tuple[str, int, int, int]]:
     """Produce v12+ of a transaction-version-2 producer (KIP-890 part 2): (topic index, partition
     index) -> (topic, partition, producer id, epoch) of each transactional batch that would begin
@@ -335,7 +336,7 @@ def _topic(broker: Broker, td: Any, api_version: int) -> Topic | None:
     return broker.topics.by_id(td.topic_id) if api_version >= 13 else broker.topics.get(td.name)
 
 
-def _produce(ctx: RequestContext, req: Any,
+def _produce(ctx: RequestContext, req: ProduceRequest,
              checks: dict[tuple[int, int], Validated | Rejected],
              verifier: PartitionVerifier | None = None) -> Any:
     """Validate (what ``checks`` does not already hold) and append every partition, then
@@ -348,7 +349,7 @@ def _produce(ctx: RequestContext, req: Any,
             return done.value
 
 
-async def _produce_sliced(ctx: RequestContext, req: Any,
+async def _produce_sliced(ctx: RequestContext, req: ProduceRequest,
                           checks: dict[tuple[int, int], Validated | Rejected],
                           verifier: PartitionVerifier | None = None) -> Any:
     """``_produce`` handing the event loop back every ``YIELD_EVERY`` partitions (a request of
@@ -362,7 +363,7 @@ async def _produce_sliced(ctx: RequestContext, req: Any,
         await asyncio.sleep(0)
 
 
-def _produce_steps(ctx: RequestContext, req: Any,
+def _produce_steps(ctx: RequestContext, req: ProduceRequest,
                    checks: dict[tuple[int, int], Validated | Rejected],
                    verifier: PartitionVerifier | None = None
                    ) -> Generator[None, None, Any]:

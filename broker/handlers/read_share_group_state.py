@@ -8,7 +8,7 @@ in any case until every earlier write to the same coordinator partition is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._share_state import answer, message, results, service
@@ -16,11 +16,14 @@ from persister.api import ReadParams, ReadResult, SharePartitionKey
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ReadShareGroupStateRequest
+
 API_KEY = 84
 VERSIONS = (0, 0)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ReadShareGroupStateRequest) -> Any:
     return _read(ctx, req)
 
 
@@ -28,7 +31,7 @@ def _params(key: SharePartitionKey, p: Any) -> ReadParams:
     return ReadParams(key, p.leader_epoch)
 
 
-async def _read(ctx: RequestContext, req: Any) -> Any:
+async def _read(ctx: RequestContext, req: ReadShareGroupStateRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).read_state,
                            lambda code, text: ReadResult(code, error_message=text))

@@ -7,7 +7,7 @@ error). v1 adds DeliveryCompleteCount (KIP-1226).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._share_state import answer, message, results, service
@@ -15,11 +15,14 @@ from persister.api import ReadParams, SharePartitionKey, SummaryResult
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ReadShareGroupStateSummaryRequest
+
 API_KEY = 87
 VERSIONS = (0, 1)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ReadShareGroupStateSummaryRequest) -> Any:
     return _summary(ctx, req)
 
 
@@ -27,7 +30,7 @@ def _params(key: SharePartitionKey, p: Any) -> ReadParams:
     return ReadParams(key, p.leader_epoch)
 
 
-async def _summary(ctx: RequestContext, req: Any) -> Any:
+async def _summary(ctx: RequestContext, req: ReadShareGroupStateSummaryRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).read_state_summary,
                            lambda code, text: SummaryResult(code, error_message=text))

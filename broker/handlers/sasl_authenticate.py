@@ -8,13 +8,16 @@ Kafka's ``KafkaApis`` does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.context import RequestContext
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import SaslAuthenticateRequest
 
 API_KEY = 36
 VERSIONS = (0, 2)
@@ -28,7 +31,7 @@ def response(version: int, error: ErrorCode, message: str | None, auth_bytes: by
                 auth_bytes=auth_bytes)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: SaslAuthenticateRequest) -> Any:
     return response(ctx.api_version, ErrorCode.illegal_sasl_state,
                     "SaslAuthenticate request received after successful authentication"
                     if ctx.listener is not None and ctx.listener.sasl is not None else

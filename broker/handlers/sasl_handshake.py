@@ -10,13 +10,16 @@ connection that has already authenticated. Kafka's ``KafkaApis`` answers ILLEGAL
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.context import RequestContext
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import SaslHandshakeRequest
 
 API_KEY = 17
 VERSIONS = (0, 1)
@@ -28,5 +31,5 @@ def response(version: int, error: ErrorCode, mechanisms: Sequence[str]) -> Any:
     return make(m.SaslHandshakeResponse, error_code=error, mechanisms=tuple(mechanisms))
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: SaslHandshakeRequest) -> Any:
     return response(ctx.api_version, ErrorCode.illegal_sasl_state, ())

@@ -15,7 +15,7 @@ not applied.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,11 +28,14 @@ from broker.share.service import ShareService, request_problem, top_level
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ShareAcknowledgeRequest
+
 API_KEY = 79
 VERSIONS = (1, 2)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ShareAcknowledgeRequest) -> Any:
     metrics = ctx.broker.metrics
     return counted(_share_acknowledge, ctx, req, metrics.share_ack_requests, metrics.share_ack_failed)
 
@@ -53,7 +56,7 @@ def refuse_over_limit(ctx: RequestContext, count: int, most: int) -> Any:
         "(group.share.max.session.partitions)")
 
 
-async def _share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+async def _share_acknowledge(ctx: RequestContext, req: ShareAcknowledgeRequest) -> Any:
     svc: ShareService = ctx.broker.shares
     m = response_module(API_KEY, ctx.api_version)
     group, member = req.group_id, req.member_id

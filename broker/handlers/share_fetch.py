@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -54,11 +54,14 @@ from protocol.codec import response_module
 from protocol.record_batch import CorruptRecordError, iter_batches
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import ShareFetchRequest
+
 API_KEY = 78
 VERSIONS = (1, 2)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ShareFetchRequest) -> Any:
     metrics = ctx.broker.metrics
     return _encode_wide_off_loop(counted(_share_fetch, ctx, req, metrics.share_fetch_requests,
                                          metrics.share_fetch_failed))
@@ -105,7 +108,7 @@ def _ms(td: Any) -> int:
 _ACQUIRE_MODES = frozenset(int(m) for m in AcquireMode)
 
 
-async def _share_fetch(ctx: RequestContext, req: Any) -> Any:
+async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
     broker = ctx.broker
     svc: ShareService = broker.shares
     m = response_module(API_KEY, ctx.api_version)
@@ -291,7 +294,7 @@ def _join_batches(had: bytes, more: bytes) -> bytes:
 
 
 async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,
-                   order: list[tuple[uuid.UUID, int]], req: Any, mode: AcquireMode,
+                   order: list[tuple[uuid.UUID, int]], req: ShareFetchRequest, mode: AcquireMode,
                    budget: int, room: int, woken: bool = False) -> tuple[dict, dict, list]:
     """Acquire up to ``budget`` records and about ``room`` bytes from ``order``.
 

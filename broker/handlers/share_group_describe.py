@@ -13,35 +13,25 @@ a topic the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED wi
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authz import (
-    OPERATIONS_NOT_REQUESTED,
-    Operation,
-    Resource,
-    ResourceType,
-    refusal,
-)
+from broker.authz import OPERATIONS_NOT_REQUESTED
 from broker.context import RequestContext
-from broker.wire_limits import YIELD_EVERY, in_slices
-from broker.handlers._common import (
-    NO_THROTTLE,
-    describe_authorized,
-    describe_authorized_in_slices,
-    err_message,
-)
+from broker.handlers._common import err_message
+from broker.handlers._group_describe import describe_groups
 from coordinator.group.shard import DescribeResult
 from coordinator.group.share.group import ShareGroupMember
 from coordinator.group.topics_image import TopicsImage
-from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ShareGroupDescribeRequest
 
 API_KEY = 77
 VERSIONS = (1, 1)
-
-_GROUP_REFUSED = ErrorCode.group_authorization_failed
 
 
 def _member(m: Any, member: ShareGroupMember, topics: TopicsImage) -> Any:
@@ -56,12 +46,6 @@ def _member(m: Any, member: ShareGroupMember, topics: TopicsImage) -> Any:
                 client_host=member.client_host,
                 subscribed_topic_names=tuple(member.subscribed_topic_names),
                 assignment=make(m.Assignment, topic_partitions=tuple(parts)))
-
-
-def _refused(m: Any, group_id: str, error: ErrorCode, message: str) -> Any:
-    return make(m.DescribedGroup, error_code=error, error_message=message, group_id=group_id,
-                group_state="", group_epoch=0, assignment_epoch=0, assignor_name="", members=(),
-                authorized_operations=OPERATIONS_NOT_REQUESTED)
 
 
 def _assigned_topics(d: DescribeResult, topics: TopicsImage) -> set[str]:
@@ -86,47 +70,14 @@ def _group(m: Any, group_id: str, d: DescribeResult, topics: TopicsImage, ops: i
                 else OPERATIONS_NOT_REQUESTED)
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: ShareGroupDescribeRequest) -> Any:
     service = ctx.broker.share_groups
     topics = service.topics_image()
-    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
-        return _many(ctx, req, topics)
-    found, hidden = describe_authorized(ctx, req.group_ids, service.describe,
-                                        lambda d: _assigned_topics(d, topics))
-    return _respond(ctx, req, topics, found, hidden)
 
-
-async def _many(ctx: RequestContext, req: Any, topics: Any) -> Any:
-    service = ctx.broker.share_groups
-    found, hidden = await describe_authorized_in_slices(
-        ctx, req.group_ids, service.describe, lambda d: _assigned_topics(d, topics))
-    return await _respond(ctx, req, topics, found, hidden)
-
-
-def _respond(ctx: RequestContext, req: Any, topics: Any, found: dict[str, Any],
-             hidden: frozenset[str]) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
-
-    def one(gid: str) -> Any:
-        d = found.get(gid)
-        if d is None:
-            return _refused(m, gid, _GROUP_REFUSED, refusal(
-                ctx.principal, Operation.DESCRIBE, Resource(ResourceType.GROUP, gid)))
-        if hidden and _assigned_topics(d, topics) & hidden:
-            return _refused(m, gid, ErrorCode.topic_authorization_failed,
-                            "the group is assigned topics that "
-                            f"{ctx.principal} may not DESCRIBE")
-        ops = (ctx.authorized_operations(Resource(ResourceType.GROUP, gid))
-               if req.include_authorized_operations and d.error_code == ErrorCode.none
-               else OPERATIONS_NOT_REQUESTED)
+    def answer(m: Any, gid: str, d: DescribeResult, operations: Callable[[], int]) -> Any:
+        ops = operations() if d.error_code == ErrorCode.none else OPERATIONS_NOT_REQUESTED
         return _group(m, gid, d, topics, ops)
 
-    if len(req.group_ids) > YIELD_EVERY:  # many groups: the loop is served between slices
-        return _in_slices(m, req.group_ids, one)
-    return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE,
-                groups=tuple(one(gid) for gid in req.group_ids))
-
-
-async def _in_slices(m: Any, gids: Any, one: Any) -> Any:
-    groups = await in_slices(gids, one)
-    return make(m.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    return describe_groups(ctx, API_KEY, "ShareGroupDescribeResponse", req.group_ids,
+                           req.include_authorized_operations, service.describe,
+                           lambda d: _assigned_topics(d, topics), answer)

@@ -19,7 +19,7 @@ subscribed topic (each asked once), else TOPIC_AUTHORIZATION_FAILED for the whol
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,9 @@ from broker.missing_topics import warn_missing_topics
 from coordinator.group.share.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import ShareGroupHeartbeatRequest
 
 API_KEY = 76
 VERSIONS = (1, 1)
@@ -54,7 +57,7 @@ def _refused(m: Any, error: ErrorCode, message: str) -> Any:
                 heartbeat_interval=timedelta(0), assignment=None)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: ShareGroupHeartbeatRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     names = req.subscribed_topic_names
     group = Resource(ResourceType.GROUP, req.group_id)

@@ -10,7 +10,7 @@ Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUT
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,9 @@ from broker.handlers._common import NO_THROTTLE
 from coordinator.group.classic import group as cl
 from protocol.codec import response_module
 from protocol.messages import make
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import SyncGroupRequest
 
 log = logging.getLogger("shoal.groups")
 
@@ -36,7 +39,7 @@ def _response(m: Any, res: cl.SyncResponse) -> Any:
                 assignment=res.assignment)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: SyncGroupRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         return _response(m, cl.SyncResponse(ErrorCode.group_authorization_failed))

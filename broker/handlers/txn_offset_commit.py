@@ -32,7 +32,7 @@ Bounds: as OffsetCommit (the request frame cap; offset.metadata.max.bytes per pa
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -45,11 +45,14 @@ from coordinator.group import offsets as off
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import TxnOffsetCommitRequest
+
 API_KEY = 28
 VERSIONS = (0, 5)
 
 
-async def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], ErrorCode],
+async def _respond(ctx: RequestContext, req: TxnOffsetCommitRequest, codes: dict[tuple[str, int], ErrorCode],
                    default: ErrorCode = ErrorCode.none) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     topics: dict[str, list[Any]] = {}
@@ -68,7 +71,7 @@ async def _respond(ctx: RequestContext, req: Any, codes: dict[tuple[str, int], E
     return make(m.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(answers))
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: TxnOffsetCommitRequest) -> Any:
     if not ctx.authorized(Operation.WRITE,
                           Resource(ResourceType.TRANSACTIONAL_ID, req.transactional_id)):
         return await _respond(ctx, req, {}, ErrorCode.transactional_id_authorization_failed)
@@ -112,7 +115,7 @@ async def handle(ctx: RequestContext, req: Any) -> Any:
     return await _respond(ctx, req, codes)
 
 
-async def _verify(ctx: RequestContext, req: Any, partition: int) -> ErrorCode | None:
+async def _verify(ctx: RequestContext, req: TxnOffsetCommitRequest, partition: int) -> ErrorCode | None:
     """The transaction coordinator's answer whether the group's offsets partition is in the
     producer's ongoing transaction (None: yes). From v5 (transaction version 2, KIP-890 part 2)
     the producer sends no AddOffsetsToTxn: the partition is added here instead."""

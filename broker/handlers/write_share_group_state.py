@@ -9,7 +9,7 @@ waits until the record is durable; concurrent writes share appends and fsyncs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
 from broker.handlers._share_state import answer, message, results, service
@@ -17,13 +17,16 @@ from persister.api import PersisterStateBatch, SharePartitionKey, WriteParams, W
 from protocol.codec import response_module
 from protocol.messages import make
 
+if TYPE_CHECKING:
+    from broker.handlers._requests import WriteShareGroupStateRequest
+
 API_KEY = 85
 VERSIONS = (0, 1)
 
 UNKNOWN_DELIVERY_COMPLETE_COUNT = -1
 
 
-def handle(ctx: RequestContext, req: Any) -> Any:
+def handle(ctx: RequestContext, req: WriteShareGroupStateRequest) -> Any:
     return _write(ctx, req)
 
 
@@ -41,7 +44,7 @@ def _params(key: SharePartitionKey, p: Any) -> WriteParams:
     )
 
 
-async def _write(ctx: RequestContext, req: Any) -> Any:
+async def _write(ctx: RequestContext, req: WriteShareGroupStateRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     replies = await answer(ctx, req, _params, service(ctx).write_state,
                            lambda code, text: WriteResult(code, text))

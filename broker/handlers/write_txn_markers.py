@@ -18,7 +18,7 @@ Shoal keeps CLUSTER_ACTION (``super.users``) as for the share-state RPCs.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +28,9 @@ from broker.handlers._routing import leader_problem
 from broker.wire_limits import YIELD_EVERY
 from coordinator.txn.service import CONSUMER_OFFSETS_TOPIC
 from protocol.codec import response_module
+
+if TYPE_CHECKING:
+    from broker.handlers._requests import WriteTxnMarkersRequest
 
 API_KEY = 27
 VERSIONS = (1, 2)
@@ -56,7 +59,7 @@ async def _write(ctx: RequestContext, marker: Any, topic: str, partition: int) -
                                              marker.transaction_result)
 
 
-async def handle(ctx: RequestContext, req: Any) -> Any:
+async def handle(ctx: RequestContext, req: WriteTxnMarkersRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     allowed = _allowed(ctx)
     results = []

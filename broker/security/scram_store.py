@@ -93,7 +93,7 @@ def credential_from_password(mechanism: str, password: str, iterations: int | No
         ScramError: unknown mechanism, iterations out of range, salt too short, or a password
             SASLprep rejects.
     """
-    import scramp
+    import scramp  # lazy: ~150 ms to import; only setting a credential needs it
 
     if mechanism not in MECHANISM_IDS:
         raise ScramError(f"unknown SCRAM mechanism {mechanism!r}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.authz import Operation, Principal, Resource, ResourceType
+from broker.config_types import ConfigError
 from protocol.acl_types import AclOperation
 from protocol.acl_types import ResourceType as AclResourceType
 from broker.security.acl_store import AclStore
@@ -51,8 +52,6 @@ def build_authorizer(config: BrokerConfig, data_dir: Path) -> AclAuthorizer | No
         ConfigError: an unknown authorizer class name or a malformed ``super.users``.
         AclStoreError: the stored ACLs cannot be read.
     """
-    from broker.config import ConfigError
-
     class_name = config.get("authorizer.class.name")
     problem = authorizer_class_problem(class_name)
     if problem:

@@ -53,7 +53,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from coordinator.group.classic import records as cr
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.txn_offsets import PendingOffsets
 from coordinator.runtime.undo import UndoLog
 
@@ -335,7 +335,7 @@ class CommittedOffsets:
                 continue
             key = cr.OffsetCommitKey(group_id, topic, p)
             if key in self.store.values or self.pending.has(key):
-                records.append(Record(key, None))  # type: ignore[arg-type]
+                records.append(Record(key, None))
             out.append((topic, p, ErrorCode.none))
         return tuple(out)
 
@@ -346,10 +346,10 @@ class CommittedOffsets:
                 if isinstance(k, cr.OffsetCommitKey) and k.group_id == group_id}
         keys |= self.pending.keys(group_id)  # pending-only partitions need a tombstone too
         for key in sorted(keys, key=lambda k: (k.topic, k.partition)):
-            records.append(Record(key, None))  # type: ignore[arg-type]
+            records.append(Record(key, None))
         gkey = cr.GroupMetadataKey(group_id)
         if gkey in self.store.values:
-            records.append(Record(gkey, None))  # type: ignore[arg-type]
+            records.append(Record(gkey, None))
         self._cancel((RETENTION_TIMER, group_id))
 
     # -------------------------------------------------------------- retention
@@ -396,7 +396,7 @@ class CommittedOffsets:
                 # (looked at again one retention period later).
                 due = now_ms + retention
             if due <= now_ms:
-                records.append(Record(key, None))  # type: ignore[arg-type]
+                records.append(Record(key, None))
             else:
                 left += 1
                 soonest = due if soonest is None else min(soonest, due)
@@ -411,7 +411,7 @@ class CommittedOffsets:
         elif left == 0:
             gkey = cr.GroupMetadataKey(group_id)
             if gkey in self.store.values:
-                records.append(Record(gkey, None))  # type: ignore[arg-type]
+                records.append(Record(gkey, None))
             self._forget(group_id)
         elif soonest is not None:
             self._schedule(timer, soonest)

@@ -516,7 +516,7 @@ class GroupRecordSerde:
     def encode(self, record: r.Record) -> tuple[bytes, bytes | None]:
         key: Any = record.key
         if isinstance(key, (cr.OffsetCommitKey, cr.GroupMetadataKey)):
-            return cr.encode_key(key), cr.encode_value(record.value)  # type: ignore[arg-type]
+            return cr.encode_key(key), cr.encode_value(record.value)
         return encode_record(record)
 
     def key_value(self, record: r.Record) -> tuple[r.RecordKey, r.RecordValue | None]:

@@ -1,7 +1,11 @@
-"""The write path of ``CoordinatorRuntime`` (``loop.py`` documents the whole): ops are
-queued per partition (bounded inbox), and the partition's executor drains the inbox, runs the ops
-one at a time against the shard, encodes their records (and end-transaction markers) into
-batches and appends them to the log; committing happens in ``commit.py``.
+"""``Executor``: the write path of ``CoordinatorRuntime`` (``loop.py`` documents the whole):
+ops are queued per partition (bounded inbox), and the partition's executor task (``run``) drains
+the inbox, runs the ops one at a time against the shard, encodes their records (and
+end-transaction markers) into batches and appends them to the log; the ``Committer`` then makes
+them durable and answers them.
+
+It owns each ``PartitionState``'s ``inbox``, ``slots`` and ``wakeup``, and replays records into
+the shard (the only writer of shard state besides loading).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic
 
 from kio.schema.errors import ErrorCode
 
@@ -26,37 +30,28 @@ from coordinator.runtime.partition import (
     WriteEvent,
     finish,
     log_failures,
+    unavailable,
 )
 from coordinator.runtime.records import encode_batch, encode_end_txn_marker
-from coordinator.runtime.runtime_base import RuntimeBase
+from coordinator.runtime.commit import Committer
+from coordinator.runtime.runtime_state import RuntimeState
+from coordinator.runtime.scheduling import Scheduler
 
 log = logging.getLogger("shoal.coordinator.runtime")
 
 
-class AppendMixin(RuntimeBase[S]):
+class Executor(Generic[S]):
     """See the module doc."""
 
-    async def write(self, partition: int, op: Op[S]) -> Any:
-        """Run ``op`` serially on ``partition``; its response once its records are committed,
-        or a ``CoordinatorFailure``."""
-        return (await self.write_many(partition, (op,)))[0]
+    def __init__(self, state: RuntimeState[S], committer: Committer[S], scheduler: Scheduler[S]) -> None:
+        self._state = state
+        self._committer = committer
+        self._scheduler = scheduler
 
     async def write_many(self, partition: int, ops: Sequence[Op[S]]) -> list[Any]:
         """Run ``ops`` back to back (each sees the records of the previous ones) as one event;
         their responses, or ``CoordinatorFailure`` per op, in order."""
-        ctx = self._partitions.get(partition)
-        failure = self._unavailable(ctx)
-        if failure is not None or ctx is None:
-            return [failure] * len(ops)
-        await ctx.slots.acquire()
-        failure = self._unavailable(ctx)
-        if failure is not None:
-            ctx.slots.release()
-            return [failure] * len(ops)
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        ctx.inbox.append(WriteEvent(tuple(ops), future, admitted=True))
-        ctx.wakeup.set()
-        return await future
+        return await self._submit(partition, WriteEvent(tuple(ops), None, admitted=True), len(ops))
 
     async def write_transactional(self, partition: int, producer_id: int, producer_epoch: int,
                                   op: Op[S]) -> Any:
@@ -73,14 +68,14 @@ class AppendMixin(RuntimeBase[S]):
         marker = TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit)
         return (await self._submit(partition, WriteEvent((), None, True, marker=marker)))[0]
 
-    async def _submit(self, partition: int, event: WriteEvent) -> list[Any]:
-        ctx = self._partitions.get(partition)
-        count = max(1, len(event.ops))
-        failure = self._unavailable(ctx)
+    async def _submit(self, partition: int, event: WriteEvent, count: int = 1) -> list[Any]:
+        """Queue ``event`` (waiting for room in the inbox); its ``count`` responses."""
+        ctx = self._state.partitions.get(partition)
+        failure = unavailable(ctx)
         if failure is not None or ctx is None:
             return [failure] * count
         await ctx.slots.acquire()
-        failure = self._unavailable(ctx)
+        failure = unavailable(ctx)
         if failure is not None:
             ctx.slots.release()
             return [failure] * count
@@ -100,19 +95,21 @@ class AppendMixin(RuntimeBase[S]):
 
     async def read(self, partition: int, fn: Callable[[S], R]) -> R | CoordinatorFailure:
         """``fn(shard)`` now, without queueing; ``fn`` must read the committed view."""
-        ctx = self._partitions.get(partition)
-        failure = self._unavailable(ctx)
+        ctx = self._state.partitions.get(partition)
+        failure = unavailable(ctx)
         if failure is not None or ctx is None:
             return failure  # type: ignore[return-value]
         try:
             return fn(ctx.shard)
         except Exception:
-            log.exception("%s partition %d: read failed", self._name, partition)
+            log.exception("%s partition %d: read failed", self._state.name, partition)
             return CoordinatorFailure(ErrorCode.unknown_server_error, "read failed")
 
     # ------------------------------------------------------------------------------------------
 
-    async def _run(self, ctx: PartitionState[S]) -> None:
+    async def run(self, ctx: PartitionState[S]) -> None:
+        """The partition's executor task: drain the inbox whenever it is woken, until cancelled
+        (or until a runtime bug fails the partition)."""
         while True:
             if not ctx.inbox:
                 ctx.wakeup.clear()
@@ -121,11 +118,11 @@ class AppendMixin(RuntimeBase[S]):
             try:
                 self._drain(ctx)
             except Exception:  # a runtime bug: stop serving rather than diverge from the log
-                log.exception("%s partition %d: executor failed", self._name, ctx.number)
+                log.exception("%s partition %d: executor failed", self._state.name, ctx.number)
                 ctx.status = PartitionStatus.FAILED
                 broken = CoordinatorFailure(ErrorCode.unknown_server_error, "coordinator failure")
-                self._fail_pending(ctx, broken)
-                self._fail_inbox(ctx, broken)
+                ctx.fail_pending(broken)
+                ctx.fail_inbox(broken)
                 return
             # Let the writers of this round and other partitions run before the next drain.
             await asyncio.sleep(0)
@@ -133,28 +130,28 @@ class AppendMixin(RuntimeBase[S]):
     def _drain(self, ctx: PartitionState[S]) -> None:
         """Run queued events, append their records as one batch, queue their responses."""
         if ctx.status is not PartitionStatus.ACTIVE:
-            self._fail_inbox(ctx, self._unavailable(ctx) or CoordinatorFailure(
+            ctx.fail_inbox(unavailable(ctx) or CoordinatorFailure(
                 ErrorCode.coordinator_not_available, "not active"))
             return
-        now = self._clock_ms()
+        now = self._state.clock_ms()
         base = ctx.log.log_end_offset
         batches = Batches()
         ran, end = self._run_events(ctx, now, base, batches)
         if end > base and not self._append(ctx, batches, now, base, ran):
-            self._arm_timer(ctx)
+            self._scheduler.arm(ctx)
             return
         for event, responses in ran:
             if event.future is not None:
                 ctx.stats.writes += 1
                 ctx.pending.append(Waiting(end, event.future, responses))
             else:
-                log_failures(self._name, ctx.number, responses)
-        if not self._fsync:
-            self._commit(ctx, end)
+                log_failures(self._state.name, ctx.number, responses)
+        if not self._state.fsync:
+            self._committer.commit(ctx, end)
         else:
-            self._release(ctx)
-            self._maybe_flush(ctx)
-        self._arm_timer(ctx)
+            ctx.release()
+            self._committer.maybe_flush(ctx)
+        self._scheduler.arm(ctx)
 
     def _run_events(
         self, ctx: PartitionState[S], now: int, offset: int, batches: Batches
@@ -162,7 +159,7 @@ class AppendMixin(RuntimeBase[S]):
         """Take events off the inbox (up to the batch limit) and run their ops in order.
         Returns the events with their responses, and the offset after their records."""
         ran: list[tuple[WriteEvent, list[Any]]] = []
-        limit = offset + self._max_batch_records
+        limit = offset + self._state.max_batch_records
         while ctx.inbox and offset < limit:
             event = ctx.inbox.popleft()
             if event.admitted:
@@ -207,7 +204,7 @@ class AppendMixin(RuntimeBase[S]):
         try:
             refused = shard.end_transaction_error(marker.producer_id, marker.producer_epoch)
         except Exception:
-            log.exception("%s partition %d: end-transaction check failed", self._name, ctx.number)
+            log.exception("%s partition %d: end-transaction check failed", self._state.name, ctx.number)
             return CoordinatorFailure(ErrorCode.unknown_server_error, "operation failed"), offset
         if refused is not None:
             return refused, offset
@@ -216,7 +213,7 @@ class AppendMixin(RuntimeBase[S]):
                                          marker.commit)
         except Exception:
             log.exception("%s partition %d: replaying an end-transaction marker failed",
-                          self._name, ctx.number)
+                          self._state.name, ctx.number)
             shard.revert(offset)
             return CoordinatorFailure(ErrorCode.unknown_server_error, "replay failed"), offset
         batches.close_plain(now)
@@ -239,7 +236,7 @@ class AppendMixin(RuntimeBase[S]):
             ctx.log.append(batches.data(now), now)
         except Exception as exc:
             # The log did not take the batch: undo this drain only (earlier appends stand).
-            log.exception("%s partition %d: append failed", self._name, ctx.number)
+            log.exception("%s partition %d: append failed", self._state.name, ctx.number)
             ctx.shard.revert(base)
             failed = CoordinatorFailure(ErrorCode.coordinator_not_available, f"append failed: {exc}")
             for event, responses in ran:
@@ -263,29 +260,26 @@ class AppendMixin(RuntimeBase[S]):
         ``shard.replay``). Returns (response, next offset)."""
         try:
             result = op(shard, now)
-            pairs = [self._serde.encode(r) for r in result.records]
+            pairs = [self._state.serde.encode(r) for r in result.records]
         except Exception:
-            log.exception("%s partition %d: operation failed", self._name, ctx.number)
+            log.exception("%s partition %d: operation failed", self._state.name, ctx.number)
             return CoordinatorFailure(ErrorCode.unknown_server_error, "operation failed"), offset
         start = offset
         if result.replay_records:
             apply = shard.replay if replay is None else replay
             try:
                 for record in result.records:
-                    key, value = self._serde.key_value(record)
+                    key, value = self._state.serde.key_value(record)
                     apply(offset, key, value)
                     offset += 1
             except Exception:
-                log.exception("%s partition %d: replay failed", self._name, ctx.number)
+                log.exception("%s partition %d: replay failed", self._state.name, ctx.number)
                 shard.revert(start)
                 return CoordinatorFailure(ErrorCode.unknown_server_error, "replay failed"), start
         else:
             offset += len(pairs)
         encoded.extend(pairs)
         return result.response, offset
-
-    # ------------------------------------------------------------------------------------------
-    # Durability
 
 
 def _transactional_replay(replay: Callable[[int, int, int, Any, Any], None], producer_id: int,

@@ -1,6 +1,10 @@
-"""Loading and unloading partitions of ``CoordinatorRuntime`` (``loop.py`` documents the
-whole): replay a partition's log into a fresh shard on the load pool, start its executor, and
-shut it down (commit what is durable, fail the rest) on unload or close.
+"""``PartitionLoader``: loading and unloading the partitions of ``CoordinatorRuntime``
+(``loop.py`` documents the whole): replay a partition's log into a fresh shard on the load pool,
+start its executor task, and shut it down (commit what is durable, fail the rest) on unload or
+close.
+
+It owns the partition table's entries (``RuntimeState.partitions``), each partition's ``status``
+and executor ``task``, and the runtime's pools (``close`` stops them).
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import Generic
 
 from kio.schema.errors import ErrorCode
 
@@ -18,14 +23,24 @@ from coordinator.runtime.partition import (
     PartitionStatus,
     S,
 )
-from coordinator.runtime.runtime_base import RuntimeBase
+from coordinator.runtime.append import Executor
+from coordinator.runtime.commit import Committer
+from coordinator.runtime.runtime_state import RuntimeState
+from coordinator.runtime.scheduling import Scheduler
 from storage.log import PartitionLogLike
 
 log = logging.getLogger("shoal.coordinator.runtime")
 
 
-class LoadMixin(RuntimeBase[S]):
+class PartitionLoader(Generic[S]):
     """See the module doc."""
+
+    def __init__(self, state: RuntimeState[S], executor: Executor[S], committer: Committer[S],
+                 scheduler: Scheduler[S]) -> None:
+        self._state = state
+        self._executor = executor
+        self._committer = committer
+        self._scheduler = scheduler
 
     async def load(self, partition: int, log_: PartitionLogLike) -> LoadSummary | CoordinatorFailure:
         """Start serving ``partition``: replay ``log_`` into a fresh shard, then accept ops.
@@ -33,16 +48,17 @@ class LoadMixin(RuntimeBase[S]):
         Raises:
             ValueError: the partition is already held, or the runtime is closed.
         """
-        if self._closed:
+        state = self._state
+        if state.closed:
             raise ValueError("the runtime is closed")
-        if partition in self._partitions:
+        if partition in state.partitions:
             raise ValueError(f"partition {partition} is already loaded")
         ctx: PartitionState[S] = PartitionState(
-            partition, log_, self._factory(partition), asyncio.Semaphore(self._max_queued)
+            partition, log_, state.factory(partition), asyncio.Semaphore(state.max_queued)
         )
-        self._partitions[partition] = ctx
+        state.partitions[partition] = ctx
         ctx.task = asyncio.get_running_loop().create_task(
-            self._run(ctx), name=f"{self._name}-{partition}"
+            self._executor.run(ctx), name=f"{state.name}-{partition}"
         )
         return await self._load_into(ctx)
 
@@ -56,21 +72,21 @@ class LoadMixin(RuntimeBase[S]):
 
     async def unload(self, partition: int) -> None:
         """Stop serving ``partition``: finish what is appended, fail the rest with NOT_COORDINATOR."""
-        ctx = self._partitions.get(partition)
+        ctx = self._state.partitions.get(partition)
         if ctx is None:
             return
         await self._shutdown(ctx)
-        del self._partitions[partition]
+        del self._state.partitions[partition]
 
     async def close(self) -> None:
         """Unload every partition and stop the I/O threads. Logs stay open (their owner closes)."""
-        if self._closed:
+        if self._state.closed:
             return
-        self._closed = True
-        for number in list(self._partitions):
+        self._state.closed = True
+        for number in list(self._state.partitions):
             await self.unload(number)
-        self._pool.shutdown(wait=True)
-        self._load_pool.shutdown(wait=True)
+        self._state.io_pool.shutdown(wait=True)
+        self._state.load_pool.shutdown(wait=True)
 
     async def _load_into(self, ctx: PartitionState[S]) -> LoadSummary | CoordinatorFailure:
         ctx.status = PartitionStatus.LOADING
@@ -78,9 +94,10 @@ class LoadMixin(RuntimeBase[S]):
         started = loop.time()
         shard = ctx.shard
         try:
-            summary = await loop.run_in_executor(self._load_pool, load_shard, ctx.log, shard, self._serde)
+            summary = await loop.run_in_executor(self._state.load_pool, load_shard, ctx.log, shard,
+                                               self._state.serde)
         except Exception as exc:  # corrupt log or I/O error: stop serving, keep the data
-            log.exception("%s partition %d: loading failed", self._name, ctx.number)
+            log.exception("%s partition %d: loading failed", self._state.name, ctx.number)
             ctx.status = PartitionStatus.FAILED
             return CoordinatorFailure(ErrorCode.not_coordinator, f"loading failed: {exc}")
         if ctx.status is not PartitionStatus.LOADING:  # closed meanwhile
@@ -88,40 +105,35 @@ class LoadMixin(RuntimeBase[S]):
         ctx.committed = summary.end_offset
         ctx.stats.load = summary
         ctx.stats.load_ms = (loop.time() - started) * 1000
-        shard.on_loaded(self._clock_ms())
+        shard.on_loaded(self._state.clock_ms())
         ctx.status = PartitionStatus.ACTIVE
-        self._arm_timer(ctx)
-        log.debug("%s partition %d loaded: %d records in %.1f ms", self._name, ctx.number,
+        self._scheduler.arm(ctx)
+        log.debug("%s partition %d loaded: %d records in %.1f ms", self._state.name, ctx.number,
                   summary.records, ctx.stats.load_ms)
         return summary
 
     async def _shutdown(self, ctx: PartitionState[S]) -> None:
         ctx.status = PartitionStatus.CLOSED
-        if ctx.timer_handle is not None:
-            ctx.timer_handle.cancel()
-            ctx.timer_handle = None
+        self._scheduler.disarm(ctx)
         if ctx.task is not None:
             ctx.task.cancel()
             await asyncio.gather(ctx.task, return_exceptions=True)
         for task in (ctx.load_task, ctx.flush_task, ctx.prune_task):
             if task is not None:
                 await asyncio.gather(task, return_exceptions=True)
-        if self._fsync and ctx.pending and ctx.pending[-1].end_offset > ctx.committed:
+        if self._state.fsync and ctx.pending and ctx.pending[-1].end_offset > ctx.committed:
             # Appended but not yet fsynced: one last flush so their responses can still be sent.
             target = ctx.log.log_end_offset
             try:
-                await asyncio.get_running_loop().run_in_executor(self._pool, ctx.log.sync_data)
+                await asyncio.get_running_loop().run_in_executor(self._state.io_pool, ctx.log.sync_data)
             except OSError as exc:  # e.g. the log directory went offline: commit nothing more
                 log.error("%s partition %d: final flush failed; records after offset %d stay "
-                          "uncommitted: %s", self._name, ctx.number, ctx.committed, exc)
+                          "uncommitted: %s", self._state.name, ctx.number, ctx.committed, exc)
             except Exception:
-                log.exception("%s partition %d: final flush failed", self._name, ctx.number)
+                log.exception("%s partition %d: final flush failed", self._state.name, ctx.number)
             else:
-                self._commit(ctx, target)
+                self._committer.commit(ctx, target)
         closed = CoordinatorFailure(ErrorCode.not_coordinator, "the coordinator is shutting down")
-        self._fail_pending(ctx, closed)
-        self._fail_inbox(ctx, closed)
+        ctx.fail_pending(closed)
+        ctx.fail_inbox(closed)
         ctx.shard.on_unloaded()
-
-    # ------------------------------------------------------------------------------------------
-    # Operations

@@ -56,13 +56,25 @@ Invariants:
   appends synchronously, with no await in between);
 - responses are released in append order, and never before the records they depend on commit;
 - the inbox is bounded (``max_queued_writes`` per partition): writers wait for room.
+
+Parts: ``CoordinatorRuntime`` owns one of each collaborator and answers by delegating to them:
+``PartitionLoader`` (``load.py``: load, unload, close), ``Executor`` (``append.py``: queue, run
+and append ops; reads), ``Committer`` (``commit.py``: fsync, the ``replicated`` wait, commit),
+``Pruner`` (``prune.py``) and ``Scheduler`` (``scheduling.py``: timers), over one
+``RuntimeState`` (``runtime_state.py``: settings, pools, the partition table) and a
+``PartitionState`` per partition (``partition.py``).
 """
 
 from __future__ import annotations
 
-from coordinator.runtime.append import AppendMixin
-from coordinator.runtime.commit import CommitMixin
-from coordinator.runtime.load import LoadMixin
+import concurrent.futures
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import Any, Generic
+
+from coordinator.runtime.append import Executor
+from coordinator.runtime.commit import Committer
+from coordinator.runtime.load import PartitionLoader
+from coordinator.runtime.loader import LoadSummary
 from coordinator.runtime.partition import (
     DEFAULT_IO_THREADS,
     DEFAULT_LOAD_THREADS,
@@ -76,15 +88,173 @@ from coordinator.runtime.partition import (
     R,
     S,
 )
-from coordinator.runtime.prune import PruneMixin
-from coordinator.runtime.runtime_base import RuntimeBase
-from coordinator.runtime.scheduling import SchedulingMixin
+from coordinator.runtime.prune import Pruner
+from coordinator.runtime.runtime_state import RuntimeState
+from coordinator.runtime.scheduling import Scheduler
+from coordinator.runtime.shard import RecordSerde
+from storage.log import PartitionLogLike
 
 __all__ = ["DEFAULT_IO_THREADS", "DEFAULT_LOAD_THREADS", "DEFAULT_MAX_BATCH_RECORDS",
            "DEFAULT_MAX_QUEUED_WRITES", "DEFAULT_PRUNE_INTERVAL_MS", "CoordinatorFailure",
            "CoordinatorRuntime", "Op", "PartitionStats", "PartitionStatus", "R", "S"]
 
 
-class CoordinatorRuntime(LoadMixin[S], AppendMixin[S], CommitMixin[S], PruneMixin[S],
-                         SchedulingMixin[S], RuntimeBase[S]):
+class CoordinatorRuntime(Generic[S]):
     """Serial executors, group commit, loading, timers and pruning (see module doc)."""
+
+    def __init__(
+        self,
+        shard_factory: Callable[[int], S],
+        serde: RecordSerde[Any],
+        *,
+        clock_ms: Callable[[], int],
+        fsync: bool = True,
+        prune_interval_ms: int = DEFAULT_PRUNE_INTERVAL_MS,
+        max_queued_writes: int = DEFAULT_MAX_QUEUED_WRITES,
+        max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+        io_threads: int = DEFAULT_IO_THREADS,
+        load_threads: int = DEFAULT_LOAD_THREADS,
+        name: str = "coordinator",
+    ) -> None:
+        """``shard_factory(partition)`` builds an empty shard; ``clock_ms`` gives record
+        timestamps and timer time. fsyncs and prunes run on ``io_threads`` worker threads, loads
+        on ``load_threads``.
+
+        Raises:
+            ValueError: a limit is not positive.
+        """
+        if min(max_queued_writes, max_batch_records, io_threads, load_threads) < 1 or prune_interval_ms < 0:
+            raise ValueError("runtime limits must be positive")
+        self._state: RuntimeState[S] = RuntimeState(
+            shard_factory, serde, clock_ms, fsync, prune_interval_ms, max_queued_writes,
+            max_batch_records, name,
+            concurrent.futures.ThreadPoolExecutor(io_threads, thread_name_prefix=f"{name}-io"),
+            concurrent.futures.ThreadPoolExecutor(load_threads,
+                                                  thread_name_prefix=f"{name}-load"))
+        self._scheduler = Scheduler(self._state)
+        self._pruner = Pruner(self._state)
+        self._committer = Committer(self._state, self._pruner, self._scheduler)
+        self._executor = Executor(self._state, self._committer, self._scheduler)
+        self._loader = PartitionLoader(self._state, self._executor, self._committer,
+                                       self._scheduler)
+
+    @property
+    def replicated(self) -> Callable[[int, int], Awaitable[bool]] | None:
+        """Set by the host when its partitions are replicated: ``replicated(partition, offset)``
+        returns once every in-sync replica has the log up to ``offset`` (True), or False when
+        this broker stopped leading the partition. Writes are answered only after it."""
+        return self._committer.replicated
+
+    @replicated.setter
+    def replicated(self, hook: Callable[[int, int], Awaitable[bool]] | None) -> None:
+        self._committer.replicated = hook
+
+    # ------------------------------------------------------------------------------------------
+    # Reads
+
+    @property
+    def fsync(self) -> bool:
+        return self._state.fsync
+
+    def partitions(self) -> list[int]:
+        return sorted(self._state.partitions)
+
+    def status(self, partition: int) -> PartitionStatus | None:
+        ctx = self._state.partitions.get(partition)
+        return None if ctx is None else ctx.status
+
+    def shard(self, partition: int) -> S | None:
+        """The partition's shard (replayed state, committed or not), or None."""
+        ctx = self._state.partitions.get(partition)
+        return None if ctx is None else ctx.shard
+
+    def stats(self, partition: int) -> PartitionStats | None:
+        ctx = self._state.partitions.get(partition)
+        return None if ctx is None else ctx.stats
+
+    def committed_offset(self, partition: int) -> int | None:
+        ctx = self._state.partitions.get(partition)
+        return None if ctx is None else ctx.committed
+
+    # ------------------------------------------------------------------------------------------
+    # Loading (load.py)
+
+    async def load(self, partition: int, log_: PartitionLogLike) -> LoadSummary | CoordinatorFailure:
+        """Start serving ``partition``: replay ``log_`` into a fresh shard, then accept ops.
+
+        Raises:
+            ValueError: the partition is already held, or the runtime is closed.
+        """
+        return await self._loader.load(partition, log_)
+
+    async def load_many(self, logs: Mapping[int, PartitionLogLike]) -> float:
+        """``load`` every partition of ``logs`` in parallel; returns the wall time in ms.
+        A partition that fails to load answers NOT_COORDINATOR (logged)."""
+        return await self._loader.load_many(logs)
+
+    async def unload(self, partition: int) -> None:
+        """Stop serving ``partition``: finish what is appended, fail the rest with NOT_COORDINATOR."""
+        await self._loader.unload(partition)
+
+    async def close(self) -> None:
+        """Unload every partition and stop the I/O threads. Logs stay open (their owner closes)."""
+        await self._loader.close()
+
+    # ------------------------------------------------------------------------------------------
+    # Operations (append.py)
+
+    async def write(self, partition: int, op: Op[S]) -> Any:
+        """Run ``op`` serially on ``partition``; its response once its records are committed,
+        or a ``CoordinatorFailure``."""
+        return (await self._executor.write_many(partition, (op,)))[0]
+
+    async def write_many(self, partition: int, ops: Sequence[Op[S]]) -> list[Any]:
+        """Run ``ops`` back to back (each sees the records of the previous ones) as one event;
+        their responses, or ``CoordinatorFailure`` per op, in order."""
+        return await self._executor.write_many(partition, ops)
+
+    async def write_each(self, ops: Mapping[int, Sequence[Op[S]]]) -> dict[int, list[Any]]:
+        """``write_many`` on several partitions at once; their results by partition."""
+        return await self._executor.write_each(ops)
+
+    async def write_transactional(self, partition: int, producer_id: int, producer_epoch: int,
+                                  op: Op[S]) -> Any:
+        """``write`` whose records form a transactional batch of ``producer_id`` at
+        ``producer_epoch`` (module doc, 8); its response once committed, or a failure."""
+        return await self._executor.write_transactional(partition, producer_id, producer_epoch, op)
+
+    async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> Any:
+        """Append the end-transaction marker of ``producer_id`` (module doc, 8). Returns
+        ``ErrorCode.none`` once it is committed, the shard's refusal, or a
+        ``CoordinatorFailure``."""
+        return await self._executor.complete_transaction(
+            partition, producer_id, producer_epoch, coordinator_epoch, commit)
+
+    async def read(self, partition: int, fn: Callable[[S], R]) -> R | CoordinatorFailure:
+        """``fn(shard)`` now, without queueing; ``fn`` must read the committed view."""
+        return await self._executor.read(partition, fn)
+
+    # ------------------------------------------------------------------------------------------
+    # Pruning (prune.py) and timers (scheduling.py)
+
+    async def prune_all(self) -> None:
+        """``prune`` every active partition now (in parallel)."""
+        await self._pruner.prune_all()
+
+    async def prune(self, partition: int) -> int | None:
+        """Prune ``partition`` now, whatever the interval: move its log start offset up to the
+        shard's last redundant offset (within a segment too, so a later load reads less).
+        Returns the new log start offset, or None if the partition is not active."""
+        return await self._pruner.prune(partition)
+
+    def schedule(
+        self, partition: int, key: Hashable, deadline_ms: int, op: Op[S], *, repeat_ms: int | None = None
+    ) -> bool:
+        """Run ``op`` as a write on ``partition`` at ``deadline_ms`` (then every ``repeat_ms``).
+        Replaces a pending timer with the same key. False if the partition is not held."""
+        return self._scheduler.schedule(partition, key, deadline_ms, op, repeat_ms=repeat_ms)
+
+    def cancel(self, partition: int, key: Hashable) -> bool:
+        """Disarm a timer; whether it was pending."""
+        return self._scheduler.cancel(partition, key)

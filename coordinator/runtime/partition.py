@@ -135,6 +135,42 @@ class PartitionState(Generic[S]):
     last_prune_ms: int | None = None
     stats: PartitionStats = field(default_factory=PartitionStats)
 
+    def release(self) -> int:
+        """Answer the waiting writes whose records are below the committed offset, in order;
+        returns how many."""
+        released = 0
+        pending = self.pending
+        while pending and pending[0].end_offset <= self.committed:
+            waiting = pending.popleft()
+            finish(waiting.future, waiting.responses)
+            released += 1
+        return released
+
+    def fail_pending(self, failure: CoordinatorFailure) -> None:
+        """Answer every appended write still waiting for its commit with ``failure``."""
+        while self.pending:
+            waiting = self.pending.popleft()
+            finish(waiting.future, [failure] * len(waiting.responses))
+
+    def fail_inbox(self, failure: CoordinatorFailure) -> None:
+        """Answer every queued (not yet run) event with ``failure``, freeing its inbox slot."""
+        while self.inbox:
+            event = self.inbox.popleft()
+            if event.admitted:
+                self.slots.release()
+            if event.shard_timer:
+                self.shard_timer_queued = False
+            finish(event.future, [failure] * max(1, len(event.ops)))
+
+
+def unavailable(ctx: PartitionState[Any] | None) -> CoordinatorFailure | None:
+    """Why a partition (None: not held) takes no operation now, or None if it does."""
+    if ctx is None or ctx.status in (PartitionStatus.CLOSED, PartitionStatus.FAILED):
+        return CoordinatorFailure(ErrorCode.not_coordinator, "this broker does not serve the partition")
+    if ctx.status is PartitionStatus.LOADING:
+        return CoordinatorFailure(ErrorCode.coordinator_load_in_progress, "the partition is loading")
+    return None
+
 
 def finish(future: asyncio.Future[list[Any]] | None, responses: list[Any]) -> None:
     if future is not None and not future.done():

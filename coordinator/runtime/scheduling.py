@@ -1,6 +1,9 @@
-"""Timers of ``CoordinatorRuntime`` (``loop.py`` documents the whole): ops scheduled per
-partition and key (optionally repeating) and the shard's own timer, run as internal write events
-when due; one event-loop timer handle per partition for the earliest deadline.
+"""``Scheduler``: the timers of ``CoordinatorRuntime`` (``loop.py`` documents the whole): ops
+scheduled per partition and key (optionally repeating) and the shard's own timer, run as internal
+write events when due; one event-loop timer handle per partition for the earliest deadline.
+
+It owns the timer fields of each ``PartitionState`` (``timers``, ``timer_ops``, ``timer_handle``,
+``timer_deadline``, and ``shard_timer_queued`` until the executor runs the event).
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Generic
 
 from coordinator.runtime.partition import (
     Op,
@@ -18,36 +21,41 @@ from coordinator.runtime.partition import (
     WriteEvent,
 )
 from coordinator.runtime.result import CoordinatorResult
-from coordinator.runtime.runtime_base import RuntimeBase
+from coordinator.runtime.runtime_state import RuntimeState
 
 log = logging.getLogger("shoal.coordinator.runtime")
 
 
-class SchedulingMixin(RuntimeBase[S]):
+class Scheduler(Generic[S]):
     """See the module doc."""
+
+    def __init__(self, state: RuntimeState[S]) -> None:
+        self._state = state
 
     def schedule(
         self, partition: int, key: Hashable, deadline_ms: int, op: Op[S], *, repeat_ms: int | None = None
     ) -> bool:
         """Run ``op`` as a write on ``partition`` at ``deadline_ms`` (then every ``repeat_ms``).
         Replaces a pending timer with the same key. False if the partition is not held."""
-        ctx = self._partitions.get(partition)
+        ctx = self._state.partitions.get(partition)
         if ctx is None or ctx.status is PartitionStatus.CLOSED:
             return False
         ctx.timers.schedule(key, deadline_ms)
         ctx.timer_ops[key] = (op, repeat_ms)
-        self._arm_timer(ctx)
+        self.arm(ctx)
         return True
 
     def cancel(self, partition: int, key: Hashable) -> bool:
         """Disarm a timer; whether it was pending."""
-        ctx = self._partitions.get(partition)
+        ctx = self._state.partitions.get(partition)
         if ctx is None:
             return False
         ctx.timer_ops.pop(key, None)
         return ctx.timers.cancel(key)
 
-    def _arm_timer(self, ctx: PartitionState[S]) -> None:
+    def arm(self, ctx: PartitionState[S]) -> None:
+        """Set the partition's event-loop timer to its earliest deadline (keyed timers or the
+        shard's ``next_deadline()``); nothing unless the partition is active."""
         if ctx.status is not PartitionStatus.ACTIVE:
             return
         deadline = ctx.timers.next_deadline()
@@ -64,15 +72,21 @@ class SchedulingMixin(RuntimeBase[S]):
         ctx.timer_deadline = deadline
         if deadline is None:
             return
-        delay = max(0.0, (deadline - self._clock_ms()) / 1000)
+        delay = max(0.0, (deadline - self._state.clock_ms()) / 1000)
         ctx.timer_handle = asyncio.get_running_loop().call_later(delay, self._on_timer, ctx)
+
+    def disarm(self, ctx: PartitionState[S]) -> None:
+        """Cancel the partition's event-loop timer (it stops serving); keyed timers stay."""
+        if ctx.timer_handle is not None:
+            ctx.timer_handle.cancel()
+            ctx.timer_handle = None
 
     def _on_timer(self, ctx: PartitionState[S]) -> None:
         ctx.timer_handle = None
         ctx.timer_deadline = None
         if ctx.status is not PartitionStatus.ACTIVE:
             return
-        now = self._clock_ms()
+        now = self._state.clock_ms()
         for key in ctx.timers.poll(now):
             entry = ctx.timer_ops.pop(key, None)
             if entry is None:
@@ -90,7 +104,7 @@ class SchedulingMixin(RuntimeBase[S]):
                 ctx.inbox.append(WriteEvent((_shard_timer_op,), None, admitted=False, shard_timer=True))
         if ctx.inbox:
             ctx.wakeup.set()
-        self._arm_timer(ctx)
+        self.arm(ctx)
 
 
 def _shard_timer_op(shard: Any, now_ms: int) -> CoordinatorResult[Any, Any]:

@@ -49,7 +49,7 @@ from coordinator.group.consumer.protocol import (
     CONSUMER_PROTOCOL_TYPE,
     group_subscription,
 )
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 
 PENDING: Any = object()  # an op's response that is delivered later through ``deliver``
 UNKNOWN_MEMBER = ""

@@ -33,7 +33,7 @@ from coordinator.group.offsets import (
     TimerSchedule,
     TopicFilter,
 )
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.txn_offsets import PendingOffsets
 
 
@@ -187,7 +187,7 @@ class ClassicGroupsBase:
 
     def _fits(self, g: ClassicGroup, record: Record) -> bool:
         """Whether a GroupMetadata record is within message.max.bytes."""
-        size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
+        size = len(cr.encode_value(record.value) or b"")
         return size <= self._settings(g.group_id).max_record_bytes
 
     def _metadata_record(self, g: ClassicGroup, now_ms: int) -> Record:
@@ -197,7 +197,7 @@ class ClassicGroupsBase:
                                     m.rebalance_timeout_ms, m.session_timeout_ms,
                                     m.metadata(g.protocol), m.assignment)
                   for m in g.members.values()))
-        return Record(cr.GroupMetadataKey(g.group_id), value)  # type: ignore[arg-type]
+        return Record(cr.GroupMetadataKey(g.group_id), value)
 
     def _expiring(self, group_id: str) -> TopicFilter | None:
         """Which topics of the id's offsets may expire (Kafka's offset expiration condition and

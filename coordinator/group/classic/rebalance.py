@@ -29,7 +29,7 @@ from coordinator.group.classic.group import (
     SyncResponse,
 )
 from coordinator.group.classic.groups_base import ClassicGroupsBase
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 
 
 def _too_long_join(req: JoinRequest) -> ErrorCode | None:
@@ -322,7 +322,7 @@ class ClassicRebalance(ClassicGroupsBase):
         append fails with RECORD_LIST_TOO_LARGE, answered as UNKNOWN_SERVER_ERROR): every member
         waiting in SyncGroup gets the error, the assignment is dropped and the group
         rebalances."""
-        size = len(cr.encode_value(record.value) or b"")  # type: ignore[arg-type]
+        size = len(cr.encode_value(record.value) or b"")
         limit = self._settings(g.group_id).max_record_bytes
         detail = (f"group {g.group_id[:200]} generation {g.generation}: the members' metadata and "
                   f"assignments make a {size}-byte GroupMetadata record, over message.max.bytes "

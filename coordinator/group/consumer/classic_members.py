@@ -61,7 +61,7 @@ from coordinator.group.consumer.protocol import (
     encode_assignment,
     subscription_version,
 )
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.topics_image import TopicsImage
 
 SESSION = "consumer-session"

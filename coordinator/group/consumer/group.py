@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.group.consumer import records as c
-from coordinator.group.share.records import Record, assignment_of
+from coordinator.group.record import Record, assignment_of
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2

@@ -42,7 +42,7 @@ from coordinator.group.consumer.group import (
     ConsumerGroupState,
     apply_record,
 )
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.share.store import GroupStore
 from coordinator.group.topics_image import TopicsImage
 
@@ -247,7 +247,7 @@ class ConsumerGroups:
                 continue
             key = cr.OffsetCommitKey(group_id, topic, p)
             if stored(key):
-                recs.append(Record(key, None))  # type: ignore[arg-type]
+                recs.append(Record(key, None))
             out.append((topic, p, ErrorCode.none))
         return tuple(out), tuple(recs)
 

@@ -69,7 +69,7 @@ from coordinator.group.consumer.messages import (
     error_response,
 )
 from coordinator.group.consumer.reconcile import Step, is_subset, reconcile
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.topic_regex import (
     InvalidTopicRegex,
     compile_topic_regex,

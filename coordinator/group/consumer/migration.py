@@ -52,7 +52,7 @@ from coordinator.group.consumer.protocol import (
     encode_assignment,
     subscription_version,
 )
-from coordinator.group.share.records import Record
+from coordinator.group.record import Record
 from coordinator.group.topics_image import TopicsImage
 
 
@@ -138,7 +138,7 @@ def classic_to_consumer(group: ClassicGroup, topics: TopicsImage, now_ms: int) -
         sub = decode_subscription(meta)
         assigned = _ids(decode_assignment(m.assignment), topics)
         members.append((m, sub, assigned))
-    records = [Record(cr.GroupMetadataKey(gid), None)]  # type: ignore[arg-type]
+    records = [Record(cr.GroupMetadataKey(gid), None)]
     names: set[str] = set()
     for m, sub, _ in members:
         names.update(sub.topics)

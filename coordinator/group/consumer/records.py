@@ -1,7 +1,7 @@
 """Consumer-group (KIP-848) coordinator records on ``__consumer_offsets`` (record types 3, 5-8, 16).
 
 Concept: a consumer group's hard state is the fold of these records (STYLE.md 1.3), as for share
-groups (``records.py``). Field names are the snake_case of Kafka 4.x's
+groups (``coordinator/group/record.py``). Field names are the snake_case of Kafka 4.x's
 ``group-coordinator/src/main/resources/common/message/ConsumerGroup*.json``; the binary encoding
 lives in ``serde.py`` (same framing: int16 record type + non-flexible key; int16 value version 0
 + flexible value with tagged fields).
@@ -20,8 +20,8 @@ lives in ``serde.py`` (same framing: int16 record type + non-flexible key; int16
 Record type 4 (ConsumerGroupPartitionMetadata) is deprecated since Kafka 4.1 (the metadata hash
 replaced it) and is never written; the serde skips it on load.
 
-Invariants as in ``records.py``: frozen values holding tuples; partition lists sorted, topics
-sorted by id, so one logical state yields byte-identical records.
+Invariants as in ``coordinator/group/record.py``: frozen values holding tuples; partition lists
+sorted, topics sorted by id, so one logical state yields byte-identical records.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from coordinator.group.share.records import Record, TopicPartitions, topic_partitions
+from coordinator.group.record import Record, TopicPartitions, topic_partitions
 
 # Kafka's MemberState byte values (modern/consumer MemberState).
 STATE_STABLE = 0
@@ -165,18 +165,13 @@ DEPRECATED_RECORD_TYPES = frozenset({4})  # ConsumerGroupPartitionMetadata: skip
 # --------------------------------------------------------------------------- constructors
 
 
-def _record(key: Any, value: Any) -> Record:
-    # Record's annotations name the share-group types; consumer records travel the same way.
-    return Record(key, value)
-
-
 def new_group_metadata_record(group_id: str, epoch: int, metadata_hash: int) -> Record:
-    return _record(ConsumerGroupMetadataKey(group_id),
+    return Record(ConsumerGroupMetadataKey(group_id),
                   ConsumerGroupMetadataValue(epoch, metadata_hash))
 
 
 def new_group_metadata_tombstone(group_id: str) -> Record:
-    return _record(ConsumerGroupMetadataKey(group_id), None)
+    return Record(ConsumerGroupMetadataKey(group_id), None)
 
 
 def new_member_record(group_id: str, member_id: str, *, instance_id: str | None,
@@ -184,7 +179,7 @@ def new_member_record(group_id: str, member_id: str, *, instance_id: str | None,
                       subscribed_topic_names: Iterable[str], subscribed_topic_regex: str | None,
                       rebalance_timeout_ms: int, server_assignor: str | None,
                       classic: ClassicMemberMetadata | None = None) -> Record:
-    return _record(ConsumerGroupMemberMetadataKey(group_id, member_id),
+    return Record(ConsumerGroupMemberMetadataKey(group_id, member_id),
                   ConsumerGroupMemberMetadataValue(
                       instance_id, rack_id, client_id, client_host,
                       tuple(sorted(set(subscribed_topic_names))), subscribed_topic_regex,
@@ -192,27 +187,27 @@ def new_member_record(group_id: str, member_id: str, *, instance_id: str | None,
 
 
 def new_member_tombstone(group_id: str, member_id: str) -> Record:
-    return _record(ConsumerGroupMemberMetadataKey(group_id, member_id), None)
+    return Record(ConsumerGroupMemberMetadataKey(group_id, member_id), None)
 
 
 def new_target_metadata_record(group_id: str, epoch: int, timestamp: int = 0) -> Record:
-    return _record(ConsumerGroupTargetAssignmentMetadataKey(group_id),
+    return Record(ConsumerGroupTargetAssignmentMetadataKey(group_id),
                   ConsumerGroupTargetAssignmentMetadataValue(epoch, timestamp))
 
 
 def new_target_metadata_tombstone(group_id: str) -> Record:
-    return _record(ConsumerGroupTargetAssignmentMetadataKey(group_id), None)
+    return Record(ConsumerGroupTargetAssignmentMetadataKey(group_id), None)
 
 
 def new_target_member_record(group_id: str, member_id: str,
                              assignment: Mapping[uuid.UUID, Iterable[int]]) -> Record:
-    return _record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
+    return Record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
                   ConsumerGroupTargetAssignmentMemberValue(
                       topic_partitions(assignment)))
 
 
 def new_target_member_tombstone(group_id: str, member_id: str) -> Record:
-    return _record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), None)
+    return Record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), None)
 
 
 def new_current_assignment_record(group_id: str, member_id: str, *, member_epoch: int,
@@ -220,22 +215,22 @@ def new_current_assignment_record(group_id: str, member_id: str, *, member_epoch
                                   assigned: Mapping[uuid.UUID, Iterable[int]],
                                   pending_revocation: Mapping[uuid.UUID, Iterable[int]]
                                   ) -> Record:
-    return _record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id),
+    return Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id),
                   ConsumerGroupCurrentMemberAssignmentValue(
                       member_epoch, previous_member_epoch, state, topic_partitions(assigned),
                       topic_partitions(pending_revocation)))
 
 
 def new_current_assignment_tombstone(group_id: str, member_id: str) -> Record:
-    return _record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), None)
+    return Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), None)
 
 
 def new_regex_record(group_id: str, regex: str, topics: Iterable[str], version: int,
                      timestamp: int) -> Record:
-    return _record(ConsumerGroupRegularExpressionKey(group_id, regex),
+    return Record(ConsumerGroupRegularExpressionKey(group_id, regex),
                   ConsumerGroupRegularExpressionValue(
                       tuple(sorted(set(topics))), version, timestamp))
 
 
 def new_regex_tombstone(group_id: str, regex: str) -> Record:
-    return _record(ConsumerGroupRegularExpressionKey(group_id, regex), None)
+    return Record(ConsumerGroupRegularExpressionKey(group_id, regex), None)

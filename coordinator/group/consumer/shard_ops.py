@@ -59,7 +59,7 @@ class ConsumerShardOps(ShardBase):
             elif req.member_epoch == ch.JOIN_GROUP_MEMBER_EPOCH:
                 key = cr.GroupMetadataKey(gid)
                 if key in self.classic.store.values:
-                    records.append(r.Record(key, None))  # type: ignore[arg-type]
+                    records.append(r.Record(key, None))
         elif req.member_epoch == ch.LEAVE_GROUP_MEMBER_EPOCH and not other:
             down = self._downgrade_on_leave(req, topics, now_ms, settings)
             if down is not None:

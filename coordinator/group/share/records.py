@@ -21,20 +21,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
+from coordinator.group.record import (
+    Assignment,
+    Record,
+    TopicPartitions,
+    assignment_of,
+    topic_partitions,
+)
+
+__all__ = ["Assignment", "Record", "TopicPartitions", "assignment_of", "topic_partitions"]
+
 # Kafka's MemberState byte values (group-coordinator modern/MemberState.java). A share member is
 # always STABLE: share groups have no revocation phase (KIP-932 "no reconciliation").
 MEMBER_STATE_STABLE = 0
 
 
 # --------------------------------------------------------------------------- common structs
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartitions:
-    """``TopicPartitions``/``TopicPartition`` struct: a topic id and partition indexes."""
-
-    topic_id: uuid.UUID
-    partitions: tuple[int, ...]
+# (TopicPartitions, shared with the consumer-group records, is in coordinator/group/record.py.)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,40 +188,6 @@ RECORD_TYPES: Mapping[int, tuple[type, type]] = {
     15: (ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue),
 }
 
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One coordinator record: ``value is None`` is a tombstone."""
-
-    key: RecordKey
-    value: RecordValue | None
-
-    @property
-    def is_tombstone(self) -> bool:
-        return self.value is None
-
-
-# --------------------------------------------------------------------------- helpers
-
-Assignment: TypeAlias = Mapping[uuid.UUID, frozenset[int]]
-
-
-def topic_partitions(assignment: Mapping[uuid.UUID, Iterable[int]]) -> tuple[TopicPartitions, ...]:
-    """Canonical struct list for an assignment: topics by id, partitions sorted, empties dropped."""
-    out = []
-    for topic_id in sorted(assignment, key=lambda t: t.bytes):
-        parts = tuple(sorted(set(assignment[topic_id])))
-        if parts:
-            out.append(TopicPartitions(topic_id, parts))
-    return tuple(out)
-
-
-def assignment_of(structs: Iterable[TopicPartitions]) -> dict[uuid.UUID, frozenset[int]]:
-    """Inverse of ``topic_partitions`` (merges duplicate topics, drops empties)."""
-    out: dict[uuid.UUID, set[int]] = {}
-    for tp in structs:
-        out.setdefault(tp.topic_id, set()).update(tp.partitions)
-    return {t: frozenset(p) for t, p in out.items() if p}
 
 
 # --------------------------------------------------------------------------- constructors
