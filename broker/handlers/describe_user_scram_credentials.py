@@ -49,10 +49,13 @@ def _describe(ctx: RequestContext, names: list[str]) -> Steps[Any]:
         # (free(): invalid pointer) on any top-level error here. The refusal goes in per-user
         # results instead (user "" for a describe of all users), which fail the futures of
         # librdkafka and of Java's client alike.
+        refused = []
+        for i, user in enumerate(dict.fromkeys(names or [""])):
+            if i and i % YIELD_EVERY == 0:
+                yield
+            refused.append(_result(m, user, ErrorCode.cluster_authorization_failed, message, {}))
         return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None,
-                    results=tuple(_result(m, user, ErrorCode.cluster_authorization_failed,
-                                          message, {}) for user in dict.fromkeys(names or [""])))
+                    error_code=ErrorCode.none, error_message=None, results=tuple(refused))
     store = ctx.broker.scram_credentials
     results = []
     if not names:
