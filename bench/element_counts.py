@@ -163,9 +163,11 @@ def call(sock: socket.socket, api_key: int, version: int, data: bytes) -> Any:
 
 
 def send_all(sock: socket.socket, apis: list[tuple[int, int]], n: int,
-             on_sent: Any = None) -> dict[str, float]:
+             on_sent: Any = None,
+             windows: list[tuple[str, float, float]] | None = None) -> dict[str, float]:
     """Send every variant of every API at ``n`` entries, one after the other on ``sock``;
-    returns seconds per ``key/path``. Raises ConnectionError if the broker drops it."""
+    returns seconds per ``key/path`` (and appends ``(key/path, sent, answered)`` monotonic
+    times to ``windows``). Raises ConnectionError if the broker drops it."""
     out: dict[str, float] = {}
     cid = 0
     for key, version in apis:
@@ -176,7 +178,10 @@ def send_all(sock: socket.socket, apis: list[tuple[int, int]], n: int,
             if on_sent is not None:
                 on_sent(key, path, len(data))
             call(sock, key, version, data)
-            out[f"{key}/{path}"] = round(time.monotonic() - t0, 4)
+            t1 = time.monotonic()
+            out[f"{key}/{path}"] = round(t1 - t0, 4)
+            if windows is not None:
+                windows.append((f"{key}/{path}", t0, t1))
     return out
 
 
@@ -194,7 +199,8 @@ def advertised(sock: socket.socket) -> list[tuple[int, int, int]]:
 def attack(addr: tuple[str, int], n: int, timeout: float) -> dict[str, Any]:
     """The hostile bench step ``element_counts``: every array of every advertised API at ``n``
     entries, one request after the other on one connection. Figures: requests sent, total and
-    slowest answers, the largest frame."""
+    slowest answers, the largest frame, and each request's (key/path, sent, answered) monotonic
+    times (``windows``: the bench finds which requests the control pair waited behind)."""
     sock = socket.create_connection(addr, timeout=timeout)
     try:
         apis = served(advertised(sock))
@@ -203,10 +209,11 @@ def attack(addr: tuple[str, int], n: int, timeout: float) -> dict[str, Any]:
         def sent(_key: int, _path: str, size: int) -> None:
             largest[0] = max(largest[0], size)
 
-        times = send_all(sock, apis, n, sent)
+        windows: list[tuple[str, float, float]] = []
+        times = send_all(sock, apis, n, sent, windows)
     finally:
         sock.close()
     slowest = sorted(times.items(), key=lambda kv: -kv[1])[:5]
     return {"apis": len(apis), "requests": len(times), "entries": n,
             "largest_frame_bytes": largest[0], "answer_s_total": round(sum(times.values()), 2),
-            "slowest": dict(slowest)}
+            "slowest": dict(slowest), "windows": windows}

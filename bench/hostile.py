@@ -242,6 +242,8 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
             final = _wait_report(out, share_proc, STEP_TIMEOUT_S, "share_load")
             final.pop("kind", None)
             if final.get("ok"):
+                if "loop_hold" in fig["steps"]["share_load"]:
+                    final["loop_hold"] = fig["steps"]["share_load"]["loop_hold"]
                 fig["steps"]["share_load"] = final
             else:
                 fig["steps"]["share_load"]["verify"] = final.get("error")
@@ -275,6 +277,8 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
         fig["share_load_held"] = share.get("held")
         counts_step = fig["steps"].get("element_counts")
         if counts_step is not None:  # issue 25: its own control p99 and RSS growth
+            counts_step["control_behind"] = control_behind(
+                list(sent), list(rtt), counts_step.pop("windows", []), end)
             counts_step["rss_growth_mb"] = round(
                 counts_step.get("rss_peak_mb", base_rss / 2**20) - base_rss / 2**20, 1)
         p99 = fig["control"]["p99_ms"]
@@ -303,6 +307,27 @@ def scenario_h(scale: float, work_dir: Path, log_path: Path, overrides: dict[str
         fig["broker_exit_code"] = broker.stop()
         remove_tree(data)
     return fig
+
+
+def control_behind(sent: list[float], rtt: list[float], windows: list[Any], end: float,
+                   top: int = 12) -> dict[str, Any]:
+    """Which big requests the control pair waited behind: per request (``key/path`` with its
+    sent/answered times) the slowest control round trip that overlapped it, and how many of
+    those took over half the p99 target; the ``top`` worst, slowest first."""
+    rows: list[tuple[float, str, int]] = []
+    for name, a, b in windows:
+        worst, over = 0.0, 0
+        for ts, ms in zip(sent, rtt, strict=True):
+            if ts >= b:
+                break
+            took = (end - ts) * 1000 if ms < 0 else ms
+            if ts + took / 1000 > a:
+                worst = max(worst, took)
+                over += took > TARGET_P99_MS / 2
+        rows.append((worst, name, over))
+    rows.sort(reverse=True)
+    return {name: {"max_ms": round(worst, 1), "over_half_target": over}
+            for worst, name, over in rows[:top]}
 
 
 def summary_line(fig: dict[str, Any]) -> str:

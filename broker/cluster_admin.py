@@ -14,11 +14,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker.wire_limits import breathe
+from broker.wire_limits import YIELD_EVERY, breathe, breathe_now
 from cluster.election import (
     Brokers,
     ElectionError,
@@ -43,6 +43,7 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 WRITE_ATTEMPTS = 10
 
 Outcome = tuple[ErrorCode, str | None]
+W = TypeVar("W")
 OK: Outcome = (ErrorCode.none, None)
 
 
@@ -146,6 +147,28 @@ def reassignments(topics: Mapping[str, TopicRecord],
                  if 0 <= p < len(record.partitions) and record.partitions[p].reassigning]
         if found:
             out[name] = found
+    return out
+
+
+async def plan_in_slices(plan: Callable[[Mapping[str, Sequence[W]]], Plan],
+                         wanted: Mapping[str, Sequence[W]]) -> Plan:
+    """``plan(wanted)`` computed a few topics at a time (about ``YIELD_EVERY`` partitions),
+    the event loop served in between: a plan's outcome per topic depends on that topic only.
+    For a single broker, whose plan needs no write; a request of tens of thousands of
+    partitions (issue 25) does not hold the loop."""
+    out = Plan()
+    chunk: dict[str, Sequence[W]] = {}
+    size = 0
+    names = list(wanted)
+    for i, name in enumerate(names):
+        chunk[name] = wanted[name]
+        size += len(wanted[name]) + 1
+        if size >= YIELD_EVERY or i == len(names) - 1:
+            part = plan(chunk)
+            out.outcomes.update(part.outcomes)
+            out.writes.update(part.writes)
+            chunk, size = {}, 0
+            await breathe_now()
     return out
 
 

@@ -355,7 +355,7 @@ class Connection(asyncio.Protocol):
             limit = route.limit(self.broker.config) if route.limit is not None else None
             # SASL frames are answered by the gate on the loop (at most
             # sasl.server.max.receive.size bytes before authentication).
-            if admit is not Admit.INTERCEPT and decode_off_loop(pre.api_key, len(frame)):
+            if admit is not Admit.INTERCEPT and decode_off_loop(pre.api_key, frame):
                 self._decode_off_loop(frame, pre.api_key, pre.api_version, pre.correlation_id,
                                       route, limit)
                 return

@@ -58,6 +58,7 @@ async def open_coordinators(broker: Broker) -> None:
     if persister is None:
         persister = broker.persister = CoordinatorPersister(broker.share_coordinator)
     broker.group_configs = GroupConfigs(broker.data_dir, broker.config)
+    broker.group_configs.check_online = broker.logs.log_dir.check
     if broker.member is not None:
         broker.member.attach_group_configs(broker.group_configs)
     broker.share_groups = await open_group_coordinator(

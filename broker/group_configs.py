@@ -38,6 +38,9 @@ Invariants:
 - At most ``group.config.max.groups`` groups have configs (Shoal extension; Kafka's metadata has
   no such file to rewrite): one more is refused (POLICY_VIOLATION, as Kafka's controller answers
   an operation that is too large), so the file, and each write of it, stays bounded.
+- Writes follow the log directory's offline rule (issue 25, section 3): once a storage error took
+  the data directory offline, ``check_online`` (the broker's ``log_dir.check``) refuses every
+  write with an OSError, so the change is answered KAFKA_STORAGE_ERROR and nothing changes.
 """
 
 from __future__ import annotations
@@ -244,6 +247,10 @@ class GroupConfigLimitError(ValueError):
     """A group cannot get configs: ``group.config.max.groups`` groups already have some."""
 
 
+def _online() -> None:
+    """No log directory to follow (a GroupConfigs made on its own, in tests)."""
+
+
 class GroupConfigs:
     """The share configs of every group, persisted in ``<data>/group-configs.json``."""
 
@@ -255,6 +262,8 @@ class GroupConfigs:
         """
         self._path = data_dir / FILE_NAME
         self._broker = broker_config
+        # Raises OSError while the data directory is offline (the broker installs its check).
+        self.check_online: Callable[[], None] = _online
         # Held by a request from its first ``plan`` to the end of its ``commit``.
         self.lock = asyncio.Lock()
         self._overrides: dict[str, dict[str, Any]] = {}
@@ -436,8 +445,10 @@ class GroupConfigs:
         on a worker thread: it only reads ``overrides``, which nobody changes.
 
         Raises:
-            OSError: the file could not be written (the old one is intact).
+            OSError: the data directory is offline, or the file could not be written (the old
+                one is intact).
         """
+        self.check_online()
         doc = {"version": 1, "groups": {
             gid: {name: format_value(value) for name, value in sorted(configs.items())}
             for gid, configs in sorted(overrides.items())

@@ -3,7 +3,9 @@
 The event loop serves every connection, so no single request may hold it for long:
 
 - A request frame above ``DECODE_OFF_LOOP_BYTES`` (64 KiB; 1 MiB for Produce, whose few large
-  elements are cheap to decode) is walked and decoded by kio in a worker thread
+  elements are cheap to decode, unless it lists more than ``PRODUCE_INLINE_PARTITIONS``
+  partitions: ``protocol/produce_shape.py`` counts up to that) is walked and decoded by kio in a
+  worker thread
   (``loop.run_in_executor``); smaller frames, which is every ordinary ShareFetch, Fetch and
   Produce, are decoded inline as before, at no extra cost. The lower bound for other APIs is
   because a frame of tiny elements (a Metadata v0 topic name is 2 bytes) holds half a million
@@ -24,8 +26,11 @@ The event loop serves every connection, so no single request may hold it for lon
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import Any, TypeVar
+
+from protocol.produce_shape import lists_more_than
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,29 +40,67 @@ PRODUCE_OFF_LOOP_BYTES = 1 << 20
 PRODUCE = 0
 
 
-def decode_off_loop(api_key: int, frame_bytes: int) -> bool:
-    """Whether a request frame is decoded in a worker thread rather than on the loop."""
-    return frame_bytes > (PRODUCE_OFF_LOOP_BYTES if api_key == PRODUCE else DECODE_OFF_LOOP_BYTES)
+# A Produce frame between DECODE_OFF_LOOP_BYTES and PRODUCE_OFF_LOOP_BYTES listing more topics
+# and partitions than this is decoded off the loop too (about 1.5 us of kio objects apiece).
+PRODUCE_INLINE_PARTITIONS = 256
 
-# Elements a handler walks between two hand-backs of the loop: at the 20-100 us an element of
-# a group, ACL or share-state RPC costs, a slice holds the loop for 10-50 ms (2,000 held it for
-# up to 200 ms on a busy machine, issue 25).
-YIELD_EVERY = 500
+
+def decode_off_loop(api_key: int, frame: bytes) -> bool:
+    """Whether a request frame is decoded in a worker thread rather than on the loop."""
+    size = len(frame)
+    if api_key != PRODUCE:
+        return size > DECODE_OFF_LOOP_BYTES
+    if size > PRODUCE_OFF_LOOP_BYTES:
+        return True
+    return size > DECODE_OFF_LOOP_BYTES and lists_more_than(frame, PRODUCE_INLINE_PARTITIONS)
+
+# Elements a handler walks between two checks of its slice of the loop, and the size above
+# which a request counts as large (walked in slices, answered by an off-loop encode). Slices of
+# 500 elements held the loop 20-30 ms of CPU at the 40-60 us an element of a group, ACL or
+# share-state RPC costs, and a control round trip waits behind three or four of them (the
+# request, the append's completion, the fetch's wake-up), several times longer on a busy machine.
+YIELD_EVERY = 128
+
+# Wall-clock time a sliced handler may hold the loop before it hands it back: cheap elements
+# are not handed back after every YIELD_EVERY (each hand-back costs a loop turn), costly ones
+# are handed back within about this time (issue 25: control p99 <= 100 ms on a loaded machine).
+SLICE_S = 0.003
+_CHECK_EVERY = 16  # breathe/in_slices look at the clock every this many elements
+_clock = time.perf_counter
+_resumed = [_clock()]  # when the last hand-back returned: the current slice's start
+
+
+def slice_spent() -> bool:
+    """Whether the current slice has held the loop for ``SLICE_S`` (a task resumed by something
+    else than ``hand_back`` starts from an older mark and hands back at its first check)."""
+    return _clock() - _resumed[0] >= SLICE_S
+
+
+async def hand_back() -> None:
+    """Let the event loop serve everything else once; the next slice starts on return."""
+    await asyncio.sleep(0)
+    _resumed[0] = _clock()
 
 
 async def breathe(i: int) -> None:
-    """Hand the event loop back on every ``YIELD_EVERY``-th step ``i`` of a long loop."""
-    if i and i % YIELD_EVERY == 0:
-        await asyncio.sleep(0)
+    """Hand the event loop back in a long loop (``i`` its step) once the slice is spent."""
+    if i and i % _CHECK_EVERY == 0 and slice_spent():
+        await hand_back()
+
+
+async def breathe_now() -> None:
+    """Hand the event loop back if the slice is spent (a check after a costly step)."""
+    if slice_spent():
+        await hand_back()
 
 
 async def in_slices(items: Iterable[T], fn: Callable[[T], R]) -> list[R]:
-    """``[fn(item) for item in items]``, handing the event loop back every ``YIELD_EVERY``
-    items, so a request of tens of thousands of elements (issue 25) does not hold the loop."""
+    """``[fn(item) for item in items]``, handing the event loop back whenever a slice is spent,
+    so a request of tens of thousands of elements (issue 25) does not hold the loop."""
     out: list[R] = []
     for i, item in enumerate(items):
-        if i and i % YIELD_EVERY == 0:
-            await asyncio.sleep(0)
+        if i and i % _CHECK_EVERY == 0 and slice_spent():
+            await hand_back()
         out.append(fn(item))
     return out
 
@@ -78,11 +121,13 @@ def run_steps(steps: Steps[T]) -> T:
 
 
 async def run_steps_async(steps: Steps[T]) -> T:
-    """Run ``steps`` to the end, handing the event loop back at each of its yields."""
+    """Run ``steps`` to the end, handing the event loop back at those of its yields where the
+    slice is spent."""
     try:
         while True:
             next(steps)
-            await asyncio.sleep(0)
+            if slice_spent():
+                await hand_back()
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 

@@ -29,6 +29,7 @@ from broker.cluster_admin import (
     Plan,
     apply_plan,
     local_topics,
+    plan_in_slices,
     plan_reassignments,
 )
 from broker.context import RequestContext
@@ -47,9 +48,11 @@ VERSIONS = (0, 1)
 Wanted = dict[str, list[tuple[int, tuple[int, ...] | None]]]
 
 
-def _wanted(req: AlterPartitionReassignmentsRequest) -> Wanted:
+async def _wanted(req: AlterPartitionReassignmentsRequest) -> Wanted:
     out: Wanted = {}
-    for t in req.topics:
+    topics: tuple[Any, ...] = req.topics
+    for i, t in enumerate(topics):
+        await breathe(i)
         out.setdefault(t.name, []).extend(
             (int(p.partition_index), None if p.replicas is None else tuple(map(int, p.replicas)))
             for p in t.partitions)
@@ -63,7 +66,7 @@ def _all_answered(wanted: Wanted, outcome: Outcome) -> Plan:
 async def handle(ctx: RequestContext, req: AlterPartitionReassignmentsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
-    wanted = _wanted(req)
+    wanted = await _wanted(req)
     allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True))
     top: Outcome = (ErrorCode.none, None)
     if not ctx.authorized(Operation.ALTER, CLUSTER):
@@ -77,8 +80,10 @@ async def handle(ctx: RequestContext, req: AlterPartitionReassignmentsRequest) -
                                       "AlterPartitionReassignments request; split it"))
     elif broker.member is None:
         counts = {t.name: t.partitions for t in broker.topics.all() if t.name in wanted}
-        plan = plan_reassignments(local_topics(broker.node_id, counts),
-                                  lambda n: n == broker.node_id, wanted, allow_rf_change)
+        here = local_topics(broker.node_id, counts)
+        plan = await plan_in_slices(
+            lambda chunk: plan_reassignments(here, lambda n: n == broker.node_id, chunk,
+                                             allow_rf_change), wanted)
     else:
         member = broker.member
         view = member.store.view
@@ -92,10 +97,14 @@ async def handle(ctx: RequestContext, req: AlterPartitionReassignmentsRequest) -
         except ElectionError as e:
             plan = _all_answered(wanted, (e.error, e.message))
     responses = []
-    for i, (topic, outcomes) in enumerate(plan.outcomes.items()):
-        await breathe(i)
-        responses.append(make(m.ReassignableTopicResponse, name=topic, partitions=tuple(
-            make(m.ReassignablePartitionResponse, partition_index=p, error_code=e,
-                 error_message=err_message(e, msg)) for p, (e, msg) in outcomes)))
+    done = 0  # the loop is served every slice of partitions, across topics (issue 25)
+    for topic, outcomes in plan.outcomes.items():
+        parts = []
+        for p, (code, msg) in outcomes:
+            done += 1
+            await breathe(done)
+            parts.append(make(m.ReassignablePartitionResponse, partition_index=p,
+                              error_code=code, error_message=err_message(code, msg)))
+        responses.append(make(m.ReassignableTopicResponse, name=topic, partitions=tuple(parts)))
     return make(m.AlterPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
                 error_code=top[0], error_message=top[1], responses=tuple(responses))

@@ -16,6 +16,7 @@ once), else TOPIC_AUTHORIZATION_FAILED. A regex only matches topics the principa
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from broker.authz import Operation, Resource, ResourceType, refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
-from broker.wire_limits import denied_in_slices
+from broker.wire_limits import YIELD_EVERY, breathe_now, denied_in_slices
 from coordinator.group.consumer.heartbeat import (
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResponse,
@@ -58,6 +59,19 @@ def _ms(td: Any) -> int:
     return round(td.total_seconds() * 1000)
 
 
+async def _owned(topic_partitions: Any) -> dict[uuid.UUID, frozenset[int]]:
+    """``partitions_of`` the owned partitions, ``YIELD_EVERY`` topics at a time with the loop
+    served in between (30,000 topic ids held it for 40 ms, issue 25)."""
+    items = [(tp.topic_id, tp.partitions) for tp in topic_partitions if tp.topic_id is not None]
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for i in range(0, len(items), YIELD_EVERY):
+        if i:
+            await breathe_now()
+        for topic_id, parts in partitions_of(items[i:i + YIELD_EVERY]).items():
+            out[topic_id] = out[topic_id] | parts if topic_id in out else parts
+    return out
+
+
 async def handle(ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     group = Resource(ResourceType.GROUP, req.group_id)
@@ -81,8 +95,7 @@ async def handle(ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> Any
                                         audit=False)
     owned = None
     if req.topic_partitions is not None:
-        owned = partitions_of((tp.topic_id, tp.partitions) for tp in req.topic_partitions
-                              if tp.topic_id is not None)
+        owned = await _owned(req.topic_partitions)
     resp = await ctx.broker.share_groups.consumer_heartbeat(ConsumerHeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
         instance_id=req.instance_id, rack_id=req.rack_id,

@@ -22,6 +22,7 @@ from broker.authz import Operation, cluster_admin_refusal
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.security.scram_store import MECHANISM_IDS
+from broker.wire_limits import YIELD_EVERY, Steps, paced
 from protocol.codec import response_module
 from protocol.messages import make
 
@@ -34,8 +35,15 @@ VERSIONS = (0, 0)
 
 
 def handle(ctx: RequestContext, req: DescribeUserScramCredentialsRequest) -> Any:
-    m = response_module(API_KEY, ctx.api_version)
     names = [u.name for u in req.users or ()]
+    # Tens of thousands of names (or users): answered a slice at a time, the loop served between.
+    large = len(names) > YIELD_EVERY or (not names and
+                                         len(ctx.broker.scram_credentials.snapshot()) > YIELD_EVERY)
+    return paced(_describe(ctx, names), large)
+
+
+def _describe(ctx: RequestContext, names: list[str]) -> Steps[Any]:
+    m = response_module(API_KEY, ctx.api_version)
     if not ctx.authorized_cluster_admin(Operation.DESCRIBE):
         message = cluster_admin_refusal(ctx.principal, Operation.DESCRIBE,
                                         "describe SCRAM credentials",
@@ -44,19 +52,26 @@ def handle(ctx: RequestContext, req: DescribeUserScramCredentialsRequest) -> Any
         # (free(): invalid pointer) on any top-level error here. The refusal goes in per-user
         # results instead (user "" for a describe of all users), which fail the futures of
         # librdkafka and of Java's client alike.
+        refused = []
+        for i, user in enumerate(dict.fromkeys(names or [""])):
+            if i and i % YIELD_EVERY == 0:
+                yield
+            refused.append(_result(m, user, ErrorCode.cluster_authorization_failed, message, {}))
         return make(m.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.none, error_message=None,
-                    results=tuple(_result(m, user, ErrorCode.cluster_authorization_failed,
-                                          message, {}) for user in dict.fromkeys(names or [""])))
+                    error_code=ErrorCode.none, error_message=None, results=tuple(refused))
     store = ctx.broker.scram_credentials
     results = []
     if not names:
-        for user, mechs in store.describe().items():
+        for i, (user, mechs) in enumerate(store.describe().items()):
+            if i and i % YIELD_EVERY == 0:
+                yield
             results.append(_result(m, user, ErrorCode.none, None, mechs))
     else:
         found = store.describe(names)
         counts = Counter(names)  # linear: list.count per name was quadratic (issue 25)
-        for user in dict.fromkeys(names):
+        for i, user in enumerate(dict.fromkeys(names)):
+            if i and i % YIELD_EVERY == 0:
+                yield
             if counts[user] > 1:
                 results.append(_result(m, user, ErrorCode.duplicate_resource,
                                        "Cannot describe SCRAM credentials for the same user "

@@ -32,6 +32,7 @@ from broker.cluster_admin import (
     apply_plan,
     local_topics,
     plan_elections,
+    plan_in_slices,
 )
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE, err_message
@@ -47,11 +48,13 @@ API_KEY = 43
 VERSIONS = (0, 2)
 
 
-def _wanted(req: ElectLeadersRequest) -> dict[str, list[int]] | None:
+async def _wanted(req: ElectLeadersRequest) -> dict[str, list[int]] | None:
     if req.topic_partitions is None:
         return None
     out: dict[str, list[int]] = {}
-    for t in req.topic_partitions:
+    wanted: tuple[Any, ...] = req.topic_partitions
+    for i, t in enumerate(wanted):
+        await breathe(i)
         out.setdefault(t.topic, []).extend(int(p) for p in t.partitions)
     return out
 
@@ -63,7 +66,7 @@ def _all_answered(wanted: dict[str, list[int]], outcome: Outcome) -> Plan:
 async def handle(ctx: RequestContext, req: ElectLeadersRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     broker = ctx.broker
-    wanted = _wanted(req)
+    wanted = await _wanted(req)
     election_type = int(getattr(req, "election_type", PREFERRED))  # v0: preferred only
     top: Outcome = (ErrorCode.none, None)
     if not ctx.authorized(Operation.ALTER, CLUSTER):
@@ -80,8 +83,13 @@ async def handle(ctx: RequestContext, req: ElectLeadersRequest) -> Any:
                                       "ElectLeaders request; split it"))
     elif broker.member is None:
         counts = {t.name: t.partitions for t in broker.topics.all()}
-        plan = plan_elections(local_topics(broker.node_id, counts),
-                              Brokers(frozenset({broker.node_id})), election_type, wanted)
+        here = local_topics(broker.node_id, counts)
+        alone = Brokers(frozenset({broker.node_id}))
+        if wanted is None:  # every partition: as many as the broker has, not the request
+            plan = plan_elections(here, alone, election_type, None)
+        else:
+            plan = await plan_in_slices(
+                lambda chunk: plan_elections(here, alone, election_type, chunk), wanted)
     else:
         member = broker.member
         view = member.store.view
@@ -94,10 +102,14 @@ async def handle(ctx: RequestContext, req: ElectLeadersRequest) -> Any:
         except ElectionError as e:
             plan = _all_answered(wanted or {}, (e.error, e.message))
     results = []
-    for i, (topic, outcomes) in enumerate(plan.outcomes.items()):
-        await breathe(i)
-        results.append(make(m.ReplicaElectionResult, topic=topic, partition_result=tuple(
-            make(m.PartitionResult, partition_id=p, error_code=e,
-                 error_message=err_message(e, msg)) for p, (e, msg) in outcomes)))
+    done = 0  # the loop is served every slice of partitions, across topics (issue 25)
+    for topic, outcomes in plan.outcomes.items():
+        parts = []
+        for p, (code, msg) in outcomes:
+            done += 1
+            await breathe(done)
+            parts.append(make(m.PartitionResult, partition_id=p, error_code=code,
+                              error_message=err_message(code, msg)))
+        results.append(make(m.ReplicaElectionResult, topic=topic, partition_result=tuple(parts)))
     return make(m.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=top[0],
                 replica_election_results=tuple(results))

@@ -57,8 +57,7 @@ async def handle(ctx: RequestContext, req: OffsetCommitRequest) -> Any:
             names[key] = found.name if found is not None else None
         else:
             names[key] = t.name
-        for p in t.partitions:
-            order.append((key, p.partition_index))
+        order.extend((key, p.partition_index) for p in t.partitions)
     group = Resource(ResourceType.GROUP, req.group_id)
     if not ctx.authorized(Operation.READ, group):
         codes = {k: ErrorCode.group_authorization_failed for k in order}
@@ -67,13 +66,15 @@ async def handle(ctx: RequestContext, req: OffsetCommitRequest) -> Any:
                             {n for n in names.values() if n is not None})
         parts: list[off.OffsetCommitPartition] = []
         back: dict[tuple[str, int], tuple[Any, int]] = {}
-        for i, t in enumerate(req.topics):
-            await breathe(i)
+        done = 0  # the loop is served every slice of partitions, across topics (issue 25)
+        for t in req.topics:
             key = t.topic_id if by_id else t.name
             name = names[key]
             topic = ctx.broker.topics.get(name) if name is not None and name not in denied \
                 else None
             for p in t.partitions:
+                done += 1
+                await breathe(done)
                 k = (key, p.partition_index)
                 if name is None:
                     codes[k] = ErrorCode.unknown_topic_id

@@ -139,8 +139,12 @@ def _asked(ctx: RequestContext, topics: Any, by_id: bool
         if topic is None:
             name = str(t.topic_id)
             ids[name] = t.topic_id
-            unknown += [off.FetchedOffset(name, p, -1, -1, "", ErrorCode.unknown_topic_id)
-                        for p in t.partition_indexes]
+            parts = t.partition_indexes
+            for j in range(0, len(parts), YIELD_EVERY):  # one topic may list 30,000 of them
+                if j:
+                    yield
+                unknown += [off.FetchedOffset(name, p, -1, -1, "", ErrorCode.unknown_topic_id)
+                            for p in parts[j:j + YIELD_EVERY]]
             continue
         ids[topic.name] = t.topic_id
         asked.append((topic.name, list(t.partition_indexes)))

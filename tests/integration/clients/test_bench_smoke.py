@@ -115,6 +115,9 @@ def test_hostile_scenario_smoke(tmp_path: Path) -> None:
     assert all(st.get("ok") for st in h["steps"].values()), h["steps"]
     assert h["steps"]["flood"]["opened"] == 30 and h["steps"]["half_sent"]["opened"] == 2
     assert h["steps"]["share_load"]["members_joined"] == 20
+    # Which big requests the control pair waited behind, named by API key and array path.
+    behind = h["steps"]["element_counts"]["control_behind"]
+    assert behind and all("/" in name and "max_ms" in v for name, v in behind.items())
     assert h["control"]["round_trips"] > 0 and h["control"]["p99_ms"] is not None
     assert h["serving_at_end"] is True and h["broker_alive_at_end"] is True
     assert h["broker_exit_code"] is not None  # stopped by the scenario

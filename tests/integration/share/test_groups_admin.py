@@ -176,8 +176,10 @@ def test_admin_client_sets_and_reads_back_group_configs(short_broker: BrokerProc
     ("share.auto.offset.reset", "sometimes", "must be latest, earliest or by_duration"),
     ("share.isolation.level", "dirty", "must be one of"),
     ("share.no.such.thing", "1", "unknown group config"),
+    # Kafka rate-limits assignment updates; Shoal has none to configure: refused, not ignored.
+    ("share.assignment.interval.ms", "15000", "must be 0"),
 ], ids=["lock-below-min", "delivery-limit", "negative-duration", "reset-word", "isolation",
-        "unknown"])
+        "unknown", "assignment-interval"])
 def test_bad_group_configs_are_rejected(broker: BrokerProcess, unique: str, name: str,
                                         value: str, message: str) -> None:
     a = admin(broker.bootstrap)

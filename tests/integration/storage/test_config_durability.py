@@ -240,3 +240,37 @@ async def test_deleting_a_share_group_removes_its_configs_off_the_loop(
     assert (await delete_group("g2")).error_code == ErrorCode.none
     assert b.group_configs.overrides("g2") == {}
     assert "g2" not in (b.data_dir / "group-configs.json").read_text()
+
+
+async def group_config(b: Broker, group: str, **configs: str) -> tuple[ErrorCode, str | None]:
+    m = request_module(44, 1)
+    res = make(m.AlterConfigsResource, resource_type=32, resource_name=group, configs=tuple(
+        make(m.AlterableConfig, name=k.replace("_", "."), config_operation=0, value=v)
+        for k, v in configs.items()))
+    resp = await call(b, incremental_alter_configs, 1,
+                      request(44, 1, resources=(res,), validate_only=False))
+    r = resp.responses[0]
+    return r.error_code, r.error_message
+
+
+async def test_group_configs_follow_the_offline_log_directory_and_a_full_disk(
+        started: Broker, disk_full: Any) -> None:
+    """IncrementalAlterConfigs on a GROUP: a full disk, then an offline log directory, answer
+    KAFKA_STORAGE_ERROR and change nothing (live, on disk), as topic configs do."""
+    b = started
+    assert await group_config(b, "g", share_auto_offset_reset="earliest") == (
+        ErrorCode.none, None)
+    path = b.data_dir / "group-configs.json"
+    before = path.read_bytes()
+    full = disk_full("group-configs")
+    error, message = await group_config(b, "g", share_auto_offset_reset="latest")
+    assert error == ErrorCode.kafka_storage_error and "No space left" in (message or "")
+    assert full.threads and threading.get_ident() not in full.threads  # written off the loop
+    assert b.group_configs.overrides("g") == {"share.auto.offset.reset": "earliest"}
+    fileops.use(fileops.FileOps())
+    b.logs.log_dir.fail("writing t-0/00000000000000000000.log",
+                        OSError(errno.EIO, "Input/output error"))
+    error, message = await group_config(b, "g", share_auto_offset_reset="latest")
+    assert error == ErrorCode.kafka_storage_error and "offline" in (message or "")
+    assert b.group_configs.overrides("g") == {"share.auto.offset.reset": "earliest"}
+    assert path.read_bytes() == before  # nothing written there

@@ -63,3 +63,21 @@ def test_stop_leaves_the_collector_as_it_was(policy: GcPolicy) -> None:
     gc.collect()
     assert gc.get_freeze_count() == frozen
     assert kept
+
+
+def test_full_collections_are_spaced_out_while_it_runs_and_restored_after() -> None:
+    """A tenth as many full collections (gc_policy.THRESHOLDS): a broker holding requests of
+    tens of thousands of elements ran one every half second, each a pause of the event loop
+    (the hostile bench measures the pauses); the collector's own thresholds come back at stop."""
+    before = gc.get_threshold()
+    p = GcPolicy()
+    p.start()
+    try:
+        assert gc.get_threshold() == gc_policy.THRESHOLDS
+        assert gc_policy.THRESHOLDS[:2] == before[:2]
+        assert gc_policy.THRESHOLDS[2] >= 10 * before[2]
+    finally:
+        p.stop()
+        gc.unfreeze()
+        gc.collect()
+    assert gc.get_threshold() == before

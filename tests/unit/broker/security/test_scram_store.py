@@ -155,6 +155,33 @@ def test_plan_alter(case: str, deletions: list[Deletion], upsertions: list[Upser
     assert {u for u, _, _ in plan.upserts} | {u for u, _ in plan.deletes} == ok
 
 
+class _Name(str):
+    """A user name that counts its equality comparisons (the planning's cost, without a timer)."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Name.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_plan_alter_compares_each_user_a_bounded_number_of_times() -> None:
+    """Issue 25: thousands of users in one AlterUserScramCredentials are planned in linear time
+    (a list searched per change made 20,000 users hold the event loop for seconds)."""
+    n = 2000
+    names = [_Name(f"user-{i}") for i in range(n)]
+    deletions = [Deletion(u, SHA512) for u in names[: n // 2]]
+    upsertions = [_up(u, iterations=1) for u in names]  # invalid: nothing is hashed
+    _Name.compared = 0
+    plan = plan_alter(EXISTING, deletions, upsertions)
+    assert _Name.compared <= 10 * n, _Name.compared
+    assert len(plan.results) == n
+    assert {r.error for r in plan.results[: n // 2]} == {ErrorCode.resource_not_found}
+    assert {r.error for r in plan.results[n // 2:]} == {ErrorCode.unacceptable_credential}
+
+
 def test_alter_applies_only_valid_users(tmp_path: Path) -> None:
     store = ScramStore.open(tmp_path)
     res = store.alter([], [_up("bob"), _up("bob", SHA512, 1), _up("carol", SHA512, 8192)])
