@@ -18,16 +18,19 @@ never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offse
 state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
 cleans at or past it.
 
-Durable markers: ``write_marker`` answers NONE only once the marker is fsynced, whatever the
-partition's flush policy; the coordinator writes its fsynced CompleteCommit/CompleteAbort record
-only after every marker is answered. Kafka gets the same order from replication (markers are
+Durable markers: ``write_marker`` answers NONE only once the marker is synced (``sync_data``:
+one fdatasync of the record data, as the coordinator logs' acknowledgement path does), whatever
+the partition's flush policy; the coordinator writes its fsynced CompleteCommit/CompleteAbort
+record only after every marker is answered. The indexes and the recovery point follow with the
+next ``flush``: until then the marker lies past the recovery point, so crash recovery re-reads
+(CRC-checks) it and the producer-state replay rebuilds its aborted-transaction index entry. Kafka gets the same order from replication (markers are
 written with acks=all before the Complete record); a single copy on one disk needs the fsync.
 Otherwise a power loss could keep a transaction's data (flushed by the scheduler or a segment
 roll) without its marker while the coordinator, finding the transaction complete, never writes
 it again: the partition's LSO would stop there for ever. The alternative, repairing on load, would
 mean reading every data partition's open transactions against the coordinator's state at start-up
 (across brokers once clustered); one fsync per partition per transaction, off the event loop and
-in parallel across the transaction's partitions, costs less. The fsync also makes the
+in parallel across the transaction's partitions, costs less. The sync also makes the
 transaction's data durable (it precedes the marker in the log).
 
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
@@ -192,7 +195,7 @@ class TransactionalLog:
         broker.logs.appended(topic, partition)  # the LSO moved: wake read_committed fetches
         try:
             # Always synced, whatever the flush policy (module doc, "Durable markers").
-            await broker.logs.flush(topic, partition)
+            await asyncio.to_thread(lg.sync_data)
         except OSError as exc:
             log.warning("%s-%d: syncing the transaction marker of producer %d failed: %s",
                         topic, partition, producer_id, exc)
