@@ -226,15 +226,30 @@ class TransactionalLog:
         Raises:
             OSError: this log's sync failed (its directory is offline now).
         """
+        # Shielded: a cancelled caller must not cancel the others' sync.
+        failed = (await asyncio.shield(self._queue_sync(topic, partition, lg))).get(
+            (topic, partition))
+        if failed is not None:
+            raise failed
+
+    def sync_ahead(self, topic: str, partition: int) -> None:
+        """Start syncing a data partition whose transaction is about to end (the coordinator
+        calls it as EndTxn arrives): its records reach the disk while the Prepare record is
+        synced, so the marker's own sync later has little left to write. Only an early sync;
+        no durability rule depends on it."""
+        topic_meta = self._broker.topics.get(topic)
+        lg = self._broker.logs.get(topic, partition)
+        if lg is not None and topic_meta is not None and not topic_meta.internal:
+            self._queue_sync(topic, partition, lg)
+
+    def _queue_sync(self, topic: str, partition: int, lg: PartitionLogLike
+                    ) -> asyncio.Future[dict[tuple[str, int], OSError]]:
         loop = asyncio.get_running_loop()
         if self._synced is None:
             self._synced = loop.create_future()
             loop.call_soon(self._start_sync)
         self._to_sync[(topic, partition)] = lg
-        # Shielded: a cancelled caller must not cancel the others' sync.
-        failed = (await asyncio.shield(self._synced)).get((topic, partition))
-        if failed is not None:
-            raise failed
+        return self._synced
 
     def _start_sync(self) -> None:
         batch, done = self._to_sync, self._synced

@@ -287,6 +287,7 @@ class TransactionService:
         CONCURRENT_TRANSACTIONS and backing off."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
+        self._sync_ahead(transactional_id)
         new_pid = self._next_pid
         out = await self._write(transactional_id, lambda shard, now: shard.end_txn_v2(
             transactional_id, producer_id, producer_epoch, commit, now, new_pid) if tv2 else
@@ -294,6 +295,19 @@ class TransactionService:
         if isinstance(out, ErrorCode):
             return ProducerIdAndEpoch(out)
         return out  # type: ignore[no-any-return]
+
+    def _sync_ahead(self, transactional_id: str) -> None:
+        """Let the data partitions of the id's ongoing transaction start syncing while its
+        Prepare record is written (a marker writer that offers ``sync_ahead``,
+        ``broker/log/txn_log.py``): the markers' syncs then have little left to write."""
+        ahead = getattr(self._data_markers, "sync_ahead", None)
+        shard = self.runtime.shard(self.partition_for(transactional_id))
+        meta = None if ahead is None or shard is None else shard.txns.get(transactional_id)
+        if meta is None or meta.state is not TxnState.ONGOING:
+            return
+        for topic, partition in meta.partitions:
+            if topic != CONSUMER_OFFSETS_TOPIC:
+                ahead(topic, partition)
 
     async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
         """Run a client's op on the id's partition. While the markers of the id's previous

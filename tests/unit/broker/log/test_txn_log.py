@@ -292,6 +292,30 @@ def test_markers_written_in_one_turn_share_one_sync(tmp_path: Path, clock: FakeC
     node.close()
 
 
+def test_sync_ahead_makes_the_data_durable_before_the_marker(tmp_path: Path,
+                                                             clock: FakeClock) -> None:
+    """EndTxn's early sync: the transaction's records are synced before any marker is written
+    (so the marker's own sync has only the marker left); an unknown partition is ignored."""
+    node = Node.open(tmp_path / "data", clock, segment_bytes=1 << 20)
+    assert node.produce(1, 0, 0)[0] == ErrorCode.none
+    ops = _CountingSyncs()
+    previous = fileops.use(ops)
+    try:
+        async def ahead() -> None:
+            node.txn.sync_ahead(TOPIC.name, 0)
+            node.txn.sync_ahead("no-such-topic", 0)
+            while ops.syncs == 0:
+                await asyncio.sleep(0.01)
+
+        asyncio.run(asyncio.wait_for(ahead(), 10))
+        assert ops.syncs == 1
+        assert node.marker(1, 0, commit=True) == ErrorCode.none
+        assert node.lso() == node.log.log_end_offset == 3
+    finally:
+        fileops.use(previous)
+    node.close()
+
+
 def test_produce_rules_for_transactional_batches(tmp_path: Path, clock: FakeClock) -> None:
     asked: list[tuple[Any, ...]] = []
     allowed = {("tx", 1, 0, TOPIC.name, 0)}
