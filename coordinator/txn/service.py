@@ -300,9 +300,11 @@ class TransactionService:
         """Let the data partitions of the id's ongoing transaction start syncing while its
         Prepare record is written (a marker writer that offers ``sync_ahead``,
         ``broker/log/txn_log.py``): the markers' syncs then have little left to write."""
-        ahead = getattr(self._data_markers, "sync_ahead", None)
+        ahead: Callable[[str, int], None] | None = getattr(self._data_markers, "sync_ahead", None)
         shard = self.runtime.shard(self.partition_for(transactional_id))
-        meta = None if ahead is None or shard is None else shard.txns.get(transactional_id)
+        if ahead is None or shard is None:
+            return
+        meta = shard.txns.get(transactional_id)
         if meta is None or meta.state is not TxnState.ONGOING:
             return
         for topic, partition in meta.partitions:
