@@ -277,10 +277,12 @@ _BROKER_DEFS: list[ConfigDef] = [
               "deadline (start + transaction.timeout.ms, a timer per transaction) instead of "
               "looking for timed-out ones at this interval.", at_least(1)),
     ConfigDef("transaction.end.wait.ms", "int", 1000,
-              "Shoal's own: how long EndTxn waits for the transaction's markers to be written "
-              "before answering (they are local appends, usually done at once), so the "
-              "producer's next transaction does not get CONCURRENT_TRANSACTIONS and back off; "
-              "0 answers once PrepareCommit/PrepareAbort is durable, as Kafka.", at_least(0),
+              "Shoal's own: EndTxn answers once PrepareCommit/PrepareAbort is durable, as "
+              "Kafka; a request of the same transactional id that arrives while that "
+              "transaction's markers are still being written waits for them up to this long "
+              "(they are local appends, usually done at once) instead of getting "
+              "CONCURRENT_TRANSACTIONS and backing off; 0 answers CONCURRENT_TRANSACTIONS at "
+              "once, as Kafka.", at_least(0),
               dynamic=True),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000,
               "How often transactional ids idle past transactional.id.expiration.ms are "

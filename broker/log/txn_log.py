@@ -18,17 +18,22 @@ never passes data of an ongoing transaction; ``PartitionLog.first_unstable_offse
 state's oldest ongoing transaction for the log cleaner (``storage/cleaner.py``), which never
 cleans at or past it.
 
-Durable markers: ``write_marker`` answers NONE only once the marker is fsynced, whatever the
-partition's flush policy; the coordinator writes its fsynced CompleteCommit/CompleteAbort record
-only after every marker is answered. Kafka gets the same order from replication (markers are
+Durable markers: ``write_marker`` answers NONE only once the marker is synced (``sync_data``:
+one fdatasync of the record data, as the coordinator logs' acknowledgement path does), whatever
+the partition's flush policy; the coordinator writes its fsynced CompleteCommit/CompleteAbort
+record only after every marker is answered. The indexes and the recovery point follow with the
+next ``flush``: until then the marker lies past the recovery point, so crash recovery re-reads
+(CRC-checks) it and the producer-state replay rebuilds its aborted-transaction index entry. Kafka gets the same order from replication (markers are
 written with acks=all before the Complete record); a single copy on one disk needs the fsync.
 Otherwise a power loss could keep a transaction's data (flushed by the scheduler or a segment
 roll) without its marker while the coordinator, finding the transaction complete, never writes
 it again: the partition's LSO would stop there for ever. The alternative, repairing on load, would
 mean reading every data partition's open transactions against the coordinator's state at start-up
 (across brokers once clustered); one fsync per partition per transaction, off the event loop and
-in parallel across the transaction's partitions, costs less. The fsync also makes the
-transaction's data durable (it precedes the marker in the log).
+off the event loop, costs less. The markers appended in one event-loop turn (the coordinator
+asks for all the markers of a transaction in one turn; concurrent transactions' markers may
+join) are synced together by one worker-thread call, each log once (``_group_sync``). The sync
+also makes the transaction's data durable (it precedes the marker in the log).
 
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
 ``appendAsLeader`` of markers), ``ProducerStateManager`` (behaviour only).
@@ -48,7 +53,7 @@ from broker.log.manager import LogManager
 from broker.log.producer_state_manager import ProducerStateManager
 from broker.log.topics import TopicRegistry
 from protocol.record_batch import control_batch
-from storage.log import LogClosedError
+from storage.log import LogClosedError, PartitionLogLike
 
 log = logging.getLogger("shoal.txn")
 
@@ -79,6 +84,10 @@ class TransactionalLog:
         except RuntimeError:
             self._loop = None  # built outside the broker (tests): no cleaner thread to serve
         self._loading: set[tuple[str, int]] = set()
+        # Logs whose markers wait for the next group sync, and its outcome (``_group_sync``).
+        self._to_sync: dict[tuple[str, int], PartitionLogLike] = {}
+        self._synced: asyncio.Future[dict[tuple[str, int], OSError]] | None = None
+        self._sync_tasks: set[asyncio.Task[None]] = set()
 
     def cleaner_limit(self, topic: str, partition: int) -> int | None:
         """The log cleaner's bound for a partition (called from the cleaner thread): the first
@@ -192,7 +201,7 @@ class TransactionalLog:
         broker.logs.appended(topic, partition)  # the LSO moved: wake read_committed fetches
         try:
             # Always synced, whatever the flush policy (module doc, "Durable markers").
-            await broker.logs.flush(topic, partition)
+            await self._group_sync(topic, partition, lg)
         except OSError as exc:
             log.warning("%s-%d: syncing the transaction marker of producer %d failed: %s",
                         topic, partition, producer_id, exc)
@@ -209,3 +218,60 @@ class TransactionalLog:
                             topic, partition, producer_id, offset, code.name.upper())
                 return code
         return ErrorCode.none
+
+    async def _group_sync(self, topic: str, partition: int, lg: PartitionLogLike) -> None:
+        """``lg.sync_data()`` in a worker thread, shared with every other log whose marker was
+        appended in this event-loop turn: one thread call syncs each of them once.
+
+        Raises:
+            OSError: this log's sync failed (its directory is offline now).
+        """
+        # Shielded: a cancelled caller must not cancel the others' sync.
+        failed = (await asyncio.shield(self._queue_sync(topic, partition, lg))).get(
+            (topic, partition))
+        if failed is not None:
+            raise failed
+
+    def sync_ahead(self, topic: str, partition: int) -> None:
+        """Start syncing a data partition whose transaction is about to end (the coordinator
+        calls it as EndTxn arrives): its records reach the disk while the Prepare record is
+        synced, so the marker's own sync later has little left to write. Only an early sync;
+        no durability rule depends on it."""
+        topic_meta = self._broker.topics.get(topic)
+        lg = self._broker.logs.get(topic, partition)
+        if lg is not None and topic_meta is not None and not topic_meta.internal:
+            self._queue_sync(topic, partition, lg)
+
+    def _queue_sync(self, topic: str, partition: int, lg: PartitionLogLike
+                    ) -> asyncio.Future[dict[tuple[str, int], OSError]]:
+        loop = asyncio.get_running_loop()
+        if self._synced is None:
+            self._synced = loop.create_future()
+            loop.call_soon(self._start_sync)
+        self._to_sync[(topic, partition)] = lg
+        return self._synced
+
+    def _start_sync(self) -> None:
+        batch, done = self._to_sync, self._synced
+        self._to_sync, self._synced = {}, None
+        assert done is not None
+        task = asyncio.get_running_loop().create_task(self._sync_batch(batch, done),
+                                                      name="txn-marker-sync")
+        self._sync_tasks.add(task)
+        task.add_done_callback(self._sync_tasks.discard)
+
+    @staticmethod
+    async def _sync_batch(batch: dict[tuple[str, int], PartitionLogLike],
+                          done: asyncio.Future[dict[tuple[str, int], OSError]]) -> None:
+        def sync_all() -> dict[tuple[str, int], OSError]:
+            failed: dict[tuple[str, int], OSError] = {}
+            for key, lg in batch.items():
+                try:
+                    lg.sync_data()
+                except OSError as exc:
+                    failed[key] = exc
+            return failed
+        try:
+            done.set_result(await asyncio.to_thread(sync_all))
+        finally:
+            done.cancel()  # cancelled (the loop is closing): so are its waiters; else a no-op

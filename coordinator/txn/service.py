@@ -14,7 +14,10 @@ partitions (AddOffsetsToTxn) through ``broker.share_groups.complete_transaction`
 member's writer sends those of partitions led elsewhere to their leaders, one WriteTxnMarkers
 per broker, ``broker/txn_remote.py``; this module only sees the answers); retriable
 failures are retried with a backoff (up to ``MARKER_RETRY_MAX_MS``); then CompleteCommit/
-CompleteAbort is written. Meanwhile the id answers CONCURRENT_TRANSACTIONS (clients retry). After
+CompleteAbort is written. Meanwhile a request of the id waits for the markers, up to
+``transaction.end.wait.ms`` (Shoal's own), and is then run after the Complete record (they share
+its fsync); past that wait, or with 0, it is answered CONCURRENT_TRANSACTIONS as in Kafka
+(clients retry after a backoff). After
 a crash, loading finds the transaction still prepared and the markers are written again (a marker
 written twice is harmless: the second finds no ongoing transaction there, as in Kafka).
 
@@ -279,27 +282,47 @@ class TransactionService:
         """EndTxn (``tv2``: v5, transaction version 2, which bumps the epoch and answers the
         next transaction's producer id and epoch; ``TxnShard.end_txn_v2``).
 
-        Answered once PrepareCommit/PrepareAbort is durable and, Shoal's
-        addition, the markers are written too or ``transaction.end.wait.ms`` has passed (0:
-        answer at once, as Kafka). The markers are local appends, usually done within that wait,
-        so the producer's next transaction does not meet CONCURRENT_TRANSACTIONS and back off."""
+        Answered once PrepareCommit/PrepareAbort is durable, as Kafka: the markers follow, and
+        the producer's next request waits for them (``_write``) rather than meeting
+        CONCURRENT_TRANSACTIONS and backing off."""
         if not transactional_id:
             return ProducerIdAndEpoch(ErrorCode.invalid_request)
+        self._sync_ahead(transactional_id)
         new_pid = self._next_pid
         out = await self._write(transactional_id, lambda shard, now: shard.end_txn_v2(
             transactional_id, producer_id, producer_epoch, commit, now, new_pid) if tv2 else
             shard.end_txn(transactional_id, producer_id, producer_epoch, commit, now))
         if isinstance(out, ErrorCode):
             return ProducerIdAndEpoch(out)
-        wait_ms = int(self._get("transaction.end.wait.ms"))
-        written = self._written.get(transactional_id)
-        if out.error is ErrorCode.none and wait_ms > 0 and written is not None:
-            # Once the markers are written the Complete record is queued on the partition
-            # before this answer goes out, so the next request of the producer sees it.
-            await asyncio.wait([written], timeout=wait_ms / 1000)
         return out  # type: ignore[no-any-return]
 
+    def _sync_ahead(self, transactional_id: str) -> None:
+        """Let the data partitions of the id's ongoing transaction start syncing while its
+        Prepare record is written (a marker writer that offers ``sync_ahead``,
+        ``broker/log/txn_log.py``): the markers' syncs then have little left to write."""
+        ahead: Callable[[str, int], None] | None = getattr(self._data_markers, "sync_ahead", None)
+        shard = self.runtime.shard(self.partition_for(transactional_id))
+        if ahead is None or shard is None:
+            return
+        meta = shard.txns.get(transactional_id)
+        if meta is None or meta.state is not TxnState.ONGOING:
+            return
+        for topic, partition in meta.partitions:
+            if topic != CONSUMER_OFFSETS_TOPIC:
+                ahead(topic, partition)
+
     async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
+        """Run a client's op on the id's partition. While the markers of the id's previous
+        transaction are being written the op first waits for them, up to
+        ``transaction.end.wait.ms``: once they are, the Complete record is queued before the
+        op (``_complete`` queues it as it marks them written), so the op sees the transaction
+        complete and both records share one fsync. Past the wait the op sees the Prepare state
+        and answers CONCURRENT_TRANSACTIONS."""
+        written = self._written.get(transactional_id)
+        if written is not None and not written.done():
+            wait_ms = int(self._get("transaction.end.wait.ms"))
+            if wait_ms > 0:
+                await asyncio.wait([written], timeout=wait_ms / 1000)
         out = await self.runtime.write(self.partition_for(transactional_id), op)
         if isinstance(out, CoordinatorFailure):
             log.debug("transactional id %s: %s", transactional_id, out.message)

@@ -102,16 +102,18 @@ async def create(b: Broker, topic: str, partitions: int = 1) -> None:
     assert created.topics[0].error_code == ErrorCode.none
 
 
-async def _transaction(b: Broker, topic: str, txn: str) -> None:
-    """Create ``topic`` and commit three records to it in one transaction; the data is fsynced
-    before the commit (as the flush scheduler would do)."""
-    await create(b, topic)
+async def _transaction(b: Broker, topic: str, txn: str, commit: bool = True,
+                       values: tuple[bytes, ...] = (b"v0", b"v1", b"v2")) -> None:
+    """Create ``topic`` (unless it exists) and commit (``commit``) or abort ``values`` in one
+    transaction; the data is fsynced before the end (as the flush scheduler would do)."""
+    if b.topics.get(topic) is None:
+        await create(b, topic)
     tx = b.transactions
     got = await tx.init_producer_id(txn, 60_000, None)
     assert got.error == ErrorCode.none
     pid, epoch = got.producer_id, got.producer_epoch
     assert await tx.add_partitions(txn, pid, epoch, [(topic, 0)]) == ErrorCode.none
-    records = make_batch([(b"k", b"v%d" % i) for i in range(3)],
+    records = make_batch([(b"k", v) for v in values],
                          timestamp_ms=b.clock.now_ms(), attributes=TRANSACTIONAL_MASK,
                          producer_id=pid, producer_epoch=epoch, base_sequence=0)
     pm = request_module(0, 9)
@@ -121,16 +123,20 @@ async def _transaction(b: Broker, topic: str, txn: str) -> None:
             pm.PartitionProduceData, index=0, records=records),)),)))
     assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
     await b.logs.flush(topic, 0)
-    assert (await tx.end_txn(txn, pid, epoch, True)).error == ErrorCode.none
+    assert (await tx.end_txn(txn, pid, epoch, commit)).error == ErrorCode.none
+    complete = "CompleteCommit" if commit else "CompleteAbort"
     for _ in range(500):
         described = tx.describe(txn)
-        if not isinstance(described, ErrorCode) and described.state.kafka_name == "CompleteCommit" \
+        if not isinstance(described, ErrorCode) and described.state.kafka_name == complete \
                 and not tx.markers_pending():
             break
         await asyncio.sleep(0.01)
     else:
         raise AssertionError(f"the transaction did not complete: {tx.describe(txn)}")
-    assert b.txn_log.last_stable_offset(topic, 0) == 4  # 3 records + the COMMIT marker
+    lg = b.logs.get(topic, 0)
+    assert lg is not None
+    # Nothing left open: the records and the marker are below the LSO.
+    assert b.txn_log.last_stable_offset(topic, 0) == lg.log_end_offset
 
 
 async def test_a_committed_transaction_survives_a_power_loss(tmp_path: Path) -> None:
@@ -153,5 +159,34 @@ async def test_a_committed_transaction_survives_a_power_loss(tmp_path: Path) -> 
         values = [v for _, _, v in consume_all(restarted.bootstrap, "pl", 1, "read_committed", 3)]
         assert values == [b"v0", b"v1", b"v2"]
         assert last_stable_offset(restarted.bootstrap, "pl") == 4
+    finally:
+        restarted.stop()
+
+
+async def test_an_aborted_transaction_stays_aborted_after_a_power_loss(tmp_path: Path) -> None:
+    """The ABORT marker is synced (its record data) before CompleteAbort, its aborted-transaction
+    index entry is not: after the power loss the restart rebuilds that entry from the log, so
+    read_committed consumers still skip the aborted records and read the committed ones after."""
+    data, after = tmp_path / "data", tmp_path / "after" / "data"
+    ops = PowerLossOps()
+    previous = fileops.use(ops)
+    b = Broker(BrokerConfig({"log.dirs": str(data), **CONFIGS}))
+    try:
+        await b.start()
+        try:
+            await _transaction(b, "pla", "pla-txn", commit=False, values=(b"a0", b"a1"))
+            await _transaction(b, "pla", "pla-txn", values=(b"c0",))
+            ops.durable_image(data, after)  # the power goes off here
+        finally:
+            await b.stop()
+    finally:
+        fileops.use(previous)
+    restarted = BrokerProcess(after, CONFIGS)
+    restarted.start()
+    try:
+        values = [v for _, _, v in consume_all(restarted.bootstrap, "pla", 1, "read_committed", 1)]
+        assert values == [b"c0"]
+        # 2 aborted records + ABORT marker + 1 record + COMMIT marker, nothing left open.
+        assert last_stable_offset(restarted.bootstrap, "pla") == 5
     finally:
         restarted.stop()

@@ -8,6 +8,7 @@ leaves: the page cache, nothing that close() does, so no snapshot at the log end
 from __future__ import annotations
 
 import asyncio
+import errno
 import sys
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ from broker.log.producer_state import ProducerStates
 from broker.log.producer_state_manager import ProducerStateManager
 from broker.log.topics import Topic
 from broker.log.txn_log import AbortedTxn, TransactionalLog
-from storage import txn_index
+from storage import fileops, txn_index
 from broker.clock import FakeClock
 from broker.config import BrokerConfig
 from protocol.record_batch import (
@@ -247,6 +248,71 @@ def test_lso_aborted_list_and_markers_on_a_real_log(tmp_path: Path, clock: FakeC
     assert node.marker(1, 0, commit=True) == ErrorCode.none
     assert node.marker(1, 0, commit=True, coordinator_epoch=-5) == \
         ErrorCode.transaction_coordinator_fenced
+    node.close()
+
+
+class _CountingSyncs(fileops.FileOps):
+    """Real file calls; counts data syncs, and fails them with EIO once ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+        self.fail = False
+
+    def fdatasync(self, fd: int) -> None:
+        if self.fail:
+            raise OSError(errno.EIO, "injected I/O error")
+        self.syncs += 1
+        super().fdatasync(fd)
+
+
+def test_markers_written_in_one_turn_share_one_sync(tmp_path: Path, clock: FakeClock) -> None:
+    """Two transactions end together on one partition: both markers are answered NONE only once
+    synced, and one data sync covers both; a sync that fails answers KAFKA_STORAGE_ERROR to
+    every marker it covered."""
+    node = Node.open(tmp_path / "data", clock, segment_bytes=1 << 20)
+    assert node.produce(1, 0, 0)[0] == ErrorCode.none
+    assert node.produce(2, 0, 0)[0] == ErrorCode.none
+    ops = _CountingSyncs()
+    previous = fileops.use(ops)
+    try:
+        async def both(commit: bool) -> list[ErrorCode]:
+            return list(await asyncio.gather(
+                node.txn.write_marker(TOPIC.name, 0, 1, 0, 0, commit),
+                node.txn.write_marker(TOPIC.name, 0, 2, 0, 0, commit)))
+
+        assert asyncio.run(both(True)) == [ErrorCode.none, ErrorCode.none]
+        assert ops.syncs == 1
+        assert node.lso() == node.log.log_end_offset == 6
+        assert node.produce(1, 0, 2)[0] == ErrorCode.none
+        assert node.produce(2, 0, 2)[0] == ErrorCode.none
+        ops.fail = True
+        assert asyncio.run(both(False)) == [ErrorCode.kafka_storage_error] * 2
+    finally:
+        fileops.use(previous)
+    node.close()
+
+
+def test_sync_ahead_makes_the_data_durable_before_the_marker(tmp_path: Path,
+                                                             clock: FakeClock) -> None:
+    """EndTxn's early sync: the transaction's records are synced before any marker is written
+    (so the marker's own sync has only the marker left); an unknown partition is ignored."""
+    node = Node.open(tmp_path / "data", clock, segment_bytes=1 << 20)
+    assert node.produce(1, 0, 0)[0] == ErrorCode.none
+    ops = _CountingSyncs()
+    previous = fileops.use(ops)
+    try:
+        async def ahead() -> None:
+            node.txn.sync_ahead(TOPIC.name, 0)
+            node.txn.sync_ahead("no-such-topic", 0)
+            while ops.syncs == 0:
+                await asyncio.sleep(0.01)
+
+        asyncio.run(asyncio.wait_for(ahead(), 10))
+        assert ops.syncs == 1
+        assert node.marker(1, 0, commit=True) == ErrorCode.none
+        assert node.lso() == node.log.log_end_offset == 3
+    finally:
+        fileops.use(previous)
     node.close()
 
 

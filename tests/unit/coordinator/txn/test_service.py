@@ -166,17 +166,25 @@ async def test_list_filters_by_state_producer_and_duration(tmp_path: Path) -> No
         assert svc.list_transactions([TxnState.ONGOING], [], 60_000) == []
 
 
-async def test_endtxn_waits_for_the_markers_so_the_next_transaction_is_not_refused(
+async def test_the_next_transaction_waits_for_the_markers_instead_of_being_refused(
         tmp_path: Path) -> None:
-    """Shoal's transaction.end.wait.ms: EndTxn answers once the markers are written (bounded),
-    and the producer's next AddPartitions already sees CompleteCommit."""
+    """Shoal's transaction.end.wait.ms: EndTxn answers once the Prepare record is durable (as
+    Kafka), and the producer's next AddPartitions, sent while the markers are still held, waits
+    for them and runs after CompleteCommit rather than answering CONCURRENT_TRANSACTIONS."""
     markers = FakeMarkers()
-    async with service(tmp_path, markers) as svc:
+    markers.gate = asyncio.Event()
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 30_000}) as svc:
         out = await svc.init_producer_id("t6", 60_000, None)
         await svc.add_partitions("t6", out.producer_id, 0, [("a", 0), ("b", 0)])
         assert (await svc.end_txn("t6", out.producer_id, 0, True)).error is E.none
+        assert markers.written == []
+        assert state(svc, "t6") is TxnState.PREPARE_COMMIT
+        nxt = asyncio.ensure_future(svc.add_partitions("t6", out.producer_id, 0, [("a", 0)]))
+        await asyncio.sleep(0.05)
+        assert not nxt.done()  # held while the markers are
+        markers.gate.set()
+        assert await nxt is E.none
         assert len(markers.written) == 2
-        assert await svc.add_partitions("t6", out.producer_id, 0, [("a", 0)]) is E.none
         assert state(svc, "t6") is TxnState.ONGOING
 
 
