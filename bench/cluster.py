@@ -9,7 +9,15 @@ directories and free ports:
 2. **A cluster**: a real etcd (``etcd`` on PATH, ``make etcd``) and 3 brokers (node ids 1-3),
    each with a PLAINTEXT client listener and an INTERNAL SASL_PLAINTEXT PLAIN listener on which
    they call each other as the super user ``broker`` (as ``tests/integration/cluster``'s
-   ``Cluster``). The same workload; consumer i bootstraps from broker i mod 3.
+   ``Cluster``). The same workload; consumer i bootstraps from broker i mod 3. The internal
+   topics have one replica each here (``INTERNAL_RF1``), as issue 23's cluster has ("every
+   partition has one replica"; the data topic has one too): one broker keeps no copies, so this
+   is the like-for-like comparison (``cluster``, ``cpu_ratio``).
+2b. The same cluster afresh with the internal topics at their default replication factor (3,
+   issue 24): every broker also follows the others' ``__share_group_state`` and
+   ``__consumer_offsets`` partitions and a share-state write waits for the followers
+   (``cluster_rf3``, ``cpu_ratio_rf3``; throughput phase only). Skipped when ``--override``
+   already sets those replication factors.
 3. **Recovery**: a probe share consumer reads a 12-partition topic; one broker (not the
    controller, not the probe group's coordinator when another is left) is killed with kill -9
    and started again at once from the same command line. Figures, from the kill: the restarted
@@ -41,7 +49,11 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
   ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
   ``flushes_within_one_per_destination`` (the share of persister flushes that sent at most one
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
-- ``recovery`` and ``controller`` as above (seconds from the kill -9).
+- ``recovery`` and ``controller`` as above (seconds from the kill -9), on the RF 1 cluster.
+
+``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
+each measured phase into ``DIR/broker-<pid>.pstats`` (the phases log their pids); the CPU
+figures of such a run are inflated by the profiler.
 
 Session settings are the brokers' defaults (``broker.session.timeout.ms`` 9,000: a killed
 broker's registration lapses after it, and a restarted one waits its old registration out),
@@ -51,8 +63,10 @@ broker of both phases.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -71,7 +85,13 @@ CONSUMERS = 6
 BROKERS = 3
 TARGET_CPU_RATIO = 1.2
 WRITE = "WriteShareGroupState"
-IDLE_S = 3.0  # idle CPU of the brokers measured over this long before consuming
+PROFILE_ENV = "SHOAL_BENCH_CLUSTER_PROFILE"  # a directory: cProfile each broker's measured phase
+IDLE_S = 3.0
+# The internal topics at one replica each: the cluster of issue 23 ("every partition has one
+# replica"); their defaults are 3 (issue 24), measured as ``cluster_rf3`` next to it.
+INTERNAL_RF1 = {"offsets.topic.replication.factor": "1",
+                "share.coordinator.state.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1"}  # idle CPU of the brokers measured over this long before consuming
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +113,11 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     before = [scrape(p) for p in metrics_ports]
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
+    profiling = bool(os.environ.get(PROFILE_ENV))
+    if profiling:  # see bench/cluster_broker.py
+        settings.log(f"  [{label}] profiling pids {pids}")
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR1)
     try:
         results, _, t_go = run_share_consumers(system, topic, group, CONSUMERS, "explicit", n,
                                                30 + n / 2_000, bootstraps=bootstraps)
@@ -119,6 +144,9 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     finally:
         for mon in [*monitors, *others.values()]:
             mon.close()
+        if profiling:
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR2)
     after = [scrape(p) for p in metrics_ports]
     fig["rpc"] = rpc = rpc_figures(before, after)
     if sum(rpc["share_fetch_requests"]):
@@ -238,34 +266,13 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
     finally:
         single.stop()
     log(f"  single: {_rate_line(fig['single'])}")
-    # 2. etcd + 3 brokers
-    etcd = Etcd(root / "etcd", out_dir / "etcd-cluster.log")
-    etcd.start()
-    secret = secrets.token_hex(16)
-    members = [Member(root, i, etcd, secret, overrides) for i in range(1, BROKERS + 1)]
-    try:
-        for m in members:
-            m.start()
-        until("3 live brokers", lambda: len(metadata(members[0].bootstrap)[1]) == BROKERS)
-        log(f"[cluster] etcd + {BROKERS} brokers (pids {[m.pid for m in members]})")
-        assert etcd.proc is not None
-        fig["cluster"] = _throughput(settings, "cluster", [m.bootstrap for m in members],
-                                     [m.pid for m in members], [m.metrics_port for m in members],
-                                     {"etcd": etcd.proc.pid})
-        log(f"  cluster: {_rate_line(fig['cluster'])}")
-        phases: tuple[tuple[str, Callable[[], dict[str, Any]]], ...] = (
-            ("recovery", lambda: recovery(settings, members, PARTITIONS)),
-            ("controller", lambda: controller_failover(settings, members)))
-        for key, fn in phases:
-            try:
-                fig[key] = fn()
-            except Exception:  # noqa: BLE001 - reported, the other figures stand
-                fig[key] = {"error": traceback.format_exc(limit=6)}
-            log(f"  {key}: {fig[key]}")
-    finally:
-        for m in members:
-            m.stop()
-        etcd.stop()
+    # 2. etcd + 3 brokers, internal topics at RF 1 (the issue's shape: one replica each), with
+    # the recovery phases; 3. the same at the internal topics' default RF (3), throughput only.
+    rf1 = {**INTERNAL_RF1, **overrides}
+    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster", recover=True)
+    if any(overrides.get(k, "3") != "1" for k in INTERNAL_RF1):
+        _cluster(settings, root / "rf3", out_dir, overrides, log, fig, "cluster_rf3",
+                 recover=False)
     s, c = fig["single"], fig["cluster"]
     if s.get("broker_cpu_us_per_record") and c.get("broker_cpu_us_per_record"):
         fig["cpu_ratio"] = round(c["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
@@ -276,12 +283,53 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
         fig["cpu_ratio_net_of_idle"] = round(net_c / net_s, 3)
     if s.get("rate") and c.get("rate"):
         fig["rate_ratio"] = round(c["rate"] / s["rate"], 3)
+    c3 = fig.get("cluster_rf3", {})
+    if s.get("broker_cpu_us_per_record") and c3.get("broker_cpu_us_per_record"):
+        fig["cpu_ratio_rf3"] = round(
+            c3["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
     fig["rate"] = c.get("rate")
     errors = [f"{k}: {fig[k]['error'].strip().splitlines()[-1]}"
-              for k in ("single", "cluster", "recovery", "controller") if "error" in fig.get(k, {})]
+              for k in ("single", "cluster", "cluster_rf3", "recovery", "controller")
+              if "error" in fig.get(k, {})]
     if errors:
         fig["error"] = "; ".join(errors)
     return fig
+
+
+def _cluster(settings: Settings, root: Path, out_dir: Path, overrides: dict[str, str],
+             log: Callable[[str], None], fig: dict[str, Any], key: str, recover: bool) -> None:
+    """etcd + 3 brokers with ``overrides``: the throughput phase into ``fig[key]``, then (with
+    ``recover``) the recovery and controller phases."""
+    etcd = Etcd(root / "etcd", out_dir / f"etcd-{key}.log")
+    etcd.start()
+    secret = secrets.token_hex(16)
+    members = [Member(root, i, etcd, secret, overrides) for i in range(1, BROKERS + 1)]
+    try:
+        for m in members:
+            m.start()
+        until("3 live brokers", lambda: len(metadata(members[0].bootstrap)[1]) == BROKERS)
+        rf = {k: overrides.get(k, "3") for k in INTERNAL_RF1}
+        log(f"[{key}] etcd + {BROKERS} brokers (pids {[m.pid for m in members]}), internal "
+            f"topics' replication factors {rf}")
+        assert etcd.proc is not None
+        fig[key] = _throughput(settings, key, [m.bootstrap for m in members],
+                               [m.pid for m in members], [m.metrics_port for m in members],
+                               {"etcd": etcd.proc.pid})
+        fig[key]["internal_replication_factors"] = rf
+        log(f"  {key}: {_rate_line(fig[key])}")
+        phases: tuple[tuple[str, Callable[[], dict[str, Any]]], ...] = (
+            ("recovery", lambda: recovery(settings, members, PARTITIONS)),
+            ("controller", lambda: controller_failover(settings, members))) if recover else ()
+        for name, fn in phases:
+            try:
+                fig[name] = fn()
+            except Exception:  # noqa: BLE001 - reported, the other figures stand
+                fig[name] = {"error": traceback.format_exc(limit=6)}
+            log(f"  {name}: {fig[name]}")
+    finally:
+        for m in members:
+            m.stop()
+        etcd.stop()
 
 
 def _rate_line(f: dict[str, Any]) -> str:
@@ -296,7 +344,8 @@ def brief(fig: dict[str, Any]) -> str:
     rpc, rec, ctl = c.get("rpc", {}), fig.get("recovery", {}), fig.get("controller", {})
     return (f"3 brokers {c.get('rate') or 0:,.0f} rec/s vs 1 broker {s.get('rate') or 0:,.0f}; "
             f"broker CPU per record x{fig.get('cpu_ratio')} (target <= {TARGET_CPU_RATIO}: "
-            f"{fig.get('cpu_verdict', 'n/a')}); WriteShareGroupState per ack batch "
+            f"{fig.get('cpu_verdict', 'n/a')}; internal topics at RF 3: "
+            f"x{fig.get('cpu_ratio_rf3')}); WriteShareGroupState per ack batch "
             f"{rpc.get('write_rpcs_per_ack_batch')}, flushes within one per destination "
             f"{rpc.get('flushes_within_one_per_destination')}; kill -9 to served again "
             f"{rec.get('served_again_s')} s; new controller {ctl.get('new_controller_s')} s, "
@@ -328,6 +377,10 @@ REPORT_ROWS = [
                _get("cpu_ratio"), ("<=", TARGET_CPU_RATIO), digits=3),
     report.Row("cluster", TITLE, "the same net of the brokers' idle CPU", "ratio",
                _get("cpu_ratio_net_of_idle"), digits=3),
+    report.Row("cluster", TITLE, "3 brokers, internal topics at RF 3", "rec/s",
+               _get("cluster_rf3", "rate")),
+    report.Row("cluster", TITLE, "CPU per record, 3 brokers with internal topics at RF 3 / 1 "
+               "broker", "ratio", _get("cpu_ratio_rf3"), digits=3),
     report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 3 "
                "brokers", "ms", _get("cluster", "rpc", "share_state_write_mean_ms"), digits=2),
     report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 1 "
