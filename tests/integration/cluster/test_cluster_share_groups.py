@@ -12,12 +12,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 
 from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from client.blocking import open_connection
+from coordinator.share.service import partition_for_key
+from persister.api import SharePartitionKey
+from protocol import codec
 from tests.conftest import ROOT
 from tests.integration.cluster.conftest import Cluster
 from tests.integration.share_helpers import (
@@ -28,6 +33,34 @@ from tests.integration.share_helpers import (
 )
 
 T = 30
+GROUP_KEY = 0  # FindCoordinator key type
+
+
+def _ask(bootstrap: str, api_key: int, version: int, body: object) -> object:
+    host, _, port = bootstrap.rpartition(":")
+    with open_connection(host, int(port), 5, "test-cluster-share") as conn:
+        return conn.call(api_key, version, body)
+
+
+def _coordinators(bootstrap: str, key_type: int, keys: list[str]) -> dict[str, int]:
+    """FindCoordinator v6 for ``keys`` (as a client asks it): key -> node id."""
+    m = codec.request_module(10, 6)
+    resp = _ask(bootstrap, 10, 6, m.FindCoordinatorRequest(key_type=key_type,
+                                                           coordinator_keys=tuple(keys)))
+    found = {c.key: int(c.node_id) for c in resp.coordinators  # type: ignore[attr-defined]
+             if not c.error_code}
+    assert len(found) == len(keys), resp
+    return found
+
+
+def _topic_id(bootstrap: str, topic: str) -> uuid.UUID:
+    m = codec.request_module(3, 12)
+    resp = _ask(bootstrap, 3, 12, m.MetadataRequest(
+        topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    (t,) = resp.topics  # type: ignore[attr-defined]
+    assert isinstance(t.topic_id, uuid.UUID)
+    return t.topic_id
 
 
 def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster: Cluster) -> None:
@@ -67,6 +100,20 @@ def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster:
     # The share state partitions and the group's coordinator live on several brokers.
     state = admin.list_topics("__share_group_state", timeout=T).topics["__share_group_state"]
     assert len({p.leader for p in state.partitions.values()}) >= 2
+    # The group coordinator and a share-partition's share coordinator sit on brokers other than
+    # its leader: the state went over the share-state RPCs, and the share-group heartbeat's
+    # initialisation over the group coordinator's client.
+    tid = _topic_id(cluster.brokers[0].bootstrap, "work")
+    (group_coordinator,) = _coordinators(cluster.brokers[1].bootstrap, GROUP_KEY,
+                                         ["workers"]).values()
+    # FindCoordinator(SHARE) is an inter-broker call (CLUSTER_ACTION): the share coordinator of
+    # a key is the leader of its __share_group_state partition.
+    n_state = len(state.partitions)
+    share_coordinators = {p: state.partitions[partition_for_key(
+        SharePartitionKey("workers", tid, p), n_state)].leader for p in range(12)}
+    remote = [p for p in range(12)
+              if share_coordinators[p] != leaders[p] != group_coordinator]
+    assert remote, (leaders, share_coordinators, group_coordinator)
 
     # Nothing is left to deliver: a new member of the group gets no record again.
     late = share_consumer(cluster.bootstrap, "workers", "work", explicit=True)
