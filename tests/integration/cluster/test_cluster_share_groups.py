@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
@@ -24,7 +25,7 @@ from coordinator.share.service import partition_for_key
 from persister.api import SharePartitionKey
 from protocol import codec
 from tests.conftest import ROOT
-from tests.integration.cluster.conftest import Cluster
+from tests.integration.cluster.conftest import Cluster, Etcd
 from tests.integration.share_helpers import (
     poll_until,
     produce,
@@ -284,3 +285,40 @@ def test_share_group_offsets_reset_and_describe_through_any_broker(cluster: Clus
     finally:
         c.close()
     assert sorted(again) == sorted(sent)
+
+
+def test_share_state_writes_reach_the_followers_without_waiting_out_their_fetch(
+        tmp_path: Path, etcd: Etcd) -> None:
+    """The share coordinator's writes to ``__share_group_state`` (3 replicas) are answered once
+    the in-sync followers have them. The followers' fetches parked at the leader wake on the
+    write, as on a produce: with replica.fetch.wait.max.ms at 25 s, explicit acknowledgements
+    still commit inside commit_sync's 8 s (waiting the fetches out would exceed it)."""
+    cluster = Cluster(tmp_path, etcd, overrides={"replica.fetch.wait.max.ms": "25000"})
+    try:
+        cluster.start()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("slow-followers", 1, 1)])["slow-followers"].result(T)
+        set_group_configs(cluster.brokers[0].bootstrap, "patient",
+                          {"share.auto.offset.reset": "earliest"})
+        sent = produce(cluster.bootstrap, "slow-followers", 20)
+        c = share_consumer(cluster.bootstrap, "patient", "slow-followers", explicit=True)
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < len(sent):
+                assert time.monotonic() < deadline, f"only {len(got)} records delivered"
+                batch = [m for m in c.poll(0.5) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    got.append(m.value())
+                if batch:
+                    results = c.commit_sync(8) or {}
+                    assert all(err is None for err in results.values()), results
+        finally:
+            c.close()
+        assert sorted(got) == sorted(sent)
+        parts = admin.list_topics("__share_group_state", timeout=T).topics[
+            "__share_group_state"].partitions.values()
+        assert parts and all(len(p.replicas) == 3 for p in parts)
+    finally:
+        cluster.stop()
