@@ -44,7 +44,8 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
 - ``cluster.rpc``: from each broker's ``/metrics`` before and after the phase:
   ``shoal_inter_broker_requests_total{api="WriteShareGroupState"}`` by source and destination,
   acknowledgement batches (ShareAcknowledge and ShareFetch requests carrying acknowledgements,
-  counted by the wrapper), share-state writes (``shoal_share_state_write_duration_seconds``
+  counted by the wrapper), ShareFetch requests that parked (waited for records) and that were
+  answered empty, share-state writes (``shoal_share_state_write_duration_seconds``
   count and mean), the WriteShareGroupState round trip (mean ms);
   ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
   ``flushes_within_one_per_destination`` (the share of persister flushes that sent at most one
@@ -205,6 +206,8 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
     ack_requests = delta("shoal_share_acknowledge_requests_total")
     fetch_acks = delta("shoal_bench_share_fetch_with_acks_total")
     fetches = delta("shoal_share_fetch_requests_total")
+    parked = delta("shoal_share_fetch_parked_total")
+    empty = delta("shoal_share_fetch_empty_responses_total")
     writes = delta("shoal_share_state_write_duration_seconds_count")
     flushes = delta("shoal_bench_state_flushes_total", op="WRITE")
     over = delta("shoal_bench_state_flush_over_one_total", op="WRITE")
@@ -222,6 +225,7 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
         "write_rpcs": rpcs, "share_acknowledge_requests": ack_requests,
         "share_acknowledge_with_acks": acks,
         "share_fetch_requests": fetches, "share_fetch_with_acks": fetch_acks,
+        "share_fetch_parked": parked, "share_fetch_empty": empty,
         "ack_batches": batches, "share_state_writes": writes,
         "persister_write_flushes": sum(flushes), "persister_write_requests": sum(flush_reqs),
         "most_writes_to_one_destination_in_a_flush": most,
