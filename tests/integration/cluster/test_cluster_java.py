@@ -21,7 +21,7 @@ from tests.integration.java.test_java_clients import offsets_counts, run_scenari
 
 SCENARIOS = ["txn_consume_transform_produce", "share_explicit", "share_implicit",
              "share_two_members", "share_lock_timeout", "consumer_consumer", "consumer_classic",
-             "txn_read_committed", "txn_fencing"]
+             "txn_read_committed", "txn_fencing", "admin_share_groups", "admin_configs"]
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +102,25 @@ def test_java_consume_transform_produce_across_brokers(java_cluster: dict[str, A
     leaders = r["output_leaders"]
     assert len(set(leaders)) >= 2
     assert any(leader != r["txn_coordinator"] for leader in leaders)
+
+
+def test_java_admin_share_groups_and_configs_on_a_cluster(java_cluster: dict[str, Any]) -> None:
+    """Admin's share-group verbs (list, describe, list/alter/delete offsets, delete) and configs
+    (describe, incremental alter, a group config) answer on a cluster as on one broker."""
+    r = scenario(java_cluster, "admin_share_groups")
+    assert r["consumed"] == [f"m{i}" for i in range(10)]
+    assert r["listed"] == ["Share/Stable"] and r["state"] == "Stable"
+    assert len(r["members"]) == 1
+    assert r["offsets_live"] == 10
+    assert r["state_after_close"] == "Empty"
+    assert r["offsets_altered"] == 3
+    assert r["after_alter"] == [f"m{i}" for i in range(3, 10)]
+    assert r["offsets_deleted"] is None
+    assert r["listed_after_delete"] == []
+    r = scenario(java_cluster, "admin_configs")
+    assert r["created"] == {"value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert r["set"] == {"value": "7200000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert r["appended"] == {"value": "delete,compact", "source": "DYNAMIC_TOPIC_CONFIG"}
+    assert r["deleted"] == {"value": "604800000", "source": "DEFAULT_CONFIG"}
+    assert r["bad_value"] == "InvalidConfigurationException"
+    assert r["group"] == {"value": "20000", "source": "DYNAMIC_GROUP_CONFIG"}
