@@ -41,8 +41,8 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
   over that interval from ``/proc/<pid>/stat`` (summed over the 3 brokers), CPU per delivered
   record (us) and their ratio ``cpu_ratio`` (target: <= 1.2); also the brokers' idle CPU
   (measured for 3 s before the consumers start) and the same figures net of it;
-- ``whole_phase`` of each: broker CPU from the consumers' start to SETTLE_S after they all
-  closed (group joins, share sessions, the last acknowledgements and their share-state writes
+- ``whole_phase`` of each: broker CPU from the consumers' release to SETTLE_S after the last
+  one closed (group joins, share sessions, the last acknowledgements and their share-state writes
   included), net of the idle CPU over that time, per delivered record; its ratio
   ``cpu_ratio_whole_phase`` (and ``_rf3``). The first-to-last-record window of one broker is
   about 0.1 s at scale 0.1, a few ticks of /proc's 10 ms CPU clock, and leaves the last
@@ -95,7 +95,7 @@ TARGET_CPU_RATIO = 1.2
 WRITE = "WriteShareGroupState"
 PROFILE_ENV = "SHOAL_BENCH_CLUSTER_PROFILE"  # a directory: cProfile each broker's measured phase
 IDLE_S = 3.0
-SETTLE_S = 0.5  # after the consumers exit, before the whole phase's CPU is read
+SETTLE_S = 0.5  # after the last consumer closed, before the whole phase's CPU is read
 # The internal topics at one replica each: the cluster of issue 23 ("every partition has one
 # replica"); their defaults are 3 (issue 24), measured as ``cluster_rf3`` next to it.
 INTERNAL_RF1 = {"offsets.topic.replication.factor": "1",
@@ -127,19 +127,23 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         settings.log(f"  [{label}] profiling pids {pids}")
         for pid in pids:
             os.kill(pid, signal.SIGUSR1)
-    w0, c0 = time.monotonic(), [cpu_seconds(p) or 0.0 for p in pids]
     try:
         results, _, t_go = run_share_consumers(system, topic, group, CONSUMERS, "explicit", n,
                                                30 + n / 2_000, bootstraps=bootstraps)
-        time.sleep(SETTLE_S)  # the consumers closed; their last acknowledgements are written
-        w1, c1 = time.monotonic(), [cpu_seconds(p) or 0.0 for p in pids]
+        closed = [r["t_closed"] for r in results if r.get("t_closed")]
         fig = _share_figures(results, n, t_go)
         t0, t1 = fig.pop("t_first", None), fig.pop("t_last", None)
-        if fig["records"]:
-            whole = sum(c1) - sum(c0) - idle * (w1 - w0)
-            fig["whole_phase"] = {"seconds": round(w1 - w0, 2), "broker_cpu_s": round(whole, 3),
-                                  "broker_cpu_us_per_record": round(1e6 * whole / fig["records"],
-                                                                    2)}
+        if fig["records"] and closed:
+            # From the consumers' release to SETTLE_S after the last one closed.
+            w1 = max(closed) + SETTLE_S
+            time.sleep(max(0.0, w1 - time.monotonic()))
+            whole = [m.between(f"{label}-whole", t_go, w1) for m in monitors]
+            cpus = [m.windows[-1].cpu_s for m in monitors]
+            if whole and all(c is not None for c in cpus):
+                net = sum(c for c in cpus if c is not None) - idle * (w1 - t_go)
+                fig["whole_phase"] = {
+                    "seconds": round(w1 - t_go, 2), "broker_cpu_s": round(net, 3),
+                    "broker_cpu_us_per_record": round(1e6 * net / fig["records"], 2)}
         if t0 is not None and t1 is not None:
             per = [m.between(label, t0, t1) for m in monitors]
             # The windows' own CPU seconds: the summaries round to 10 ms, too coarse here.
