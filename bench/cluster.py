@@ -9,7 +9,15 @@ directories and free ports:
 2. **A cluster**: a real etcd (``etcd`` on PATH, ``make etcd``) and 3 brokers (node ids 1-3),
    each with a PLAINTEXT client listener and an INTERNAL SASL_PLAINTEXT PLAIN listener on which
    they call each other as the super user ``broker`` (as ``tests/integration/cluster``'s
-   ``Cluster``). The same workload; consumer i bootstraps from broker i mod 3.
+   ``Cluster``). The same workload; consumer i bootstraps from broker i mod 3. The internal
+   topics have one replica each here (``INTERNAL_RF1``), as issue 23's cluster has ("every
+   partition has one replica"; the data topic has one too): one broker keeps no copies, so this
+   is the like-for-like comparison (``cluster``, ``cpu_ratio``).
+2b. The same cluster afresh with the internal topics at their default replication factor (3,
+   issue 24): every broker also follows the others' ``__share_group_state`` and
+   ``__consumer_offsets`` partitions and a share-state write waits for the followers
+   (``cluster_rf3``, ``cpu_ratio_rf3``; throughput phase only). Skipped when ``--override``
+   already sets those replication factors.
 3. **Recovery**: a probe share consumer reads a 12-partition topic; one broker (not the
    controller, not the probe group's coordinator when another is left) is killed with kill -9
    and started again at once from the same command line. Figures, from the kill: the restarted
@@ -33,15 +41,27 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
   over that interval from ``/proc/<pid>/stat`` (summed over the 3 brokers), CPU per delivered
   record (us) and their ratio ``cpu_ratio`` (target: <= 1.2); also the brokers' idle CPU
   (measured for 3 s before the consumers start) and the same figures net of it;
+- ``whole_phase`` of each: broker CPU from the consumers' release to SETTLE_S after the last
+  one closed (group joins, share sessions, the last acknowledgements and their share-state writes
+  included), net of the idle CPU over that time, per delivered record; its ratio
+  ``cpu_ratio_whole_phase`` (and ``_rf3``). The first-to-last-record window of one broker is
+  about 0.1 s at scale 0.1, a few ticks of /proc's 10 ms CPU clock, and leaves the last
+  acknowledgements' writes out; this window is seconds long and bills both systems the same
+  work;
 - ``cluster.rpc``: from each broker's ``/metrics`` before and after the phase:
   ``shoal_inter_broker_requests_total{api="WriteShareGroupState"}`` by source and destination,
   acknowledgement batches (ShareAcknowledge and ShareFetch requests carrying acknowledgements,
-  counted by the wrapper), share-state writes (``shoal_share_state_write_duration_seconds``
+  counted by the wrapper), ShareFetch requests that parked (waited for records) and that were
+  answered empty, share-state writes (``shoal_share_state_write_duration_seconds``
   count and mean), the WriteShareGroupState round trip (mean ms);
   ``write_rpcs_per_ack_batch``, ``keys_per_write_rpc``, and the batching check
   ``flushes_within_one_per_destination`` (the share of persister flushes that sent at most one
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
-- ``recovery`` and ``controller`` as above (seconds from the kill -9).
+- ``recovery`` and ``controller`` as above (seconds from the kill -9), on the RF 1 cluster.
+
+``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
+each measured phase into ``DIR/broker-<pid>.pstats`` (the phases log their pids); the CPU
+figures of such a run are inflated by the profiler.
 
 Session settings are the brokers' defaults (``broker.session.timeout.ms`` 9,000: a killed
 broker's registration lapses after it, and a restarted one waits its old registration out),
@@ -51,8 +71,10 @@ broker of both phases.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -71,7 +93,14 @@ CONSUMERS = 6
 BROKERS = 3
 TARGET_CPU_RATIO = 1.2
 WRITE = "WriteShareGroupState"
-IDLE_S = 3.0  # idle CPU of the brokers measured over this long before consuming
+PROFILE_ENV = "SHOAL_BENCH_CLUSTER_PROFILE"  # a directory: cProfile each broker's measured phase
+IDLE_S = 3.0
+SETTLE_S = 0.5  # after the last consumer closed, before the whole phase's CPU is read
+# The internal topics at one replica each: the cluster of issue 23 ("every partition has one
+# replica"); their defaults are 3 (issue 24), measured as ``cluster_rf3`` next to it.
+INTERNAL_RF1 = {"offsets.topic.replication.factor": "1",
+                "share.coordinator.state.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1"}  # idle CPU of the brokers measured over this long before consuming
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,11 +122,28 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     before = [scrape(p) for p in metrics_ports]
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
+    profiling = bool(os.environ.get(PROFILE_ENV))
+    if profiling:  # see bench/cluster_broker.py
+        settings.log(f"  [{label}] profiling pids {pids}")
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR1)
     try:
         results, _, t_go = run_share_consumers(system, topic, group, CONSUMERS, "explicit", n,
                                                30 + n / 2_000, bootstraps=bootstraps)
+        closed = [r["t_closed"] for r in results if r.get("t_closed")]
         fig = _share_figures(results, n, t_go)
         t0, t1 = fig.pop("t_first", None), fig.pop("t_last", None)
+        if fig["records"] and closed:
+            # From the consumers' release to SETTLE_S after the last one closed.
+            w1 = max(closed) + SETTLE_S
+            time.sleep(max(0.0, w1 - time.monotonic()))
+            whole = [m.between(f"{label}-whole", t_go, w1) for m in monitors]
+            cpus = [m.windows[-1].cpu_s for m in monitors]
+            if whole and all(c is not None for c in cpus):
+                net = sum(c for c in cpus if c is not None) - idle * (w1 - t_go)
+                fig["whole_phase"] = {
+                    "seconds": round(w1 - t_go, 2), "broker_cpu_s": round(net, 3),
+                    "broker_cpu_us_per_record": round(1e6 * net / fig["records"], 2)}
         if t0 is not None and t1 is not None:
             per = [m.between(label, t0, t1) for m in monitors]
             # The windows' own CPU seconds: the summaries round to 10 ms, too coarse here.
@@ -119,6 +165,9 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     finally:
         for mon in [*monitors, *others.values()]:
             mon.close()
+        if profiling:
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR2)
     after = [scrape(p) for p in metrics_ports]
     fig["rpc"] = rpc = rpc_figures(before, after)
     if sum(rpc["share_fetch_requests"]):
@@ -177,6 +226,8 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
     ack_requests = delta("shoal_share_acknowledge_requests_total")
     fetch_acks = delta("shoal_bench_share_fetch_with_acks_total")
     fetches = delta("shoal_share_fetch_requests_total")
+    parked = delta("shoal_share_fetch_parked_total")
+    empty = delta("shoal_share_fetch_empty_responses_total")
     writes = delta("shoal_share_state_write_duration_seconds_count")
     flushes = delta("shoal_bench_state_flushes_total", op="WRITE")
     over = delta("shoal_bench_state_flush_over_one_total", op="WRITE")
@@ -194,6 +245,7 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
         "write_rpcs": rpcs, "share_acknowledge_requests": ack_requests,
         "share_acknowledge_with_acks": acks,
         "share_fetch_requests": fetches, "share_fetch_with_acks": fetch_acks,
+        "share_fetch_parked": parked, "share_fetch_empty": empty,
         "ack_batches": batches, "share_state_writes": writes,
         "persister_write_flushes": sum(flushes), "persister_write_requests": sum(flush_reqs),
         "most_writes_to_one_destination_in_a_flush": most,
@@ -238,8 +290,47 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
     finally:
         single.stop()
     log(f"  single: {_rate_line(fig['single'])}")
-    # 2. etcd + 3 brokers
-    etcd = Etcd(root / "etcd", out_dir / "etcd-cluster.log")
+    # 2. etcd + 3 brokers, internal topics at RF 1 (the issue's shape: one replica each), with
+    # the recovery phases; 3. the same at the internal topics' default RF (3), throughput only.
+    rf1 = {**INTERNAL_RF1, **overrides}
+    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster", recover=True)
+    if any(overrides.get(k, "3") != "1" for k in INTERNAL_RF1):
+        _cluster(settings, root / "rf3", out_dir, overrides, log, fig, "cluster_rf3",
+                 recover=False)
+    s, c = fig["single"], fig["cluster"]
+    if s.get("broker_cpu_us_per_record") and c.get("broker_cpu_us_per_record"):
+        fig["cpu_ratio"] = round(c["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
+        fig["cpu_verdict"] = "met" if fig["cpu_ratio"] <= TARGET_CPU_RATIO else "missed"
+    whole_s, whole_c, whole_c3 = (x.get("whole_phase", {}).get("broker_cpu_us_per_record")
+                                  for x in (s, c, fig.get("cluster_rf3", {})))
+    if whole_s and whole_c:
+        fig["cpu_ratio_whole_phase"] = round(whole_c / whole_s, 3)
+    if whole_s and whole_c3:
+        fig["cpu_ratio_whole_phase_rf3"] = round(whole_c3 / whole_s, 3)
+    net_s, net_c = (s.get("broker_cpu_us_per_record_net_of_idle"),
+                    c.get("broker_cpu_us_per_record_net_of_idle"))
+    if net_s and net_c:
+        fig["cpu_ratio_net_of_idle"] = round(net_c / net_s, 3)
+    if s.get("rate") and c.get("rate"):
+        fig["rate_ratio"] = round(c["rate"] / s["rate"], 3)
+    c3 = fig.get("cluster_rf3", {})
+    if s.get("broker_cpu_us_per_record") and c3.get("broker_cpu_us_per_record"):
+        fig["cpu_ratio_rf3"] = round(
+            c3["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
+    fig["rate"] = c.get("rate")
+    errors = [f"{k}: {fig[k]['error'].strip().splitlines()[-1]}"
+              for k in ("single", "cluster", "cluster_rf3", "recovery", "controller")
+              if "error" in fig.get(k, {})]
+    if errors:
+        fig["error"] = "; ".join(errors)
+    return fig
+
+
+def _cluster(settings: Settings, root: Path, out_dir: Path, overrides: dict[str, str],
+             log: Callable[[str], None], fig: dict[str, Any], key: str, recover: bool) -> None:
+    """etcd + 3 brokers with ``overrides``: the throughput phase into ``fig[key]``, then (with
+    ``recover``) the recovery and controller phases."""
+    etcd = Etcd(root / "etcd", out_dir / f"etcd-{key}.log")
     etcd.start()
     secret = secrets.token_hex(16)
     members = [Member(root, i, etcd, secret, overrides) for i in range(1, BROKERS + 1)]
@@ -247,41 +338,28 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
         for m in members:
             m.start()
         until("3 live brokers", lambda: len(metadata(members[0].bootstrap)[1]) == BROKERS)
-        log(f"[cluster] etcd + {BROKERS} brokers (pids {[m.pid for m in members]})")
+        rf = {k: overrides.get(k, "3") for k in INTERNAL_RF1}
+        log(f"[{key}] etcd + {BROKERS} brokers (pids {[m.pid for m in members]}), internal "
+            f"topics' replication factors {rf}")
         assert etcd.proc is not None
-        fig["cluster"] = _throughput(settings, "cluster", [m.bootstrap for m in members],
-                                     [m.pid for m in members], [m.metrics_port for m in members],
-                                     {"etcd": etcd.proc.pid})
-        log(f"  cluster: {_rate_line(fig['cluster'])}")
+        fig[key] = _throughput(settings, key, [m.bootstrap for m in members],
+                               [m.pid for m in members], [m.metrics_port for m in members],
+                               {"etcd": etcd.proc.pid})
+        fig[key]["internal_replication_factors"] = rf
+        log(f"  {key}: {_rate_line(fig[key])}")
         phases: tuple[tuple[str, Callable[[], dict[str, Any]]], ...] = (
             ("recovery", lambda: recovery(settings, members, PARTITIONS)),
-            ("controller", lambda: controller_failover(settings, members)))
-        for key, fn in phases:
+            ("controller", lambda: controller_failover(settings, members))) if recover else ()
+        for name, fn in phases:
             try:
-                fig[key] = fn()
+                fig[name] = fn()
             except Exception:  # noqa: BLE001 - reported, the other figures stand
-                fig[key] = {"error": traceback.format_exc(limit=6)}
-            log(f"  {key}: {fig[key]}")
+                fig[name] = {"error": traceback.format_exc(limit=6)}
+            log(f"  {name}: {fig[name]}")
     finally:
         for m in members:
             m.stop()
         etcd.stop()
-    s, c = fig["single"], fig["cluster"]
-    if s.get("broker_cpu_us_per_record") and c.get("broker_cpu_us_per_record"):
-        fig["cpu_ratio"] = round(c["broker_cpu_us_per_record"] / s["broker_cpu_us_per_record"], 3)
-        fig["cpu_verdict"] = "met" if fig["cpu_ratio"] <= TARGET_CPU_RATIO else "missed"
-    net_s, net_c = (s.get("broker_cpu_us_per_record_net_of_idle"),
-                    c.get("broker_cpu_us_per_record_net_of_idle"))
-    if net_s and net_c:
-        fig["cpu_ratio_net_of_idle"] = round(net_c / net_s, 3)
-    if s.get("rate") and c.get("rate"):
-        fig["rate_ratio"] = round(c["rate"] / s["rate"], 3)
-    fig["rate"] = c.get("rate")
-    errors = [f"{k}: {fig[k]['error'].strip().splitlines()[-1]}"
-              for k in ("single", "cluster", "recovery", "controller") if "error" in fig.get(k, {})]
-    if errors:
-        fig["error"] = "; ".join(errors)
-    return fig
 
 
 def _rate_line(f: dict[str, Any]) -> str:
@@ -296,7 +374,8 @@ def brief(fig: dict[str, Any]) -> str:
     rpc, rec, ctl = c.get("rpc", {}), fig.get("recovery", {}), fig.get("controller", {})
     return (f"3 brokers {c.get('rate') or 0:,.0f} rec/s vs 1 broker {s.get('rate') or 0:,.0f}; "
             f"broker CPU per record x{fig.get('cpu_ratio')} (target <= {TARGET_CPU_RATIO}: "
-            f"{fig.get('cpu_verdict', 'n/a')}); WriteShareGroupState per ack batch "
+            f"{fig.get('cpu_verdict', 'n/a')}; internal topics at RF 3: "
+            f"x{fig.get('cpu_ratio_rf3')}); WriteShareGroupState per ack batch "
             f"{rpc.get('write_rpcs_per_ack_batch')}, flushes within one per destination "
             f"{rpc.get('flushes_within_one_per_destination')}; kill -9 to served again "
             f"{rec.get('served_again_s')} s; new controller {ctl.get('new_controller_s')} s, "
@@ -328,6 +407,13 @@ REPORT_ROWS = [
                _get("cpu_ratio"), ("<=", TARGET_CPU_RATIO), digits=3),
     report.Row("cluster", TITLE, "the same net of the brokers' idle CPU", "ratio",
                _get("cpu_ratio_net_of_idle"), digits=3),
+    report.Row("cluster", TITLE, "CPU per record over the whole phase (joins to the last "
+               "acknowledgement), 3 brokers / 1 broker", "ratio", _get("cpu_ratio_whole_phase"),
+               digits=3),
+    report.Row("cluster", TITLE, "3 brokers, internal topics at RF 3", "rec/s",
+               _get("cluster_rf3", "rate")),
+    report.Row("cluster", TITLE, "CPU per record, 3 brokers with internal topics at RF 3 / 1 "
+               "broker", "ratio", _get("cpu_ratio_rf3"), digits=3),
     report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 3 "
                "brokers", "ms", _get("cluster", "rpc", "share_state_write_mean_ms"), digits=2),
     report.Row("cluster", TITLE, "share-state write as the share-partition leader waits, 1 "

@@ -21,6 +21,10 @@ collector to the broker's metric registry with what they count:
 Each count is a dict update per request or per flush, nothing per record, so the CPU figures
 of a broker run this way stay comparable with a plain one (the single-broker baseline of the
 cluster benchmark runs the same way).
+
+With ``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in its environment the broker also installs cProfile
+switched by signals, as ``bench/profiled_broker.py``: SIGUSR1 starts it, SIGUSR2 stops it and
+writes ``DIR/broker-<pid>.pstats`` (``bench/cluster.py`` signals around each measured phase).
 """
 
 from __future__ import annotations
@@ -103,8 +107,29 @@ def _install() -> None:
     broker_metrics.BrokerMetrics.__init__ = init_with_bench  # type: ignore[method-assign]
 
 
+def _install_profiler(out_dir: str) -> None:
+    import cProfile
+    import os
+    import signal
+
+    profile = cProfile.Profile()
+
+    def stop(_signum: int, _frame: Any) -> None:
+        profile.disable()
+        out = os.path.join(out_dir, f"broker-{os.getpid()}.pstats")
+        profile.dump_stats(out + ".tmp")
+        os.replace(out + ".tmp", out)
+
+    signal.signal(signal.SIGUSR1, lambda _s, _f: profile.enable())
+    signal.signal(signal.SIGUSR2, stop)
+
+
 def main() -> int:
+    import os
+
     _install()
+    if os.environ.get("SHOAL_BENCH_CLUSTER_PROFILE"):
+        _install_profiler(os.environ["SHOAL_BENCH_CLUSTER_PROFILE"])
     from broker.main import main as shoal_main
 
     return shoal_main(sys.argv[1:])

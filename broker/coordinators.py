@@ -90,6 +90,9 @@ def _replicated(broker: Broker, topic: str) -> Callable[[int, int], Awaitable[bo
         rep = broker.replication
         if rep is None or not rep.tracks(topic, partition):
             return True  # one replica: durable once synced, as before
+        # The runtime appends to the log itself, not through produce: wake the followers'
+        # parked replica fetches now, or each write waits out replica.fetch.wait.max.ms.
+        broker.logs.appended(topic, partition)
         while True:
             code = await rep.wait_replicated(topic, partition, offset, 30)
             if code == ErrorCode.not_leader_or_follower:

@@ -267,13 +267,31 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int,
     return tuple(parts)
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
-                   body: Any) -> bytes:
-    """Encode a typed request into a size-prefixed frame (used by tests and the CLI client)."""
+@lru_cache(maxsize=None)
+def _client_request_codec(api_key: int, api_version: int) -> tuple[type, Any, Any]:
+    """(header type, header writer, body writer) of a request a client sends (looked up once:
+    kio's module lookup and the type scan cost ~25 us, and the broker's inter-broker client
+    sends a request per share-state flush)."""
     module = load_payload_module(api_key, api_version, EntityType.request)
     request_type = _payload_type(module, "Request")
-    flexible = request_type.__flexible__
-    header_type = RequestHeaderV2 if flexible else RequestHeaderV1
+    header_type = RequestHeaderV2 if request_type.__flexible__ else RequestHeaderV1
+    return header_type, entity_writer(header_type), entity_writer(request_type)
+
+
+@lru_cache(maxsize=None)
+def _client_response_codec(api_key: int, api_version: int) -> tuple[int, Any]:
+    """(body position in the frame, body reader) of a response a client reads (looked up
+    once, as above)."""
+    module = load_payload_module(api_key, api_version, EntityType.response)
+    resp_type = _payload_type(module, "Response")
+    pos = 4 + (1 if response_header_version(api_key, resp_type.__flexible__) == 1 else 0)
+    return pos, entity_reader(resp_type)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """Encode a typed request into a size-prefixed frame (the clients' and the tests')."""
+    header_type, write_header, write_body = _client_request_codec(api_key, api_version)
     header = header_type(
         request_api_key=i16(api_key),
         request_api_version=i16(api_version),
@@ -282,8 +300,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     )
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
-    entity_writer(header_type)(buf, header)
-    entity_writer(request_type)(buf, body)
+    write_header(buf, header)
+    write_body(buf, body)
     data = buf.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     out = bytes(data)
@@ -297,12 +315,10 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     Raises:
         MalformedRequestError: the frame does not decode.
     """
-    module = load_payload_module(api_key, api_version, EntityType.response)
-    resp_type = _payload_type(module, "Response")
+    pos, read_body = _client_response_codec(api_key, api_version)
     (correlation_id,) = _I32.unpack_from(frame, 0)
-    pos = 4 + (1 if response_header_version(api_key, resp_type.__flexible__) == 1 else 0)
     try:
-        body, _ = entity_reader(resp_type)(frame, pos)
+        body, _ = read_body(frame, pos)
     except Exception as exc:
         raise MalformedRequestError(f"could not decode api {api_key} v{api_version} response") from exc
     return correlation_id, body

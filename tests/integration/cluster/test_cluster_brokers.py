@@ -13,7 +13,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -21,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tests.conftest import ROOT, BrokerProcess, free_port
 from tests.integration.cluster.conftest import CLUSTER_OVERRIDES, Cluster, Etcd
+from tests.integration.rawclient import RawClient, request, request_module
 
 T = 30
 
@@ -307,3 +310,29 @@ def test_kip951_fetch_at_the_wrong_broker_names_the_leader_and_its_endpoint(
     assert part.current_leader.leader_id == leaders[0]
     right = cluster.brokers[leaders[0] - 1]
     assert [(e.node_id, e.port) for e in resp.node_endpoints] == [(leaders[0], right.port)]
+
+
+def test_topics_are_created_and_deleted_through_every_broker(cluster: Cluster) -> None:
+    """CreateTopics and DeleteTopics sent to each broker itself (not only the controller, where
+    client libraries route them) succeed, and every broker then answers the same."""
+    m7 = request_module(19, 7)
+    m6 = request_module(20, 6)
+    names = {b.bootstrap: f"via-{i}" for i, b in enumerate(cluster.brokers, start=1)}
+    for b in cluster.brokers:
+        with RawClient(b.bootstrap) as c:
+            resp = c.call(19, 7, request(19, 7, topics=(m7.CreatableTopic(
+                name=names[b.bootstrap], num_partitions=3, replication_factor=1, assignments=(),
+                configs=()),), timeout=timedelta(seconds=T), validate_only=False))
+        assert [(t.name, t.error_code) for t in resp.topics] == [(names[b.bootstrap], 0)]
+    for b in cluster.brokers:
+        listed = _admin(b.bootstrap).list_topics(timeout=T).topics
+        assert all(len(listed[n].partitions) == 3 for n in names.values())
+    # Each broker deletes the topic the next one created.
+    for b, other in zip(cluster.brokers, cluster.brokers[1:] + cluster.brokers[:1], strict=True):
+        with RawClient(b.bootstrap) as c:
+            resp = c.call(20, 6, request(20, 6, timeout=timedelta(seconds=T), topics=(
+                m6.DeleteTopicState(name=names[other.bootstrap], topic_id=uuid.UUID(int=0)),)))
+        assert [(r.name, r.error_code) for r in resp.responses] == [(names[other.bootstrap], 0)]
+    for b in cluster.brokers:
+        _wait(lambda b=b: not set(names.values()) & set(
+            _admin(b.bootstrap).list_topics(timeout=T).topics), T, "the deletions everywhere")

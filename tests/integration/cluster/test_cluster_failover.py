@@ -1,7 +1,8 @@
 """kill -9 of one broker of three under share-group load (replication factor 1).
 
 What a user would notice: the killed broker's partitions go offline while the others keep
-delivering; when it is started again from its own command line, its partitions, share state and
+delivering, and the consumers' share sessions with them hold (no ShareFetch or ShareAcknowledge
+answered with a session error there); when it is started again from its own command line, its partitions, share state and
 coordinators come back, every record is eventually ACCEPTed, and no record whose ACCEPT was
 confirmed (commit_sync answered it) is ever delivered again.
 """
@@ -9,6 +10,7 @@ confirmed (commit_sync answered it) is ever delivered again.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +49,22 @@ def _group_coordinator(bootstrap: str, group: str) -> int:
                 return int(coord.node_id)
             assert time.monotonic() < deadline, coord
             time.sleep(0.2)
+
+
+SESSION_ERRORS = ("SHARE_SESSION_NOT_FOUND", "INVALID_SHARE_SESSION_EPOCH",
+                  "SHARE_SESSION_LIMIT_REACHED")
+
+
+def _session_errors(metrics_port: int) -> float:
+    """ShareFetch/ShareAcknowledge requests a broker answered with a share-session error."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(("shoal_share_fetch_requests_failed_total{",
+                            "shoal_share_acknowledge_requests_failed_total{")) and any(
+                f'error="{e}"' in line for e in SESSION_ERRORS):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def test_kill_9_of_a_broker_under_share_load_loses_no_confirmed_acceptance(
@@ -88,12 +106,16 @@ def test_kill_9_of_a_broker_under_share_load_loses_no_confirmed_acceptance(
             assert time.monotonic() < deadline, f"only {len(confirmed)} confirmed before the kill"
             round_of_polls()
 
+        survivors = [cluster.metrics_ports[i - 1] for i in (1, 2, 3) if i != victim]
+        errors_before = [_session_errors(port) for port in survivors]
         cluster.brokers[victim - 1].kill()
         during = 0
         outage_end = time.monotonic() + 8
         while time.monotonic() < outage_end:
             during += round_of_polls()
         assert during > 0, "the surviving brokers delivered nothing while one was down"
+        # The sessions the consumers hold with the surviving brokers were not disturbed.
+        assert [_session_errors(port) for port in survivors] == errors_before
 
         cluster.brokers[victim - 1].start()
         deadline = time.monotonic() + 120

@@ -12,14 +12,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
+from pathlib import Path
 
 from confluent_kafka import AcknowledgeType
 from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from client.blocking import open_connection
+from coordinator.share.service import partition_for_key
+from persister.api import SharePartitionKey
+from protocol import codec
 from tests.conftest import ROOT
-from tests.integration.cluster.conftest import Cluster
+from tests.integration.cluster.conftest import Cluster, Etcd
 from tests.integration.share_helpers import (
     poll_until,
     produce,
@@ -28,6 +34,34 @@ from tests.integration.share_helpers import (
 )
 
 T = 30
+GROUP_KEY = 0  # FindCoordinator key type
+
+
+def _ask(bootstrap: str, api_key: int, version: int, body: object) -> object:
+    host, _, port = bootstrap.rpartition(":")
+    with open_connection(host, int(port), 5, "test-cluster-share") as conn:
+        return conn.call(api_key, version, body)
+
+
+def _coordinators(bootstrap: str, key_type: int, keys: list[str]) -> dict[str, int]:
+    """FindCoordinator v6 for ``keys`` (as a client asks it): key -> node id."""
+    m = codec.request_module(10, 6)
+    resp = _ask(bootstrap, 10, 6, m.FindCoordinatorRequest(key_type=key_type,
+                                                           coordinator_keys=tuple(keys)))
+    found = {c.key: int(c.node_id) for c in resp.coordinators  # type: ignore[attr-defined]
+             if not c.error_code}
+    assert len(found) == len(keys), resp
+    return found
+
+
+def _topic_id(bootstrap: str, topic: str) -> uuid.UUID:
+    m = codec.request_module(3, 12)
+    resp = _ask(bootstrap, 3, 12, m.MetadataRequest(
+        topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    (t,) = resp.topics  # type: ignore[attr-defined]
+    assert isinstance(t.topic_id, uuid.UUID)
+    return t.topic_id
 
 
 def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster: Cluster) -> None:
@@ -67,6 +101,20 @@ def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster:
     # The share state partitions and the group's coordinator live on several brokers.
     state = admin.list_topics("__share_group_state", timeout=T).topics["__share_group_state"]
     assert len({p.leader for p in state.partitions.values()}) >= 2
+    # The group coordinator and a share-partition's share coordinator sit on brokers other than
+    # its leader: the state went over the share-state RPCs, and the share-group heartbeat's
+    # initialisation over the group coordinator's client.
+    tid = _topic_id(cluster.brokers[0].bootstrap, "work")
+    (group_coordinator,) = _coordinators(cluster.brokers[1].bootstrap, GROUP_KEY,
+                                         ["workers"]).values()
+    # FindCoordinator(SHARE) is an inter-broker call (CLUSTER_ACTION): the share coordinator of
+    # a key is the leader of its __share_group_state partition.
+    n_state = len(state.partitions)
+    share_coordinators = {p: state.partitions[partition_for_key(
+        SharePartitionKey("workers", tid, p), n_state)].leader for p in range(12)}
+    remote = [p for p in range(12)
+              if share_coordinators[p] != leaders[p] != group_coordinator]
+    assert remote, (leaders, share_coordinators, group_coordinator)
 
     # Nothing is left to deliver: a new member of the group gets no record again.
     late = share_consumer(cluster.bootstrap, "workers", "work", explicit=True)
@@ -237,3 +285,40 @@ def test_share_group_offsets_reset_and_describe_through_any_broker(cluster: Clus
     finally:
         c.close()
     assert sorted(again) == sorted(sent)
+
+
+def test_share_state_writes_reach_the_followers_without_waiting_out_their_fetch(
+        tmp_path: Path, etcd: Etcd) -> None:
+    """The share coordinator's writes to ``__share_group_state`` (3 replicas) are answered once
+    the in-sync followers have them. The followers' fetches parked at the leader wake on the
+    write, as on a produce: with replica.fetch.wait.max.ms at 25 s, explicit acknowledgements
+    still commit inside commit_sync's 8 s (waiting the fetches out would exceed it)."""
+    cluster = Cluster(tmp_path, etcd, overrides={"replica.fetch.wait.max.ms": "25000"})
+    try:
+        cluster.start()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("slow-followers", 1, 1)])["slow-followers"].result(T)
+        set_group_configs(cluster.brokers[0].bootstrap, "patient",
+                          {"share.auto.offset.reset": "earliest"})
+        sent = produce(cluster.bootstrap, "slow-followers", 20)
+        c = share_consumer(cluster.bootstrap, "patient", "slow-followers", explicit=True)
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < len(sent):
+                assert time.monotonic() < deadline, f"only {len(got)} records delivered"
+                batch = [m for m in c.poll(0.5) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    got.append(m.value())
+                if batch:
+                    results = c.commit_sync(8) or {}
+                    assert all(err is None for err in results.values()), results
+        finally:
+            c.close()
+        assert sorted(got) == sorted(sent)
+        parts = admin.list_topics("__share_group_state", timeout=T).topics[
+            "__share_group_state"].partitions.values()
+        assert parts and all(len(p.replicas) == 3 for p in parts)
+    finally:
+        cluster.stop()

@@ -93,6 +93,7 @@ public final class ShoalJavaClients {
         all.put("consumer_rolling_switch", ShoalJavaClients::consumerRollingSwitch);
         all.put("txn_read_committed", ShoalJavaClients::txnReadCommitted);
         all.put("txn_fencing", ShoalJavaClients::txnFencing);
+        all.put("txn_consume_transform_produce", ShoalJavaClients::txnConsumeTransformProduce);
         all.put("admin_share_groups", ShoalJavaClients::adminShareGroups);
         all.put("admin_configs", ShoalJavaClients::adminConfigs);
         all.put("admin_acls_scram", ShoalJavaClients::adminAclsScram);
@@ -556,6 +557,93 @@ public final class ShoalJavaClients {
             List<ConsumerRecord<String, String>> got = collect(c, 2, T.toMillis());
             got.addAll(drain(c, 1000));
             out.put("read_committed", values(got));
+        }
+        return out;
+    }
+
+    /**
+     * The consume-transform-produce loop over six partitions (on a cluster: led by different
+     * brokers, with the transaction and group coordinators wherever their keys fall): one
+     * aborted transaction writes to every output partition first, then a read_committed
+     * KafkaConsumer of a group (consumer protocol) and a transactional producer copy 60 input
+     * records, each poll's output and its offsets committed in one transaction.
+     */
+    static Map<String, Object> txnConsumeTransformProduce() throws Exception {
+        String in = prefix + "-ctp-in", outTopic = prefix + "-ctp-out";
+        String group = prefix + "-ctp-group", tid = prefix + "-ctp-id";
+        int parts = 6, n = 60;
+        createTopic(in, parts, Map.of());
+        createTopic(outTopic, parts, Map.of());
+        List<String> inputs = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            inputs.add("in-" + i);
+        }
+        produceSpread(in, parts, inputs);
+        Map<String, Object> out = new LinkedHashMap<>();
+        int transactions = 0, copied = 0;
+        try (KafkaConsumer<String, String> c = consumer(group, "consumer", "read_committed");
+             KafkaProducer<String, String> p = txnProducer(tid)) {
+            p.initTransactions();
+            p.beginTransaction();
+            for (int i = 0; i < parts; i++) {
+                p.send(new ProducerRecord<>(outTopic, i, null, "aborted-" + i));
+            }
+            p.flush();
+            p.abortTransaction();
+            c.subscribe(List.of(in));
+            long deadline = System.currentTimeMillis() + 4 * T.toMillis();
+            while (copied < n && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<String, String> rs = c.poll(Duration.ofMillis(200));
+                if (rs.isEmpty()) {
+                    continue;
+                }
+                p.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<String, String> r : rs) {
+                    p.send(new ProducerRecord<>(outTopic, r.partition(), null,
+                                                r.value().replace("in-", "out-")));
+                    offsets.put(new TopicPartition(in, r.partition()),
+                                new OffsetAndMetadata(r.offset() + 1));
+                    copied++;
+                }
+                p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+                p.commitTransaction();
+                transactions++;
+            }
+        }
+        out.put("copied", copied);
+        out.put("transactions", transactions);
+        try (Admin admin = admin(plain)) {
+            out.put("txn_coordinator", admin.describeTransactions(List.of(tid))
+                .description(tid).get().coordinatorId());
+            out.put("group_coordinator", admin.describeConsumerGroups(List.of(group))
+                .describedGroups().get(group).get().coordinator().id());
+            List<Integer> leaders = new ArrayList<>();
+            admin.describeTopics(List.of(outTopic)).allTopicNames().get().get(outTopic)
+                .partitions().forEach(pi -> leaders.add(pi.leader().id()));
+            out.put("output_leaders", leaders);
+            long committed = 0;
+            for (OffsetAndMetadata om : admin.listConsumerGroupOffsets(group)
+                     .partitionsToOffsetAndMetadata().get().values()) {
+                committed += om.offset();
+            }
+            out.put("committed_offsets_total", committed);
+        }
+        for (String iso : List.of("read_committed", "read_uncommitted")) {
+            try (KafkaConsumer<String, String> c = consumer(null, "classic", iso)) {
+                List<TopicPartition> tps = new ArrayList<>();
+                for (int i = 0; i < parts; i++) {
+                    tps.add(new TopicPartition(outTopic, i));
+                }
+                c.assign(tps);
+                c.seekToBeginning(tps);
+                int want = iso.equals("read_committed") ? n : n + parts;
+                List<ConsumerRecord<String, String>> got = collect(c, want, 2 * T.toMillis());
+                got.addAll(drain(c, 1000));
+                List<String> vals = values(got);
+                vals.sort(null);
+                out.put(iso, vals);
+            }
         }
         return out;
     }
