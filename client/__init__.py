@@ -45,10 +45,11 @@ from client.security import SecurityConfigError, SecuritySettings
 
 if TYPE_CHECKING:
     from client.consumer import ShareConsumer
-    from client.records import AcknowledgeType, ShareRecord, TopicPartition
+    from client.records import AcknowledgeType, RawPartition, ShareRecord, TopicPartition
 
 _LAZY = {"ShareConsumer": "client.consumer", "AcknowledgeType": "client.records",
-         "ShareRecord": "client.records", "TopicPartition": "client.records"}
+         "RawPartition": "client.records", "ShareRecord": "client.records",
+         "TopicPartition": "client.records"}
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +68,7 @@ __all__ = [
     "IllegalStateError",
     "InvalidRecordStateError",
     "KafkaError",
+    "RawPartition",
     "SecurityConfigError",
     "SecuritySettings",
     "ShareConsumer",

@@ -11,8 +11,11 @@ How a micro-batch flows (members in the driver, at-least-once):
    Polling overlaps with Spark's work: the query runs two members (``prefetch=true``), and
    while Spark processes one member's batch the other has already polled the next. The
    ACCEPT of a finished batch runs in the background, followed by that member's next poll.
-2. ``partitions(start, end)`` ships the held records to the executors inside the input
-   partitions; ``read`` turns them into Arrow batches there. While Spark works on them the
+2. ``partitions(start, end)`` ships the held records to the executors, undecoded: each
+   input partition gets whole topic-partitions as the broker sent them (v2 record batches and
+   the acquired ranges), inline or from the driver's batch server (``transport``); ``read``
+   decodes them into Arrow batches there (``pipeline/decode.py``), so the driver does no
+   per-record work. While Spark works on them the
    consumer's lock keeper RENEWs their acquisition locks.
 3. When the query stops or fails, the held records are RELEASEd and the members leave the
    group, so the records go to the next consumer at once. Spark does not call ``stop()`` when
@@ -56,7 +59,7 @@ from pyspark.sql.types import StructType
 
 from client import AcknowledgeType
 from pipeline.options import SourceOptions
-from pipeline.rows import SCHEMA_DDL, split, to_arrow
+from pipeline.rows import SCHEMA_DDL
 
 log = logging.getLogger("pipeline.share_source")
 
@@ -70,8 +73,9 @@ class DataLossError(RuntimeError):
 
 
 class ShareInputPartition(InputPartition):
-    """One Spark task's records as an Arrow IPC stream (built on the consumer's thread right
-    after the poll): inline, or where to fetch it (``transport=tcp``; pipeline/transport.py)."""
+    """One Spark task's records as a ``pipeline.decode.pack`` payload (built on the consumer's
+    thread right after the poll): inline, or where to fetch it (``transport=tcp``;
+    pipeline/transport.py)."""
 
     def __init__(self, payload: bytes | None, address: tuple[str, int, bytes, int] | None) -> None:
         super().__init__(None)
@@ -160,12 +164,12 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("share group %s: replaying micro-batch ending at %d after a restart "
                         "with %d records polled now (the records of the original attempt "
                         "come back through the group)", self.options.group_id, end["batch"],
-                        len(self._batch.held) if self._batch else 0)
+                        self._batch.held_records if self._batch else 0)
         if self._batch is None or not self._batch.held:
             return []
-        streams: list[bytes] = self._batch.prepared
+        streams: list[list[bytes]] = self._batch.prepared
         if self._server is None:
-            return [ShareInputPartition(s, None) for s in streams]
+            return [ShareInputPartition(b"".join(s), None) for s in streams]
         if self._token is not None:
             self._server.retract(self._token)
         self._token = self._server.publish(streams)
@@ -174,14 +178,15 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for i in range(len(streams))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from pipeline.transport import fetch, from_ipc
+        from pipeline.decode import to_batches
+        from pipeline.transport import fetch
 
         assert isinstance(partition, ShareInputPartition)
         if partition.payload is not None:
-            yield from from_ipc(partition.payload)
+            yield from to_batches(partition.payload)
         else:
             assert partition.address is not None
-            yield from from_ipc(fetch(*partition.address))
+            yield from to_batches(fetch(*partition.address))
 
     def commit(self, end: dict[str, int]) -> None:
         self._settle_through(end["batch"])
@@ -192,7 +197,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._server, self._token = None, None
         members = [*self._members, *self._parked]
         self._members, self._parked, self._batch, self._held_end = [], [], None, None
-        held = sum(len(m.held) for m in members)
+        held = sum(m.held_records for m in members)
         for member in members:
             member.close()
         if members:
@@ -298,15 +303,28 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _new_member(self) -> Any:
         from pipeline.bridge import ConsumerThread
-        from pipeline.transport import to_ipc
+        from pipeline.decode import pack_pieces
 
         o = self.options
         parts = o.num_partitions
         return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
                               max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
                               client_id=o.client_id, security=dict(o.security),
-                              prepare=lambda records: [to_ipc(to_arrow(c))
-                                                       for c in split(records, parts)])
+                              prepare=lambda held: [pack_pieces([(p.topic, p.partition, p.acquired, p.data)
+                                                                for p in g])
+                                                   for g in deal(held, parts)])
+
+
+def deal(held: Sequence[Any], parts: int) -> list[list[Any]]:
+    """Group a batch's partitions (``client.RawPartition``) into Spark partitions.
+
+    ``parts == 0``: one Spark partition per topic-partition (Kafka-source style: each keeps
+    its records in offset order). Otherwise the topic-partitions are dealt round-robin into
+    ``parts`` Spark partitions, with empty ones dropped.
+    """
+    if not parts or parts >= len(held):
+        return [[p] for p in held]
+    return [list(held[i::parts]) for i in range(parts)]
 
 
 def _release_on_sigterm(reader: ShareStreamReader) -> None:
