@@ -57,7 +57,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client import AcknowledgeType
 from pipeline.options import SourceOptions
 from pipeline.rows import SCHEMA_DDL
 
@@ -158,7 +157,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A batch from the offset log that this process never polled: Spark is replaying
             # an uncommitted batch after a restart. Refill it from the group (module doc).
             if self._batch is not None:  # a batch Spark never asked to commit: give it back
-                self._batch.cycle(AcknowledgeType.RELEASE, self.options.poll_timeout_ms)
+                self._batch.cycle(_ack("RELEASE"), self.options.poll_timeout_ms)
             self._batch = self._next_ready()
             self._held_end = end["batch"]
             log.warning("share group %s: replaying micro-batch ending at %d after a restart "
@@ -221,7 +220,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if member is None:
             return
         if self.options.acknowledge:
-            member.cycle(AcknowledgeType.ACCEPT, self.options.poll_timeout_ms)
+            member.cycle(_ack("ACCEPT"), self.options.poll_timeout_ms)
             return
         self._members.remove(member)
         self._parked.append(member)
@@ -313,6 +312,15 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               prepare=lambda held: [pack_pieces([(p.topic, p.partition, p.acquired, p.data)
                                                                 for p in g])
                                                    for g in deal(held, parts)])
+
+
+def _ack(name: str) -> Any:
+    """``client.AcknowledgeType[name]``. The consumer side of ``client`` (aiokafka) is imported
+    on first use: the executors and Spark's planner processes import this module too, and
+    never use it."""
+    from client import AcknowledgeType
+
+    return AcknowledgeType[name]
 
 
 def deal(held: Sequence[Any], parts: int) -> list[list[Any]]:
