@@ -2,8 +2,8 @@
 
 The query reads a topic through this project's ``shoal-share`` source (``pipeline/``) and writes
 to Spark's ``noop`` sink, ``Trigger.AvailableNow``, in ``local[2]``: it measures the source
-(one ShareFetch per micro-batch, the records shipped to the Python workers as Arrow batches,
-ACCEPT when the batch commits), not a computation.
+(one ShareFetch per micro-batch, the record batches shipped undecoded to the Python workers,
+which decode them into Arrow batches, ACCEPT when the batch commits), not a computation.
 
 The query runs in a child process (``python -m bench.spark_source --topic T --group G``) that
 prints one JSON line of figures; the parent (:func:`run`) creates nothing itself, the caller

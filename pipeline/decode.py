@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -122,7 +123,7 @@ class _Columns:
         self.delivery: list[Any] = []
         self.key_len: list[Any] = []
         self.value_len: list[Any] = []
-        self.keys: list[Any] = []  # memoryview slices, joined at the end
+        self.keys: list[Any] = []  # iterators of memoryview slices, joined at the end
         self.values: list[Any] = []
         self.headers: list[list[dict[str, Any]]] | None = None  # only if some record has any
         self.count = 0
@@ -261,11 +262,12 @@ def _decode_records(topic: str, partition: int, body: Any, count: int, base: int
     cols.key_len.append(key_len)
     cols.value_len.append(value_len)
     view = memoryview(body)
+    # Slices made and joined in C (map), not in a Python loop; a null is an empty slice.
     if (key_len > 0).any():
-        cols.keys.extend(view[a:a + k] for a, k in zip(key_at.tolist(), key_len.tolist())
-                         if k > 0)
-    cols.values.extend(view[a:a + v] for a, v in zip(value_at.tolist(), value_len.tolist())
-                       if v > 0)
+        cols.keys.append(map(view.__getitem__, map(
+            slice, key_at.tolist(), (key_at + np.maximum(key_len, 0)).tolist())))
+    cols.values.append(map(view.__getitem__, map(
+        slice, value_at.tolist(), (value_at + np.maximum(value_len, 0)).tolist())))
     if has_headers.any() or cols.headers is not None:
         if cols.headers is None:
             cols.headers = [[] for _ in range(cols.count)]
@@ -315,7 +317,7 @@ def _binary(lengths: Any, pieces: list[Any]) -> Any:
     valid = lengths >= 0
     offsets = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
-    data = pa.py_buffer(b"".join(pieces))
+    data = pa.py_buffer(b"".join(chain.from_iterable(pieces)))
     validity = None
     nulls = int(len(lengths) - valid.sum())
     if nulls:

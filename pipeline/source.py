@@ -125,6 +125,13 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets --------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, int]:
+        # Only the driver's source runner calls this, once, as a fresh query starts: join the
+        # group and poll now, so the first batch is ready when Spark first asks for one
+        # (Spark plans the query meanwhile). The planner processes that also create a
+        # reader never call it.
+        for m in self._pool():
+            if m.pending is None and not m.held:
+                m.cycle(None, self.options.poll_timeout_ms)
         return {"batch": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
