@@ -18,6 +18,7 @@ configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``
 - ``rate_overall``: every record / (``start()`` to termination).
 - ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
   ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+- ``ceiling_ratio``: ``rate`` / the ceiling's rate (issue 26's target: >= 0.8).
 - ``ceiling``: the same figures for the same query over a synthetic source that makes the
   same rows in the executors (:func:`ceiling`): what Spark's Python data source path allows
   on this machine without any broker or consumer work.
@@ -131,6 +132,8 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         if failure is None and fig.get("mean_batch_records"):
             fig["ceiling"] = ceiling(spark, records, fig["mean_batch_records"], spark_partitions,
                                      checkpoint + "-ceiling")
+            if fig.get("rate") and fig["ceiling"].get("rate"):
+                fig["ceiling_ratio"] = round(fig["rate"] / fig["ceiling"]["rate"], 3)
     finally:
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
