@@ -84,6 +84,8 @@ ROWS += [
     Row("g", G_TITLE, "first micro-batch", "s", _g("g", "first_batch_s"), digits=1),
     Row("g", G_TITLE, "ceiling: same query, rows made in the executors", "rec/s",
         _g("g", "ceiling", "rate")),
+    Row("g", G_TITLE, "after the first micro-batch / ceiling (same run)", "ratio",
+        _g("g", "ceiling_ratio"), (">=", 0.8), digits=2),
 ]
 
 H_TITLE = "(h) hostile load: control producer/consumer round trips during the attacks"

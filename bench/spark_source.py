@@ -2,8 +2,8 @@
 
 The query reads a topic through this project's ``shoal-share`` source (``pipeline/``) and writes
 to Spark's ``noop`` sink, ``Trigger.AvailableNow``, in ``local[2]``: it measures the source
-(one ShareFetch per micro-batch, the records shipped to the Python workers as Arrow batches,
-ACCEPT when the batch commits), not a computation.
+(one ShareFetch per micro-batch, the record batches shipped undecoded to the Python workers,
+which decode them into Arrow batches, ACCEPT when the batch commits), not a computation.
 
 The query runs in a child process (``python -m bench.spark_source --topic T --group G``) that
 prints one JSON line of figures; the parent (:func:`run`) creates nothing itself, the caller
@@ -18,6 +18,7 @@ configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``
 - ``rate_overall``: every record / (``start()`` to termination).
 - ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
   ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+- ``ceiling_ratio``: ``rate`` / the ceiling's rate (issue 26's target: >= 0.8).
 - ``ceiling``: the same figures for the same query over a synthetic source that makes the
   same rows in the executors (:func:`ceiling`): what Spark's Python data source path allows
   on this machine without any broker or consumer work.
@@ -131,6 +132,8 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         if failure is None and fig.get("mean_batch_records"):
             fig["ceiling"] = ceiling(spark, records, fig["mean_batch_records"], spark_partitions,
                                      checkpoint + "-ceiling")
+            if fig.get("rate") and fig["ceiling"].get("rate"):
+                fig["ceiling_ratio"] = round(fig["rate"] / fig["ceiling"]["rate"], 3)
     finally:
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)

@@ -26,6 +26,8 @@ calls: list, describe, committed offsets), and the integration tests' raw client
 ``errors``, ``security``, ``core``, ``blocking``, ``admin_wire`` and ``admin_groups`` need only
 the broker's own dependencies (the ``shoal`` CLI uses them on a broker-only install); the
 consumer and its record decoding need the ``client`` extra (aiokafka, cramjam), so they are imported on first use.
+The names below are all imported on first use, so importing ``client.security`` alone stays
+cheap (the Spark source's executors and planners parse options without the kio schemas).
 """
 
 from __future__ import annotations
@@ -33,23 +35,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from client.errors import (
-    ConsumerClosedError,
-    IllegalStateError,
-    InvalidRecordStateError,
-    KafkaError,
-    ShareConsumerError,
-    UnsupportedVersionError,
-    error_class,
-)
-from client.security import SecurityConfigError, SecuritySettings
-
 if TYPE_CHECKING:
+    from client.errors import (
+        ConsumerClosedError,
+        IllegalStateError,
+        InvalidRecordStateError,
+        KafkaError,
+        ShareConsumerError,
+        UnsupportedVersionError,
+        error_class,
+    )
+    from client.security import SecurityConfigError, SecuritySettings
     from client.consumer import ShareConsumer
-    from client.records import AcknowledgeType, ShareRecord, TopicPartition
+    from client.records import AcknowledgeType, RawPartition, ShareRecord, TopicPartition
 
 _LAZY = {"ShareConsumer": "client.consumer", "AcknowledgeType": "client.records",
-         "ShareRecord": "client.records", "TopicPartition": "client.records"}
+         "RawPartition": "client.records", "ShareRecord": "client.records",
+         "TopicPartition": "client.records",
+         **dict.fromkeys(["ConsumerClosedError", "IllegalStateError", "InvalidRecordStateError",
+                          "KafkaError", "ShareConsumerError", "UnsupportedVersionError",
+                          "error_class"], "client.errors"),
+         "SecurityConfigError": "client.security", "SecuritySettings": "client.security"}
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +72,7 @@ __all__ = [
     "IllegalStateError",
     "InvalidRecordStateError",
     "KafkaError",
+    "RawPartition",
     "SecurityConfigError",
     "SecuritySettings",
     "ShareConsumer",

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from client.errors import IllegalStateError
-from client.records import AcknowledgeType, ShareRecord, TopicPartition
+from client.records import AcknowledgeType, RawPartition, ShareRecord, TopicPartition
 
 WireBatch = tuple[int, int, tuple[int, ...]]
 
@@ -38,6 +38,12 @@ __all__ = ["InFlight", "WireBatch", "to_wire_batches"]
 
 def to_wire_batches(acks: Mapping[int, int]) -> list[WireBatch]:
     """Coalesce ``{offset: ack type}`` into (first, last, types) batches in offset order."""
+    if acks:  # the usual case, one contiguous run of one type: no per-offset work
+        lo, hi = min(acks), max(acks)
+        if hi - lo + 1 == len(acks):
+            types = set(acks.values())
+            if len(types) == 1:
+                return [(lo, hi, (int(types.pop()),))]
     out: list[WireBatch] = []
     run: list[tuple[int, int]] = []
     for off in sorted(acks):
@@ -59,7 +65,8 @@ def _batch(run: list[tuple[int, int]]) -> WireBatch:
 
 @dataclass(slots=True)
 class _PartitionAcks:
-    records: dict[int, ShareRecord] = field(default_factory=dict)
+    # offset -> the record handed out; None for an offset of a raw (undecoded) batch.
+    records: dict[int, ShareRecord | None] = field(default_factory=dict)
     pending: dict[int, AcknowledgeType] = field(default_factory=dict)
     final: set[int] = field(default_factory=set)  # offsets with a non-RENEW ack (sent or not)
 
@@ -88,6 +95,15 @@ class InFlight:
                     part = parts[tp] = _PartitionAcks()
                 current = part.records
             current[r.offset] = r
+
+    def replace_raw(self, parts: Iterable[RawPartition]) -> None:
+        """Start a new current batch of undecoded partitions: every acquired offset is held
+        (records and gaps alike); only ``acknowledge_all`` can acknowledge them."""
+        self._parts = {}
+        for p in parts:
+            part = self._parts.setdefault(TopicPartition(p.topic, p.partition), _PartitionAcks())
+            for first, last, _ in p.acquired:
+                part.records.update(dict.fromkeys(range(first, last + 1)))
 
     def add_gaps(self, tp: TopicPartition, offsets: Iterable[int]) -> None:
         """Acquired offsets without records: acknowledged as GAP with the next send."""
@@ -121,17 +137,32 @@ class InFlight:
     def acknowledge_all(self, kind: AcknowledgeType, *, only_unacknowledged: bool = True) -> None:
         """Acknowledge every record (by default only those without a final acknowledgement)."""
         for part in self._parts.values():
+            if not part.final or not only_unacknowledged:  # all of them, at C speed
+                part.pending.update(dict.fromkeys(part.records, kind))
+                if kind != AcknowledgeType.RENEW:
+                    part.final.update(part.records)
+                continue
             for off in part.records:
-                if only_unacknowledged and off in part.final:
+                if off in part.final:
                     continue
                 part.pending[off] = kind
                 if kind != AcknowledgeType.RENEW:
                     part.final.add(off)
 
     def unacknowledged(self) -> list[ShareRecord]:
-        """Records that have no final (non-RENEW) acknowledgement yet."""
+        """Records that have no final (non-RENEW) acknowledgement yet (decoded batches)."""
         return [r for p in self._parts.values() for off, r in p.records.items()
-                if off not in p.final]
+                if off not in p.final and r is not None]
+
+    def unacknowledged_offsets(self) -> dict[TopicPartition, list[int]]:
+        """Offsets without a final acknowledgement, by partition (raw batches included)."""
+        out = {}
+        for tp, p in self._parts.items():
+            offsets = [off for off in p.records if off not in p.final] if p.final \
+                else list(p.records)
+            if offsets:
+                out[tp] = offsets
+        return out
 
     def has_pending(self, renew: bool | None = None) -> bool:
         """Whether unsent acknowledgements exist (``renew``: only RENEW ones / only others)."""

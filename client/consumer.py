@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from client.ack_sender import AckCallback, AckResults, AckSender, PendingAcks
 from client.acks import InFlight
@@ -47,13 +47,15 @@ from client.errors import (
 )
 from client.fetcher import ACQUIRE_MODES, Fetcher
 from client.membership import SHARE_GROUP_HEARTBEAT, Membership
-from client.records import AcknowledgeType, ShareRecord, TopicPartition
+from client.records import AcknowledgeType, RawPartition, ShareRecord, TopicPartition
 from client.security import SecuritySettings
 from client.session import SHARE_FETCH, FetchParams
 
 log = logging.getLogger("client.share_consumer")
 
 __all__ = ["ShareConsumer"]
+
+T = TypeVar("T")
 
 
 class ShareConsumer:
@@ -67,6 +69,10 @@ class ShareConsumer:
         max_poll_records: ShareFetch MaxRecords/BatchSize; a hard cap in ``record_limit`` mode.
         acquire_mode: ``"batch_optimized"`` or ``"record_limit"`` (ShareFetch v2, KIP-1206).
         renew_locks: run the lock keeper (RENEW for records still being processed).
+        raw_records: hand batches out undecoded (``getmany_raw``: one ``RawPartition`` per
+            partition, the broker's record batches and the acquired ranges), for a caller that
+            decodes them elsewhere; needs explicit mode, and ``acknowledge_all`` acknowledges
+            whole acquired ranges (gaps included). ``getmany`` is not available then.
         acknowledgement_commit_callback: ``cb(offsets_by_partition, exception_or_None)``.
         max_share_version: highest ShareFetch/ShareAcknowledge version to use (2; 1 for tests).
         config: Kafka security properties by their Kafka names, as a confluent-kafka config
@@ -90,7 +96,8 @@ class ShareConsumer:
                  acquire_mode: str = "batch_optimized", client_id: str = "shoal-share-consumer",
                  fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 50 * 1024 * 1024, request_timeout_ms: int = 30_000,
-                 renew_locks: bool = False, rack_id: str | None = None,
+                 renew_locks: bool = False, raw_records: bool = False,
+                 rack_id: str | None = None,
                  acknowledgement_commit_callback: AckCallback | None = None,
                  max_share_version: int = 2, config: Mapping[str, Any] | None = None,
                  security_protocol: str | None = None, sasl_mechanism: str | None = None,
@@ -108,6 +115,8 @@ class ShareConsumer:
                              f"not {acquire_mode!r}")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be at least 1")
+        if raw_records and acknowledgement_mode != "explicit":
+            raise ValueError("raw_records needs acknowledgement_mode='explicit'")
         self._explicit = acknowledgement_mode == "explicit"
         self._renew_locks = renew_locks
         self._max_share_version = max_share_version
@@ -130,7 +139,8 @@ class ShareConsumer:
         params = FetchParams(fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes,
                              max_poll_records, max_poll_records, ACQUIRE_MODES[acquire_mode])
         self._fetcher = Fetcher(self._cluster, self._membership, self._acks, params,
-                                on_fatal=self._set_fatal, refresh_metadata=self._refresh_metadata)
+                                on_fatal=self._set_fatal, refresh_metadata=self._refresh_metadata,
+                                raw=raw_records)
         self._current = InFlight()
         self._fatal: KafkaError | None = None
         self._assignment_event = asyncio.Event()
@@ -282,6 +292,24 @@ class ShareConsumer:
             IllegalStateError: not subscribed, or (explicit) unacknowledged records.
             KafkaError: a fatal group or fetch error.
         """
+        if self._fetcher.raw:
+            raise IllegalStateError("a raw_records consumer polls with getmany_raw()")
+        return await self._poll(timeout_ms, self._hand_out, {})
+
+    async def getmany_raw(self, timeout_ms: int = 0) -> list[RawPartition]:
+        """``getmany`` for a ``raw_records`` consumer: the partitions of the next batch,
+        undecoded (maybe none). The same settling rules apply.
+
+        Raises:
+            IllegalStateError: not a raw_records consumer, not subscribed, or unacknowledged
+                offsets of the previous batch.
+            KafkaError: a fatal group or fetch error.
+        """
+        if not self._fetcher.raw:
+            raise IllegalStateError("getmany_raw() needs raw_records=True")
+        return await self._poll(timeout_ms, self._hand_out_raw, [])
+
+    async def _poll(self, timeout_ms: int, hand_out: Callable[[], T], nothing: T) -> T:
         self._check_open()
         if not self._membership.subscription:
             raise IllegalStateError("getmany without a subscription")
@@ -289,13 +317,15 @@ class ShareConsumer:
         if self._current.has_pending(renew=True):
             self._take_current_acks()
             await self._acks.send(self._acks.pending_for(None), renew=True)
-            return {}
+            return nothing
         if self._explicit:
-            missing = self._current.unacknowledged()
+            missing = self._current.unacknowledged_offsets()
             if missing:
+                tp, offsets = next(iter(missing.items()))
                 raise IllegalStateError(
-                    f"explicit acknowledgement mode: {len(missing)} records of the previous batch "
-                    f"are not acknowledged (first: {missing[0]!r})")
+                    f"explicit acknowledgement mode: {sum(map(len, missing.values()))} records "
+                    f"of the previous batch are not acknowledged (first: {tp.topic}-"
+                    f"{tp.partition}@{offsets[0]})")
         else:
             self._current.acknowledge_all(AcknowledgeType.ACCEPT)
         self._take_current_acks()
@@ -303,12 +333,12 @@ class ShareConsumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if self._fetcher.buffer:
-                return self._hand_out()
+                return hand_out()
             remaining = deadline - time.monotonic()
             await self._fetcher.start(remaining)
             if not self._fetcher.inflight:
                 if remaining <= 0:
-                    return {}
+                    return hand_out()
                 self._assignment_event.clear()
                 try:
                     async with asyncio.timeout(min(remaining, 0.1)):
@@ -319,7 +349,7 @@ class ShareConsumer:
             await self._fetcher.wait(remaining)
             self._raise_fatal()
             if not self._fetcher.buffer and time.monotonic() >= deadline:
-                return {}
+                return hand_out()
 
     def acknowledge(self, record: ShareRecord,
                     type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
@@ -403,6 +433,11 @@ class ShareConsumer:
         self._current.replace(r for rs in out.values() for r in rs)
         return out
 
+    def _hand_out_raw(self) -> list[RawPartition]:
+        out = self._fetcher.hand_out_raw()
+        self._current.replace_raw(out)
+        return out
+
     def _take_current_acks(self) -> None:
         self._acks.add(self._current.take_pending())
 
@@ -483,12 +518,11 @@ class ShareConsumer:
             # A third of the lock duration leaves two chances before a lock would expire. Until
             # a fetch reports the duration, wake every second.
             await asyncio.sleep((self._acks.lock_timeout_ms or 3000) / 3000)
-            held = self._current.unacknowledged()
+            held = self._current.unacknowledged_offsets()
             if not held or self._acks.share_version() < 2:
                 continue
-            renew: PendingAcks = {}
-            for r in held:
-                renew.setdefault(r.topic_partition, {})[r.offset] = AcknowledgeType.RENEW
+            renew: PendingAcks = {tp: dict.fromkeys(offsets, AcknowledgeType.RENEW)
+                                  for tp, offsets in held.items()}
             try:
                 await self._acks.send(renew, renew=True)
             except (TimeoutError, ConnectionError, OSError, KafkaError) as e:

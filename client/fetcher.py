@@ -41,6 +41,7 @@ from client.errors import KafkaError, error_class, error_for
 from client.membership import Membership
 from client.records import (
     AcknowledgeType,
+    RawPartition,
     ShareRecord,
     TopicPartition,
     decode_partition,
@@ -49,7 +50,7 @@ from client.session import SESSION_LOST, SHARE_FETCH, FetchParams, TopicIdPartit
 
 log = logging.getLogger("client.share_consumer")
 
-Fetched = list[tuple[TopicPartition, list[ShareRecord]]]
+Fetched = list[tuple[TopicPartition, list[ShareRecord] | RawPartition]]
 
 METADATA_STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
                             ErrorCode.unknown_topic_id, ErrorCode.fenced_leader_epoch,
@@ -70,15 +71,35 @@ class Fetcher:
         params: ShareFetch parameters (``max_wait_ms`` is capped per fetch by the time left).
         on_fatal: receives errors the application must see.
         refresh_metadata: reloads the metadata of the subscribed topics.
+        raw: buffer each partition's records undecoded, as one ``RawPartition`` (no gaps are
+            found, so none are queued: acknowledging the acquired ranges covers them).
     """
 
     def __init__(self, cluster: Cluster, membership: Membership, acks: AckSender,
                  params: FetchParams, *, on_fatal: Callable[[KafkaError], None],
-                 refresh_metadata: Callable[[], Awaitable[None]]) -> None:
+                 refresh_metadata: Callable[[], Awaitable[None]], raw: bool = False) -> None:
         self._cluster, self._membership, self._acks, self._params = cluster, membership, acks, params
         self._on_fatal, self._refresh_metadata = on_fatal, refresh_metadata
+        self.raw = raw
         self.inflight: dict[int, asyncio.Task[Fetched]] = {}
         self.buffer: Fetched = []
+
+    def hand_out_raw(self) -> list[RawPartition]:
+        """Take the next raw batch from the buffer (``record_limit`` mode: whole partitions up
+        to ``max_records`` acquired offsets, at least one; one fetch never exceeds it)."""
+        record_limit = self._params.acquire_mode == ACQUIRE_MODES["record_limit"]
+        budget = self._params.max_records if record_limit else None
+        out: list[RawPartition] = []
+        while self.buffer:
+            part = self.buffer[0][1]
+            assert isinstance(part, RawPartition)
+            if budget is not None and out and part.count > budget:
+                break
+            self.buffer.pop(0)
+            out.append(part)
+            if budget is not None:
+                budget -= part.count
+        return out
 
     def hand_out(self) -> dict[TopicPartition, list[ShareRecord]]:
         """Take the next batch from the buffer (``record_limit`` mode: ``max_records`` at most)."""
@@ -87,6 +108,7 @@ class Fetcher:
         budget = self._params.max_records if record_limit else None
         while self.buffer and (budget is None or budget > 0):
             tp, records = self.buffer[0]
+            assert isinstance(records, list)
             if budget is not None and len(records) > budget:
                 out.setdefault(tp, []).extend(records[:budget])
                 self.buffer[0] = (tp, records[budget:])
@@ -205,6 +227,12 @@ class Fetcher:
                         self._on_fatal(error_class(pcode)(p.error_message, tp))
                     continue
                 if not p.acquired_records:
+                    continue
+                if self.raw:
+                    out.append((tp, RawPartition(
+                        name, tp.partition, bytes(p.records or b""),
+                        tuple((int(a.first_offset), int(a.last_offset), int(a.delivery_count))
+                              for a in p.acquired_records))))
                     continue
                 decoded = decode_partition(
                     name, tp.partition, p.records,

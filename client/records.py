@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from aiokafka.record.memory_records import MemoryRecords  # type: ignore[import-untyped]
 
-__all__ = ["AcknowledgeType", "ShareRecord", "TopicPartition", "decode_partition"]
+__all__ = ["AcknowledgeType", "RawPartition", "ShareRecord", "TopicPartition", "decode_partition"]
 
 
 class TopicPartition(NamedTuple):
@@ -63,6 +63,32 @@ class ShareRecord:
     def __repr__(self) -> str:
         return (f"ShareRecord({self.topic}-{self.partition}@{self.offset}, "
                 f"delivery_count={self.delivery_count})")
+
+
+@dataclass(frozen=True, slots=True)
+class RawPartition:
+    """One partition's acquired records as the broker sent them, not decoded (``raw`` mode).
+
+    ``data`` holds the v2 record batches of the ShareFetch response (they may reach past the
+    acquired ranges, and may hold control batches); ``acquired`` the (first offset, last offset,
+    delivery count) ranges the member holds. Acquired offsets without a record in ``data``
+    (gaps) are part of the ranges: acknowledging the ranges acknowledges them too, which the
+    broker treats like GAP (both end the offset's delivery).
+    """
+
+    topic: str
+    partition: int
+    data: bytes
+    acquired: tuple[tuple[int, int, int], ...]
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def count(self) -> int:
+        """Acquired offsets (records plus gaps)."""
+        return sum(last - first + 1 for first, last, _ in self.acquired)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from client import AcknowledgeType, ShareConsumer, ShareRecord
+from client import AcknowledgeType, RawPartition, ShareConsumer
 from client.errors import ShareConsumerError
 
 log = logging.getLogger("pipeline.share_source")
@@ -32,7 +32,8 @@ class Cycle:
     """What one ``cycle`` did: acknowledgements the broker refused, then the records polled."""
 
     refused: dict[str, int] = field(default_factory=dict)  # "topic-partition" -> records
-    records: list[ShareRecord] = field(default_factory=list)
+    # The polled partitions, undecoded: the executors decode them (pipeline/decode.py).
+    records: list[RawPartition] = field(default_factory=list)
     # Whether the member had partitions assigned when the poll began: an empty poll only
     # means "nothing to read" if it did (a new member's first poll may predate its assignment).
     assigned: bool = False
@@ -43,15 +44,16 @@ class Cycle:
 class ConsumerThread:
     """One explicit-acknowledgement share-group member, polled one micro-batch at a time.
 
-    ``held`` is the batch this member holds: acquired, renewed by the lock keeper, and not yet
-    acknowledged. A ``cycle`` first acknowledges the held batch (if asked to) and then polls
+    ``held`` is the batch this member holds, as undecoded partitions (``client.RawPartition``):
+    acquired, renewed by the lock keeper, and not yet acknowledged. Acknowledging it covers
+    every acquired offset (records and gaps). A ``cycle`` first acknowledges the held batch (if asked to) and then polls
     the next one; the caller takes the new batch with ``take``.
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: tuple[str, ...], *,
                  max_records: int, renew_locks: bool, client_id: str,
                  security: Mapping[str, str] | None = None,
-                 prepare: Callable[[list[ShareRecord]], Any] | None = None) -> None:
+                 prepare: Callable[[list[RawPartition]], Any] | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="shoal-share-source", daemon=True)
@@ -59,9 +61,9 @@ class ConsumerThread:
         self._consumer = ShareConsumer(
             bootstrap_servers, group_id, acknowledgement_mode="explicit",
             max_poll_records=max_records, acquire_mode="record_limit", client_id=client_id,
-            renew_locks=renew_locks, config=security)
+            renew_locks=renew_locks, raw_records=True, config=security)
         self._prepare = prepare
-        self.held: list[ShareRecord] = []
+        self.held: list[RawPartition] = []
         self.prepared: Any = None  # ``prepare(held)``
         self.pending: Future[Cycle] | None = None
         self._closed = False
@@ -85,7 +87,7 @@ class ConsumerThread:
         (``poll_timeout_ms`` None: don't). Returns the future, also kept in ``pending``."""
         if self.pending is not None and not self.pending.done():
             raise RuntimeError("a cycle is already running on this member")
-        records: list[ShareRecord] = []
+        records: list[RawPartition] = []
         if settle is not None:
             records, self.held, self.prepared = self.held, [], None
         elif self.held and poll_timeout_ms is not None:
@@ -93,7 +95,12 @@ class ConsumerThread:
         self.pending = self._submit(self._cycle(records, settle, poll_timeout_ms))
         return self.pending
 
-    async def _cycle(self, records: list[ShareRecord], settle: AcknowledgeType | None,
+    @property
+    def held_records(self) -> int:
+        """Acquired offsets in the held batch."""
+        return sum(p.count for p in self.held)
+
+    async def _cycle(self, records: list[RawPartition], settle: AcknowledgeType | None,
                      poll_timeout_ms: int | None) -> Cycle:
         out = Cycle()
         if records and settle is not None:
@@ -102,14 +109,13 @@ class ConsumerThread:
             results = await self._consumer.commit_sync()
             for tp, err in results.items():
                 if err is not None:
-                    count = sum(1 for r in records if r.topic_partition == tp)
+                    count = sum(p.count for p in records if p.topic_partition == tp)
                     out.refused[f"{tp.topic}-{tp.partition}"] = count
                     log.warning("share group broker refused %s of %d records of %s-%d: %s",
                                 settle.name, count, tp.topic, tp.partition, err)
         if poll_timeout_ms is not None:
             out.assigned = bool(self._consumer.assignment())
-            batch = await self._consumer.getmany(timeout_ms=poll_timeout_ms)
-            out.records = [r for rs in batch.values() for r in rs]
+            out.records = await self._consumer.getmany_raw(timeout_ms=poll_timeout_ms)
             if out.records and self._prepare is not None:
                 out.prepared = self._prepare(out.records)
         return out
@@ -150,7 +156,7 @@ class ConsumerThread:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout)
 
-    async def _close(self, held: list[ShareRecord]) -> None:
+    async def _close(self, held: list[RawPartition]) -> None:
         if held:
             self._consumer.acknowledge_all(AcknowledgeType.RELEASE)
         await self._consumer.close()

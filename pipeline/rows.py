@@ -1,8 +1,8 @@
 """The rows the source produces: Spark's Kafka-source columns plus ``deliveryCount``.
 
-Right after a poll, the driver-side consumer thread groups the records into Spark partitions,
-gathers each partition's columns in one pass per field, and builds one Arrow record batch per
-partition; the executors only read those batches (``pipeline/transport.py``).
+The source builds its Arrow batches on the executors straight from the broker's record batches
+(``pipeline/decode.py``); ``Columns``/``to_arrow`` build the same rows from Python values (the
+bench's ceiling source, and tests as an oracle).
 """
 
 from __future__ import annotations
@@ -46,31 +46,6 @@ class Columns:
         self.headers.extend([[{"key": k, "value": v} for k, v in r.headers] if r.headers else []
                              for r in records])
         self.delivery_count.extend([r.delivery_count for r in records])
-
-
-def split(records: Sequence[Any], parts: int) -> list[Columns]:
-    """Group records into Spark partitions.
-
-    ``parts == 0``: one partition per topic-partition (Kafka-source style; keeps each
-    partition's records in offset order). Otherwise topic-partitions are dealt round-robin
-    into ``parts`` partitions, with empty ones dropped.
-    """
-    by_tp: dict[tuple[str, int], list[Any]] = {}
-    for r in records:
-        key = (r.topic, r.partition)
-        group = by_tp.get(key)
-        if group is None:
-            group = by_tp[key] = []
-        group.append(r)
-    groups = list(by_tp.values())
-    if parts and parts < len(groups):
-        groups = [[r for g in groups[i::parts] for r in g] for i in range(parts)]
-    out = []
-    for g in groups:
-        cols = Columns()
-        cols.extend(g)
-        out.append(cols)
-    return out
 
 
 def to_arrow(cols: Columns) -> Any:

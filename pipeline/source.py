@@ -11,8 +11,11 @@ How a micro-batch flows (members in the driver, at-least-once):
    Polling overlaps with Spark's work: the query runs two members (``prefetch=true``), and
    while Spark processes one member's batch the other has already polled the next. The
    ACCEPT of a finished batch runs in the background, followed by that member's next poll.
-2. ``partitions(start, end)`` ships the held records to the executors inside the input
-   partitions; ``read`` turns them into Arrow batches there. While Spark works on them the
+2. ``partitions(start, end)`` ships the held records to the executors, undecoded: each
+   input partition gets whole topic-partitions as the broker sent them (v2 record batches and
+   the acquired ranges), inline or from the driver's batch server (``transport``); ``read``
+   decodes them into Arrow batches there (``pipeline/decode.py``), so the driver does no
+   per-record work. While Spark works on them the
    consumer's lock keeper RENEWs their acquisition locks.
 3. When the query stops or fails, the held records are RELEASEd and the members leave the
    group, so the records go to the next consumer at once. Spark does not call ``stop()`` when
@@ -54,9 +57,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client import AcknowledgeType
 from pipeline.options import SourceOptions
-from pipeline.rows import SCHEMA_DDL, split, to_arrow
+from pipeline.rows import SCHEMA_DDL
 
 log = logging.getLogger("pipeline.share_source")
 
@@ -70,8 +72,9 @@ class DataLossError(RuntimeError):
 
 
 class ShareInputPartition(InputPartition):
-    """One Spark task's records as an Arrow IPC stream (built on the consumer's thread right
-    after the poll): inline, or where to fetch it (``transport=tcp``; pipeline/transport.py)."""
+    """One Spark task's records as a ``pipeline.decode.pack`` payload (built on the consumer's
+    thread right after the poll): inline, or where to fetch it (``transport=tcp``;
+    pipeline/transport.py)."""
 
     def __init__(self, payload: bytes | None, address: tuple[str, int, bytes, int] | None) -> None:
         super().__init__(None)
@@ -122,6 +125,13 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets --------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, int]:
+        # Only the driver's source runner calls this, once, as a fresh query starts: join the
+        # group and poll now, so the first batch is ready when Spark first asks for one
+        # (Spark plans the query meanwhile). The planner processes that also create a
+        # reader never call it.
+        for m in self._pool():
+            if m.pending is None and not m.held:
+                m.cycle(None, self.options.poll_timeout_ms)
         return {"batch": 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -154,18 +164,18 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A batch from the offset log that this process never polled: Spark is replaying
             # an uncommitted batch after a restart. Refill it from the group (module doc).
             if self._batch is not None:  # a batch Spark never asked to commit: give it back
-                self._batch.cycle(AcknowledgeType.RELEASE, self.options.poll_timeout_ms)
+                self._batch.cycle(_ack("RELEASE"), self.options.poll_timeout_ms)
             self._batch = self._next_ready()
             self._held_end = end["batch"]
             log.warning("share group %s: replaying micro-batch ending at %d after a restart "
                         "with %d records polled now (the records of the original attempt "
                         "come back through the group)", self.options.group_id, end["batch"],
-                        len(self._batch.held) if self._batch else 0)
+                        self._batch.held_records if self._batch else 0)
         if self._batch is None or not self._batch.held:
             return []
-        streams: list[bytes] = self._batch.prepared
+        streams: list[list[bytes]] = self._batch.prepared
         if self._server is None:
-            return [ShareInputPartition(s, None) for s in streams]
+            return [ShareInputPartition(b"".join(s), None) for s in streams]
         if self._token is not None:
             self._server.retract(self._token)
         self._token = self._server.publish(streams)
@@ -174,14 +184,15 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for i in range(len(streams))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from pipeline.transport import fetch, from_ipc  # lazy: the executor side only
+        from pipeline.decode import to_batches  # lazy: the executor side only
+        from pipeline.transport import fetch  # lazy: the executor side only
 
         assert isinstance(partition, ShareInputPartition)
         if partition.payload is not None:
-            yield from from_ipc(partition.payload)
+            yield from to_batches(partition.payload)
         else:
             assert partition.address is not None
-            yield from from_ipc(fetch(*partition.address))
+            yield from to_batches(fetch(*partition.address))
 
     def commit(self, end: dict[str, int]) -> None:
         self._settle_through(end["batch"])
@@ -192,7 +203,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._server, self._token = None, None
         members = [*self._members, *self._parked]
         self._members, self._parked, self._batch, self._held_end = [], [], None, None
-        held = sum(len(m.held) for m in members)
+        held = sum(m.held_records for m in members)
         for member in members:
             member.close()
         if members:
@@ -216,7 +227,7 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if member is None:
             return
         if self.options.acknowledge:
-            member.cycle(AcknowledgeType.ACCEPT, self.options.poll_timeout_ms)
+            member.cycle(_ack("ACCEPT"), self.options.poll_timeout_ms)
             return
         self._members.remove(member)
         self._parked.append(member)
@@ -299,15 +310,37 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _new_member(self) -> Any:
         # Lazy: the driver's consumers only; executors never load the asyncio client.
         from pipeline.bridge import ConsumerThread
-        from pipeline.transport import to_ipc
+        from pipeline.decode import pack_pieces
 
         o = self.options
         parts = o.num_partitions
         return ConsumerThread(o.bootstrap_servers, o.group_id, o.topics,
                               max_records=o.max_records_per_batch, renew_locks=o.renew_locks,
                               client_id=o.client_id, security=dict(o.security),
-                              prepare=lambda records: [to_ipc(to_arrow(c))
-                                                       for c in split(records, parts)])
+                              prepare=lambda held: [pack_pieces([(p.topic, p.partition, p.acquired, p.data)
+                                                                for p in g])
+                                                   for g in deal(held, parts)])
+
+
+def _ack(name: str) -> Any:
+    """``client.AcknowledgeType[name]``. The consumer side of ``client`` (aiokafka) is imported
+    on first use: the executors and Spark's planner processes import this module too, and
+    never use it."""
+    from client import AcknowledgeType  # lazy: off the executors' import path
+
+    return AcknowledgeType[name]
+
+
+def deal(held: Sequence[Any], parts: int) -> list[list[Any]]:
+    """Group a batch's partitions (``client.RawPartition``) into Spark partitions.
+
+    ``parts == 0``: one Spark partition per topic-partition (Kafka-source style: each keeps
+    its records in offset order). Otherwise the topic-partitions are dealt round-robin into
+    ``parts`` Spark partitions, with empty ones dropped.
+    """
+    if not parts or parts >= len(held):
+        return [[p] for p in held]
+    return [list(held[i::parts]) for i in range(parts)]
 
 
 def _release_on_sigterm(reader: ShareStreamReader) -> None:

@@ -1,11 +1,12 @@
 """How a micro-batch's records reach the executors.
 
-``inline`` (the default): each Spark partition's Arrow IPC stream rides inside its
-``InputPartition``, through the JVM's task serialization. It works wherever Spark does, but the
-JVM copies the bytes several times on the way (about 4 µs per 1 KiB record, measured).
+``inline`` (the default): each Spark partition's payload (``pipeline.decode.pack``: the
+undecoded record batches of its topic-partitions) rides inside its ``InputPartition``, through
+the JVM's task serialization. It works wherever Spark does, but the JVM copies the bytes several
+times on the way (about 4 µs per 1 KiB record, measured).
 
-``tcp``: the driver-side source keeps the streams and serves them from a small TCP server; the
-input partitions carry only its address and a random token, and each task fetches its stream
+``tcp``: the driver-side source keeps the payloads and serves them from a small TCP server; the
+input partitions carry only its address and a random token, and each task fetches its payload
 directly. The executors must reach ``driverHost`` (127.0.0.1 by default: local mode).
 """
 
@@ -17,7 +18,6 @@ import socket
 import struct
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 log = logging.getLogger("pipeline.share_source")
 
@@ -26,28 +26,12 @@ _LENGTH = struct.Struct(">q")  # payload length, -1: unknown token or index
 TOKEN_BYTES = 16
 
 
-def to_ipc(batch: Any) -> bytes:
-    """An Arrow record batch as one IPC stream (what both transports carry)."""
-    # Lazy: pyarrow is optional (the spark extra) and heavy.
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue())
-
-
-def from_ipc(payload: Any) -> list[Any]:
-    import pyarrow as pa  # lazy: as above
-
-    return list(pa.ipc.open_stream(payload))
-
-
 class BatchServer:
-    """Serves published micro-batches (lists of IPC streams) to executor tasks."""
+    """Serves published micro-batches to executor tasks: one payload per Spark partition, each
+    a list of pieces sent back to back (so the record batches are never joined in memory)."""
 
     def __init__(self, host: str) -> None:
-        self._payloads: dict[bytes, Sequence[bytes]] = {}
+        self._payloads: dict[bytes, Sequence[Sequence[bytes]]] = {}
         self._lock = threading.Lock()
         self._sock = socket.create_server((host, 0))
         self.host = host
@@ -55,7 +39,7 @@ class BatchServer:
         self._closed = False
         threading.Thread(target=self._accept, name="shoal-batch-server", daemon=True).start()
 
-    def publish(self, parts: Sequence[bytes]) -> bytes:
+    def publish(self, parts: Sequence[Sequence[bytes]]) -> bytes:
         token = secrets.token_bytes(TOKEN_BYTES)
         with self._lock:
             self._payloads[token] = parts
@@ -93,14 +77,15 @@ class BatchServer:
                 if payload is None:
                     conn.sendall(_LENGTH.pack(-1))
                     return
-                conn.sendall(_LENGTH.pack(len(payload)))
-                conn.sendall(payload)
+                conn.sendall(_LENGTH.pack(sum(len(p) for p in payload)))
+                for piece in payload:
+                    conn.sendall(piece)
             except (OSError, struct.error, ConnectionError) as e:
                 log.info("a Spark task's batch fetch failed: %s", e)
 
 
 def fetch(host: str, port: int, token: bytes, index: int, timeout: float = 120.0) -> bytearray:
-    """A task's IPC stream from the driver's :class:`BatchServer`."""
+    """A task's payload from the driver's :class:`BatchServer`."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
             conn.sendall(_REQUEST.pack(token, index))

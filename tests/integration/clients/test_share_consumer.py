@@ -25,6 +25,7 @@ from client import (
     ShareRecord,
     TopicPartition,
 )
+from client.records import decode_partition
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.share_helpers import produce, set_group_configs
@@ -415,6 +416,38 @@ async def test_lock_keeper_renews_records_the_application_is_still_processing(
     assert await quiet(b, 2.0) == []  # a is "processing" for 2 s; its keeper renews
     a.acknowledge(r, AcknowledgeType.ACCEPT)
     assert await a.commit_sync() == {TopicPartition(unique, 0): None}
+
+
+async def test_raw_records_mode_hands_out_undecoded_partitions_and_acks_whole_ranges(
+        sb, unique, consumers) -> None:
+    """raw_records (the Spark source's mode): getmany_raw returns the broker's record batches
+    and acquired ranges per partition, acknowledge_all settles every acquired offset, and an
+    unsettled batch blocks the next poll as in explicit mode."""
+    values = setup(sb, unique, partitions=2, count=40)
+    with pytest.raises(ValueError, match="explicit"):
+        ShareConsumer(sb.bootstrap, unique, raw_records=True)
+    c = await consumers(unique, unique, acknowledgement_mode="explicit", raw_records=True,
+                        max_poll_records=15, acquire_mode="record_limit")
+    with pytest.raises(IllegalStateError, match="getmany_raw"):
+        await c.getmany(timeout_ms=10)
+    got: list[ShareRecord] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 40:
+        assert time.monotonic() < deadline, f"got {len(got)} of 40 records"
+        parts = await c.getmany_raw(timeout_ms=200)
+        assert sum(p.count for p in parts) <= 15
+        if parts:
+            with pytest.raises(IllegalStateError, match="not acknowledged"):
+                await c.getmany_raw(timeout_ms=10)
+        for p in parts:
+            got += decode_partition(p.topic, p.partition, p.data, p.acquired).records
+        c.acknowledge_all(AcknowledgeType.ACCEPT)
+        results = await c.commit_sync()
+        assert all(err is None for err in results.values())
+    assert sorted(r.value for r in got) == sorted(values)
+    assert {r.delivery_count for r in got} == {1}
+    other = await consumers(unique, unique)
+    assert await quiet(other, 1.0) == []  # everything was accepted
 
 
 # -- the async shape --------------------------------------------------------------------------------

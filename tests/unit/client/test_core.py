@@ -22,6 +22,7 @@ from client.errors import (
 from client.membership import Membership, new_member_id
 from client.records import (
     AcknowledgeType,
+    RawPartition,
     ShareRecord,
     TopicPartition,
     decode_partition,
@@ -98,6 +99,28 @@ def test_in_flight_acknowledge_all_skips_records_already_acknowledged() -> None:
     f.acknowledge_all(A)
     assert f.take_pending() == {TopicPartition("t", 0): {0: J}, TopicPartition("t", 1): {1: A}}
     assert f.unacknowledged() == []
+
+
+def test_raw_batch_is_held_and_acknowledged_by_acquired_range() -> None:
+    """A raw_records batch: every acquired offset (gaps too) is held; acknowledge_all settles
+    them in one wire batch per contiguous range; single records cannot be acknowledged."""
+    f = InFlight()
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    f.replace_raw([RawPartition("t", 0, b"", ((10, 12, 1), (20, 20, 2))),
+                   RawPartition("t", 1, b"", ((0, 1, 1),))])
+    assert f.unacknowledged_offsets() == {t0: [10, 11, 12, 20], t1: [0, 1]}
+    assert f.unacknowledged() == []  # no record objects to hand back
+    with pytest.raises(IllegalStateError):
+        f.acknowledge(rec(10), A)
+    f.acknowledge_all(N)
+    assert f.unacknowledged_offsets() == {t0: [10, 11, 12, 20], t1: [0, 1]}  # RENEW is not final
+    f.take_pending()
+    f.acknowledge_all(A)
+    assert f.unacknowledged_offsets() == {}
+    pending = f.take_pending()
+    assert {tp: to_wire_batches(a) for tp, a in pending.items()} == {
+        t0: [(10, 12, (1,)), (20, 20, (1,))], t1: [(0, 1, (1,))]}
+    assert RawPartition("t", 0, b"", ((10, 12, 1), (20, 20, 2))).count == 4
 
 
 def test_session_epochs_and_partition_diffs() -> None:

@@ -8,7 +8,7 @@ pytest.importorskip("pyspark", reason="the pipeline package needs the 'spark' ex
 
 from client import ShareRecord  # noqa: E402
 from pipeline.options import OptionError, SourceOptions, WriterOptions  # noqa: E402
-from pipeline.rows import headers_of, split, to_arrow  # noqa: E402
+from pipeline.rows import Columns, headers_of, to_arrow  # noqa: E402
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "group.id": "g", "subscribe": "a, b,a"}
 
@@ -92,17 +92,9 @@ def _rec(topic: str, p: int, off: int) -> ShareRecord:
     return ShareRecord(topic, p, off, 1_700_000_000_123, 0, b"k", b"v", [("h", b"x")], 2)
 
 
-def test_split_keeps_partition_order_and_folds_into_n_parts() -> None:
-    records = [_rec("t", p, o) for o in range(3) for p in range(4)]
-    per_tp = split(records, 0)
-    assert [(c.partition[0], c.offset) for c in per_tp] == [(p, [0, 1, 2]) for p in range(4)]
-    two = split(records, 2)
-    assert sorted(len(c) for c in two) == [6, 6]
-    assert sum(len(c) for c in split(records, 100)) == 12
-
-
 def test_arrow_batch_has_the_kafka_source_columns() -> None:
-    (cols,) = split([_rec("t", 0, 5)], 0)
+    cols = Columns()
+    cols.extend([_rec("t", 0, 5)])
     batch = to_arrow(cols)
     row = batch.to_pylist()[0]
     assert row["offset"] == 5 and row["deliveryCount"] == 2 and row["topic"] == "t"
@@ -118,15 +110,12 @@ def test_headers_of_accepts_pairs_and_structs() -> None:
 
 
 def test_batch_server_serves_published_streams_until_retracted() -> None:
-    from pipeline.transport import BatchServer, fetch, from_ipc, to_ipc
+    from pipeline.transport import BatchServer, fetch
 
-    (cols,) = split([_rec("t", 0, o) for o in range(3)], 0)
-    stream = to_ipc(to_arrow(cols))
     server = BatchServer("127.0.0.1")
     try:
-        token = server.publish([stream])
-        (batch,) = from_ipc(fetch(server.host, server.port, token, 0))
-        assert batch.column("offset").to_pylist() == [0, 1, 2]
+        token = server.publish([[b"first ", b"piece, ", b"second piece"]])
+        assert fetch(server.host, server.port, token, 0) == b"first piece, second piece"
         with pytest.raises(RuntimeError, match="no longer has this micro-batch"):
             fetch(server.host, server.port, token, 1)
         server.retract(token)
