@@ -48,7 +48,7 @@ from tests.unit.batches import make_batch
 
 SERVED = [(k, v) for k, lo, hi in default_dispatcher().ranges() for v in range(lo, hi + 1)]
 LONG_POLL = {1, 78}  # Fetch, ShareFetch: a damaged max_wait may legitimately make them wait
-# JoinGroup, SyncGroup: a classic group's rebalance waits for its other members to rejoin (up to
+# JoinGroup, SyncGroup (8 s: above group.initial.rebalance.delay.ms): a classic group's rebalance waits for its other members to rejoin (up to
 # their rebalance timeout, which a draw can make days), and members an earlier draw added to the
 # same group id never come back: Kafka waits as well.
 REBALANCE = {11, 14}
@@ -141,7 +141,7 @@ def run_valid(t: Target, api_key: int, api_version: int, req: object) -> None:
     cid = t.probe.next_id()
     outcome, got = t.probe.exchange(api_key, api_version,
                                     wf.frame(api_key, api_version, cid, req), cid,
-                                    3.0 if api_key in REBALANCE else None)
+                                    8.0 if api_key in REBALANCE else None)
     what = _describe(api_key, api_version, req)
     t.assert_log_clean(what)
     if outcome == "waiting" and api_key in REBALANCE:
