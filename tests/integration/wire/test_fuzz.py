@@ -48,9 +48,10 @@ from tests.unit.batches import make_batch
 
 SERVED = [(k, v) for k, lo, hi in default_dispatcher().ranges() for v in range(lo, hi + 1)]
 LONG_POLL = {1, 78}  # Fetch, ShareFetch: a damaged max_wait may legitimately make them wait
-# JoinGroup, SyncGroup (8 s: above group.initial.rebalance.delay.ms): a classic group's rebalance waits for its other members to rejoin (up to
-# their rebalance timeout, which a draw can make days), and members an earlier draw added to the
-# same group id never come back: Kafka waits as well.
+# JoinGroup, SyncGroup (given 8 s, above group.initial.rebalance.delay.ms): a classic group's
+# rebalance waits for its other members to rejoin (up to their rebalance timeout, which a draw can
+# make days), and members an earlier draw added to the same group id never come back: Kafka
+# waits as well.
 REBALANCE = {11, 14}
 FAST = settings(max_examples=int(os.environ.get("SHOAL_FUZZ_EXAMPLES", "10")), deadline=None,
                 database=None, derandomize=False,
