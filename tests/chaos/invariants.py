@@ -7,6 +7,7 @@ promise as a sentence (empty when all hold); ``longest_gaps`` is the unavailabil
 from __future__ import annotations
 
 import time
+from typing import Any
 from collections import Counter
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -72,10 +73,11 @@ def committed_or_why(bootstrap: str, group: str, topic: str,
         return str(e)
 
 
-def stable_fetch(bootstrap: str, group: str, topic: str, partitions: int) -> str:
-    """What ``group``'s coordinator answers a stable OffsetFetch (v9, RequireStable) with: its
-    node, the group's error and each partition's (offset, error)."""
-    fc, of = codec.request_module(10, 4), codec.request_module(9, 9)
+def _ask_coordinator(bootstrap: str, group: str, api_key: int, version: int,
+                     request: object) -> tuple[int, Any] | str:
+    """(node, answer) of ``group``'s coordinator to ``request``; while it cannot be asked, why
+    (a sentence)."""
+    fc = codec.request_module(10, 4)
     try:
         with RawClient(bootstrap.split(",")[0]) as c:
             (coord,) = c.call(10, 4, fc.FindCoordinatorRequest(
@@ -83,17 +85,26 @@ def stable_fetch(bootstrap: str, group: str, topic: str, partitions: int) -> str
         if coord.error_code != 0:
             return f"FindCoordinator: error {coord.error_code}"
         with RawClient(f"{coord.host}:{coord.port}") as c:
-            resp = c.call(9, 9, of.OffsetFetchRequest(require_stable=True, groups=(
-                of.OffsetFetchRequestGroup(group_id=group, member_id=None, member_epoch=-1,
-                                           topics=(of.OffsetFetchRequestTopics(
-                                               name=topic,
-                                               partition_indexes=tuple(range(partitions))),)),)))
+            return int(coord.node_id), c.call(api_key, version, request)
     except (OSError, EOFError, ConnectionError) as e:
         return f"coordinator unreachable: {e!r}"
+
+
+def stable_fetch(bootstrap: str, group: str, topic: str, partitions: int) -> str:
+    """What ``group``'s coordinator answers a stable OffsetFetch (v9, RequireStable) with: its
+    node, the group's error and each partition's (offset, error)."""
+    of = codec.request_module(9, 9)
+    got = _ask_coordinator(bootstrap, group, 9, 9, of.OffsetFetchRequest(
+        require_stable=True, groups=(of.OffsetFetchRequestGroup(
+            group_id=group, member_id=None, member_epoch=-1, topics=(of.OffsetFetchRequestTopics(
+                name=topic, partition_indexes=tuple(range(partitions))),)),)))
+    if isinstance(got, str):
+        return got
+    node, resp = got
     (g,) = resp.groups
     parts = {p.partition_index: (int(p.committed_offset), int(p.error_code))
              for t in g.topics for p in t.partitions}
-    return f"broker {coord.node_id}: group error {g.error_code}, partitions {parts}"
+    return f"broker {node}: group error {g.error_code}, partitions {parts}"
 
 
 def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -111,28 +122,22 @@ def share_offsets(bootstrap: str, group: str, topic: str,
     """Per partition, (start offset, lag) of the share group as its coordinator describes it
     (DescribeShareGroupOffsets v1; the lag counts records still to be delivered or
     acknowledged); while the coordinator cannot say, why (a sentence)."""
-    fc, desc = codec.request_module(10, 4), codec.request_module(90, 1)
-    try:
-        with RawClient(bootstrap.split(",")[0]) as c:
-            (coord,) = c.call(10, 4, fc.FindCoordinatorRequest(
-                key_type=0, coordinator_keys=(group,))).coordinators
-        if coord.error_code != 0:
-            return f"FindCoordinator: error {coord.error_code}"
-        with RawClient(f"{coord.host}:{coord.port}") as c:
-            resp = c.call(90, 1, desc.DescribeShareGroupOffsetsRequest(groups=(
-                desc.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
-                    desc.DescribeShareGroupOffsetsRequestTopic(
-                        topic_name=topic, partitions=tuple(range(partitions))),)),)))
-    except (OSError, EOFError, ConnectionError) as e:
-        return f"coordinator unreachable: {e!r}"
+    desc = codec.request_module(90, 1)
+    got = _ask_coordinator(bootstrap, group, 90, 1, desc.DescribeShareGroupOffsetsRequest(
+        groups=(desc.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
+            desc.DescribeShareGroupOffsetsRequestTopic(
+                topic_name=topic, partitions=tuple(range(partitions))),)),)))
+    if isinstance(got, str):
+        return got
+    _node, resp = got
     (g,) = resp.groups
     if g.error_code != 0:
         return f"DescribeShareGroupOffsets: group error {g.error_code}"
-    got = {p.partition_index: (int(p.start_offset), int(p.lag))
-           for t in g.topics for p in t.partitions if p.error_code == 0}
-    if len(got) < partitions:
+    offsets = {p.partition_index: (int(p.start_offset), int(p.lag))
+               for t in g.topics for p in t.partitions if p.error_code == 0}
+    if len(offsets) < partitions:
         return f"DescribeShareGroupOffsets: partition errors {g.topics}"
-    return got
+    return offsets
 
 
 def stable_ends(brokers: dict[int, str], topic: str, partitions: int) -> dict[int, object]:
