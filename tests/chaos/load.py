@@ -34,7 +34,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import AcknowledgeType, Consumer, KafkaException, Producer, ShareConsumer
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 
 IN, OUT = "chaos-in", "chaos-out"
 SHARE_GROUP, CONSUMER_GROUP, EOS_GROUP = "chaos-share", "chaos-cg", "chaos-eos"
@@ -319,7 +326,14 @@ class EosWorker(Worker):
             for m in msgs:
                 p.produce(OUT, m.value(), partition=m.partition() % self.out_partitions)
             step = "send_offsets_to_transaction"
-            self.call(step, p.send_offsets_to_transaction, c.position(c.assignment()),
+            # The consumed positions from the records themselves: Consumer.assignment() and
+            # position() wait on librdkafka's main thread while holding the GIL, which a
+            # callback there may be waiting for (a chaos run deadlocked every client thread).
+            ends: dict[int, int] = {}
+            for m in msgs:
+                ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
+            self.call(step, p.send_offsets_to_transaction,
+                      [TopicPartition(IN, part, end) for part, end in sorted(ends.items())],
                       c.consumer_group_metadata(), 30)
             step = "commit_transaction"
             self.call(step, p.commit_transaction, 30)
