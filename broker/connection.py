@@ -83,8 +83,7 @@ _SMALL_RESPONSE = 64 * 1024
 _SASL_LOG = RateLimitedLog()
 
 
-# Responses encoded as parts, their record data not copied into the frame (Fetch, for
-# consumers and followers, and ShareFetch).
+# Responses encoded as parts, record data not copied into the frame: Fetch and ShareFetch.
 _SPLICED = frozenset({1, 78})
 
 
