@@ -46,7 +46,7 @@ from broker.handlers._routing import LeaderNotes, leader_problem
 from broker.log.watch import wait_for_any
 from broker.share.acquisition import AcquireMode
 from broker.share.partition import SharePartition
-from broker.share.partition_manager import share_watch_key
+from broker.share.partition_manager import UNSURE, share_watch_key
 from broker.share.service import AckResult, ShareService, request_problem, top_level
 from persister.api import SharePartitionKey
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
@@ -205,7 +205,7 @@ async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
     parked = woken = False
     while True:
         got, errors, keys = await _acquire(ctx, svc, group, member, readable, req, mode,
-                                           budget, room, woken)
+                                           budget, room, woken, load_deadline_ms=deadline)
         for tp, (_code, data, acquired) in got.items():
             budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
             room -= len(data)
@@ -295,8 +295,12 @@ def _join_batches(had: bytes, more: bytes) -> bytes:
 
 async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: str,
                    order: list[tuple[uuid.UUID, int]], req: ShareFetchRequest, mode: AcquireMode,
-                   budget: int, room: int, woken: bool = False) -> tuple[dict, dict, list]:
+                   budget: int, room: int, woken: bool = False, *,
+                   load_deadline_ms: int = 0) -> tuple[dict, dict, list]:
     """Acquire up to ``budget`` records and about ``room`` bytes from ``order``.
+
+    A share-partition not loaded yet is waited for until ``load_deadline_ms`` (the fetch's
+    MaxWaitMs, monotonic), then answered with nothing while its load goes on.
 
     A share-partition wakes one parked fetch at a time (partition_manager.py): after
     acquiring from one, or skipping it for want of budget after a wake-up (``woken``), the
@@ -326,7 +330,13 @@ async def _acquire(ctx: RequestContext, svc: ShareService, group: str, member: s
                 if skipped is not None:
                     svc.partitions.pass_wakeup(skipped)
             continue
-        sp = await svc.partitions.get(group, topic, p)
+        sp = await svc.partitions.get(
+            group, topic, p, wait_s=(load_deadline_ms - broker.clock.monotonic_ms()) / 1000)
+        if sp is None or (isinstance(sp, ErrorCode) and sp in UNSURE):
+            # Still loading, or the share state's coordinator is moving or away: nothing to
+            # deliver from it yet, and no error, which both Kafka clients would raise to the
+            # application; a later fetch finds it loaded.
+            continue
         if not isinstance(sp, SharePartition):
             errors[(topic_id, p)] = (sp, b"", [])
             continue

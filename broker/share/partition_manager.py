@@ -4,9 +4,13 @@ One ``SharePartition`` per (group, topic id, partition), created on the first Sh
 touches it: its state is read from the persister, and a start offset of -1 (never consumed) is
 resolved from the group's ``share.auto.offset.reset``. A share-partition whose state the group
 coordinator has not initialised is never created here: the fetch gets UNKNOWN_SERVER_ERROR for it
-(Kafka's answer) and nothing is written. The sans-IO partition decides; this class
-reads the log for it, persists its state writes, answers acknowledgements only after their write
-completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry and
+(Kafka's answer) and nothing is written. A load runs as its own task: a fetch waits for it
+within its MaxWaitMs, else gets nothing from that partition yet, and so does a fetch while
+the state's coordinator is moving or away (retried every ``LOAD_RETRY_S``), since both Kafka
+clients raise an unexpected partition error to the application.
+
+The sans-IO partition decides; this class reads the log for it, persists its state writes,
+answers acknowledgements only after their write completed (respond after commit), arms one ``loop.call_at`` per partition for lock expiry and
 the end of redelivery backoffs (``SharePartition.next_deadline``), and wakes parked ShareFetches
 (watch key ``("share", group, topic, partition)``) when records become available again, including
 when a record's redelivery backoff ends (broker/share/backoff.py). It wakes one, oldest first;
@@ -28,6 +32,7 @@ How much log a fetch reads and which bytes its response holds is :mod:`broker.sh
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -80,11 +85,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.share")
 
 # Share-state answers that say nothing about the state (the coordinator is moving or away).
-_UNSURE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+UNSURE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                      ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
                      ErrorCode.network_exception})
 
 LEADER_EPOCH = 0
+# How long a load the state's coordinator could not answer stands before a fetch tries again.
+LOAD_RETRY_S = 0.5
 # Longest wait of a start offset an acknowledgement moved for the next state write to carry it.
 START_WRITE_DELAY_S = 0.1
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
@@ -115,7 +122,7 @@ class SharePartitionManager:
         self._persister = persister
         self._parts: dict[SharePartitionKey, SharePartition] = {}
         self._names: dict[SharePartitionKey, tuple[str, int]] = {}
-        self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Task[SharePartition | ErrorCode]] = {}
         self._timers: dict[SharePartitionKey, tuple[int, asyncio.TimerHandle]] = {}
         # Deferred start-offset writes after acknowledgements (``_defer_start_write``).
         self._start_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
@@ -183,31 +190,57 @@ class SharePartitionManager:
     def get_loaded(self, key: SharePartitionKey) -> SharePartition | None:
         return self._parts.get(key)
 
-    async def get(self, group_id: str, topic: Topic, partition: int) -> SharePartition | ErrorCode:
-        """The share-partition, loading it from the persister on first use."""
+    async def get(self, group_id: str, topic: Topic, partition: int,
+                  wait_s: float | None = None) -> SharePartition | ErrorCode | None:
+        """The share-partition, loading it from the persister on first use.
+
+        The load runs as its own task, shared by every caller that asks meanwhile, so a caller
+        that goes away (its connection closed) does not abandon it. With ``wait_s``, the caller
+        waits at most that long and gets None while the load goes on; a load that ends wakes
+        the fetches parked on the share-partition's watch key, which then find it loaded."""
         key = SharePartitionKey(group_id, topic.topic_id, partition)
         sp = self._parts.get(key)
         if sp is not None:
             self._used_ms[key] = self._broker.clock.now_ms()
             return sp
-        fut = self._loading.get(key)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[key] = fut
-            try:
-                result = await self._load(key, topic.name, partition)
-            except Exception as exc:  # a persister bug must not wedge every later fetch
-                log.exception("loading share-partition %s/%s-%d failed", group_id, topic.name,
-                              partition)
-                result = ErrorCode.unknown_server_error
-                fut.set_exception(exc)
-                fut.exception()
-            else:
-                fut.set_result(result)
-            finally:
-                del self._loading[key]
-            return result
-        return await asyncio.shield(fut)
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._load_logged(key, topic.name, partition))
+            self._loading[key] = task
+            task.add_done_callback(functools.partial(self._loaded, key, topic.name, partition))
+        if wait_s is None:
+            return await asyncio.shield(task)
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, wait_s))
+        return task.result() if done else None
+
+    async def _load_logged(self, key: SharePartitionKey, topic: str,
+                           partition: int) -> SharePartition | ErrorCode:
+        """``_load``, with a persister bug answered UNKNOWN_SERVER_ERROR (so it cannot wedge
+        every later fetch)."""
+        try:
+            return await self._load(key, topic, partition)
+        except Exception:
+            log.exception("loading share-partition %s/%s-%d failed", key.group_id, topic,
+                          partition)
+            return ErrorCode.unknown_server_error
+
+    def _loaded(self, key: SharePartitionKey, topic: str, partition: int,
+                task: asyncio.Task[SharePartition | ErrorCode]) -> None:
+        """A load ended. One the state's coordinator could not answer (moving, loading, away)
+        stays the answer for ``LOAD_RETRY_S``, so the fetches parked on the share-partition
+        retry it at that pace, not at once each; any other outcome wakes them to find it."""
+        result = None if task.cancelled() else task.result()
+        if isinstance(result, ErrorCode) and result in UNSURE:
+            asyncio.get_running_loop().call_later(LOAD_RETRY_S, self._forget_load, key, task)
+            return
+        self._forget_load(key, task)
+        self._broker.logs.watch.notify(share_watch_key(key.group_id, topic, partition))
+
+    def _forget_load(self, key: SharePartitionKey,
+                     task: asyncio.Task[SharePartition | ErrorCode]) -> None:
+        if self._loading.get(key) is task:
+            del self._loading[key]
 
     async def _load(self, key: SharePartitionKey, topic: str, partition: int) -> SharePartition | ErrorCode:
         read = await self._persister.read(ReadParams(key, LEADER_EPOCH))
@@ -579,7 +612,7 @@ class SharePartitionManager:
             if part is None or part.oldest_unacked_acquired_at_ms() is not None:
                 continue
             summary = await self._persister.read_summary(ReadParams(key, part.leader_epoch))
-            if summary.error in _UNSURE or self._parts.get(key) is not part:
+            if summary.error in UNSURE or self._parts.get(key) is not part:
                 continue  # the coordinator cannot tell now: keep what is loaded
             if summary.error != ErrorCode.none or summary.state_epoch != part.state_epoch:
                 log.info("share-partition %s-%d of group %s: its state was reset or deleted "

@@ -196,7 +196,8 @@ class ShareWorker(Worker):
 
     def setup(self) -> None:
         self.c = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": SHARE_GROUP,
-                                "share.acknowledgement.mode": "explicit"})
+                                "share.acknowledgement.mode": "explicit",
+                                **client_debug(self.name_)})
         self.c.subscribe([IN])
 
     def step(self) -> None:

@@ -403,7 +403,9 @@ def test_fetch_of_share_state_the_group_never_initialized_fails_and_initializes_
     a = Member(sb.bootstrap, unique, "a", tid)
     try:
         for _ in range(2):
-            resp = a.fetch(max_wait_ms=0)
+            # The state is read within the fetch's wait (with none, a load not done yet is
+            # answered with nothing and goes on).
+            resp = a.fetch(max_wait_ms=5000)
             assert resp.error_code == ErrorCode.none
             assert part(resp).error_code == ErrorCode.unknown_server_error
             assert not part(resp).acquired_records
