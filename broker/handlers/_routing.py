@@ -3,7 +3,9 @@
 A single broker lists itself and leads everything. A cluster member (``broker.member``) lists
 the live members on the listener the request came in on, and answers NOT_LEADER_OR_FOLLOWER
 for a partition another broker leads (with that leader's endpoint where the response carries
-it, KIP-951), or LEADER_NOT_AVAILABLE while the partition's only broker is down.
+it, KIP-951) and for one no broker leads now (offline): Kafka's data-plane answer, on which
+every client refreshes its metadata. LEADER_NOT_AVAILABLE is Metadata's word for offline; in a
+Fetch or ShareFetch answer both Kafka clients raise it to the application.
 """
 
 from __future__ import annotations
@@ -42,16 +44,15 @@ def broker_entries(ctx: RequestContext, m: Any, entry_type: str, **extra: Any) -
 
 def leader_problem(ctx: RequestContext, topic: str, partition: int) -> ErrorCode | None:
     """None when this broker leads ``topic``-``partition`` (or it does not exist: the handler
-    answers that itself); NOT_LEADER_OR_FOLLOWER when another live broker leads it;
-    LEADER_NOT_AVAILABLE when no broker does."""
+    answers that itself); else NOT_LEADER_OR_FOLLOWER, whether another broker leads it or
+    none does (module doc)."""
     cluster = ctx.broker.cluster
     if not cluster.clustered:
         return None
     info = cluster.partition(topic, partition)
     if info is None or info.leader == cluster.node_id:
         return None
-    return ErrorCode.leader_not_available if info.leader == NO_LEADER \
-        else ErrorCode.not_leader_or_follower
+    return ErrorCode.not_leader_or_follower
 
 
 def current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int, int, Node | None]:

@@ -7,7 +7,7 @@ an ACL authorizer is configured, ALTER on the cluster, as Kafka) it is served pe
 ``broker.log.txn_log.write_marker`` for data partitions (answered once the marker is fsynced),
 ``broker.share_groups.complete_transaction`` for ``__consumer_offsets`` partitions, each answering
 its own code (NONE, UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, NOT_COORDINATOR, ...). A
-cluster member answers NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE) for a data partition it
+cluster member answers NOT_LEADER_OR_FOLLOWER for a data partition it
 does not lead; the sender finds the leader again and retries.
 
 Authorization (``broker/authz.py``): without it every partition gets CLUSTER_AUTHORIZATION_FAILED

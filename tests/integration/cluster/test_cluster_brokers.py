@@ -3,7 +3,8 @@
 What a user of a Kafka cluster would notice: every broker lists the same live brokers and
 controller; a topic's partitions spread over the brokers; clients produce and consume through
 any bootstrap broker; a broker killed with kill -9 takes only its own partitions offline
-(LEADER_NOT_AVAILABLE, as Kafka with replication factor 1) while the others keep serving; when it
+(LEADER_NOT_AVAILABLE in Metadata, NOT_LEADER_OR_FOLLOWER to a Fetch, as Kafka with replication
+factor 1) while the others keep serving; when it
 comes back its data and committed offsets are there; and a broker that would split the cluster
 (a duplicate node id, another cluster's data) or cannot reach etcd is refused with a message.
 """
@@ -17,10 +18,15 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from kio.schema.errors import ErrorCode
+
+from protocol import codec
+from protocol.messages import make
 from tests.conftest import ROOT, BrokerProcess, free_port
 from tests.integration.cluster.conftest import CLUSTER_OVERRIDES, Cluster, Etcd
 from tests.integration.rawclient import RawClient, request, request_module
@@ -35,6 +41,26 @@ def _admin(bootstrap: str) -> AdminClient:
 def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
     md = admin.list_topics(topic, timeout=T)
     return {p: md.topics[topic].partitions[p].leader for p in md.topics[topic].partitions}
+
+
+def _fetch(bootstrap: str, topic: str, partition: int) -> Any:
+    """One Fetch v16 of ``topic``-``partition`` from offset 0, asked of the broker at
+    ``bootstrap`` over the wire; its response."""
+    meta = codec.request_module(3, 12)
+    with RawClient(bootstrap) as c:
+        topic_id = c.call(3, 12, meta.MetadataRequest(
+            topics=(meta.MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].topic_id
+        m = codec.request_module(1, 16)
+        return c.call(1, 16, make(
+            m.FetchRequest, replica_id=-1, max_wait=timedelta(0), min_bytes=0,
+            max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=(m.FetchTopic(topic_id=topic_id, partitions=(make(
+                m.FetchPartition, partition=partition, current_leader_epoch=-1,
+                fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20),)),),
+            forgotten_topics_data=(), rack_id=""))
 
 
 def _wait(condition, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -147,6 +173,13 @@ def test_a_killed_broker_takes_only_its_partitions_offline_and_returns_with_its_
                    on_delivery=lambda e, m: failed.append(m.partition()) if e else None)
     p2.flush(T)
     assert sorted(failed) == sorted(pid for pid, leader in leaders.items() if leader == 3)
+    # Asked directly, a broker answers a Fetch of an offline partition as Kafka does:
+    # NOT_LEADER_OR_FOLLOWER, on which clients refresh their metadata. LEADER_NOT_AVAILABLE is
+    # Metadata's word; both Kafka clients raise it to the application from a (Share)Fetch.
+    offline = next(pid for pid, leader in leaders.items() if leader == 3)
+    part = _fetch(cluster.brokers[0].bootstrap, "durable", offline).responses[0].partitions[0]
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == -1
 
     victim.start()
     _wait(lambda: _leaders(admin, "durable") == leaders, 30, "broker 3 leading again")
@@ -276,35 +309,11 @@ def test_topic_configs_changed_through_one_broker_apply_on_every_broker(cluster:
 
 def test_kip951_fetch_at_the_wrong_broker_names_the_leader_and_its_endpoint(
         cluster: Cluster) -> None:
-    from datetime import timedelta
-
-    from kio.schema.errors import ErrorCode
-
-    from protocol import codec
-    from protocol.messages import make
-    from tests.integration.rawclient import RawClient
-
     admin = _admin(cluster.bootstrap)
     admin.create_topics([NewTopic("moved", 3, 1)])["moved"].result(T)
     leaders = _leaders(admin, "moved")
     wrong = next(i for i in (1, 2, 3) if i != leaders[0])
-    meta = codec.request_module(3, 12)
-    with RawClient(cluster.brokers[wrong - 1].bootstrap) as c:
-        topic_id = c.call(3, 12, meta.MetadataRequest(
-            topics=(meta.MetadataRequestTopic(topic_id=None, name="moved"),),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False)).topics[0].topic_id
-    m = codec.request_module(1, 16)
-    body = make(m.FetchRequest, replica_id=-1, max_wait=timedelta(0), min_bytes=0,
-                max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                topics=(m.FetchTopic(topic_id=topic_id,
-                                     partitions=(make(m.FetchPartition, partition=0,
-                                                      current_leader_epoch=-1, fetch_offset=0,
-                                                      last_fetched_epoch=-1, log_start_offset=-1,
-                                                      partition_max_bytes=1 << 20),)),),
-                forgotten_topics_data=(), rack_id="")
-    with RawClient(cluster.brokers[wrong - 1].bootstrap) as c:
-        resp = c.call(1, 16, body)
+    resp = _fetch(cluster.brokers[wrong - 1].bootstrap, "moved", 0)
     part = resp.responses[0].partitions[0]
     assert part.error_code == ErrorCode.not_leader_or_follower
     assert part.current_leader.leader_id == leaders[0]
