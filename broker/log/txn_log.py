@@ -88,6 +88,9 @@ class TransactionalLog:
         self._to_sync: dict[tuple[str, int], PartitionLogLike] = {}
         self._synced: asyncio.Future[dict[tuple[str, int], OSError]] | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
+        # Logs whose transactional data waits for an early writeback (``write_ahead``).
+        self._to_write: dict[tuple[str, int], PartitionLogLike] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     def cleaner_limit(self, topic: str, partition: int) -> int | None:
         """The log cleaner's bound for a partition (called from the cleaner thread): the first
@@ -242,6 +245,28 @@ class TransactionalLog:
         if lg is not None and topic_meta is not None and not topic_meta.internal:
             self._queue_sync(topic, partition, lg)
 
+    def write_ahead(self, parts: list[tuple[str, int]]) -> None:
+        """Start writing the transactional data just appended to these partitions to the disk
+        (``start_writeback`` in a worker thread, one at a time; partitions appended meanwhile
+        join the next): by the time EndTxn's Prepare record and the markers are synced, most of
+        the transaction's data is on the disk already, so those syncs (which the producer waits
+        for) have little left to write. Only an early write; no durability rule depends on it."""
+        for key in parts:
+            lg = self._broker.logs.get(*key)
+            if lg is not None and hasattr(lg, "start_writeback"):
+                self._to_write[key] = lg
+        if self._to_write and self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_back(),
+                                                                  name="txn-writeback")
+
+    async def _write_back(self) -> None:
+        try:
+            while self._to_write:
+                batch, self._to_write = self._to_write, {}
+                await asyncio.to_thread(_start_writeback, batch)
+        finally:
+            self._writer = None
+
     def _queue_sync(self, topic: str, partition: int, lg: PartitionLogLike
                     ) -> asyncio.Future[dict[tuple[str, int], OSError]]:
         loop = asyncio.get_running_loop()
@@ -275,3 +300,12 @@ class TransactionalLog:
             done.set_result(await asyncio.to_thread(sync_all))
         finally:
             done.cancel()  # cancelled (the loop is closing): so are its waiters; else a no-op
+
+
+def _start_writeback(batch: dict[tuple[str, int], PartitionLogLike]) -> None:
+    for (topic, partition), lg in batch.items():
+        try:
+            lg.start_writeback()  # type: ignore[attr-defined]
+        except OSError as exc:  # the sync that follows reports a failing disk
+            log.debug("%s-%d: early writeback of transactional data failed: %s", topic,
+                      partition, exc)
