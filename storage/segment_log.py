@@ -372,6 +372,28 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
                 for fd in fds:
                     os.close(fd)
 
+    def start_writeback(self) -> None:
+        """Start writing the record data of the segments written since the last flush to the
+        disk, without waiting (``FileOps.start_writeback``): the next ``sync_data``/``flush``
+        finds less to write. Changes no durability promise (the data is durable only after a
+        sync) and no flush bookkeeping. Blocking only for the submission; thread-safe like
+        ``sync_data``; a no-op on a closed log. Errors are the caller's to ignore: a failing
+        disk is reported by the sync that follows.
+
+        Raises:
+            OSError: the kernel refused the writeback.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            fds = [os.dup(seg.fd) for seg in self._segments if seg.dirty and seg.fd >= 0]
+        try:
+            for fd in fds:
+                fileops.OPS.start_writeback(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     def _flush_locked(self) -> None:
         with self._lock:
             target = self._leo

@@ -446,6 +446,8 @@ def _produce_steps(ctx: RequestContext, req: ProduceRequest,
         responses.append(make(m.TopicProduceResponse, name=getattr(td, "name", None),
                               topic_id=getattr(td, "topic_id", None),
                               partition_responses=tuple(parts)))
+    if appended and getattr(req, "transactional_id", None) is not None:
+        broker.txn_log.write_ahead(appended)  # its syncs at EndTxn find less to write
     if req.acks == 0:
         if appended:
             return _flush_then(broker, appended, NO_RESPONSE, m)

@@ -29,11 +29,14 @@ Otherwise a power loss could keep a transaction's data (flushed by the scheduler
 roll) without its marker while the coordinator, finding the transaction complete, never writes
 it again: the partition's LSO would stop there for ever. The alternative, repairing on load, would
 mean reading every data partition's open transactions against the coordinator's state at start-up
-(across brokers once clustered); one fsync per partition per transaction, off the event loop and
-off the event loop, costs less. The markers appended in one event-loop turn (the coordinator
-asks for all the markers of a transaction in one turn; concurrent transactions' markers may
-join) are synced together by one worker-thread call, each log once (``_group_sync``). The sync
-also makes the transaction's data durable (it precedes the marker in the log).
+(across brokers once clustered); one fsync per partition per transaction, off the event loop,
+costs less. The markers appended in one event-loop turn (the coordinator asks for all the markers
+of a transaction in one turn; concurrent transactions' markers may join) are synced together,
+each log once and all of them at the same time, one worker thread each (``_group_sync``):
+overlapping syncs share the file system's journal commit and cache flush, where one after the
+other each log waited for its own (4 x 256 KiB: 1.9 ms against 18.7 ms on the bench machine).
+The sync also makes the transaction's data durable (it precedes the marker in the log); Produce
+starts writing that data back as it arrives (``write_ahead``), so little is left for it.
 
 Kafka classes this mirrors: ``UnifiedLog`` (``lastStableOffset``, ``collectAbortedTransactions``,
 ``appendAsLeader`` of markers), ``ProducerStateManager`` (behaviour only).
@@ -88,6 +91,9 @@ class TransactionalLog:
         self._to_sync: dict[tuple[str, int], PartitionLogLike] = {}
         self._synced: asyncio.Future[dict[tuple[str, int], OSError]] | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
+        # Logs whose transactional data waits for an early writeback (``write_ahead``).
+        self._to_write: dict[tuple[str, int], PartitionLogLike] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     def cleaner_limit(self, topic: str, partition: int) -> int | None:
         """The log cleaner's bound for a partition (called from the cleaner thread): the first
@@ -221,7 +227,7 @@ class TransactionalLog:
 
     async def _group_sync(self, topic: str, partition: int, lg: PartitionLogLike) -> None:
         """``lg.sync_data()`` in a worker thread, shared with every other log whose marker was
-        appended in this event-loop turn: one thread call syncs each of them once.
+        appended in this event-loop turn: each of them is synced once, all at the same time.
 
         Raises:
             OSError: this log's sync failed (its directory is offline now).
@@ -241,6 +247,28 @@ class TransactionalLog:
         lg = self._broker.logs.get(topic, partition)
         if lg is not None and topic_meta is not None and not topic_meta.internal:
             self._queue_sync(topic, partition, lg)
+
+    def write_ahead(self, parts: list[tuple[str, int]]) -> None:
+        """Start writing the transactional data just appended to these partitions to the disk
+        (``start_writeback`` in a worker thread, one at a time; partitions appended meanwhile
+        join the next): by the time EndTxn's Prepare record and the markers are synced, most of
+        the transaction's data is on the disk already, so those syncs (which the producer waits
+        for) have little left to write. Only an early write; no durability rule depends on it."""
+        for key in parts:
+            lg = self._broker.logs.get(*key)
+            if lg is not None and hasattr(lg, "start_writeback"):
+                self._to_write[key] = lg
+        if self._to_write and self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_back(),
+                                                                  name="txn-writeback")
+
+    async def _write_back(self) -> None:
+        try:
+            while self._to_write:
+                batch, self._to_write = self._to_write, {}
+                await asyncio.to_thread(_start_writeback, batch)
+        finally:
+            self._writer = None
 
     def _queue_sync(self, topic: str, partition: int, lg: PartitionLogLike
                     ) -> asyncio.Future[dict[tuple[str, int], OSError]]:
@@ -263,15 +291,27 @@ class TransactionalLog:
     @staticmethod
     async def _sync_batch(batch: dict[tuple[str, int], PartitionLogLike],
                           done: asyncio.Future[dict[tuple[str, int], OSError]]) -> None:
-        def sync_all() -> dict[tuple[str, int], OSError]:
-            failed: dict[tuple[str, int], OSError] = {}
-            for key, lg in batch.items():
-                try:
-                    lg.sync_data()
-                except OSError as exc:
-                    failed[key] = exc
-            return failed
+        def sync_one(lg: PartitionLogLike) -> OSError | None:
+            try:
+                lg.sync_data()
+            except OSError as exc:
+                return exc
+            return None
         try:
-            done.set_result(await asyncio.to_thread(sync_all))
+            # Each log in its own worker thread: the file system commits the syncs that overlap
+            # together (one journal commit and cache flush rather than one per log in a row).
+            outs = await asyncio.gather(*(asyncio.to_thread(sync_one, lg)
+                                          for lg in batch.values()))
+            done.set_result({key: exc for key, exc in zip(batch, outs, strict=True)
+                             if exc is not None})
         finally:
             done.cancel()  # cancelled (the loop is closing): so are its waiters; else a no-op
+
+
+def _start_writeback(batch: dict[tuple[str, int], PartitionLogLike]) -> None:
+    for (topic, partition), lg in batch.items():
+        try:
+            lg.start_writeback()  # type: ignore[attr-defined]
+        except OSError as exc:  # the sync that follows reports a failing disk
+            log.debug("%s-%d: early writeback of transactional data failed: %s", topic,
+                      partition, exc)

@@ -89,6 +89,10 @@ class DataMarkerWriter(Protocol):
 OffsetMarkerWriter = Callable[[int, int, int, int, bool], Awaitable[ErrorCode]]
 
 
+# ``_after_complete``'s answer for an op it did not run: the caller runs it alone.
+_RUN_ALONE = object()
+
+
 def _runtime_error(failure: CoordinatorFailure) -> ErrorCode:
     if failure.error in (ErrorCode.kafka_storage_error,):
         return ErrorCode.not_coordinator
@@ -131,6 +135,9 @@ class TransactionService:
         # Per transaction whose markers are being written: done once they all are.
         self._written: dict[str, asyncio.Future[None]] = {}
         self._marking: dict[str, TxnMetadata] = {}  # the transaction each task completes
+        # Per transaction whose markers are being written: the ops of the id's requests waiting
+        # for them, run right after its Complete record, in its event (``_write``).
+        self._after_markers: dict[str, list[tuple[Op[TxnShard], asyncio.Future[Any]]]] = {}
         self._closed = False
         self.load_ms: float | None = None
 
@@ -314,20 +321,42 @@ class TransactionService:
     async def _write(self, transactional_id: str, op: Op[TxnShard]) -> Any:
         """Run a client's op on the id's partition. While the markers of the id's previous
         transaction are being written the op first waits for them, up to
-        ``transaction.end.wait.ms``: once they are, the Complete record is queued before the
-        op (``_complete`` queues it as it marks them written), so the op sees the transaction
-        complete and both records share one fsync. Past the wait the op sees the Prepare state
-        and answers CONCURRENT_TRANSACTIONS."""
+        ``transaction.end.wait.ms``: once they are, ``_complete`` runs it right after the
+        Complete record, in the same event, so the op sees the transaction complete and both
+        records share one append and one fsync. Past the wait the op runs alone, sees the
+        Prepare state and answers CONCURRENT_TRANSACTIONS."""
+        out: Any = _RUN_ALONE
         written = self._written.get(transactional_id)
         if written is not None and not written.done():
             wait_ms = int(self._get("transaction.end.wait.ms"))
             if wait_ms > 0:
-                await asyncio.wait([written], timeout=wait_ms / 1000)
-        out = await self.runtime.write(self.partition_for(transactional_id), op)
+                out = await self._after_complete(transactional_id, op, wait_ms)
+        if out is _RUN_ALONE:
+            out = await self.runtime.write(self.partition_for(transactional_id), op)
         if isinstance(out, CoordinatorFailure):
             log.debug("transactional id %s: %s", transactional_id, out.message)
             return _runtime_error(out)
         return out
+
+    async def _after_complete(self, transactional_id: str, op: Op[TxnShard],
+                              wait_ms: int) -> Any:
+        """Queue ``op`` to run after the Complete record of the id's transaction (``_complete``)
+        and wait for its outcome, at most ``wait_ms``; ``_RUN_ALONE`` when it was not taken (the
+        wait ran out, or the markers' task ended without a Complete record)."""
+        entry = (op, asyncio.get_running_loop().create_future())
+        queue = self._after_markers.setdefault(transactional_id, [])
+        queue.append(entry)
+        try:
+            await asyncio.wait([entry[1]], timeout=wait_ms / 1000)
+        finally:
+            if entry in queue:  # not taken: never run twice, never run for a cancelled caller
+                queue.remove(entry)
+                if not queue and self._after_markers.get(transactional_id) is queue:
+                    del self._after_markers[transactional_id]
+                entry[1].cancel()
+        if entry[1].cancelled():
+            return _RUN_ALONE
+        return await entry[1]  # taken: its outcome follows the Complete record's commit
 
     def _expire_op(self, shard: TxnShard, now_ms: int) -> CoordinatorResult[Any, Any]:
         result = shard.expire_transactional_ids(
@@ -367,6 +396,8 @@ class TransactionService:
             written = self._written.pop(txn_id, None)
             if written is not None and not written.done():
                 written.cancel()
+            for _, waiter in self._after_markers.pop(txn_id, []):
+                waiter.cancel()  # not taken: its caller runs the op alone
 
     async def _complete(self, partition: int, meta: TxnMetadata, written: asyncio.Future[None],
                         after: asyncio.Task[None] | None = None) -> None:
@@ -383,8 +414,17 @@ class TransactionService:
             if not pending:
                 if not written.done():
                     written.set_result(None)
-                out = await self.runtime.write(partition, lambda shard, now: shard.complete(
-                    meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, now))
+                # The id's requests that waited for the markers run right after the Complete
+                # record, in its event: one append and one fsync for all (``_write``).
+                waiting = self._after_markers.pop(meta.transactional_id, [])
+                outs = await self.runtime.write_many(partition, [
+                    lambda shard, now: shard.complete(meta.transactional_id, meta.producer_id,
+                                                      meta.producer_epoch, meta.state, now),
+                    *(op for op, _ in waiting)])
+                for (_, waiter), result in zip(waiting, outs[1:], strict=True):
+                    if not waiter.done():
+                        waiter.set_result(result)
+                out = outs[0]
                 if not isinstance(out, CoordinatorFailure):
                     if out is ErrorCode.none:
                         log.debug("transaction of %s (producer %d epoch %d) %s",

@@ -316,6 +316,48 @@ def test_sync_ahead_makes_the_data_durable_before_the_marker(tmp_path: Path,
     node.close()
 
 
+class _CountingWritebacks(_CountingSyncs):
+    """Counts early writebacks too (real ones), and fails them with EIO once ``fail_wb`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writebacks = 0
+        self.fail_wb = False
+
+    def start_writeback(self, fd: int) -> None:
+        self.writebacks += 1
+        if self.fail_wb:
+            raise OSError(errno.EIO, "injected I/O error")
+        super().start_writeback(fd)
+
+
+def test_write_ahead_starts_writing_transactional_data_and_promises_nothing(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Produce's early writeback of transactional data: it runs off the event loop, syncs
+    nothing (the marker still makes its own sync before it is answered), and a writeback the
+    kernel refuses takes nothing offline (the sync that follows is what reports a disk)."""
+    node = Node.open(tmp_path / "data", clock, segment_bytes=1 << 20)
+    assert node.produce(1, 0, 0)[0] == ErrorCode.none
+    ops = _CountingWritebacks()
+    previous = fileops.use(ops)
+    try:
+        async def ahead(n: int) -> None:
+            node.txn.write_ahead([(TOPIC.name, 0), ("no-such-topic", 0)])
+            while ops.writebacks < n:
+                await asyncio.sleep(0.01)
+
+        asyncio.run(asyncio.wait_for(ahead(1), 10))
+        assert (ops.writebacks, ops.syncs) == (1, 0)
+        ops.fail_wb = True
+        asyncio.run(asyncio.wait_for(ahead(2), 10))
+        assert node.marker(1, 0, commit=True) == ErrorCode.none
+        assert ops.syncs == 1
+        assert node.lso() == node.log.log_end_offset == 3
+    finally:
+        fileops.use(previous)
+    node.close()
+
+
 def test_produce_rules_for_transactional_batches(tmp_path: Path, clock: FakeClock) -> None:
     asked: list[tuple[Any, ...]] = []
     allowed = {("tx", 1, 0, TOPIC.name, 0)}

@@ -170,7 +170,8 @@ async def test_the_next_transaction_waits_for_the_markers_instead_of_being_refus
         tmp_path: Path) -> None:
     """Shoal's transaction.end.wait.ms: EndTxn answers once the Prepare record is durable (as
     Kafka), and the producer's next AddPartitions, sent while the markers are still held, waits
-    for them and runs after CompleteCommit rather than answering CONCURRENT_TRANSACTIONS."""
+    for them and runs after CompleteCommit rather than answering CONCURRENT_TRANSACTIONS; the
+    Complete record and the waiting requests' records are made durable by one fsync."""
     markers = FakeMarkers()
     markers.gate = asyncio.Event()
     async with service(tmp_path, markers, **{"transaction.end.wait.ms": 30_000}) as svc:
@@ -180,12 +181,43 @@ async def test_the_next_transaction_waits_for_the_markers_instead_of_being_refus
         assert markers.written == []
         assert state(svc, "t6") is TxnState.PREPARE_COMMIT
         nxt = asyncio.ensure_future(svc.add_partitions("t6", out.producer_id, 0, [("a", 0)]))
+        late = asyncio.ensure_future(svc.add_partitions("t6", out.producer_id, 0, [("b", 0)]))
         await asyncio.sleep(0.05)
-        assert not nxt.done()  # held while the markers are
+        assert not nxt.done() and not late.done()  # held while the markers are
+        stats = svc.runtime.stats(svc.partition_for("t6"))
+        assert stats is not None
+        flushes = stats.flushes
         markers.gate.set()
-        assert await nxt is E.none
+        assert [await nxt, await late] == [E.none, E.none]
+        assert stats.flushes == flushes + 1
         assert len(markers.written) == 2
         assert state(svc, "t6") is TxnState.ONGOING
+        meta = svc.describe("t6")
+        assert not isinstance(meta, E) and meta.partitions == {("a", 0), ("b", 0)}
+
+
+async def test_a_request_that_waited_past_transaction_end_wait_ms_runs_alone(
+        tmp_path: Path) -> None:
+    """Markers held longer than transaction.end.wait.ms: the waiting request is answered
+    CONCURRENT_TRANSACTIONS (the Kafka client retries), and runs once, not again after the
+    markers; a caller that gave up leaves nothing behind to run."""
+    markers = FakeMarkers()
+    markers.gate = asyncio.Event()
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 50}) as svc:
+        out = await svc.init_producer_id("t8", 60_000, None)
+        await svc.add_partitions("t8", out.producer_id, 0, [("a", 0)])
+        assert (await svc.end_txn("t8", out.producer_id, 0, True)).error is E.none
+        assert await svc.add_partitions("t8", out.producer_id, 0, [("b", 0)]) is \
+            E.concurrent_transactions
+        gave_up = asyncio.ensure_future(svc.add_partitions("t8", out.producer_id, 0, [("c", 0)]))
+        await asyncio.sleep(0.01)
+        gave_up.cancel()
+        markers.gate.set()
+        await until(lambda: state(svc, "t8") is TxnState.COMPLETE_COMMIT)
+        assert svc._after_markers == {}
+        assert await svc.add_partitions("t8", out.producer_id, 0, [("d", 0)]) is E.none
+        meta = svc.describe("t8")
+        assert not isinstance(meta, E) and meta.partitions == {("d", 0)}
 
 
 async def test_a_prepare_reported_while_the_previous_task_completes_still_gets_its_markers(
