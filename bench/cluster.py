@@ -123,8 +123,8 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
     profiling = bool(os.environ.get(PROFILE_ENV))
+    settings.log(f"  [{label}] measuring: consumers start, broker pids {pids}")
     if profiling:  # see bench/cluster_broker.py
-        settings.log(f"  [{label}] profiling pids {pids}")
         for pid in pids:
             os.kill(pid, signal.SIGUSR1)
     try:
@@ -189,16 +189,20 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
 
 def warm_up(settings: Settings, system: System, label: str, bootstraps: list[str],
             ) -> dict[str, Any]:
-    """One share consumer of another group reads a small topic first, so that the one-off work
-    of a share group's first use (the internal topics created and their coordinators loaded on
-    every broker: ``__share_group_state``, ``__consumer_offsets``) falls outside the measured
-    phase, on one broker as on three."""
+    """As many share consumers as the measured phase, of another group and bootstrapped the
+    same way, read a small topic first, so that the one-off work of a share group's first use
+    (the internal topics created and their coordinators loaded on every broker:
+    ``__share_group_state``, ``__consumer_offsets``; and each broker's first request of every
+    API and version the clients use, whose codec is loaded then) falls outside the measured
+    phase, on one broker as on three. With one consumer, only the broker it bootstrapped from
+    had answered Metadata and the others loaded that codec in the measured phase (a profile:
+    ~40 ms of one broker's CPU, 10% of the phase at scale 0.1)."""
     topic, n = settings.topic(f"{label}-warmup"), 1_200
     system.admin.create_topic(topic, PARTITIONS)
     produce(settings, system, topic, n, PARTITIONS)
     started = time.monotonic()
     results, _, t_go = run_share_consumers(system, topic, f"bench-{settings.run_id}-{label}-warm",
-                                           1, "explicit", n, 60, bootstraps=bootstraps)
+                                           CONSUMERS, "explicit", n, 60, bootstraps=bootstraps)
     fig = _share_figures(results, n, t_go)
     return {"records": fig["records"], "seconds": round(time.monotonic() - started, 2)}
 
