@@ -59,7 +59,8 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
 - ``recovery`` and ``controller`` as above (seconds from the kill -9), on the RF 1 cluster.
 
-``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
+``SHOAL_BENCH_CLUSTER_THROUGHPUT_ONLY=1`` skips phases 3 and 4 (a quicker before/after of the
+CPU figures). ``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
 each measured phase into ``DIR/broker-<pid>.pstats`` (the phases log their pids); the CPU
 figures of such a run are inflated by the profiler.
 
@@ -94,6 +95,8 @@ BROKERS = 3
 TARGET_CPU_RATIO = 1.2
 WRITE = "WriteShareGroupState"
 PROFILE_ENV = "SHOAL_BENCH_CLUSTER_PROFILE"  # a directory: cProfile each broker's measured phase
+# Set (to anything): the throughput phases only, no recovery/controller phases (a quicker A/B).
+THROUGHPUT_ONLY_ENV = "SHOAL_BENCH_CLUSTER_THROUGHPUT_ONLY"
 IDLE_S = 3.0
 SETTLE_S = 0.5  # after the last consumer closed, before the whole phase's CPU is read
 # The internal topics at one replica each: the cluster of issue 23 ("every partition has one
@@ -297,7 +300,8 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
     # 2. etcd + 3 brokers, internal topics at RF 1 (the issue's shape: one replica each), with
     # the recovery phases; 3. the same at the internal topics' default RF (3), throughput only.
     rf1 = {**INTERNAL_RF1, **overrides}
-    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster", recover=True)
+    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster",
+             recover=not os.environ.get(THROUGHPUT_ONLY_ENV))
     if any(overrides.get(k, "3") != "1" for k in INTERNAL_RF1):
         _cluster(settings, root / "rf3", out_dir, overrides, log, fig, "cluster_rf3",
                  recover=False)
