@@ -86,7 +86,7 @@ from bench import clients, report
 from bench.cluster_procs import WRAPPER, Etcd, Member, metadata, until
 from bench.cluster_recovery import controller_failover, recovery
 from bench.metrics_text import Sample, metric_by, metric_sum, scrape
-from bench.procs import Monitor, ShoalBroker, cpu_seconds, free_port
+from bench.procs import PAGE_TICKS, Monitor, ShoalBroker, cpu_seconds, free_port
 from bench.scenarios import Settings, System, _failed, _share_figures, produce, run_share_consumers
 
 PARTITIONS = 12
@@ -123,6 +123,7 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     warm = warm_up(settings, system, label, bootstraps)
     idle = idle_cpu(pids, IDLE_S)
     before = [scrape(p) for p in metrics_ports]
+    counts0 = [proc_counts(pid) for pid in pids]
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
     profiling = bool(os.environ.get(PROFILE_ENV))
@@ -171,6 +172,9 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         if profiling:
             for pid in pids:
                 os.kill(pid, signal.SIGUSR2)
+    # Per broker over the whole phase (to the scrape): CPU by user/system and by thread, and
+    # context switches; with the records, the per-record split of where the CPU went.
+    fig["proc_each"] = [counts_delta(c0, proc_counts(pid)) for c0, pid in zip(counts0, pids)]
     after = [scrape(p) for p in metrics_ports]
     fig["rpc"] = rpc = rpc_figures(before, after)
     if sum(rpc["share_fetch_requests"]):
@@ -208,6 +212,38 @@ def warm_up(settings: Settings, system: System, label: str, bootstraps: list[str
                                            CONSUMERS, "explicit", n, 60, bootstraps=bootstraps)
     fig = _share_figures(results, n, t_go)
     return {"records": fig["records"], "seconds": round(time.monotonic() - started, 2)}
+
+
+def proc_counts(pid: int) -> dict[str, float]:
+    """What a broker process has spent so far, for the phase's deltas: user and system CPU
+    seconds, voluntary and involuntary context switches, and CPU seconds by thread name (the
+    event loop is the process's main thread, ``python``; ``asyncio_N`` the default executor:
+    coordinator fsyncs, off-loop encodes and decodes; grpc's threads the etcd client)."""
+    out: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out["user_s"], out["system_s"] = int(fields[11]) / PAGE_TICKS, int(fields[12]) / PAGE_TICKS
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                    name, value = line.split(":")
+                    out[name] = float(value)
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                text = f.read()
+            comm = text[text.index("(") + 1:text.rindex(")")].rstrip("0123456789_-")
+            t = text.rsplit(")", 1)[1].split()
+            key = f"thread_cpu_s:{comm or 'other'}"
+            out[key] = out.get(key, 0.0) + (int(t[11]) + int(t[12])) / PAGE_TICKS
+    except (OSError, ValueError, IndexError):
+        pass  # the process ended: what was read stands
+    return out
+
+
+def counts_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after - before`` per key (threads that started during the phase count from zero)."""
+    return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
 
 
 def idle_cpu(pids: list[int], seconds: float) -> float:
