@@ -216,9 +216,9 @@ def warm_up(settings: Settings, system: System, label: str, bootstraps: list[str
 
 def proc_counts(pid: int) -> dict[str, float]:
     """What a broker process has spent so far, for the phase's deltas: user and system CPU
-    seconds, voluntary and involuntary context switches, and CPU seconds by thread name (the
-    event loop is the process's main thread, ``python``; ``asyncio_N`` the default executor:
-    coordinator fsyncs, off-loop encodes and decodes; grpc's threads the etcd client)."""
+    seconds, voluntary and involuntary context switches, and CPU seconds by thread name
+    (``event_loop``: the main thread; ``python``: Python's other threads, the executors of the
+    coordinator fsyncs and the off-loop encodes and decodes; grpc's threads: the etcd client)."""
     out: dict[str, float] = {}
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -233,6 +233,8 @@ def proc_counts(pid: int) -> dict[str, float]:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
                 text = f.read()
             comm = text[text.index("(") + 1:text.rindex(")")].rstrip("0123456789_-")
+            if task == str(pid):
+                comm = "event_loop"  # the main thread; Python's own threads are all "python"
             t = text.rsplit(")", 1)[1].split()
             key = f"thread_cpu_s:{comm or 'other'}"
             out[key] = out.get(key, 0.0) + (int(t[11]) + int(t[12])) / PAGE_TICKS
