@@ -28,9 +28,10 @@ directories and free ports:
    broker's Metadata naming another controller, and a topic created and led on every partition.
    The broker is started again afterwards.
 
-Before each measured phase one share consumer of another group reads 1,200 records of another
-topic (``warm_up``), so the one-off work of a cluster's first share group (internal topics
-created and their coordinators loaded) is not billed to the measured records.
+Before each measured phase six share consumers of another group, bootstrapped as the measured
+ones, read 1,200 records of another topic (``warm_up``), so the one-off work of a cluster's
+first share group (internal topics created, their coordinators and the codecs of the clients'
+API versions loaded on every broker) is not billed to the measured records.
 
 Every broker runs as ``python -m bench.cluster_broker`` (the plain broker plus counters on
 /metrics, see that module), the baseline too. Modules: this one runs the scenario and the
