@@ -28,9 +28,10 @@ directories and free ports:
    broker's Metadata naming another controller, and a topic created and led on every partition.
    The broker is started again afterwards.
 
-Before each measured phase one share consumer of another group reads 1,200 records of another
-topic (``warm_up``), so the one-off work of a cluster's first share group (internal topics
-created and their coordinators loaded) is not billed to the measured records.
+Before each measured phase six share consumers of another group, bootstrapped as the measured
+ones, read 1,200 records of another topic (``warm_up``), so the one-off work of a cluster's
+first share group (internal topics created, their coordinators and the codecs of the clients'
+API versions loaded on every broker) is not billed to the measured records.
 
 Every broker runs as ``python -m bench.cluster_broker`` (the plain broker plus counters on
 /metrics, see that module), the baseline too. Modules: this one runs the scenario and the
@@ -59,7 +60,8 @@ throughput phases; ``bench/cluster_procs.py`` etcd, the members and the raw prob
   WriteShareGroupState per destination broker; target 1.0) with the most seen;
 - ``recovery`` and ``controller`` as above (seconds from the kill -9), on the RF 1 cluster.
 
-``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
+``SHOAL_BENCH_CLUSTER_THROUGHPUT_ONLY=1`` skips phases 3 and 4 (a quicker before/after of the
+CPU figures). ``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles every broker (cProfile) over
 each measured phase into ``DIR/broker-<pid>.pstats`` (the phases log their pids); the CPU
 figures of such a run are inflated by the profiler.
 
@@ -85,7 +87,7 @@ from bench import clients, report
 from bench.cluster_procs import WRAPPER, Etcd, Member, metadata, until
 from bench.cluster_recovery import controller_failover, recovery
 from bench.metrics_text import Sample, metric_by, metric_sum, scrape
-from bench.procs import Monitor, ShoalBroker, cpu_seconds, free_port
+from bench.procs import PAGE_TICKS, Monitor, ShoalBroker, cpu_seconds, free_port
 from bench.scenarios import Settings, System, _failed, _share_figures, produce, run_share_consumers
 
 PARTITIONS = 12
@@ -94,6 +96,8 @@ BROKERS = 3
 TARGET_CPU_RATIO = 1.2
 WRITE = "WriteShareGroupState"
 PROFILE_ENV = "SHOAL_BENCH_CLUSTER_PROFILE"  # a directory: cProfile each broker's measured phase
+# Set (to anything): the throughput phases only, no recovery/controller phases (a quicker A/B).
+THROUGHPUT_ONLY_ENV = "SHOAL_BENCH_CLUSTER_THROUGHPUT_ONLY"
 IDLE_S = 3.0
 SETTLE_S = 0.5  # after the last consumer closed, before the whole phase's CPU is read
 # The internal topics at one replica each: the cluster of issue 23 ("every partition has one
@@ -120,11 +124,12 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     warm = warm_up(settings, system, label, bootstraps)
     idle = idle_cpu(pids, IDLE_S)
     before = [scrape(p) for p in metrics_ports]
+    counts0 = [proc_counts(pid) for pid in pids]
     monitors = [Monitor(pid) for pid in pids]
     others = {name: Monitor(pid) for name, pid in extra_pids.items()}
     profiling = bool(os.environ.get(PROFILE_ENV))
+    settings.log(f"  [{label}] measuring: consumers start, broker pids {pids}")
     if profiling:  # see bench/cluster_broker.py
-        settings.log(f"  [{label}] profiling pids {pids}")
         for pid in pids:
             os.kill(pid, signal.SIGUSR1)
     try:
@@ -168,6 +173,9 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
         if profiling:
             for pid in pids:
                 os.kill(pid, signal.SIGUSR2)
+    # Per broker over the whole phase (to the scrape): CPU by user/system and by thread, and
+    # context switches; with the records, the per-record split of where the CPU went.
+    fig["proc_each"] = [counts_delta(c0, proc_counts(pid)) for c0, pid in zip(counts0, pids)]
     after = [scrape(p) for p in metrics_ports]
     fig["rpc"] = rpc = rpc_figures(before, after)
     if sum(rpc["share_fetch_requests"]):
@@ -189,18 +197,56 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
 
 def warm_up(settings: Settings, system: System, label: str, bootstraps: list[str],
             ) -> dict[str, Any]:
-    """One share consumer of another group reads a small topic first, so that the one-off work
-    of a share group's first use (the internal topics created and their coordinators loaded on
-    every broker: ``__share_group_state``, ``__consumer_offsets``) falls outside the measured
-    phase, on one broker as on three."""
+    """As many share consumers as the measured phase, of another group and bootstrapped the
+    same way, read a small topic first, so that the one-off work of a share group's first use
+    (the internal topics created and their coordinators loaded on every broker:
+    ``__share_group_state``, ``__consumer_offsets``; and each broker's first request of every
+    API and version the clients use, whose codec is loaded then) falls outside the measured
+    phase, on one broker as on three. With one consumer, only the broker it bootstrapped from
+    had answered Metadata and the others loaded that codec in the measured phase (a profile:
+    ~40 ms of one broker's CPU, 10% of the phase at scale 0.1)."""
     topic, n = settings.topic(f"{label}-warmup"), 1_200
     system.admin.create_topic(topic, PARTITIONS)
     produce(settings, system, topic, n, PARTITIONS)
     started = time.monotonic()
     results, _, t_go = run_share_consumers(system, topic, f"bench-{settings.run_id}-{label}-warm",
-                                           1, "explicit", n, 60, bootstraps=bootstraps)
+                                           CONSUMERS, "explicit", n, 60, bootstraps=bootstraps)
     fig = _share_figures(results, n, t_go)
     return {"records": fig["records"], "seconds": round(time.monotonic() - started, 2)}
+
+
+def proc_counts(pid: int) -> dict[str, float]:
+    """What a broker process has spent so far, for the phase's deltas: user and system CPU
+    seconds, voluntary and involuntary context switches, and CPU seconds by thread name
+    (``event_loop``: the main thread; ``python``: Python's other threads, the executors of the
+    coordinator fsyncs and the off-loop encodes and decodes; grpc's threads: the etcd client)."""
+    out: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out["user_s"], out["system_s"] = int(fields[11]) / PAGE_TICKS, int(fields[12]) / PAGE_TICKS
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                    name, value = line.split(":")
+                    out[name] = float(value)
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                text = f.read()
+            comm = text[text.index("(") + 1:text.rindex(")")].rstrip("0123456789_-")
+            if task == str(pid):
+                comm = "event_loop"  # the main thread; Python's own threads are all "python"
+            t = text.rsplit(")", 1)[1].split()
+            key = f"thread_cpu_s:{comm or 'other'}"
+            out[key] = out.get(key, 0.0) + (int(t[11]) + int(t[12])) / PAGE_TICKS
+    except (OSError, ValueError, IndexError):
+        pass  # the process ended: what was read stands
+    return out
+
+
+def counts_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after - before`` per key (threads that started during the phase count from zero)."""
+    return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
 
 
 def idle_cpu(pids: list[int], seconds: float) -> float:
@@ -293,7 +339,8 @@ def scenario_cluster(settings: Settings, out_dir: Path, overrides: dict[str, str
     # 2. etcd + 3 brokers, internal topics at RF 1 (the issue's shape: one replica each), with
     # the recovery phases; 3. the same at the internal topics' default RF (3), throughput only.
     rf1 = {**INTERNAL_RF1, **overrides}
-    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster", recover=True)
+    _cluster(settings, root / "rf1", out_dir, rf1, log, fig, "cluster",
+             recover=not os.environ.get(THROUGHPUT_ONLY_ENV))
     if any(overrides.get(k, "3") != "1" for k in INTERNAL_RF1):
         _cluster(settings, root / "rf3", out_dir, overrides, log, fig, "cluster_rf3",
                  recover=False)
