@@ -62,9 +62,19 @@ class Journal:
     group_seen: set[str] = field(default_factory=set)
     group_commits: dict[int, int] = field(default_factory=dict)
     eos_transactions: int = 0
+    eos_seen: set[str] = field(default_factory=set)  # input values of committed transactions
     eos_slowest: tuple[float, str] = (0.0, "")  # the slowest step of a transaction, seconds
     client_errors: Counter[str] = field(default_factory=Counter)
     crashes: list[str] = field(default_factory=list)
+    client_restarts: list[str] = field(default_factory=list)  # hung clients replaced (HANG_S)
+
+
+# A client call this long, or a reader given nothing this long while records wait for it, is a
+# hung client: every call of the workers has a timeout of at most 30 s. librdkafka 2.16 has
+# been seen to go silent in all its threads after a re-bootstrap (every broker it knew being
+# down at once) and never recover, close() included, while the brokers served everyone else;
+# the supervisor (test_chaos_soak.py) replaces such a client and the report lists it.
+HANG_S = 90.0
 
 
 def client_debug(name: str) -> dict[str, Any]:
@@ -96,6 +106,31 @@ class Worker(threading.Thread):
         self.bootstrap = bootstrap
         self._stop_event = threading.Event()
         self._call: tuple[str, float] | None = None  # the client call under way, since when
+        self.progress_at = time.monotonic()  # when a reader last got records
+        self.abandoned = False
+
+    def clone(self) -> Worker:
+        """A fresh worker doing the same job with a new client (see ``hung``)."""
+        return type(self)(self.journal, self.bootstrap)
+
+    def behind(self) -> bool:
+        """Whether records wait for this reader (never for the producer)."""
+        return False
+
+    def hung(self) -> str | None:
+        """Why this worker's client looks hung (``HANG_S``), or None."""
+        stuck = self.stuck(HANG_S)
+        if stuck is not None:
+            return stuck
+        idle = time.monotonic() - self.progress_at
+        if idle > HANG_S and self.behind():
+            return f"{self.name_} got no records for {idle:.0f} s while records waited"
+        return None
+
+    def abandon(self) -> None:
+        """Leave this worker to its hung client: told to stop, never waited for."""
+        self.abandoned = True
+        self._stop_event.set()
 
     def call(self, what: str, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, remembered as the call under way (see ``stuck``)."""
@@ -114,6 +149,8 @@ class Worker(threading.Thread):
 
     def stop(self, timeout: float = 60.0) -> None:
         self._stop_event.set()
+        if self.abandoned:
+            return
         self.join(timeout)
         if self.is_alive():
             self.journal.crashes.append(f"{self.name_} did not stop within {timeout:.0f} s"
@@ -154,6 +191,9 @@ class ProducerWorker(Worker):
         super().__init__(journal, bootstrap)
         self.partitions, self.interval, self.seq = partitions, 1.0 / rate, 0
 
+    def clone(self) -> Worker:
+        return ProducerWorker(self.journal, self.bootstrap, self.partitions, 1.0 / self.interval)
+
     def setup(self) -> None:
         self.p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
                            "enable.idempotence": True, "linger.ms": 5,
@@ -192,7 +232,15 @@ class ShareWorker(Worker):
     def __init__(self, journal: Journal, bootstrap: str, index: int, seed: int) -> None:
         super().__init__(journal, bootstrap)
         self.name_ = f"share-{index}"
+        self.index, self.seed = index, seed
         self.rng = random.Random(seed * 100 + index)
+
+    def clone(self) -> Worker:
+        return ShareWorker(self.journal, self.bootstrap, self.index, self.seed)
+
+    def behind(self) -> bool:
+        with self.journal.lock:
+            return not self.journal.acked.keys() <= self.journal.share_accept_sent
 
     def setup(self) -> None:
         self.c = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": SHARE_GROUP,
@@ -209,6 +257,7 @@ class ShareWorker(Worker):
                 batch.append(m)
         if not batch:
             return
+        self.progress_at = time.monotonic()
         accepted = []
         j = self.journal
         for m in batch:
@@ -261,10 +310,15 @@ class GroupWorker(Worker):
                     prev = self.journal.group_commits.get(tp.partition, -1)
                     self.journal.group_commits[tp.partition] = max(prev, tp.offset)
 
+    def behind(self) -> bool:
+        with self.journal.lock:
+            return not self.journal.acked.keys() <= self.journal.group_seen
+
     def step(self) -> None:
         msgs = [m for m in self.call("consume", self.c.consume, 200, 0.5) if m.error() is None]
         if not msgs:
             return
+        self.progress_at = time.monotonic()
         with self.journal.lock:
             self.journal.group_seen.update(m.value().decode() for m in msgs)
         try:
@@ -286,6 +340,13 @@ class EosWorker(Worker):
         self.out_partitions = out_partitions
         self.c: Consumer | None = None
         self.p: Producer | None = None
+
+    def clone(self) -> Worker:
+        return EosWorker(self.journal, self.bootstrap, self.out_partitions)
+
+    def behind(self) -> bool:
+        with self.journal.lock:
+            return not self.journal.acked.keys() <= self.journal.eos_seen
 
     def _clients(self) -> tuple[Consumer, Producer]:
         if self.p is None:
@@ -347,8 +408,10 @@ class EosWorker(Worker):
             with self.journal.lock:
                 if took > self.journal.eos_slowest[0]:
                     self.journal.eos_slowest = (round(took, 2), f"{step}, {len(msgs)} records")
+        self.progress_at = time.monotonic()
         with self.journal.lock:
             self.journal.eos_transactions += 1
+            self.journal.eos_seen.update(m.value().decode() for m in msgs)
 
     def teardown(self) -> None:
         if self.c is not None:

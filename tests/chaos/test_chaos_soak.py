@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +64,8 @@ DRAIN = float(os.environ.get("CHAOS_DRAIN_S") or 240)  # liveness deadline after
 RATE = 40  # records/s produced: enough to see every outage, light on a shared 2-core machine
 
 REPLICATION = [1, 3]
+# Hung clients (load.HANG_S) a run may replace before it counts as failed.
+MAX_CLIENT_RESTARTS = 3
 
 
 def _restart(cluster: Cluster, node_id: int) -> None:
@@ -116,6 +119,34 @@ def _chaos(cluster: Cluster, rng: random.Random, kills: int,
         time.sleep(rng.uniform(0.3, 1.5))
 
 
+class Supervisor(threading.Thread):
+    """Replaces a worker whose client hung (``Worker.hung``) with a fresh one, in place in
+    ``workers``, and notes why in ``Journal.client_restarts``; until ``halt()``."""
+
+    def __init__(self, journal: Journal, workers: list[Worker]) -> None:
+        super().__init__(daemon=True, name="supervisor")
+        self.journal, self.workers = journal, workers
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(5):
+            for i, w in enumerate(self.workers):
+                why = w.hung()
+                if why is None:
+                    continue
+                w.abandon()
+                fresh = w.clone()
+                fresh.start()
+                self.workers[i] = fresh
+                with self.journal.lock:
+                    self.journal.client_restarts.append(why)
+                print(f"chaos: replaced a hung client: {why}")
+
+    def halt(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
 def _drained(j: Journal, bootstrap: str, target: set[str], last_check: list[float]) -> bool:
     """Whether every reader is done with ``target`` (checked against the brokers every 3 s)."""
     with j.lock:
@@ -161,6 +192,8 @@ def test_chaos_soak_keeps_every_promise(chaos_cluster: Cluster, seed: int, repor
     workers = [producer, *readers]
     for w in workers:
         w.start()
+    supervisor = Supervisor(j, workers)
+    supervisor.start()
     run: dict[str, object] = {"seed": seed, "replication_factor": rf, "rounds": []}
     began = time.monotonic()
     chaos_from = chaos_to = began
@@ -188,12 +221,14 @@ def test_chaos_soak_keeps_every_promise(chaos_cluster: Cluster, seed: int, repor
                  f"{stable_ends(_addresses(cluster), IN, IN_PARTITIONS)}; stuck client calls: "
                  f"{[w.stuck() for w in workers if w.stuck()]})", interval=1)
     finally:
+        supervisor.halt()
         for w in reversed(workers):
             w.stop()
         chaos_to = max(chaos_to, chaos_from)
         _report(j, run, report_path, chaos_from, chaos_to, began)
 
     assert j.crashes == [], j.crashes
+    assert len(j.client_restarts) <= MAX_CLIENT_RESTARTS, j.client_restarts
     assert run["controller_kills"] >= min(1, KILLS // 6), "the controller was never killed"
     bad = violations(j, cluster.bootstrap, IN_PARTITIONS, OUT_PARTITIONS)
     assert bad == [], f"seed {seed}:\n" + "\n".join(bad)
@@ -216,7 +251,8 @@ def _report(j: Journal, run: dict[str, object], path: Path, chaos_from: float,
         "eos_slowest_transaction": j.eos_slowest,
         "longest_unavailability_s": longest_gaps(j, chaos_from, chaos_to),
         "client_errors": dict(j.client_errors.most_common(30)),
-        "crashes": j.crashes})
+        "crashes": j.crashes,
+        "client_restarts": j.client_restarts})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(run, indent=2))
     print(f"chaos report ({path}):\n" + json.dumps(
