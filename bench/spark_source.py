@@ -43,6 +43,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.proc_tree import TreeSampler, per_record_us
+
 # Issue 8 settings (bench/README.md, scenario g, says why). A share-partition holds at most
 # share.partition.max.record.locks in-flight records and one micro-batch is one ShareFetch, so
 # a batch is at most partitions x locks records: 32 x 4,000 = 128,000, shared with the batch
@@ -118,6 +120,7 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         for k, v in {**SOURCE_OPTIONS, **(options or {})}.items():
             reader = reader.option(k, v)
         df = reader.load()
+        sampler = TreeSampler()
         t_start, wall_start = time.monotonic(), time.time()
         q = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
@@ -129,12 +132,14 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         failure = q.exception()
         progress = [json.loads(p.json) for p in q.recentProgress]
         fig = figures(progress, records, t_start, t_end, wall_start)
+        fig.update(cpu_figures(sampler, fig, t_start))
         if failure is None and fig.get("mean_batch_records"):
             fig["ceiling"] = ceiling(spark, records, fig["mean_batch_records"], spark_partitions,
-                                     checkpoint + "-ceiling")
+                                     checkpoint + "-ceiling", sampler)
             if fig.get("rate") and fig["ceiling"].get("rate"):
                 fig["ceiling_ratio"] = round(fig["rate"] / fig["ceiling"]["rate"], 3)
     finally:
+        sampler.close()
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(checkpoint + "-ceiling", ignore_errors=True)
@@ -147,7 +152,7 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
 
 
 def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
-            checkpoint: str) -> dict[str, Any]:
+            checkpoint: str, sampler: TreeSampler) -> dict[str, Any]:
     """The same query over a synthetic source that makes the same rows (1 KiB values, the
     ``shoal-share`` schema, the same batch size and task count) in the executors: no broker,
     no consumer, nothing shipped from the driver. Its rate is what Spark's Python data source
@@ -208,8 +213,22 @@ def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
     q.awaitTermination()
     progress = [json.loads(p.json) for p in q.recentProgress]
     fig = figures(progress, records, t_start, time.monotonic(), wall_start)
+    fig.update(cpu_figures(sampler, fig, t_start))
     return {k: fig.get(k) for k in ("rate", "records", "batches", "mean_batch_records",
-                                    "steady_phase_mean_ms")}
+                                    "steady_phase_mean_ms", "steady_cpu_us_per_record")}
+
+
+def cpu_figures(sampler: TreeSampler, fig: dict[str, Any], t_start: float) -> dict[str, Any]:
+    """CPU by process role (bench/proc_tree.py): seconds in the first micro-batch (from
+    ``start()``), µs per record after it (the ``rate``'s window)."""
+    t1 = fig.get("t_steady_start")
+    if t1 is None:
+        return {}
+    out: dict[str, Any] = {"first_batch_cpu_s": sampler.between(t_start, t1)}
+    if fig.get("steady_records"):
+        cpu = sampler.between(t1, t1 + fig["steady_s"])
+        out["steady_cpu_us_per_record"] = per_record_us(cpu, fig["steady_records"])
+    return out
 
 
 def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end: float,
