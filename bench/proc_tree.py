@@ -57,6 +57,10 @@ class TreeSampler:
         # pid -> [(monotonic, cpu s)]
         self.samples: dict[int, list[tuple[float, float]]] = defaultdict(list)
         self._stop = threading.Event()
+        # One sample before the thread starts: a process that is in it was alive at the start,
+        # so a time before its first sample counts from that sample, not from 0.
+        self._initial = set(self._tree())
+        self._sample(self._tree())
         self._thread = threading.Thread(target=self._run, name="cpu-tree", daemon=True)
         self._thread.start()
 
@@ -94,16 +98,21 @@ class TreeSampler:
             now = time.monotonic()
             if now - last_tree > 0.5:  # new workers appear rarely; /proc walks are not free
                 pids, last_tree = self._tree(), now
-            for pid in pids:
-                cpu = cpu_seconds(pid)
-                if cpu is not None:
-                    self.samples[pid].append((time.monotonic(), cpu))
+            self._sample(pids)
             self._stop.wait(self.interval)
 
-    @staticmethod
-    def _at(series: list[tuple[float, float]], t: float) -> float:
-        if not series or t <= series[0][0]:
-            return series[0][1] if series and t >= series[0][0] else 0.0
+    def _sample(self, pids: dict[int, str]) -> None:
+        for pid in pids:
+            cpu = cpu_seconds(pid)
+            if cpu is not None:
+                self.samples[pid].append((time.monotonic(), cpu))
+
+    def _at(self, pid: int, t: float) -> float:
+        series = self.samples[pid]
+        if not series:
+            return 0.0
+        if t <= series[0][0]:  # before its first sample: born later, or alive at the start
+            return series[0][1] if pid in self._initial else 0.0
         for (ta, ca), (tb, cb) in zip(series, series[1:], strict=False):
             if ta <= t <= tb:
                 return ca + (cb - ca) * ((t - ta) / (tb - ta) if tb > ta else 0)
@@ -112,8 +121,8 @@ class TreeSampler:
     def between(self, t0: float, t1: float) -> dict[str, float]:
         """CPU seconds per role in ``[t0, t1]`` (a process first seen inside it counts from 0)."""
         out: dict[str, float] = defaultdict(float)
-        for pid, series in list(self.samples.items()):
-            used = self._at(series, t1) - self._at(series, t0)
+        for pid in list(self.samples):
+            used = self._at(pid, t1) - self._at(pid, t0)
             if used > 0:
                 out[self.roles.get(pid, "other")] += used
         return {k: round(v, 3) for k, v in sorted(out.items())}
