@@ -18,6 +18,9 @@ configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``
 - ``rate_overall``: every record / (``start()`` to termination).
 - ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
   ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+- ``steady_cpu_us_per_record``: CPU per record by process (JVM, Python workers, the source
+  runner, the driver; ``bench/proc_tree.py``) in ``rate``'s window, and ``first_batch_cpu_s``:
+  CPU seconds by process from ``start()`` to the end of the first micro-batch.
 - ``ceiling_ratio``: ``rate`` / the ceiling's rate (issue 26's target: >= 0.8).
 - ``ceiling``: the same figures for the same query over a synthetic source that makes the
   same rows in the executors (:func:`ceiling`): what Spark's Python data source path allows
