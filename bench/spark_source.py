@@ -18,6 +18,9 @@ configs. Figures, all from the query's ``recentProgress`` and ``time.monotonic``
 - ``rate_overall``: every record / (``start()`` to termination).
 - ``spark_startup_s`` (SparkSession creation), ``first_batch_s``, ``batches``,
   ``mean_batch_records`` and the mean ``durationMs`` per phase (``phase_mean_ms``).
+- ``steady_cpu_us_per_record``: CPU per record by process (JVM, Python workers, the source
+  runner, the driver; ``bench/proc_tree.py``) in ``rate``'s window, and ``first_batch_cpu_s``:
+  CPU seconds by process from ``start()`` to the end of the first micro-batch.
 - ``ceiling_ratio``: ``rate`` / the ceiling's rate (issue 26's target: >= 0.8).
 - ``ceiling``: the same figures for the same query over a synthetic source that makes the
   same rows in the executors (:func:`ceiling`): what Spark's Python data source path allows
@@ -42,6 +45,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from bench.proc_tree import TreeSampler, per_record_us
 
 # Issue 8 settings (bench/README.md, scenario g, says why). A share-partition holds at most
 # share.partition.max.record.locks in-flight records and one micro-batch is one ShareFetch, so
@@ -84,10 +89,12 @@ def _wall(timestamp: str) -> float:
 def query(bootstrap: str, topic: str, group: str, records: int, *,
           max_records: int = MAX_RECORDS_PER_BATCH, spark_partitions: int = SPARK_PARTITIONS,
           poll_timeout_ms: int = POLL_TIMEOUT_MS, options: dict[str, str] | None = None,
-          ) -> dict[str, Any]:
+          warm_up: int = 0) -> dict[str, Any]:
     """Run the query to termination and return its figures (runs in the child process).
 
-    ``options`` are further ``shoal-share`` source options (``prefetch``, ...).
+    ``options`` are further ``shoal-share`` source options (``prefetch``, ...). ``warm_up``
+    records first go through an untimed ceiling query, so that the source's query does not
+    run on a colder JVM than the ceiling's (off by default: the figures so far have none).
     """
     # Spark starts its Python workers with PYSPARK_PYTHON (default: python3 on PATH), which
     # would not see this venv's pyarrow and the project.
@@ -118,6 +125,10 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         for k, v in {**SOURCE_OPTIONS, **(options or {})}.items():
             reader = reader.option(k, v)
         df = reader.load()
+        if warm_up:
+            ceiling(spark, warm_up, min(warm_up, max_records), spark_partitions,
+                    checkpoint + "-warm", None)
+        sampler = TreeSampler()
         t_start, wall_start = time.monotonic(), time.time()
         q = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
@@ -129,16 +140,20 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
         failure = q.exception()
         progress = [json.loads(p.json) for p in q.recentProgress]
         fig = figures(progress, records, t_start, t_end, wall_start)
+        fig.update(cpu_figures(sampler, fig, t_start))
         if failure is None and fig.get("mean_batch_records"):
             fig["ceiling"] = ceiling(spark, records, fig["mean_batch_records"], spark_partitions,
-                                     checkpoint + "-ceiling")
+                                     checkpoint + "-ceiling", sampler)
             if fig.get("rate") and fig["ceiling"].get("rate"):
                 fig["ceiling_ratio"] = round(fig["rate"] / fig["ceiling"]["rate"], 3)
     finally:
+        sampler.close()
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(checkpoint + "-ceiling", ignore_errors=True)
+        shutil.rmtree(checkpoint + "-warm", ignore_errors=True)
     fig.update(spark_startup_s=round(startup, 3), max_records_per_batch=max_records,
+               warm_up_records=warm_up,
                spark_partitions=spark_partitions, poll_timeout_ms=poll_timeout_ms,
                source_options={**SOURCE_OPTIONS, **(options or {})})
     if failure is not None:
@@ -147,7 +162,7 @@ def query(bootstrap: str, topic: str, group: str, records: int, *,
 
 
 def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
-            checkpoint: str) -> dict[str, Any]:
+            checkpoint: str, sampler: TreeSampler | None) -> dict[str, Any]:
     """The same query over a synthetic source that makes the same rows (1 KiB values, the
     ``shoal-share`` schema, the same batch size and task count) in the executors: no broker,
     no consumer, nothing shipped from the driver. Its rate is what Spark's Python data source
@@ -208,8 +223,23 @@ def ceiling(spark: Any, records: int, batch_records: int, spark_partitions: int,
     q.awaitTermination()
     progress = [json.loads(p.json) for p in q.recentProgress]
     fig = figures(progress, records, t_start, time.monotonic(), wall_start)
+    if sampler is not None:
+        fig.update(cpu_figures(sampler, fig, t_start))
     return {k: fig.get(k) for k in ("rate", "records", "batches", "mean_batch_records",
-                                    "steady_phase_mean_ms")}
+                                    "steady_phase_mean_ms", "steady_cpu_us_per_record")}
+
+
+def cpu_figures(sampler: TreeSampler, fig: dict[str, Any], t_start: float) -> dict[str, Any]:
+    """CPU by process role (bench/proc_tree.py): seconds in the first micro-batch (from
+    ``start()``), µs per record after it (the ``rate``'s window)."""
+    t1 = fig.get("t_steady_start")
+    if t1 is None:
+        return {}
+    out: dict[str, Any] = {"first_batch_cpu_s": sampler.between(t_start, t1)}
+    if fig.get("steady_records"):
+        cpu = sampler.between(t1, t1 + fig["steady_s"])
+        out["steady_cpu_us_per_record"] = per_record_us(cpu, fig["steady_records"])
+    return out
 
 
 def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end: float,
@@ -267,7 +297,7 @@ def figures(progress: list[dict[str, Any]], records: int, t_start: float, t_end:
 def run(bootstrap: str, topic: str, group: str, records: int, *,
         max_records: int = MAX_RECORDS_PER_BATCH, spark_partitions: int = SPARK_PARTITIONS,
         poll_timeout_ms: int = POLL_TIMEOUT_MS, options: dict[str, str] | None = None,
-        timeout: float | None = None) -> dict[str, Any]:
+        timeout: float | None = None, warm_up: int = 0) -> dict[str, Any]:
     """Run :func:`query` in a child process and return its figures.
 
     The topic must hold ``records`` records and the group read from the start
@@ -278,7 +308,7 @@ def run(bootstrap: str, topic: str, group: str, records: int, *,
     cmd = [sys.executable, "-m", "bench.spark_source", "--bootstrap", bootstrap,
            "--topic", topic, "--group", group, "--records", str(records),
            "--max-records", str(max_records), "--spark-partitions", str(spark_partitions),
-           "--poll-timeout-ms", str(poll_timeout_ms)]
+           "--poll-timeout-ms", str(poll_timeout_ms), "--warm-up-records", str(warm_up)]
     for k, v in (options or {}).items():
         cmd += ["--option", f"{k}={v}"]
     limit = timeout if timeout is not None else 180 + records / 2_000
@@ -332,7 +362,8 @@ def _standalone(args: argparse.Namespace) -> dict[str, Any]:
                                         max_records=args.max_records,
                                         spark_partitions=args.spark_partitions,
                                         poll_timeout_ms=args.poll_timeout_ms,
-                                        options=_options(args))
+                                        options=_options(args),
+                                        warm_up=args.warm_up_records)
         finally:
             system.admin.close()  # before the broker goes away
     finally:
@@ -356,6 +387,8 @@ def main() -> None:
     ap.add_argument("--max-records", type=int, default=MAX_RECORDS_PER_BATCH)
     ap.add_argument("--spark-partitions", type=int, default=SPARK_PARTITIONS)
     ap.add_argument("--poll-timeout-ms", type=int, default=POLL_TIMEOUT_MS)
+    ap.add_argument("--warm-up-records", type=int, default=0,
+                    help="first run this many records through an untimed ceiling query")
     ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                     help="another shoal-share source option (repeatable), e.g. prefetch=false")
     args = ap.parse_args()
@@ -367,7 +400,8 @@ def main() -> None:
         _watch_parent()
         fig = query(args.bootstrap, args.topic, args.group, args.records,
                     max_records=args.max_records, spark_partitions=args.spark_partitions,
-                    poll_timeout_ms=args.poll_timeout_ms, options=_options(args))
+                    poll_timeout_ms=args.poll_timeout_ms, options=_options(args),
+                    warm_up=args.warm_up_records)
     else:
         fig = _standalone(args)
     print(json.dumps(fig), flush=True)

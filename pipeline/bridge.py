@@ -53,7 +53,10 @@ class ConsumerThread:
     def __init__(self, bootstrap_servers: str, group_id: str, topics: tuple[str, ...], *,
                  max_records: int, renew_locks: bool, client_id: str,
                  security: Mapping[str, str] | None = None,
-                 prepare: Callable[[list[RawPartition]], Any] | None = None) -> None:
+                 prepare: Callable[[list[RawPartition]], Any] | None = None,
+                 wait: bool = True) -> None:
+        """Start the consumer (connect, subscribe). ``wait=False`` returns at once: call
+        ``wait_started`` before the first ``cycle`` (several members then start at once)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="shoal-share-source", daemon=True)
@@ -67,7 +70,15 @@ class ConsumerThread:
         self.prepared: Any = None  # ``prepare(held)``
         self.pending: Future[Cycle] | None = None
         self._closed = False
-        self._wait(self._submit(self._start(topics)), 60)
+        self._started: Future[None] | None = self._submit(self._start(topics))
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Wait for the consumer's start (raises what it raised)."""
+        if self._started is not None:
+            self._wait(self._started, 60)
+            self._started = None
 
     async def _start(self, topics: tuple[str, ...]) -> None:
         await self._consumer.start()

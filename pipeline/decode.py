@@ -3,7 +3,9 @@
 The driver-side members hand out each partition as the broker sent it (``client.RawPartition``:
 v2 record batches plus the acquired ranges). ``pack``/``pack_pieces`` frame a Spark partition's worth of them
 into one payload; on the executor ``to_batches`` turns a payload into ``pyarrow.RecordBatch``es
-in the source's schema (``pipeline/rows.py``), one per topic-partition.
+in the source's schema (``pipeline/rows.py``): one for the whole payload (a Spark task's
+records), split only past ``_MAX_BATCH_BYTES`` of values. Every Arrow batch costs the Python
+worker and the JVM a fixed amount, so few large ones are cheaper than one per topic-partition.
 
 Decoding one record batch:
 
@@ -44,6 +46,9 @@ _LOG_APPEND_TIME = 0x08
 _COMPRESSION = 0x07
 # A decompressed batch larger than this is refused (the broker's own fetch limit is far lower).
 _MAX_DECOMPRESSED = 1 << 31
+# An Arrow batch is closed once its values and keys pass this many bytes (binary arrays have
+# 32-bit offsets; a payload is one fetch response, 50 MiB by default, so this rarely splits).
+_MAX_BATCH_BYTES = 1 << 28
 
 
 class CorruptBatchError(ValueError):
@@ -100,23 +105,32 @@ def unpack(payload: bytes | bytearray | memoryview) -> list[Chunk]:
 
 
 def to_batches(payload: bytes | bytearray | memoryview) -> Iterator[Any]:
-    """The rows of a ``pack`` payload: one Arrow record batch per non-empty chunk."""
+    """The rows of a ``pack`` payload: one Arrow record batch for all its chunks (split past
+    ``_MAX_BATCH_BYTES``), none if no chunk has rows."""
+    cols = _Columns()
     for topic, partition, ranges, data in unpack(payload):
+        before = cols.count
         try:
-            batch = _chunk_to_arrow(topic, partition, ranges, data)
+            _decode_chunk(topic, partition, ranges, data, cols)
         except (IndexError, ValueError, struct.error) as e:
             where = f"{topic}-{partition}"
             if isinstance(e, CorruptBatchError) and str(e).startswith(where):
                 raise
             raise CorruptBatchError(f"{where}: record batches do not parse: {e}") from None
-        if batch is not None:
-            yield batch
+        if cols.count > before:
+            cols.runs.append((topic, partition, cols.count - before))
+        if cols.bytes > _MAX_BATCH_BYTES:
+            yield _arrow(cols)
+            cols = _Columns()
+    if cols.count:
+        yield _arrow(cols)
 
 
 class _Columns:
-    """Per-record numpy arrays of the kept records of one chunk, batch by batch."""
+    """Per-record numpy arrays of the kept records of a payload, batch by batch."""
 
     def __init__(self) -> None:
+        self.runs: list[tuple[str, int, int]] = []  # (topic, partition, rows) per chunk
         self.offset: list[Any] = []
         self.timestamp: list[Any] = []
         self.ts_type: list[Any] = []
@@ -127,18 +141,19 @@ class _Columns:
         self.values: list[Any] = []
         self.headers: list[list[dict[str, Any]]] | None = None  # only if some record has any
         self.count = 0
+        self.bytes = 0  # of keys and values
 
 
-def _chunk_to_arrow(topic: str, partition: int, ranges: Sequence[tuple[int, int, int]],
-                    data: Any) -> Any:
+def _decode_chunk(topic: str, partition: int, ranges: Sequence[tuple[int, int, int]],
+                  data: Any, cols: _Columns) -> None:
+    """Append the kept records of one chunk's record batches to ``cols``."""
     if not ranges or not len(data):
-        return None
+        return
     rs = sorted(ranges)
     firsts = np.array([r[0] for r in rs], np.int64)
     lasts = np.array([r[1] for r in rs], np.int64)
     counts = np.array([r[2] for r in rs], np.int32)
     lo, hi = int(firsts[0]), int(lasts.max())
-    cols = _Columns()
     view = memoryview(data)
     pos, end = 0, len(view)
     while pos < end:
@@ -161,9 +176,6 @@ def _chunk_to_arrow(topic: str, partition: int, ranges: Sequence[tuple[int, int,
         _decode_records(topic, partition, body, count, base,
                         max_ts if attrs & _LOG_APPEND_TIME else None, base_ts,
                         (attrs & _LOG_APPEND_TIME) >> 3, firsts, lasts, counts, cols)
-    if not cols.count:
-        return None
-    return _arrow(topic, partition, cols)
 
 
 def _starts(buf: Any, count: int) -> tuple[list[int], list[int]]:
@@ -261,6 +273,7 @@ def _decode_records(topic: str, partition: int, body: Any, count: int, base: int
     cols.ts_type.append(np.full(n, ts_type, np.int32))
     cols.key_len.append(key_len)
     cols.value_len.append(value_len)
+    cols.bytes += int(np.maximum(key_len, 0).sum() + np.maximum(value_len, 0).sum())
     view = memoryview(body)
     # Slices made and joined in C (map), not in a Python loop; a null is an empty slice.
     if (key_len > 0).any():
@@ -326,13 +339,28 @@ def _binary(lengths: Any, pieces: list[Any]) -> Any:
                                  [validity, pa.py_buffer(offsets.tobytes()), data], nulls)
 
 
-def _arrow(topic: str, partition: int, cols: _Columns) -> Any:
+def _topics(runs: Sequence[tuple[str, int, int]]) -> Any:
+    """The topic column (an Arrow string array) of ``runs`` of rows."""
+    import pyarrow as pa  # lazy: optional (spark extra)
+
+    names = [t.encode() for t, _, _ in runs]
+    rows = np.array([n for _, _, n in runs], np.int64)
+    offsets = np.zeros(int(rows.sum()) + 1, np.int32)
+    np.cumsum(np.repeat(np.array([len(b) for b in names], np.int32), rows), out=offsets[1:])
+    data = b"".join(name * n for name, (_, _, n) in zip(names, runs, strict=True))
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1,
+                                 [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+
+
+def _arrow(cols: _Columns) -> Any:
     import pyarrow as pa  # lazy: optional (spark extra)
 
     from pipeline.rows import _HEADERS_TYPE  # lazy: pipeline.rows imports pyarrow
 
     n = cols.count
     cat = np.concatenate
+    partitions = np.repeat(np.array([p for _, p, _ in cols.runs], np.int32),
+                           [k for _, _, k in cols.runs])
     timestamp_us = cat(cols.timestamp) * 1000
     if cols.headers is None:
         headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
@@ -342,8 +370,8 @@ def _arrow(topic: str, partition: int, cols: _Columns) -> Any:
     return pa.RecordBatch.from_arrays([
         _binary(cat(cols.key_len), cols.keys),
         _binary(cat(cols.value_len), cols.values),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.array(np.full(n, partition, np.int32)),
+        _topics(cols.runs),
+        pa.array(partitions),
         pa.array(cat(cols.offset)),
         pa.array(timestamp_us, pa.timestamp("us", tz="UTC")),
         pa.array(cat(cols.ts_type)),

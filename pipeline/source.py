@@ -302,12 +302,21 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             self._server = BatchServer(self.options.driver_host)
         if not self._members:
-            self._members = [self._new_member()
-                             for _ in range(2 if self.options.prefetch else 1)]
+            # The members connect at the same time: the query's first batch waits for them.
+            members = [self._new_member(wait=False)
+                       for _ in range(2 if self.options.prefetch else 1)]
+            try:
+                for m in members:
+                    m.wait_started()
+            except BaseException:
+                for m in members:
+                    m.close()
+                raise
+            self._members = members
             _release_on_sigterm(self)
         return self._members
 
-    def _new_member(self) -> Any:
+    def _new_member(self, wait: bool = True) -> Any:
         # Lazy: the driver's consumers only; executors never load the asyncio client.
         from pipeline.bridge import ConsumerThread
         from pipeline.decode import pack_pieces
@@ -319,7 +328,8 @@ class ShareStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               client_id=o.client_id, security=dict(o.security),
                               prepare=lambda held: [pack_pieces([(p.topic, p.partition, p.acquired, p.data)
                                                                 for p in g])
-                                                   for g in deal(held, parts)])
+                                                   for g in deal(held, parts)],
+                              wait=wait)
 
 
 def _ack(name: str) -> Any:

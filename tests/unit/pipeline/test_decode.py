@@ -74,11 +74,20 @@ def test_control_batches_and_offsets_outside_the_ranges_give_no_rows() -> None:
     assert list(to_batches(pack([("t", 3, [(50, 60, 1)], data)]))) == []
 
 
-def test_one_arrow_batch_per_topic_partition_in_a_payload() -> None:
-    payload = pack([("a", 0, [(0, 2, 1)], _batch(0, 3)), ("b", 1, [(0, 0, 5)], _batch(0, 1))])
-    a, b = to_batches(payload)
-    assert (a.num_rows, set(a.column("topic").to_pylist())) == (3, {"a"})
-    assert b.to_pylist()[0]["deliveryCount"] == 5 and b.to_pylist()[0]["partition"] == 1
+def test_one_arrow_batch_per_payload_keeps_each_rows_topic_partition() -> None:
+    payload = pack([("a", 0, [(0, 2, 1)], _batch(0, 3)), ("empty", 7, [(9, 9, 1)], _batch(0, 3)),
+                    ("bb", 1, [(0, 0, 5)], _batch(0, 1))])
+    (batch,) = to_batches(payload)
+    rows = batch.to_pylist()
+    assert [(r["topic"], r["partition"], r["offset"], r["deliveryCount"]) for r in rows] == [
+        ("a", 0, 0, 1), ("a", 0, 1, 1), ("a", 0, 2, 1), ("bb", 1, 0, 5)]
+
+
+def test_a_payload_past_the_batch_byte_limit_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pipeline.decode._MAX_BATCH_BYTES", 250)
+    payload = pack([("a", 0, [(0, 2, 1)], _batch(0, 3)), ("b", 1, [(0, 1, 1)], _batch(0, 2))])
+    batches = list(to_batches(payload))
+    assert [b.column("topic").to_pylist() for b in batches] == [["a"] * 3, ["b"] * 2]
 
 
 def test_payload_framing_round_trips_and_rejects_truncation() -> None:
