@@ -14,6 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+CHILD_SITE = ROOT / "tests" / "child_site"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a broker or CLI process a test starts: this one, with
+    tests/child_site first on PYTHONPATH (its sitecustomize keeps kio from importing hypothesis,
+    as on a broker install)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD_SITE), env.get("PYTHONPATH")) if p)
+    return env
 
 
 class BrokerProcess:
@@ -68,7 +78,8 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         cmd += self.extra_args
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=child_env())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -60,7 +60,7 @@ async def answer(
         out: TopicReplies[Res] = []
         seen = 0
         for topic in req.topics:  # tens of thousands of entries: the loop served between
-            rows = []
+            rows: list[tuple[int, Res]] = []
             for p in topic.partitions:
                 seen += 1
                 if seen % YIELD_EVERY == 0:
@@ -93,7 +93,7 @@ async def answer(
     for i, (topic_id, entries) in enumerate(layout):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
-        rows: list[tuple[int, Res]] = []
+        rows = []
         for partition, slot, decided in entries:
             reply = replies[slot] if decided is None else decided
             rows.append((partition, reply))

@@ -23,7 +23,7 @@ other partitions get OPERATION_NOT_ATTEMPTED. v4+ need CLUSTER_ACTION on the clu
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +36,15 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 if TYPE_CHECKING:
-    from broker.handlers._requests import AddPartitionsToTxnRequest
+    from broker.handlers._requests import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnRequestV0,
+        AddPartitionsToTxnRequestV1,
+        AddPartitionsToTxnRequestV2,
+        AddPartitionsToTxnRequestV3,
+        AddPartitionsToTxnRequestV4,
+        AddPartitionsToTxnRequestV5,
+    )
 
 API_KEY = 24
 VERSIONS = (0, 5)
@@ -111,9 +119,11 @@ async def _one(ctx: RequestContext, txn_id: str, pid: int, epoch: int, parts: Pa
 async def handle(ctx: RequestContext, req: AddPartitionsToTxnRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.api_version < 4:
-        parts = _parts(req.v3_and_below_topics)
-        out = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                         req.v3_and_below_producer_epoch, parts, False, True)
+        old = cast("AddPartitionsToTxnRequestV0 | AddPartitionsToTxnRequestV1 "
+                   "| AddPartitionsToTxnRequestV2 | AddPartitionsToTxnRequestV3", req)
+        parts = _parts(old.v3_and_below_topics)
+        out = await _one(ctx, old.v3_and_below_transactional_id, old.v3_and_below_producer_id,
+                         old.v3_and_below_producer_epoch, parts, False, True)
         return make(m.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                     results_by_topic_v3_and_below=await _results(m, parts, out))
     if not ctx.authorized(Operation.CLUSTER_ACTION, CLUSTER):
@@ -121,7 +131,9 @@ async def handle(ctx: RequestContext, req: AddPartitionsToTxnRequest) -> Any:
                                             error_code=ErrorCode.cluster_authorization_failed,
                                             results_by_transaction=())
     results = []
-    for i, txn in enumerate(req.transactions):
+    batched = cast("AddPartitionsToTxnRequestV4 | AddPartitionsToTxnRequestV5", req)
+    txn: Any  # the AddPartitionsToTxnTransaction of req's version (enumerate over their union)
+    for i, txn in enumerate(batched.transactions):
         if i and i % YIELD_EVERY == 0:
             await asyncio.sleep(0)
         parts = _parts(txn.topics)

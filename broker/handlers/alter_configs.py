@@ -128,6 +128,7 @@ async def _respond_in_cluster(ctx: RequestContext, m: Any, req: AlterConfigsRequ
 def _respond(m: Any, req: AlterConfigsRequest, answers: list[Altered],
              failed: dict[str, Altered]) -> Steps[Any]:
     responses = []
+    r: Any  # the AlterConfigsResource of req's version (enumerate over their union)
     for i, (r, (error, message)) in enumerate(zip(req.resources, answers)):
         if i and i % YIELD_EVERY == 0:
             yield

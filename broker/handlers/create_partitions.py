@@ -92,6 +92,8 @@ async def handle(ctx: RequestContext, req: CreatePartitionsRequest) -> Any:
     results = []
     denied = await denied_in_slices(ctx, Operation.ALTER, ResourceType.TOPIC,
                                     (t.name for t in req.topics if counts[t.name] == 1))
+    message: str | None
+    t: Any  # the CreatePartitionsTopic of req's version (enumerate over their union)
     for i, t in enumerate(req.topics):
         if i and i % YIELD_EVERY == 0:  # tens of thousands of topics: serve the loop between
             await asyncio.sleep(0)

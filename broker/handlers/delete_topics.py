@@ -28,8 +28,8 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -44,7 +44,19 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.handlers._requests import DeleteTopicsRequest
+    from broker.handlers._requests import (
+        DeleteTopicsRequest,
+        DeleteTopicsRequestV1,
+        DeleteTopicsRequestV2,
+        DeleteTopicsRequestV3,
+        DeleteTopicsRequestV4,
+        DeleteTopicsRequestV5,
+        DeleteTopicsRequestV6,
+    )
+
+    DeleteTopicsRequestV1_5: TypeAlias = (DeleteTopicsRequestV1 | DeleteTopicsRequestV2
+                                          | DeleteTopicsRequestV3 | DeleteTopicsRequestV4
+                                          | DeleteTopicsRequestV5)
 
 API_KEY = 20
 VERSIONS = (1, 6)
@@ -93,7 +105,7 @@ def _delete(broker: Broker, targets: list[Topic], version: int) -> list[Deleted]
     return out + [Deleted(t.name, t.topic_id) for t in doomed]
 
 
-def _anything(name: str) -> str | None:
+def _anything(name: str, operation: Operation) -> str | None:
     return None
 
 
@@ -163,10 +175,11 @@ def delete_topics(broker: Broker, refs: list[tuple[str | None, uuid.UUID | None]
 
 def handle(ctx: RequestContext, req: DeleteTopicsRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
+    refs: list[tuple[str | None, uuid.UUID | None]]
     if ctx.api_version >= 6:
-        refs = [(t.name, _id(t.topic_id)) for t in req.topics]
+        refs = [(t.name, _id(t.topic_id)) for t in cast("DeleteTopicsRequestV6", req).topics]
     else:
-        refs = [(n, None) for n in req.topic_names]
+        refs = [(n, None) for n in cast("DeleteTopicsRequestV1_5", req).topic_names]
     all_allowed = ctx.authorized(Operation.DELETE, CLUSTER, audit=False)
     answers: dict[tuple[str, Operation], str | None] = {}
 
@@ -198,12 +211,12 @@ def handle(ctx: RequestContext, req: DeleteTopicsRequest) -> Any:
         return response_in_slices() if len(deleted) > YIELD_EVERY else response()
 
     async def in_cluster() -> Any:
-        for d in deleted:
+        for i, d in enumerate(deleted):
             if d.in_cluster and d.name is not None:
                 try:
                     await ctx.broker.admin_delete_topic(d.name)
-                except TopicError as exc:
-                    d.error, d.message = exc.error, exc.message
+                except TopicError as exc:  # Deleted is frozen: the result is replaced
+                    deleted[i] = replace(d, error=exc.error, message=exc.message)
         return response()
 
     return in_cluster()

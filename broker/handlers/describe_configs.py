@@ -24,7 +24,7 @@ broker has one set of broker configs, so both names describe it; any other id is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -281,6 +281,9 @@ def _answer(ctx: RequestContext, req: DescribeConfigsRequest) -> Steps[Any]:
     synonyms = bool(req.include_synonyms)
     documentation = bool(getattr(req, "include_documentation", False))
     results = []
+    r: Any  # the DescribeConfigsResource of req's version (enumerate over their union)
+    entries: Sequence[Any]
+    message: str | None
     for i, r in enumerate(req.resources):
         if i and i % YIELD_EVERY == 0:
             yield

@@ -86,6 +86,7 @@ async def _describe(ctx: RequestContext, req: DescribeShareGroupOffsetsRequest) 
     m = response_module(API_KEY, ctx.api_version)
     admin = ShareAdmin.of(ctx.broker)
     groups = []
+    g: Any  # a DescribeShareGroupOffsetsRequestGroup of req's version (a loop over their union)
     for i, g in enumerate(req.groups):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # many groups: serve the event loop between slices

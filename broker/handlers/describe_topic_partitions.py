@@ -71,7 +71,7 @@ def handle(ctx: RequestContext, req: DescribeTopicPartitionsRequest) -> Any:
     if limit < 1 or (cursor is not None and cursor.partition_index < 0):
         return _invalid(m, req)
     if named:
-        names = {t.name for t in req.topics if t.name >= start_topic}
+        names: set[str] = {t.name for t in req.topics if t.name >= start_topic}
         if cursor is not None and cursor.topic_name not in names:
             return _invalid(m, req)
     else:

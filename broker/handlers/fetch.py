@@ -111,6 +111,7 @@ async def _read(ctx: RequestContext, req: FetchRequest, cooperative: bool, denie
     topics = []
     leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
     done = 0
+    ft: Any  # the FetchTopic of req's version (a loop over their union)
     for ft in req.topics:
         topic = broker.topics.by_id(ft.topic_id) if by_id else broker.topics.get(ft.topic)
         parts = []
@@ -126,7 +127,7 @@ async def _read(ctx: RequestContext, req: FetchRequest, cooperative: bool, denie
                 parts.append(_pdata(m, p, ErrorCode.topic_authorization_failed, -1, -1, b""))
                 continue
             not_here = leader_problem(ctx, topic.name, p) if topic is not None else None
-            if not_here is not None:
+            if not_here is not None and topic is not None:
                 errors = True
                 parts.append(_pdata(m, p, not_here, -1, -1, b"", **moved_leader(
                     ctx, m, topic.name, p, leaders)))
@@ -138,6 +139,7 @@ async def _read(ctx: RequestContext, req: FetchRequest, cooperative: bool, denie
                     else ErrorCode.unknown_topic_or_partition
                 parts.append(_pdata(m, p, err, -1, -1, b""))
                 continue
+            assert topic is not None  # a log is found only for a known topic
             keys.append((topic.name, p))
             hwm = lg.log_end_offset if rep is None else rep.high_watermark(topic.name, p, lg)
             data = b""

@@ -14,7 +14,7 @@ so they need CLUSTER_ACTION on the cluster; others get CLUSTER_AUTHORIZATION_FAI
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -35,7 +35,16 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 if TYPE_CHECKING:
-    from broker.handlers._requests import FindCoordinatorRequest
+    from broker.handlers._requests import (
+        FindCoordinatorRequest,
+        FindCoordinatorRequestV0,
+        FindCoordinatorRequestV1,
+        FindCoordinatorRequestV2,
+        FindCoordinatorRequestV3,
+        FindCoordinatorRequestV4,
+        FindCoordinatorRequestV5,
+        FindCoordinatorRequestV6,
+    )
 
 API_KEY = 10
 VERSIONS = (0, 6)
@@ -96,11 +105,15 @@ def handle(ctx: RequestContext, req: FindCoordinatorRequest) -> Any:
     key_type = getattr(req, "key_type", 0)
     if ctx.api_version >= 4:
         coords = []
-        for key in req.coordinator_keys:
+        batched = cast("FindCoordinatorRequestV4 | FindCoordinatorRequestV5 "
+                       "| FindCoordinatorRequestV6", req)
+        for key in batched.coordinator_keys:
             err, msg, node, host, port = _locate(ctx, key_type, key)
             coords.append(m.Coordinator(key=key, node_id=node, host=host, port=port,
                                         error_code=err, error_message=msg))
         return m.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(coords))
-    err, msg, node, host, port = _locate(ctx, key_type, req.key)
+    single = cast("FindCoordinatorRequestV0 | FindCoordinatorRequestV1 | FindCoordinatorRequestV2 "
+                  "| FindCoordinatorRequestV3", req)
+    err, msg, node, host, port = _locate(ctx, key_type, single.key)
     return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=err,
                 error_message=msg, node_id=node, host=host, port=port)

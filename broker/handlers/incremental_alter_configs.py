@@ -67,7 +67,7 @@ from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.app import Broker
-    from broker.handlers._requests import IncrementalAlterConfigsRequest
+    from broker.handlers._requests import AlterConfigsRequest, IncrementalAlterConfigsRequest
 
 API_KEY = 44
 VERSIONS = (0, 1)
@@ -310,7 +310,7 @@ async def _plain_locked(ctx: RequestContext, req: IncrementalAlterConfigsRequest
         return await run_steps_async(_plain(ctx, req))
 
 
-def request_size(req: IncrementalAlterConfigsRequest) -> int:
+def request_size(req: IncrementalAlterConfigsRequest | AlterConfigsRequest) -> int:
     """Resources and configs in an (Incremental)AlterConfigs request."""
     return sum(1 + len(r.configs) for r in req.resources)
 
@@ -399,6 +399,7 @@ def _answer(ctx: RequestContext, req: IncrementalAlterConfigsRequest,
             results: dict[tuple[int, str], Altered]) -> Steps[Any]:
     m = response_module(API_KEY, ctx.api_version)
     responses = []
+    r: Any  # the AlterConfigsResource of req's version (enumerate over their union)
     for i, r in enumerate(req.resources):
         if i and i % YIELD_EVERY == 0:
             yield

@@ -65,6 +65,7 @@ async def _transactional(ctx: RequestContext, m: Any, req: InitProducerIdRequest
     if (pid == -1) != (epoch == -1):
         return _answer(m, ErrorCode.invalid_request)
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
+    assert req.transactional_id is not None  # handle() sends only transactional requests here
     out = await ctx.broker.transactions.init_producer_id(
         req.transactional_id, timeout_ms, None if pid == -1 else (pid, epoch))
     error = out.error

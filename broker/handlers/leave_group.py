@@ -7,7 +7,8 @@ Authorization (``broker/authz.py``), as Kafka: READ on the group, else GROUP_AUT
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -20,7 +21,15 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 if TYPE_CHECKING:
-    from broker.handlers._requests import LeaveGroupRequest
+    from broker.handlers._requests import (
+        LeaveGroupRequest,
+        LeaveGroupRequestV0,
+        LeaveGroupRequestV1,
+        LeaveGroupRequestV2,
+        LeaveGroupRequestV3,
+        LeaveGroupRequestV4,
+        LeaveGroupRequestV5,
+    )
 
 API_KEY = 13
 VERSIONS = (0, 5)
@@ -31,10 +40,13 @@ async def handle(ctx: RequestContext, req: LeaveGroupRequest) -> Any:
     batched = ctx.api_version >= 3
     if batched:
         # Tens of thousands of members: built and answered a slice at a time (issue 25).
-        members = tuple(await in_slices(req.members, lambda x: cl.LeaveMember(
+        v3 = cast("LeaveGroupRequestV3 | LeaveGroupRequestV4 | LeaveGroupRequestV5", req)
+        asked: Sequence[Any] = v3.members  # the MemberIdentity entries of req's version
+        members = tuple(await in_slices(asked, lambda x: cl.LeaveMember(
             x.member_id, x.group_instance_id)))
     else:
-        members = (cl.LeaveMember(req.member_id, None),)
+        v0 = cast("LeaveGroupRequestV0 | LeaveGroupRequestV1 | LeaveGroupRequestV2", req)
+        members = (cl.LeaveMember(v0.member_id, None),)
     if not ctx.authorized(Operation.READ, Resource(ResourceType.GROUP, req.group_id)):
         return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.group_authorization_failed, members=())

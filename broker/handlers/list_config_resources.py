@@ -23,7 +23,7 @@ the event loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +36,7 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 if TYPE_CHECKING:
-    from broker.handlers._requests import ListConfigResourcesRequest
+    from broker.handlers._requests import ListConfigResourcesRequest, ListConfigResourcesRequestV1
 
 API_KEY = 74
 VERSIONS = (0, 1)
@@ -75,11 +75,11 @@ def handle(ctx: RequestContext, req: ListConfigResourcesRequest) -> Any:
         return _response(m, ErrorCode.cluster_authorization_failed)
     if ctx.api_version == 0:
         return _response(m, ErrorCode.none)
-    asked = set(int(t) for t in req.resource_types)
+    asked = set(int(t) for t in cast("ListConfigResourcesRequestV1", req).resource_types)
     supported = {int(t) for t in SUPPORTED}
     if asked - supported:
         return _response(m, ErrorCode.unsupported_version)
-    out = []
+    out: list[Any] = []
     for kind in SUPPORTED:
         if asked and int(kind) not in asked:
             continue

@@ -131,6 +131,7 @@ def _answer(ctx: RequestContext, req: MetadataRequest) -> Steps[Any]:
         topics = [entry(t) for t in listed if t.name not in hidden]
     else:
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
+        rt: Any  # the MetadataRequestTopic of req's version (enumerate over their union)
         for step, rt in enumerate(req.topics):
             if step and step % YIELD_EVERY == 0:
                 yield

@@ -49,6 +49,7 @@ async def handle(ctx: RequestContext, req: OffsetCommitRequest) -> Any:
     codes: dict[tuple[Any, int], ErrorCode] = {}
     order: list[tuple[Any, int]] = []
     names: dict[Any, str | None] = {}  # request key (name, or id in v10) -> topic name
+    t: Any  # the OffsetCommitRequestTopic of req's version (enumerate over their union)
     for i, t in enumerate(req.topics):
         await breathe(i)  # tens of thousands of topics: serve the event loop meanwhile
         key = t.topic_id if by_id else t.name

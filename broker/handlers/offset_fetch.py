@@ -19,7 +19,7 @@ partition); when all topics are asked, topics the principal may not DESCRIBE are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -32,7 +32,24 @@ from protocol.codec import response_module
 from protocol.messages import make
 
 if TYPE_CHECKING:
-    from broker.handlers._requests import OffsetFetchRequest
+    from broker.handlers._requests import (
+        OffsetFetchRequest,
+        OffsetFetchRequestV1,
+        OffsetFetchRequestV2,
+        OffsetFetchRequestV3,
+        OffsetFetchRequestV4,
+        OffsetFetchRequestV5,
+        OffsetFetchRequestV6,
+        OffsetFetchRequestV7,
+        OffsetFetchRequestV8,
+        OffsetFetchRequestV9,
+        OffsetFetchRequestV10,
+    )
+
+    Single: TypeAlias = (OffsetFetchRequestV1 | OffsetFetchRequestV2 | OffsetFetchRequestV3
+                         | OffsetFetchRequestV4 | OffsetFetchRequestV5 | OffsetFetchRequestV6
+                         | OffsetFetchRequestV7)
+    Batched: TypeAlias = OffsetFetchRequestV8 | OffsetFetchRequestV9 | OffsetFetchRequestV10
 
 API_KEY = 9
 VERSIONS = (1, 10)
@@ -164,7 +181,7 @@ def _group(ctx: RequestContext, m: Any, g: Any, by_id: bool, stable: bool) -> St
                 error_code=error)
 
 
-def _batched(ctx: RequestContext, m: Any, req: OffsetFetchRequest) -> Steps[Any]:
+def _batched(ctx: RequestContext, m: Any, req: Batched) -> Steps[Any]:
     by_id = ctx.api_version >= TOPIC_IDS
     stable = bool(getattr(req, "require_stable", False))
     groups = []
@@ -175,7 +192,7 @@ def _batched(ctx: RequestContext, m: Any, req: OffsetFetchRequest) -> Steps[Any]
     return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-def _single(ctx: RequestContext, m: Any, req: OffsetFetchRequest) -> Steps[Any]:
+def _single(ctx: RequestContext, m: Any, req: Single) -> Steps[Any]:
     """v1-7: one group."""
     stable = bool(getattr(req, "require_stable", False))
     asked, _, _ = yield from _asked(ctx, req.topics, False)
@@ -197,12 +214,14 @@ def _size(topics: Any) -> int:
 def handle(ctx: RequestContext, req: OffsetFetchRequest) -> Any:
     m = response_module(API_KEY, ctx.api_version)
     if ctx.api_version >= BATCHED:
-        steps = _batched(ctx, m, req)
-        large = len(req.groups) > YIELD_EVERY or \
-            sum(_size(g.topics) for g in req.groups) > YIELD_EVERY
+        batched = cast("Batched", req)
+        steps = _batched(ctx, m, batched)
+        large = len(batched.groups) > YIELD_EVERY or \
+            sum(_size(g.topics) for g in batched.groups) > YIELD_EVERY
     else:
-        steps = _single(ctx, m, req)
-        large = _size(req.topics) > YIELD_EVERY
+        single = cast("Single", req)
+        steps = _single(ctx, m, single)
+        large = _size(single.topics) > YIELD_EVERY
     # A large request hands the event loop back every YIELD_EVERY elements (issue 25); an
     # ordinary one is answered straight through.
     return run_steps_async(steps) if large else run_steps(steps)

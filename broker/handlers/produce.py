@@ -137,8 +137,13 @@ def handle(ctx: RequestContext, req: ProduceRequest) -> Any:
     # idempotent producer pipelines up to five requests).
     task = asyncio.ensure_future(_produce_later(ctx, req, before))
     order[ctx.connection_id] = task
-    task.add_done_callback(lambda t, c=ctx.connection_id: order.pop(c, None)
-                           if order.get(c) is t else None)
+    conn = ctx.connection_id
+
+    def forget(t: asyncio.Future[Any]) -> None:
+        if order.get(conn) is t:
+            order.pop(conn, None)
+
+    task.add_done_callback(forget)
     return task
 
 
@@ -157,7 +162,11 @@ def _order(broker: Broker) -> dict[int, asyncio.Future[Any]]:
     order = _orders.get(broker)
     if order is None:
         order = _orders[broker] = {}
-        broker.add_close_listener(lambda cid: order.pop(cid, None))
+
+        def closed(cid: int) -> None:
+            order.pop(cid, None)
+
+        broker.add_close_listener(closed)
     return order
 
 
@@ -187,6 +196,7 @@ async def _produce_later(ctx: RequestContext, req: ProduceRequest, before: async
     if validation_cost(req) >= OFFLOAD_COST:
         now = broker.clock.now_ms()
         jobs = []
+        td: Any  # the TopicProduceData of req's version (enumerate over their union)
         for ti, td in enumerate(req.topic_data):
             topic = _topic(broker, td, ctx.api_version)
             if topic is None or topic.internal:
@@ -202,16 +212,18 @@ async def _produce_later(ctx: RequestContext, req: ProduceRequest, before: async
     if broker.links is not None:
         additions = _implicit_additions(ctx, req, True)
         if additions:
+            assert req.transactional_id is not None  # additions come from a transaction only
             refused, verifier = await _ask_coordinator(ctx, req.transactional_id, additions)
             checks.update(refused)
     else:
         additions = _implicit_additions(ctx, req)
         if additions:
+            assert req.transactional_id is not None  # additions come from a transaction only
             checks.update(await _add_implicitly(ctx, req.transactional_id, additions))
     result = await _produce_sliced(ctx, req, checks, verifier)
     if inspect.isawaitable(result):
         result = await result
-    if sum(len(td.partition_data) for td in req.topic_data) > YIELD_EVERY \
+    if sum(len(t.partition_data) for t in req.topic_data) > YIELD_EVERY \
             and result is not NO_RESPONSE:
         return EncodeOffLoop(result)  # an answer of that many partitions is encoded off the loop
     return result
@@ -231,6 +243,7 @@ def _implicit_additions(ctx: RequestContext, req: ProduceRequest, any_version: b
         return {}
     broker = ctx.broker
     out: dict[tuple[int, int], tuple[str, int, int, int]] = {}
+    td: Any  # the TopicProduceData of req's version (enumerate over their union)
     for ti, td in enumerate(req.topic_data):
         topic = _topic(broker, td, ctx.api_version)
         if topic is None or topic.internal or not ctx.authorized(
@@ -380,6 +393,7 @@ def _produce_steps(ctx: RequestContext, req: ProduceRequest,
     rep = broker.replication
     leaders: dict[int, Any] = {}  # KIP-951: where NOT_LEADER_OR_FOLLOWER partitions went
     resolved = []
+    td: Any  # the TopicProduceData of req's version (enumerate over their union)
     for i, td in enumerate(req.topic_data):
         if i and i % YIELD_EVERY == 0:
             yield
@@ -487,6 +501,7 @@ async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m
     if not failed or resp is NO_RESPONSE:
         return resp
     topics = []
+    name: Any  # str, or None for a topic id no longer known (never in ``failed``)
     for tr in resp.responses:
         name = getattr(tr, "name", None)
         if name is None:  # v13+: by topic id

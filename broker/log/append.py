@@ -59,8 +59,12 @@ class AppendHost(Protocol):
     config: BrokerConfig
     logs: LogManager
     clock: Clock
-    metrics: ProduceMetrics
-    transactions: PartitionVerifier
+
+    @property
+    def metrics(self) -> ProduceMetrics: ...  # read-only: the broker's metrics are wider
+
+    @property
+    def transactions(self) -> PartitionVerifier: ...
 
     def producer_states(self, topic: str, partition: int) -> ProducerStates:
         """The partition's producer state (may read the log tail on first use)."""

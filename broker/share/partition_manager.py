@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TYPE_CHECKING
 
@@ -55,6 +54,7 @@ from broker.share.log_read import (
     spanning_batches,
 )
 from broker.share.partition import SharePartition
+from broker.share.partition_timers import PartitionTimers, share_watch_key
 from broker.share.txn_filter import (
     CONTROL,
     TRANSACTIONAL,
@@ -92,28 +92,8 @@ UNSURE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_availab
 LEADER_EPOCH = 0
 # How long a load the state's coordinator could not answer stands before a fetch tries again.
 LOAD_RETRY_S = 0.5
-# Longest wait of a start offset an acknowledgement moved for the next state write to carry it.
-START_WRITE_DELAY_S = 0.1
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
 _RELEASE = int(AckType.RELEASE)
-
-
-def share_watch_key(group_id: str, topic: str, partition: int) -> tuple[str, str, str, int]:
-    return ("share", group_id, topic, partition)
-
-
-_DURATION = re.compile(
-    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
-    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
-
-
-def duration_ms(iso: str) -> int | None:
-    """Milliseconds of an ISO-8601 duration like ``PT1H30M`` or ``P1D``; None if invalid."""
-    m = _DURATION.match(iso.strip().upper())
-    if not m or iso.strip().upper() in ("P", "PT"):
-        return None
-    parts = {k: float(v) if v else 0.0 for k, v in m.groupdict().items()}
-    return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
 
 
 class SharePartitionManager:
@@ -123,9 +103,9 @@ class SharePartitionManager:
         self._parts: dict[SharePartitionKey, SharePartition] = {}
         self._names: dict[SharePartitionKey, tuple[str, int]] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task[SharePartition | ErrorCode]] = {}
-        self._timers: dict[SharePartitionKey, tuple[int, asyncio.TimerHandle]] = {}
-        # Deferred start-offset writes after acknowledgements (``_defer_start_write``).
-        self._start_timers: dict[SharePartitionKey, asyncio.TimerHandle] = {}
+        # Lock-expiry/backoff timers and deferred start-offset writes (partition_timers.py).
+        self._timers = PartitionTimers(lambda: self._broker.clock.now_ms(), self._on_timer,
+                                      self._write_start)
         self._tasks: set[asyncio.Task[None]] = set()
         # Last (lock timeouts, delivery-limit archives) logged per share-partition.
         self._logged: dict[SharePartitionKey, tuple[int, int]] = {}
@@ -181,9 +161,13 @@ class SharePartitionManager:
     def lock_duration_ms(self, group_id: str) -> int:
         return self.group_config(group_id).record_lock_duration_ms
 
-    def _auto_offset_reset(self, group_id: str) -> str:
+    def _auto_offset_reset(self, group_id: str) -> tuple[str, int]:
+        """The group's share.auto.offset.reset and, for by_duration, its duration in ms."""
         gc = getattr(self._broker, "group_configs", None)
-        return gc.get(group_id).auto_offset_reset if gc is not None else "latest"
+        if gc is None:
+            return "latest", 0
+        c = gc.get(group_id)
+        return c.auto_offset_reset, c.auto_offset_reset_duration_ms or 0
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -289,11 +273,10 @@ class SharePartitionManager:
         lg = self._broker.logs.get(topic, partition)
         if lg is None:
             return 0
-        reset = self._auto_offset_reset(group_id)
+        reset, ms = self._auto_offset_reset(group_id)
         if reset == "earliest":
             return lg.log_start_offset
         if reset.startswith("by_duration:"):
-            ms = duration_ms(reset.split(":", 1)[1]) or 0
             found = lg.offset_for_timestamp(self._broker.clock.now_ms() - ms)
             return found[0] if found is not None else self._high_watermark(topic, partition, lg)
         return self._high_watermark(topic, partition, lg)
@@ -399,7 +382,7 @@ class SharePartitionManager:
         if follow is not None:
             self._write_later(follow)
         elif ok and sp.start_write_due:
-            self._defer_start_write(sp.key)
+            self._timers.defer_start_write(sp.key)
         self._after(sp)
         if follow is not None or any(_RELEASE in types for _f, _l, types in batches):
             self._log_releases(sp)  # a RELEASE or an expired lock may have hit the limit
@@ -452,23 +435,9 @@ class SharePartitionManager:
             watch.notify(key, 1)
 
     def _arm(self, sp: SharePartition) -> None:
-        deadline = sp.next_deadline()
-        current = self._timers.get(sp.key)
-        if deadline is None:
-            if current is not None:
-                current[1].cancel()
-                del self._timers[sp.key]
-            return
-        if current is not None and current[0] == deadline:
-            return
-        if current is not None:
-            current[1].cancel()
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (deadline - self._broker.clock.now_ms()) / 1000)
-        self._timers[sp.key] = (deadline, loop.call_later(delay, self._on_timer, sp.key))
+        self._timers.arm(sp.key, sp.next_deadline())
 
     def _on_timer(self, key: SharePartitionKey) -> None:
-        self._timers.pop(key, None)
         sp = self._parts.get(key)
         if sp is None:
             return
@@ -478,16 +447,8 @@ class SharePartitionManager:
             self._log_releases(sp)
         self._after(sp)
 
-    def _defer_start_write(self, key: SharePartitionKey) -> None:
-        """An acknowledgement moved the SPSO past what its write said: write it within
-        START_WRITE_DELAY_S (usually the next acknowledgement's write has told it by then)."""
-        if key in self._start_timers:
-            return
-        loop = asyncio.get_running_loop()
-        self._start_timers[key] = loop.call_later(START_WRITE_DELAY_S, self._write_start, key)
-
     def _write_start(self, key: SharePartitionKey) -> None:
-        self._start_timers.pop(key, None)
+        """The deferred write of a start offset an acknowledgement moved (partition_timers.py)."""
         sp = self._parts.get(key)
         if sp is None:
             return
@@ -570,11 +531,7 @@ class SharePartitionManager:
 
     async def stop(self) -> None:
         await self._dlq.stop()
-        for _deadline, handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
-        for key in list(self._start_timers):
-            self._start_timers.pop(key).cancel()
+        for key in self._timers.stop():
             self._write_start(key)  # the SPSO an acknowledgement moved, as it stands
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
@@ -600,7 +557,7 @@ class SharePartitionManager:
 
     def timer_count(self) -> int:
         """Lock-expiry timers armed (one per share-partition with a deadline)."""
-        return len(self._timers)
+        return self._timers.deadline_count()
 
     async def revalidate(self, keys: Iterable[SharePartitionKey]) -> None:
         """Cluster mode, when a member opens a share session: drop loaded share-partitions
@@ -635,9 +592,4 @@ class SharePartitionManager:
             self._logged.pop(key, None)
             self._used_ms.pop(key, None)
             self._unwritten_start.discard(key)
-            t = self._timers.pop(key, None)
-            if t is not None:
-                t[1].cancel()
-            st = self._start_timers.pop(key, None)
-            if st is not None:
-                st.cancel()
+            self._timers.cancel(key)

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
-from tests.conftest import ROOT, BrokerProcess
+from tests.conftest import ROOT, BrokerProcess, child_env
 from tests.integration.share_helpers import poll_until, produce, share_consumer
 
 
 def shoal(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     # ``python -m cli.main`` from this checkout (as the broker fixture starts the broker):
     # the ``shoal`` script runs whichever checkout the venv was installed from.
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=child_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 

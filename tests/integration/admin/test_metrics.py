@@ -39,7 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
 from protocol import codec
-from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.conftest import ROOT, BrokerProcess, child_env, free_port
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import RawClient
 from tests.integration.share_helpers import poll_until, produce, set_group_configs, share_consumer
@@ -65,7 +65,8 @@ class MetricsBroker(BrokerProcess):
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=child_env())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

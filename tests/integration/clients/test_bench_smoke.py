@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.conftest import child_env
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -27,7 +29,7 @@ def test_bench_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "a,b1",
          "--results-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert elapsed < 60, f"smoke run took {elapsed:.0f}s"
@@ -104,7 +106,7 @@ def test_hostile_scenario_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "h",
          "--results-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180)
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     doc = json.loads((out / "results.json").read_text())
     h = doc["systems"][0]["scenarios"]["h"]
@@ -163,7 +165,7 @@ def test_consumer_group_scenario_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--scale", "0.01", "--only", "k",
          "--results-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     doc = json.loads((out / "results.json").read_text())
     (shoal,) = doc["systems"]

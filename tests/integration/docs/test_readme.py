@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, BrokerProcess, free_port
+from tests.conftest import CHILD_SITE, ROOT, BrokerProcess, free_port
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _MARKED = re.compile(r"<!-- (test|output): ([\w-]+)((?: [\w=./-]+)*) -->\n```(\w*)\n(.*?)\n```",
@@ -88,8 +88,9 @@ STEPS, OUTPUTS = marked()
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    # This tree's packages win over the venv's editable install (which may be another checkout).
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # This tree's packages win over the venv's editable install (which may be another checkout);
+    # tests/child_site keeps kio from importing hypothesis, as on a user's install.
+    env["PYTHONPATH"] = os.pathsep.join((str(CHILD_SITE), str(ROOT), env.get("PYTHONPATH", "")))
     env.pop("VIRTUAL_ENV", None)
     return env
 

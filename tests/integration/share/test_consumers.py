@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Producer
 
 from tests.conftest import BrokerProcess
 from tests.integration.helpers import create_topic
@@ -226,3 +226,29 @@ def test_auto_offset_reset_latest_skips_earlier_records(sb, unique) -> None:
     finally:
         c.close()
     assert sorted(got) == sorted(new)
+
+
+def test_auto_offset_reset_by_duration_starts_at_the_first_record_that_young(sb, unique) -> None:
+    """by_duration:PT1H starts a new share-partition at the first record at most an hour old:
+    records stamped two hours ago are skipped, those of the last minutes delivered."""
+    create_topic(sb.bootstrap, unique, 1)
+    now_ms = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": sb.bootstrap, "acks": "all"})
+    old = [f"old{i}".encode() for i in range(30)]
+    recent = [f"recent{i}".encode() for i in range(20)]
+    for i, v in enumerate(old):
+        p.produce(unique, v, partition=0, timestamp=now_ms - 7_200_000 + i)
+    assert p.flush(30) == 0  # its own batch: the start is found at batch granularity
+    for i, v in enumerate(recent):
+        p.produce(unique, v, partition=0, timestamp=now_ms - 60_000 + i)
+    assert p.flush(30) == 0
+    set_group_configs(sb.bootstrap, unique, {"share.auto.offset.reset": "by_duration:PT1H"})
+    c = share_consumer(sb.bootstrap, unique, unique)
+    got: list[bytes] = []
+    try:
+        poll_until([c], lambda: len(got) >= len(recent),
+                   on_message=lambda _i, m: got.append(m.value()))
+        assert drain(c, 1.5) == []
+    finally:
+        c.close()
+    assert sorted(got) == sorted(recent)
