@@ -143,7 +143,8 @@ class KeyedFetch:
     by convention; not ``frozen``, which would make building one per fetch cost 4x).
 
     ``start`` is the SPSO, ``room_new`` how many new offsets the record-lock limit still allows
-    (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them),
+    (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them; in
+    batch_optimized mode a log batch begun under the limit is cached whole),
     ``held_at`` the time when records may be in redelivery backoff (else None),
     ``untracked_last`` the highest offset acquired without ordering (those records may be in
     flight without holding their keys here), ``skip`` offset ranges never to deliver and
@@ -241,10 +242,15 @@ class _KeyedWalk:
         nxt = cache.next_after(pos)
         stop = span_hi if nxt is None else min(span_hi, nxt.first_offset - 1)
         if pos > self.window_last:  # new records widen the window: lock limit
-            n = min(stop - pos + 1, self.fetch.room_new - self.added)
-            if n <= 0:
+            room = self.fetch.room_new - self.added
+            if room <= 0:
                 self.stopped = True
                 return None
+            # batch_optimized: the limit is checked where a log batch starts, and the batch
+            # enters the window whole, as without ordering (acquisition.py: a batch crossing
+            # the budget is acquired whole); still one record per key is acquired from it.
+            # record_limit: up to the limit exactly.
+            n = stop - pos + 1 if self.soft else min(stop - pos + 1, room)
             self.added += n
             stop = pos + n - 1
         batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))

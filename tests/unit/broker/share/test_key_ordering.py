@@ -188,11 +188,26 @@ def test_per_key_first_delivery_order_with_small_budgets() -> None:
 
 def test_lock_limit_bounds_new_records_walked_over() -> None:
     p = keyed(max_record_locks=8)
-    assert fetch(p, "a", 0, max_records=100, key_of=mod_keys(2)) == [0, 1]
+    assert fetch(p, "a", 0, max_records=100, mode=RL, key_of=mod_keys(2)) == [0, 1]
     # The window holds 8 offsets (0-7) though only two are acquired.
     assert p.end_offset == 7
-    assert fetch(p, "b", 0, max_records=100, key_of=mod_keys(2)) == []
+    assert fetch(p, "b", 0, max_records=100, mode=RL, key_of=mod_keys(2)) == []
     assert p.end_offset == 7
+
+
+def test_batch_optimized_takes_a_log_batch_begun_under_the_lock_limit_whole() -> None:
+    # Without ordering, a log batch begun under the record-lock limit is acquired whole.
+    plain = make(start=0, max_record_locks=8, record_lock_duration_ms=LOCK)[0]
+    got = plain.acquire("a", LOG, 100, 100, BO, 0, fetch_offset=0)
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 9)]
+    # With ordering the window takes the batch whole too, but still one record per key.
+    p = keyed(max_record_locks=8)
+    assert fetch(p, "a", 0, max_records=100, key_of=mod_keys(2)) == [0, 1]
+    assert p.end_offset == 9
+    assert fetch(p, "b", 0, max_records=100, key_of=mod_keys(2)) == []  # keys held, no room
+    ack(p, "a", one(0, ACCEPT), 1)
+    assert fetch(p, "b", 1, max_records=100, key_of=mod_keys(2)) == [2]
+    assert p.end_offset == 9
 
 
 def test_restart_rebuilds_held_keys_from_persisted_state() -> None:
