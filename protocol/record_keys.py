@@ -10,6 +10,11 @@ Pure: bytes in, ``{offset: key hash or None}`` out (None = null key). Control ba
 that do not parse give no entry for their offsets: such records are treated as keyless.
 :class:`BatchKeys` decodes lazily, one batch when one of its offsets is first asked for, so a
 fetch that acquires from the first batches never decodes the rest.
+
+An uncompressed batch is parsed by aiokafka's compiled record reader when it is installed (a
+PyPI wheel; the ``client`` extra), about 3x faster than the Python scan, which remains the
+fallback (``COMPILED = False``, or aiokafka missing) and is what compressed batches use; the
+unit tests run both and compare them.
 """
 
 from __future__ import annotations
@@ -33,7 +38,20 @@ from protocol.record_batch import (
 )
 from protocol.varint import read_varint
 
-__all__ = ["MAX_LAYOUTS", "BatchKeys", "Layout", "record_key_hashes", "trim_batch"]
+try:  # the compiled record reader of aiokafka's wheels (see the module docstring)
+    from aiokafka.errors import CorruptRecordException as _CorruptRecord  # type: ignore[import-untyped]
+    from aiokafka.record._crecords import (  # type: ignore[import-untyped]
+        DefaultRecordBatch as _CompiledBatch,
+    )
+except ImportError:  # pragma: no cover - aiokafka is in every extra the tests install
+    _CompiledBatch = None
+    _CorruptRecord = CorruptRecordError
+
+__all__ = ["COMPILED", "MAX_LAYOUTS", "BatchKeys", "Layout", "record_key_hashes", "trim_batch"]
+
+#: Whether uncompressed batches go through aiokafka's compiled reader (tests switch it off to
+#: run the pure-Python scan).
+COMPILED = _CompiledBatch is not None
 
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -119,13 +137,19 @@ def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
     starts: list[int] | None = None
     if layouts is not None and not h.compression:
         offsets, starts = [], []
+    found: dict[int, int | None] = {}
     try:
         body: bytes | bytearray | memoryview = view[pos + BATCH_HEADER_SIZE: pos + h.total_size]
         if h.compression:
             body = decompress(h.compression, body, limit)
-        found: dict[int, int | None] = {}
-        _scan(bytes(body), h.record_count, h.base_offset, found, offsets, starts)
-    except (CorruptRecordError, DecompressionError, IndexError, ValueError):
+            _scan(bytes(body), h.record_count, h.base_offset, found, offsets, starts)
+        elif COMPILED and _CompiledBatch is not None:
+            _scan_compiled(view[pos: pos + h.total_size], h.record_count, found, offsets)
+            if starts is not None:
+                _starts(bytes(body), h.record_count, starts)
+        else:
+            _scan(bytes(body), h.record_count, h.base_offset, found, offsets, starts)
+    except (CorruptRecordError, _CorruptRecord, DecompressionError, IndexError, ValueError):
         return  # unreadable batch: its records count as keyless
     out.update(found)
     if layouts is not None and offsets is not None and starts is not None:
@@ -158,6 +182,44 @@ def trim_batch(buf: bytes | bytearray | memoryview, pos: int, h: BatchHeader, lo
     crc = crc32c.crc32c(body, crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
     _UINT32.pack_into(header, CRC_OFFSET, crc)
     return bytes(header) + bytes(body)
+
+
+def _scan_compiled(batch: memoryview, count: int, out: dict[int, int | None],
+                   offsets: list[int] | None) -> None:
+    """:func:`_scan`'s keys and offsets through aiokafka's compiled reader (``batch`` is the
+    whole uncompressed batch, header included)."""
+    assert _CompiledBatch is not None
+    n = 0
+    for r in _CompiledBatch(batch):
+        k = r.key
+        o = r.offset
+        out[o] = None if k is None else hash(k)
+        if offsets is not None:
+            offsets.append(o)
+        n += 1
+    if n != count:
+        raise ValueError(f"{n} records read where the batch header says {count}")
+
+
+def _starts(body: bytes | bytearray | memoryview, count: int, starts: list[int]) -> None:
+    """The byte position of each of ``count`` records in ``body`` and the end of the last,
+    read from their length varints alone."""
+    pos = 0
+    add = starts.append
+    for _ in range(count):
+        add(pos)
+        x = body[pos]
+        if x < 0x80:
+            pos += 1 + ((x >> 1) ^ -(x & 1))
+        elif body[pos + 1] < 0x80:
+            x = (x & 0x7F) | (body[pos + 1] << 7)
+            pos += 2 + ((x >> 1) ^ -(x & 1))
+        else:
+            length, q = read_varint(body, pos)
+            pos = q + length
+    if pos > len(body):
+        raise IndexError("records run past their batch")
+    add(pos)
 
 
 def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
@@ -205,5 +267,7 @@ def _scan(b: bytes, count: int, base_offset: int, out: dict[int, int | None],
         if offsets is not None:
             offsets.append(base_offset + delta)
         pos = end
+    if pos > len(b):
+        raise IndexError("records run past their batch")
     if starts is not None:
         starts.append(pos)
