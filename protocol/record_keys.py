@@ -80,17 +80,20 @@ class BatchKeys:
     (``(position, header)`` pairs in offset order), decoded a batch at a time on first use.
 
     ``memo`` may be a dict kept across reads (the share-partition's): decoded keys go there, and
-    an offset found there is never decoded again.
+    an offset found there is never decoded again. ``key_sets`` (kept across reads too) gets the
+    distinct keys of each batch decoded (:meth:`key_set`).
     """
 
-    __slots__ = ("_buf", "_firsts", "_headers", "_layouts", "_limit", "_memo", "_pending")
+    __slots__ = ("_buf", "_firsts", "_headers", "_key_sets", "_layouts", "_limit", "_memo",
+                 "_pending")
 
     _buf: bytes | bytearray | memoryview
 
     def __init__(self, buf: bytes | bytearray | memoryview,
                  headers: list[tuple[int, BatchHeader]], max_decompressed: int,
                  memo: dict[int, int | None] | None = None,
-                 layouts: dict[int, Layout] | None = None) -> None:
+                 layouts: dict[int, Layout] | None = None,
+                 key_sets: dict[tuple[int, int], frozenset[int | None]] | None = None) -> None:
         self._buf = buf
         self._headers = headers
         self._firsts: list[int] | None = None  # set on first use: construction costs nothing
@@ -98,21 +101,47 @@ class BatchKeys:
         self._limit = max_decompressed
         self._memo: dict[int, int | None] = {} if memo is None else memo
         self._layouts = layouts
+        self._key_sets = {} if key_sets is None else key_sets
 
     def get(self, offset: int, default: int | None = None) -> int | None:
         memo = self._memo
         if offset in memo:
             return memo[offset]
-        if self._firsts is None:
-            self._firsts = [h.base_offset for _pos, h in self._headers]
-            self._pending = set(range(len(self._headers)))
-        i = bisect_right(self._firsts, offset) - 1
+        i = self._index(offset)
         if i < 0 or i not in self._pending:
             return default
         self._pending.discard(i)
         pos, h = self._headers[i]
-        _decode(memoryview(self._buf), pos, h, self._limit, memo, self._layouts)
+        _decode(memoryview(self._buf), pos, h, self._limit, memo, self._layouts, self._key_sets)
         return memo.get(offset, default)
+
+    def _index(self, offset: int) -> int:
+        """Which of the batches holds ``offset`` (-1 if none starts at or before it)."""
+        if self._firsts is None:
+            self._firsts = [h.base_offset for _pos, h in self._headers]
+            self._pending = set(range(len(self._headers)))
+        return bisect_right(self._firsts, offset) - 1
+
+    def key_set(self, offset: int) -> tuple[int, frozenset[int | None]] | None:
+        """(last offset, distinct keys) of the batch holding ``offset``, decoded if need be;
+        the keys include None when a record has a null key, the batch cannot be read or lacks
+        offsets (compacted). None if no batch holds ``offset``."""
+        i = self._index(offset)
+        if i < 0:
+            return None
+        _pos, h = self._headers[i]
+        if offset > h.last_offset:
+            return None
+        got = self._key_sets.get((h.base_offset, h.record_count))
+        if got is None:
+            if i in self._pending:
+                self.get(h.base_offset)
+            got = self._key_sets.get((h.base_offset, h.record_count))
+            if got is None:  # decoded before, its set forgotten since (or unreadable)
+                memo = self._memo
+                got = frozenset([memo.get(o) for o in range(h.base_offset, h.last_offset + 1)])
+                _remember(self._key_sets, (h.base_offset, h.record_count), got)
+        return h.last_offset, got
 
     def between(self, lo: int, hi: int) -> list[int | None]:
         """The keys of ``lo..hi`` in order (batches decoded as needed)."""
@@ -129,8 +158,16 @@ class BatchKeys:
         return self.get(offset)
 
 
+def _remember(key_sets: dict[tuple[int, int], frozenset[int | None]],
+              batch: tuple[int, int], keys: frozenset[int | None]) -> None:
+    if len(key_sets) >= MAX_LAYOUTS:
+        key_sets.clear()
+    key_sets[batch] = keys
+
+
 def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
-            out: dict[int, int | None], layouts: dict[int, Layout] | None = None) -> None:
+            out: dict[int, int | None], layouts: dict[int, Layout] | None = None,
+            key_sets: dict[tuple[int, int], frozenset[int | None]] | None = None) -> None:
     if h.is_control:
         return
     offsets: list[int] | None = None
@@ -152,6 +189,11 @@ def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
     except (CorruptRecordError, _CorruptRecord, DecompressionError, IndexError, ValueError):
         return  # unreadable batch: its records count as keyless
     out.update(found)
+    if key_sets is not None:
+        keys = set(found.values())
+        if len(found) != h.last_offset - h.base_offset + 1:
+            keys.add(None)  # offsets without a record (compacted) are keyless
+        _remember(key_sets, (h.base_offset, h.record_count), frozenset(keys))
     if layouts is not None and offsets is not None and starts is not None:
         if len(layouts) >= MAX_LAYOUTS:
             layouts.clear()
@@ -160,7 +202,8 @@ def _decode(view: memoryview, pos: int, h: BatchHeader, limit: int,
 
 #: Record offsets and byte positions (relative to the records, plus their end) of a batch.
 Layout = tuple[list[int], list[int]]
-#: Layouts kept per share-partition (then forgotten all at once; they are rebuilt on demand).
+#: Layouts (and batch key sets) kept per share-partition (then forgotten all at once; they are
+#: rebuilt on demand).
 MAX_LAYOUTS = 64
 
 

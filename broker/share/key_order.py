@@ -184,9 +184,9 @@ def acquire_keyed(
 class _KeyedWalk:
     """The state of one :func:`acquire_keyed` walk across the spans of a read."""
 
-    __slots__ = ("added", "cache", "cap", "deadline", "fetch", "index", "key_of", "locks",
-                 "out", "passed", "single", "soft", "soft_end", "span_hi", "stopped", "taken",
-                 "window_last")
+    __slots__ = ("added", "cache", "cap", "deadline", "fetch", "index", "key_of", "key_set",
+                 "locks", "need", "out", "passed", "single", "soft", "soft_end", "span_hi",
+                 "stopped", "taken", "window_last")
 
     def __init__(self, index: KeyIndex, locks: LockIndex, fetch: KeyedFetch) -> None:
         self.index = index
@@ -201,6 +201,10 @@ class _KeyedWalk:
         self.single: list[bool] = []  # out[i] came from one record of an exploded batch
         self.taken = 0
         self.passed: set[int] = set()  # keys of non-terminal records walked over in this walk
+        # The distinct keys of a log batch (protocol.record_keys.BatchKeys.key_set), and per log
+        # batch how many keys ``passed`` must hold before its keys may all be in it.
+        self.key_set = getattr(fetch.keys, "key_set", None)
+        self.need: dict[int, int] = {}
         self.cap: int | None = None
         self.added = 0
         self.stopped = False
@@ -256,6 +260,27 @@ class _KeyedWalk:
         batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
         cache.add(batch)
         return batch
+
+    def _covered(self, pos: int) -> int | None:
+        """The last offset of the log batch holding ``pos`` if every key of that batch was
+        passed in this walk (so none of its records from ``pos`` on may be acquired now), else
+        None. A failed check is not repeated until ``passed`` grew by the keys it lacked."""
+        key_set = self.key_set
+        if key_set is None:
+            return None
+        got = key_set(pos)
+        if got is None:
+            return None
+        last, keys = got
+        passed = self.passed
+        need = self.need.get(last)
+        if need is not None and len(passed) < need:
+            return None
+        missing = len(keys.difference(passed))
+        if missing == 0:
+            return last
+        self.need[last] = len(passed) + missing
+        return None
 
     def _throttle(self, delivery_count: int) -> None:
         fetch = self.fetch
@@ -326,14 +351,14 @@ class _KeyedWalk:
         if info.state is not RecordState.AVAILABLE or (
             fetch.held_at is not None and info.available_at_ms > fetch.held_at
         ):
-            if not info.state.is_done and (
-                info.state is not RecordState.ACQUIRED or pos <= fetch.untracked_last
-            ):
-                # Keys of records acquired with ordering are in KeyIndex already.
-                key_of = self.key_of
-                self.passed.update(
-                    k for o in range(pos, end + 1) if (k := key_of(o)) is not None
-                )
+            if not info.state.is_done and self._covered(pos) is None:
+                # Their keys are held (in KeyIndex too, if acquired with ordering): passed in
+                # bulk here rather than looked up one by one when later records meet them.
+                between = getattr(fetch.keys, "between", None)
+                ks = (between(pos, end) if between is not None
+                      else [fetch.keys.get(o) for o in range(pos, end + 1)])
+                self.passed.update(ks)
+                self.passed.discard(None)  # type: ignore[arg-type]
             return end + 1
         self._throttle(info.delivery_count)
         budget = self._room(pos)
@@ -343,6 +368,9 @@ class _KeyedWalk:
         index, passed = self.index, self.passed
         n, free = _free_run(index, pos, min(end, pos + budget - 1), self.key_of, passed)
         if n == 0:
+            last = self._covered(pos)
+            if last is not None:  # every record of the log batch from pos waits for its key
+                return min(end, last) + 1
             return _blocked_run(index, pos, end, fetch.keys, passed)
         # Split the run [pos, pos + n - 1] off and acquire it as one batch.
         cache = self.cache
