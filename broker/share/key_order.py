@@ -38,7 +38,7 @@ Switching ``share.ordering`` applies to new acquisitions: records acquired befor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.share.acquisition import (
@@ -57,6 +57,7 @@ __all__ = ["KeyIndex", "KeyMap", "KeyedFetch", "acquire_keyed"]
 KeyMap = Mapping[int, int | None]
 
 _MIN_SWEEP = 1024
+_CHUNK = 64  # keys read at once by the walk over free records
 _ACQUIRED = RecordState.ACQUIRED
 _AVAILABLE = RecordState.AVAILABLE
 
@@ -366,7 +367,7 @@ class _KeyedWalk:
             self.stopped = True
             return pos
         index, passed = self.index, self.passed
-        n, free = _free_run(index, pos, min(end, pos + budget - 1), self.key_of, passed)
+        n, free = _free_run(index, pos, min(end, pos + budget - 1), fetch.keys, passed)
         if n == 0:
             last = self._covered(pos)
             if last is not None:  # every record of the log batch from pos waits for its key
@@ -391,19 +392,25 @@ class _KeyedWalk:
 
 
 def _free_run(
-    index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
+    index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]
 ) -> tuple[int, dict[int, int]]:
-    """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
-    acquired together now (keys free and distinct), and their key -> offset."""
+    """How many records from ``lo`` (up to ``hi``, at most the fetch's budget) of a whole
+    AVAILABLE batch may be acquired together now (keys free and distinct), and their key ->
+    offset. The keys are read a chunk at a time; KeyIndex is asked only about keys it has."""
+    between = getattr(keys, "between", None)
+    held = index.held
     blocked = index.blocks
     free: dict[int, int] = {}
-    for o in range(lo, hi + 1):
-        k = key_of(o)
-        if k is None:
-            continue
-        if k in passed or k in free or blocked(k, o):
-            return o - lo, free
-        free[k] = o
+    o = lo
+    while o <= hi:
+        top = min(hi, o + _CHUNK - 1)
+        ks = between(o, top) if between is not None else [keys.get(x) for x in range(o, top + 1)]
+        for k in ks:
+            if k is not None:
+                if k in passed or k in free or (k in held and blocked(k, o)):
+                    return o - lo, free
+                free[k] = o
+            o += 1
     return hi - lo + 1, free
 
 def _blocked_run(index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:
