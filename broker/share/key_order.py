@@ -22,6 +22,11 @@ Entries are checked lazily against the in-flight cache (a holder that became ter
 the cache no longer holds), so no transition needs to update the index, and a periodic sweep
 keeps its size bounded by the in-flight window.
 
+Most of a walk is records waiting for their keys (with few keys, a window of whole log batches
+holds many records of each): the keys of in-flight records walked over are passed in bulk, and
+a log batch whose distinct keys (``BatchKeys.key_set``, kept per share-partition) have all been
+passed in this walk is skipped whole, since none of its records may be acquired now.
+
 With ordering on, acquisition works record by record (like ShareAcquireMode record_limit), so a
 log batch can be split between keys; the shell hands the record keys of the batches it read
 (``protocol/record_keys.py``). Keys are compared by ``hash(bytes)``: a collision only makes two
