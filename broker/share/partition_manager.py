@@ -308,7 +308,8 @@ class SharePartitionManager:
         try:
             limit = read_limit(lg, offset, max_records, max(max_bytes, 1),
                                aborted_by_producer(aborted) if aborted else None)
-            data = lg.read(offset, limit, end).data
+            data = (sp.read_reuse.read(lg, offset, limit, end) if sp.ordering_on  # key_order.py
+                    else lg.read(offset, limit, end).data)
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []

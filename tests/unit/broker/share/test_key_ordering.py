@@ -395,3 +395,31 @@ def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
     asked.clear()
     assert limit(Log(), 0, 5000, 1 << 30) == 100 * size  # the log ends first
     assert asked == [4, 16, 64, 256]
+
+
+def test_a_keyed_read_reuses_its_bytes_only_while_the_log_holds_them(tmp_path: Path) -> None:
+    from broker.share.log_read import ReadReuse
+    from storage.segment_log import LogConfig, PartitionLog
+
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    for base in (0, 100, 200):
+        lg.append(make_batch([(b"k%d" % (i % 7), b"v") for i in range(100)], base_offset=base), 0)
+    reads = ReadReuse()
+    size = len(lg.read(0, 1, None).data)  # one batch (KIP-74: the first goes out whole)
+    first = reads.read(lg, 10, size, 300)
+    assert first == lg.read(10, size, 300).data
+    # Another offset of the same first batch, same budget and end: the very same bytes.
+    assert reads.read(lg, 60, size, 300) is first
+    # A later end the last read did not reach: still the same bytes.
+    assert reads.read(lg, 60, size, 400) is first
+    # Another budget or first batch: read again.
+    assert reads.read(lg, 60, 2 * size, 300) == lg.read(60, 2 * size, 300).data
+    assert reads.read(lg, 150, size, 300) == lg.read(150, size, 300).data
+    # The log changed under the read (a follower's truncation, then other records): read again.
+    again = reads.read(lg, 120, size, 300)
+    assert again == lg.read(120, size, 300).data
+    lg.truncate_to(100)
+    lg.append(make_batch([(b"other", b"w")] * 100, base_offset=100), 0)
+    fresh = reads.read(lg, 120, size, 300)
+    assert fresh is not again and fresh == lg.read(120, size, 300).data
+    assert record_key_hashes(fresh, 100, 1 << 20)[120] == hash(b"other")
