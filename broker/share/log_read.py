@@ -66,7 +66,9 @@ class ReadReuse:
         first_lo, first_hi = self._first
         if (first_lo <= offset <= first_hi and limit == self._limit
                 and (end == self._end or self._cut_before_end(end))):
-            now = lg.batch_headers(first_lo, None, max_batches=len(self._headers))
+            # From ``offset`` (in the first batch, and not below the log start as its base may
+            # be after DeleteRecords): the headers of the same batches.
+            now = lg.batch_headers(offset, None, max_batches=len(self._headers))
             if [(h.base_offset, h.total_size, h.crc) for h in now] == self._headers:
                 return self._data
         data = lg.read(offset, limit, end).data

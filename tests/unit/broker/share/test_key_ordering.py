@@ -423,3 +423,16 @@ def test_a_keyed_read_reuses_its_bytes_only_while_the_log_holds_them(tmp_path: P
     fresh = reads.read(lg, 120, size, 300)
     assert fresh is not again and fresh == lg.read(120, size, 300).data
     assert record_key_hashes(fresh, 100, 1 << 20)[120] == hash(b"other")
+
+
+def test_a_reused_read_survives_the_log_start_moving_inside_its_first_batch(
+        tmp_path: Path) -> None:
+    from broker.share.log_read import ReadReuse
+    from storage.segment_log import LogConfig, PartitionLog
+
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    lg.append(make_batch([(b"k", b"v")] * 100, base_offset=0), 0)
+    reads = ReadReuse()
+    first = reads.read(lg, 10, 1 << 20, 100)
+    lg.delete_records_before(50)  # DeleteRecords: the log starts inside the batch
+    assert reads.read(lg, 60, 1 << 20, 100) is first
