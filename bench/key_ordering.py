@@ -7,7 +7,8 @@ each polling in its own thread of one process. Two share groups on the same topi
 ordering, run one after the other against the same broker. The rate counts from the first record
 received to the last first delivery of the run; the run also checks, for ``key``, that no record
 of a key reached a consumer while another record of that key was still un-acknowledged by its
-consumer (``violations``, must be 0), and that every record was delivered.
+consumer, and that a key's records were first delivered in offset order (``violations``, must
+be 0), and that every record was delivered.
 
 Target (issue 16): key >= 50% of none.
 
@@ -73,6 +74,7 @@ def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
     lock = threading.Lock()
     seen: set[int] = set()
     held: dict[bytes, int] = {}  # key -> consumer holding an un-acknowledged record of it
+    first_at: dict[bytes, int] = {}  # key -> highest offset of it delivered so far
     times = {"first": 0.0, "last": 0.0}
     violations = [0]
     stop = threading.Event()
@@ -101,6 +103,9 @@ def consume(bootstrap: str, group: str, topic: str, n: int, consumers: int,
                         held[k] = idx
                         mine.append(k)
                         if m.offset() not in seen:
+                            if m.offset() < first_at.get(k, -1):
+                                violations[0] += 1  # a key's first deliveries out of order
+                            first_at[k] = m.offset()
                             if not seen:
                                 times["first"] = now
                             seen.add(m.offset())

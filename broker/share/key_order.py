@@ -22,6 +22,11 @@ Entries are checked lazily against the in-flight cache (a holder that became ter
 the cache no longer holds), so no transition needs to update the index, and a periodic sweep
 keeps its size bounded by the in-flight window.
 
+Most of a walk is records waiting for their keys (with few keys, a window of whole log batches
+holds many records of each): the keys of in-flight records walked over are passed in bulk, and
+a log batch whose distinct keys (``BatchKeys.key_set``, kept per share-partition) have all been
+passed in this walk is skipped whole, since none of its records may be acquired now.
+
 With ordering on, acquisition works record by record (like ShareAcquireMode record_limit), so a
 log batch can be split between keys; the shell hands the record keys of the batches it read
 (``protocol/record_keys.py``). Keys are compared by ``hash(bytes)``: a collision only makes two
@@ -38,7 +43,7 @@ Switching ``share.ordering`` applies to new acquisitions: records acquired befor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.share.acquisition import (
@@ -57,6 +62,7 @@ __all__ = ["KeyIndex", "KeyMap", "KeyedFetch", "acquire_keyed"]
 KeyMap = Mapping[int, int | None]
 
 _MIN_SWEEP = 1024
+_CHUNK = 64  # keys read at once by the walk over free records
 _ACQUIRED = RecordState.ACQUIRED
 _AVAILABLE = RecordState.AVAILABLE
 
@@ -143,7 +149,8 @@ class KeyedFetch:
     by convention; not ``frozen``, which would make building one per fetch cost 4x).
 
     ``start`` is the SPSO, ``room_new`` how many new offsets the record-lock limit still allows
-    (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them),
+    (the walk caches those it passes over AVAILABLE, as a record_limit cut leaves them; in
+    batch_optimized mode a log batch begun under the limit is cached whole),
     ``held_at`` the time when records may be in redelivery backoff (else None),
     ``untracked_last`` the highest offset acquired without ordering (those records may be in
     flight without holding their keys here), ``skip`` offset ranges never to deliver and
@@ -183,9 +190,9 @@ def acquire_keyed(
 class _KeyedWalk:
     """The state of one :func:`acquire_keyed` walk across the spans of a read."""
 
-    __slots__ = ("added", "cache", "cap", "deadline", "fetch", "index", "key_of", "locks",
-                 "out", "passed", "single", "soft", "soft_end", "span_hi", "stopped", "taken",
-                 "window_last")
+    __slots__ = ("added", "cache", "cap", "deadline", "fetch", "index", "key_of", "key_set",
+                 "locks", "need", "out", "passed", "single", "soft", "soft_end", "span_hi",
+                 "stopped", "taken", "window_last")
 
     def __init__(self, index: KeyIndex, locks: LockIndex, fetch: KeyedFetch) -> None:
         self.index = index
@@ -200,6 +207,10 @@ class _KeyedWalk:
         self.single: list[bool] = []  # out[i] came from one record of an exploded batch
         self.taken = 0
         self.passed: set[int] = set()  # keys of non-terminal records walked over in this walk
+        # The distinct keys of a log batch (protocol.record_keys.BatchKeys.key_set), and per log
+        # batch how many keys ``passed`` must hold before its keys may all be in it.
+        self.key_set = getattr(fetch.keys, "key_set", None)
+        self.need: dict[int, int] = {}
         self.cap: int | None = None
         self.added = 0
         self.stopped = False
@@ -241,15 +252,41 @@ class _KeyedWalk:
         nxt = cache.next_after(pos)
         stop = span_hi if nxt is None else min(span_hi, nxt.first_offset - 1)
         if pos > self.window_last:  # new records widen the window: lock limit
-            n = min(stop - pos + 1, self.fetch.room_new - self.added)
-            if n <= 0:
+            room = self.fetch.room_new - self.added
+            if room <= 0:
                 self.stopped = True
                 return None
+            # batch_optimized: the limit is checked where a log batch starts, and the batch
+            # enters the window whole, as without ordering (acquisition.py: a batch crossing
+            # the budget is acquired whole); still one record per key is acquired from it.
+            # record_limit: up to the limit exactly.
+            n = stop - pos + 1 if self.soft else min(stop - pos + 1, room)
             self.added += n
             stop = pos + n - 1
         batch = InFlightBatch(pos, stop, RecordInfo(RecordState.AVAILABLE, 0))
         cache.add(batch)
         return batch
+
+    def _covered(self, pos: int) -> int | None:
+        """The last offset of the log batch holding ``pos`` if every key of that batch was
+        passed in this walk (so none of its records from ``pos`` on may be acquired now), else
+        None. A failed check is not repeated until ``passed`` grew by the keys it lacked."""
+        key_set = self.key_set
+        if key_set is None:
+            return None
+        got = key_set(pos)
+        if got is None:
+            return None
+        last, keys = got
+        passed = self.passed
+        need = self.need.get(last)
+        if need is not None and len(passed) < need:
+            return None
+        missing = len(keys.difference(passed))
+        if missing == 0:
+            return last
+        self.need[last] = len(passed) + missing
+        return None
 
     def _throttle(self, delivery_count: int) -> None:
         fetch = self.fetch
@@ -320,14 +357,14 @@ class _KeyedWalk:
         if info.state is not RecordState.AVAILABLE or (
             fetch.held_at is not None and info.available_at_ms > fetch.held_at
         ):
-            if not info.state.is_done and (
-                info.state is not RecordState.ACQUIRED or pos <= fetch.untracked_last
-            ):
-                # Keys of records acquired with ordering are in KeyIndex already.
-                key_of = self.key_of
-                self.passed.update(
-                    k for o in range(pos, end + 1) if (k := key_of(o)) is not None
-                )
+            if not info.state.is_done and self._covered(pos) is None:
+                # Their keys are held (in KeyIndex too, if acquired with ordering): passed in
+                # bulk here rather than looked up one by one when later records meet them.
+                between = getattr(fetch.keys, "between", None)
+                ks = (between(pos, end) if between is not None
+                      else [fetch.keys.get(o) for o in range(pos, end + 1)])
+                self.passed.update(ks)
+                self.passed.discard(None)  # type: ignore[arg-type]
             return end + 1
         self._throttle(info.delivery_count)
         budget = self._room(pos)
@@ -335,8 +372,11 @@ class _KeyedWalk:
             self.stopped = True
             return pos
         index, passed = self.index, self.passed
-        n, free = _free_run(index, pos, min(end, pos + budget - 1), self.key_of, passed)
+        n, free = _free_run(index, pos, min(end, pos + budget - 1), fetch.keys, passed)
         if n == 0:
+            last = self._covered(pos)
+            if last is not None:  # every record of the log batch from pos waits for its key
+                return min(end, last) + 1
             return _blocked_run(index, pos, end, fetch.keys, passed)
         # Split the run [pos, pos + n - 1] off and acquire it as one batch.
         cache = self.cache
@@ -357,19 +397,25 @@ class _KeyedWalk:
 
 
 def _free_run(
-    index: KeyIndex, lo: int, hi: int, key_of: Callable[[int], int | None], passed: set[int]
+    index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]
 ) -> tuple[int, dict[int, int]]:
-    """How many records from ``lo`` (up to ``hi``) of a whole AVAILABLE batch may be
-    acquired together now (keys free and distinct), and their key -> offset."""
+    """How many records from ``lo`` (up to ``hi``, at most the fetch's budget) of a whole
+    AVAILABLE batch may be acquired together now (keys free and distinct), and their key ->
+    offset. The keys are read a chunk at a time; KeyIndex is asked only about keys it has."""
+    between = getattr(keys, "between", None)
+    held = index.held
     blocked = index.blocks
     free: dict[int, int] = {}
-    for o in range(lo, hi + 1):
-        k = key_of(o)
-        if k is None:
-            continue
-        if k in passed or k in free or blocked(k, o):
-            return o - lo, free
-        free[k] = o
+    o = lo
+    while o <= hi:
+        top = min(hi, o + _CHUNK - 1)
+        ks = between(o, top) if between is not None else [keys.get(x) for x in range(o, top + 1)]
+        for k in ks:
+            if k is not None:
+                if k in passed or k in free or (k in held and blocked(k, o)):
+                    return o - lo, free
+                free[k] = o
+            o += 1
     return hi - lo + 1, free
 
 def _blocked_run(index: KeyIndex, lo: int, hi: int, keys: KeyMap, passed: set[int]) -> int:

@@ -5,6 +5,9 @@
   (transaction markers, aborted transactions in read_committed) do not use the budget.
 - :func:`keys_of`: record keys of offset ranges, read back from the log (loaded records delivered
   before a restart hold their keys under ``share.ordering=key``).
+- :class:`ReadReuse`: with key ordering, consecutive fetches mostly read the same big log batch
+  again (records wait for their keys); the bytes of the last read are reused while the log still
+  holds the same batches there (checked on their headers: base offset, size, CRC).
 - The response holds whole log batches covering the acquired ranges, in one of three shapes:
   :func:`spanning_batches` (one slice, the common case), :func:`covering_batches` (leaving out
   batches that hold no acquired offset: markers, aborted batches) and :func:`keyed_response`
@@ -27,6 +30,7 @@ from protocol.record_keys import record_key_hashes, trim_batch
 
 __all__ = [
     "KEYS_DECOMPRESSED_MAX",
+    "ReadReuse",
     "batch_headers",
     "covering_batches",
     "keyed_response",
@@ -38,6 +42,51 @@ __all__ = [
 # Most bytes one compressed batch may expand to when its record keys are read (share.ordering=key).
 KEYS_DECOMPRESSED_MAX = 64 * 1024 * 1024
 _TXN_OR_CONTROL = TRANSACTIONAL | CONTROL
+
+
+class ReadReuse:
+    """The last log read of a share-partition, handed out again for a read that would return
+    the same bytes: ``lg.read(offset, limit, end)`` starting in the same first batch with the
+    same ``limit``, and an ``end`` that either is the same or did not cut the last read. Before
+    reuse the log's headers there are compared (base offset, size, CRC), so a log truncated,
+    compacted or deleted under it is read afresh."""
+
+    __slots__ = ("_data", "_end", "_first", "_headers", "_last", "_limit")
+
+    def __init__(self) -> None:
+        self._data = b""
+        self._headers: list[tuple[int, int, int]] = []  # (base offset, size, crc) per batch
+        self._first = (0, -1)  # offsets of the first batch
+        self._last = -1
+        self._limit = -1
+        self._end = -1
+
+    def read(self, lg: Any, offset: int, limit: int, end: int) -> bytes:
+        """``lg.read(offset, limit, end).data``, or the same bytes as last time."""
+        first_lo, first_hi = self._first
+        if (first_lo <= offset <= first_hi and limit == self._limit
+                and (end == self._end or self._cut_before_end(end))):
+            # From ``offset`` (in the first batch, and not below the log start as its base may
+            # be after DeleteRecords): the headers of the same batches.
+            now = lg.batch_headers(offset, None, max_batches=len(self._headers))
+            if [(h.base_offset, h.total_size, h.crc) for h in now] == self._headers:
+                return self._data
+        data = lg.read(offset, limit, end).data
+        headers = [h for _pos, h in iter_batches(data)] if data else []
+        if headers:
+            self._data = data
+            self._headers = [(h.base_offset, h.total_size, h.crc) for h in headers]
+            self._first = (headers[0].base_offset, headers[0].last_offset)
+            self._last = headers[-1].last_offset
+            self._limit, self._end = limit, end
+        else:
+            self._first = (0, -1)
+        return data
+
+    def _cut_before_end(self, end: int) -> bool:
+        """Whether the last read stopped at its byte limit well below its end (so a later end
+        reads the same bytes)."""
+        return end > self._end and self._last + 1 < self._end
 
 
 def batch_headers(lg: Any, offset: int, most: int) -> Iterator[Any]:

@@ -79,6 +79,7 @@ from broker.share.inflight import (
     merge_ranges,
 )
 from broker.share.key_order import KeyIndex
+from broker.share.log_read import ReadReuse
 from broker.share.partition_ack import AckOps
 from broker.share.partition_acquire import AcquireOps
 from broker.share.partition_release import DEAD_LETTERS_PER_TAKE, ReleaseOps
@@ -159,6 +160,11 @@ class SharePartition(AcquireOps, AckOps, ReleaseOps):
         # base offset -> record layout of uncompressed log batches decoded for their keys, so
         # the shell can send only the acquired part of a batch (protocol.record_keys.trim_batch).
         self.batch_layouts: dict[int, tuple[list[int], list[int]]] = {}
+        # (base offset, record count) of a log batch -> its distinct keys, so a keyed walk can
+        # pass over a batch whose keys are all held at once (protocol.record_keys.BatchKeys).
+        self.batch_key_sets: dict[tuple[int, int], frozenset[int | None]] = {}
+        # The shell's last keyed log read, reused while it would read the same bytes.
+        self.read_reuse = ReadReuse()
         self._memo_cap = _MIN_MEMO
         # Bumped by every change that may free a key or make a record acquirable; a keyed walk
         # that found nothing remembers (version, read, room, config) and is not repeated as is.

@@ -324,7 +324,8 @@ class SharePartitionManager:
         try:
             limit = read_limit(lg, offset, max_records, max(max_bytes, 1),
                                aborted_by_producer(aborted) if aborted else None)
-            data = lg.read(offset, limit, end).data
+            data = (sp.read_reuse.read(lg, offset, limit, end) if sp.ordering_on  # key_order.py
+                    else lg.read(offset, limit, end).data)
         except OffsetOutOfRangeError:
             sp.on_log_start_offset_moved(lg.log_start_offset)
             return b"", []
@@ -343,7 +344,8 @@ class SharePartitionManager:
         # share.ordering=key needs the record keys (broker/share/key_order.py): decoded lazily,
         # so without ordering this costs nothing but the object (the config is read once, in
         # sp.acquire). Keys of records delivered before a restart are read back first.
-        keys = BatchKeys(data, headers, KEYS_DECOMPRESSED_MAX, sp.key_memo, sp.batch_layouts)
+        keys = BatchKeys(data, headers, KEYS_DECOMPRESSED_MAX, sp.key_memo, sp.batch_layouts,
+                         sp.batch_key_sets)
         if sp.has_unkeyed and sp.key_ordering:
             sp.register_keys(keys_of(lg, sp.unkeyed_ranges()))
         acquired = sp.acquire(member_id, log_batches, max_records, batch_size, mode,

@@ -188,11 +188,26 @@ def test_per_key_first_delivery_order_with_small_budgets() -> None:
 
 def test_lock_limit_bounds_new_records_walked_over() -> None:
     p = keyed(max_record_locks=8)
-    assert fetch(p, "a", 0, max_records=100, key_of=mod_keys(2)) == [0, 1]
+    assert fetch(p, "a", 0, max_records=100, mode=RL, key_of=mod_keys(2)) == [0, 1]
     # The window holds 8 offsets (0-7) though only two are acquired.
     assert p.end_offset == 7
-    assert fetch(p, "b", 0, max_records=100, key_of=mod_keys(2)) == []
+    assert fetch(p, "b", 0, max_records=100, mode=RL, key_of=mod_keys(2)) == []
     assert p.end_offset == 7
+
+
+def test_batch_optimized_takes_a_log_batch_begun_under_the_lock_limit_whole() -> None:
+    # Without ordering, a log batch begun under the record-lock limit is acquired whole.
+    plain = make(start=0, max_record_locks=8, record_lock_duration_ms=LOCK)[0]
+    got = plain.acquire("a", LOG, 100, 100, BO, 0, fetch_offset=0)
+    assert [(r.first_offset, r.last_offset) for r in got] == [(0, 9)]
+    # With ordering the window takes the batch whole too, but still one record per key.
+    p = keyed(max_record_locks=8)
+    assert fetch(p, "a", 0, max_records=100, key_of=mod_keys(2)) == [0, 1]
+    assert p.end_offset == 9
+    assert fetch(p, "b", 0, max_records=100, key_of=mod_keys(2)) == []  # keys held, no room
+    ack(p, "a", one(0, ACCEPT), 1)
+    assert fetch(p, "b", 1, max_records=100, key_of=mod_keys(2)) == [2]
+    assert p.end_offset == 9
 
 
 def test_restart_rebuilds_held_keys_from_persisted_state() -> None:
@@ -380,3 +395,44 @@ def test_the_read_budget_walks_batch_headers_a_few_at_a_time() -> None:
     asked.clear()
     assert limit(Log(), 0, 5000, 1 << 30) == 100 * size  # the log ends first
     assert asked == [4, 16, 64, 256]
+
+
+def test_a_keyed_read_reuses_its_bytes_only_while_the_log_holds_them(tmp_path: Path) -> None:
+    from broker.share.log_read import ReadReuse
+    from storage.segment_log import LogConfig, PartitionLog
+
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    for base in (0, 100, 200):
+        lg.append(make_batch([(b"k%d" % (i % 7), b"v") for i in range(100)], base_offset=base), 0)
+    reads = ReadReuse()
+    size = len(lg.read(0, 1, None).data)  # one batch (KIP-74: the first goes out whole)
+    first = reads.read(lg, 10, size, 300)
+    assert first == lg.read(10, size, 300).data
+    # Another offset of the same first batch, same budget and end: the very same bytes.
+    assert reads.read(lg, 60, size, 300) is first
+    # A later end the last read did not reach: still the same bytes.
+    assert reads.read(lg, 60, size, 400) is first
+    # Another budget or first batch: read again.
+    assert reads.read(lg, 60, 2 * size, 300) == lg.read(60, 2 * size, 300).data
+    assert reads.read(lg, 150, size, 300) == lg.read(150, size, 300).data
+    # The log changed under the read (a follower's truncation, then other records): read again.
+    again = reads.read(lg, 120, size, 300)
+    assert again == lg.read(120, size, 300).data
+    lg.truncate_to(100)
+    lg.append(make_batch([(b"other", b"w")] * 100, base_offset=100), 0)
+    fresh = reads.read(lg, 120, size, 300)
+    assert fresh is not again and fresh == lg.read(120, size, 300).data
+    assert record_key_hashes(fresh, 100, 1 << 20)[120] == hash(b"other")
+
+
+def test_a_reused_read_survives_the_log_start_moving_inside_its_first_batch(
+        tmp_path: Path) -> None:
+    from broker.share.log_read import ReadReuse
+    from storage.segment_log import LogConfig, PartitionLog
+
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    lg.append(make_batch([(b"k", b"v")] * 100, base_offset=0), 0)
+    reads = ReadReuse()
+    first = reads.read(lg, 10, 1 << 20, 100)
+    lg.delete_records_before(50)  # DeleteRecords: the log starts inside the batch
+    assert reads.read(lg, 60, 1 << 20, 100) is first

@@ -3,7 +3,10 @@
 Three members fetch (any MaxRecords, both acquire modes), acknowledge (ACCEPT/RELEASE/REJECT/
 RENEW per record), complete writes (success or failure, in any order), move the clock (lock
 expiry, backoff ends), leave (session release), and the whole partition is reloaded from the
-persisted state as after a crash. Keys are drawn per offset (some null). After every step:
+persisted state as after a crash. Keys are drawn per offset (some null). Either the keys are
+handed as a plain mapping, or (``shell_keys``) the log is made of real record batches (some
+compressed) read through ``BatchKeys`` as the shell does, batch key sets included. After every
+step:
 
 - never two records of one key in flight: at most one record per non-null key is ACQUIRED
   (pending acknowledgements included);
@@ -25,6 +28,9 @@ from broker.share.partition import AcquireMode, OffsetView, SharePartition
 from broker.share.record_state import AckType, RecordState
 from coordinator.share.batch_combiner import combine_state_batches
 from persister.api import PersisterStateBatch, ReadResult, WriteParams
+from protocol.record_batch import iter_batches
+from protocol.record_keys import BatchKeys
+from tests.unit.batches import make_batch
 from tests.unit.broker.share.test_partition import KEY, Config, make
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +39,10 @@ MEMBERS = ("m1", "m2", "m3")
 LOCK_MS = 1_000
 AQ = RecordState.ACQUIRED
 TYPES = [AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.RENEW]
+
+
+def key_bytes(key: int | None) -> bytes | None:
+    return None if key is None else b"key-%d" % key
 
 
 class KeyOrderingMachine(RuleBasedStateMachine):
@@ -47,15 +57,26 @@ class KeyOrderingMachine(RuleBasedStateMachine):
         opt_in=st.booleans(),
         backoff=st.sampled_from([0, 0, 300, 1_500]),
         dead_letter=st.booleans(),
+        shell_keys=st.booleans(),
+        gzip=st.lists(st.booleans(), min_size=10, max_size=10),
     )
     def setup(self, sizes: list[int], key_pool: list[int | None], limit: int, locks: int,
-              opt_in: bool, backoff: int, dead_letter: bool) -> None:
+              opt_in: bool, backoff: int, dead_letter: bool, shell_keys: bool,
+              gzip: list[bool]) -> None:
         self.log: list[tuple[int, int]] = []
         pos = 0
         for size in sizes:
             self.log.append((pos, pos + size - 1))
             pos += size
         self.keys = {o: key_pool[o] for o in range(pos)}
+        # shell_keys: the record batches of the log, keys as the shell hashes them.
+        self.shell_keys = shell_keys
+        self.batches = [
+            make_batch([(key_bytes(key_pool[o]), b"v") for o in range(lo, hi + 1)],
+                       base_offset=lo, compression=int(z))
+            for (lo, hi), z in zip(self.log, gzip, strict=False)
+        ]
+        self.hashed = {o: None if k is None else hash(key_bytes(k)) for o, k in self.keys.items()}
         self.p, self.cfg = make(
             start=0, key_ordering=True, delivery_count_limit=limit, max_record_locks=locks,
             record_lock_duration_ms=LOCK_MS, count_only_inflight_toward_lock_limit=opt_in,
@@ -86,12 +107,18 @@ class KeyOrderingMachine(RuleBasedStateMachine):
         read = [b for b in self.log if b[1] >= fo]
         if not read:
             return
+        keys: object = self.keys
+        if self.shell_keys:
+            data = b"".join(b for b, (_lo, hi) in zip(self.batches, self.log, strict=True)
+                            if hi >= fo)
+            keys = BatchKeys(data, list(iter_batches(data)), 1 << 20, self.p.key_memo,
+                             self.p.batch_layouts, self.p.batch_key_sets)
         if self.p.unkeyed_ranges():
-            self.p.register_keys(self.keys)
+            self.p.register_keys(self.hashed if self.shell_keys else self.keys)
         read_key = (fo, self.log[-1][1], max_records, mode)
         idle = self.p.keyed_idle(read_key)
         got = self.p.acquire(member, read, max_records, max_records, mode, self.now,
-                             fetch_offset=fo, keys=self.keys, read_key=read_key)
+                             fetch_offset=fo, keys=keys, read_key=read_key)  # type: ignore[arg-type]
         # The shell skips an idle read: doing it anyway must indeed acquire nothing.
         assert not (idle and got), f"keyed_idle said nothing to acquire, got {got}"
 
