@@ -209,16 +209,19 @@ class ReplicaManager:
         return lg.log_end_offset
 
     def follower_fetched(self, topic: str, partition: int, replica: int, fetch_offset: int,
-                         lg: PartitionLog) -> None:
-        """Follower ``replica`` fetches ``topic``-``partition`` at ``fetch_offset``."""
+                         lg: PartitionLog, now_ms: int | None = None) -> None:
+        """Follower ``replica`` fetches ``topic``-``partition`` at ``fetch_offset`` (at
+        ``now_ms`` on the broker's monotonic clock; read here when not given)."""
         tp = (topic, partition)
         st = self.leaders.get(tp)
         if st is None:
             return
         st.follower_fetched(replica, fetch_offset, lg.log_end_offset,
-                            self._broker.clock.monotonic_ms())
+                            self._broker.clock.monotonic_ms() if now_ms is None else now_ms)
         self._advance(tp, st, lg)
-        if st.pending_isr is None and st.expand_due():
+        # Only the fetching replica's own progress can make an expansion due (the high
+        # watermark never goes back): an ISR member's fetch needs no check.
+        if st.pending_isr is None and replica not in st.isr and st.expand_due():
             self._isr_wake.set()
 
     def follower_high_watermark(self, tp: TP, leader_hw: int, lg: PartitionLog) -> None:

@@ -194,6 +194,7 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
     out = _Read()
     budget = max_bytes
     done = 0
+    now = broker.clock.monotonic_ms()
     for e in entries:
         done += 1
         if done % YIELD_EVERY == 0:
@@ -228,8 +229,8 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
         end = lg.log_end_offset
         if named is not None:
             last_epoch = e.last_fetched_epoch
-            if last_epoch >= 0 and (e.topic_id if by_id else e.request_topic, p) in named \
-                    and not (last_epoch == lg.latest_epoch and offset <= end):
+            if last_epoch >= 0 and not (last_epoch == lg.latest_epoch and offset <= end) \
+                    and (e.topic_id if by_id else e.request_topic, p) in named:
                 epoch, epoch_end = lg.end_offset_for_epoch(last_epoch)
                 if epoch != last_epoch or epoch_end < offset:
                     out.errors = True  # answer now: the follower must truncate first
@@ -237,7 +238,7 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
                                       lg.log_start_offset, diverging_epoch=make(
                                           m.EpochEndOffset, epoch=epoch, end_offset=epoch_end)))
                     continue
-            rep.follower_fetched(topic, p, replica, offset, lg)  # type: ignore[union-attr]
+            rep.follower_fetched(topic, p, replica, offset, lg, now)  # type: ignore[union-attr]
         hw = st.high_watermark
         log_start = lg.log_start_offset
         if not full and offset == end and hw == e.sent_high_watermark \
