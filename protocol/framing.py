@@ -76,7 +76,9 @@ class FrameDecoder:
                 self._need = size
             if end - pos < self._need:
                 break
-            frames.append(bytes(buf[pos : pos + self._need]))
+            # One copy (a bytearray slice then bytes() made two: ~1 MB each for a
+            # replica fetch answer or a producer's batch).
+            frames.append(bytes(memoryview(buf)[pos : pos + self._need]))
             pos += self._need
             self._need = -1
         if pos:
