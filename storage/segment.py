@@ -44,6 +44,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import crc32c
 
@@ -275,14 +276,15 @@ class Segment:
 
     def append(
         self,
-        buf: bytearray,
+        buf: bytes | bytearray,
         metas: list[tuple[int, int, int, int]],
         offset: int,
         index_interval_bytes: int,
         keep_offsets: bool = False,
     ) -> tuple[int, list[tuple[int, int, int]]]:
         """Write whole batches at the end of the file, giving them offsets from ``offset`` on
-        (``keep_offsets``: the base offsets already in ``buf``, a follower's append).
+        (``keep_offsets``: the base offsets already in ``buf``, a follower's append; ``buf``
+        may then be read-only ``bytes``, else it must be a ``bytearray``).
 
         ``metas`` holds (position in ``buf``, size, last offset delta, max timestamp) per batch;
         the base offsets are packed into ``buf``. Returns the offset after the batches and the
@@ -302,7 +304,7 @@ class Segment:
             if keep_offsets:
                 offset = _INT64.unpack_from(buf, p)[0]
             else:
-                pack_offset(buf, p, offset)
+                pack_offset(cast(bytearray, buf), p, offset)
             if max_ts > running:
                 running = max_ts
             if since > index_interval_bytes and offset - seg_base <= INT32_MAX:
@@ -472,7 +474,7 @@ def base_of(name: str) -> int:
     return int(stem) if len(stem) == 20 and stem.isdigit() else -1
 
 
-def batch_metas(buf: bytearray) -> tuple[list[tuple[int, int, int, int]], int]:
+def batch_metas(buf: bytes | bytearray) -> tuple[list[tuple[int, int, int, int]], int]:
     """Check that ``buf`` is a sequence of whole v2 batches (headers only) and describe them for
     ``Segment.append``: (position, size, last offset delta, max timestamp) per batch, and how
     many offsets they take.

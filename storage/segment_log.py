@@ -176,7 +176,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
             CorruptRecordError, RecordTooLargeError, LogClosedError, LogDirOfflineError: as
                 ``append``.
         """
-        buf = bytearray(data)
+        # Written as they are (offsets kept): bytes need no mutable copy.
+        buf = data if isinstance(data, bytes | bytearray) else bytes(data)
         n = len(buf)
         if n == 0:
             raise CorruptRecordError("nothing to append")
@@ -218,7 +219,7 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
             append_time = metas[0][3]
         return AppendResult(first, offset - 1, append_time, lso, seg.base_offset, start)
 
-    def _write(self, buf: bytearray, metas: list[tuple[int, int, int, int]], first: int,
+    def _write(self, buf: bytes | bytearray, metas: list[tuple[int, int, int, int]], first: int,
                last: int, now_ms: int, keep_offsets: bool) -> tuple[Segment, int, int]:
         """Write the batches of an append holding offsets ``first..last`` (under ``_lock``,
         rolling first when due); returns the segment, the position written at, and the new log

@@ -492,8 +492,7 @@ async def _flush_then(broker: Broker, parts: list[tuple[str, int]], resp: Any, m
                               f"{t}-{p} appended but not synced: {exc}")
     rep = broker.replication
     if replicated and rep is not None:
-        codes = await asyncio.gather(*(rep.wait_replicated(t, p, end, max(timeout_s, 0.001))
-                                       for t, p, end in replicated))
+        codes = await rep.wait_replicated_all(replicated, max(timeout_s, 0.001))
         for (t, p, end), code in zip(replicated, codes):
             if code != ErrorCode.none and (t, p) not in failed:
                 failed[(t, p)] = (code, _REPLICATION_FAILURES.get(code, "").format(

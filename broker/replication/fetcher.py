@@ -83,9 +83,14 @@ class ReplicaFetcher:
         self._session_id = 0
         self._epoch = INITIAL_EPOCH
         self._held: dict[TP, tuple[uuid.UUID, int, int]] = {}
+        # Topic names by id, for answers by topic id (ids of followed topics; never pruned:
+        # an answer for a topic no longer followed is dropped by partition anyway).
+        self._topic_names: dict[uuid.UUID, str] = {}
 
     def add(self, tp: TP, leader_epoch: int, topic_id: str) -> None:
-        self.partitions[tp] = Followed(leader_epoch, uuid.UUID(topic_id))
+        tid = uuid.UUID(topic_id)
+        self.partitions[tp] = Followed(leader_epoch, tid)
+        self._topic_names[tid] = tp[0]
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
@@ -114,7 +119,9 @@ class ReplicaFetcher:
         cfg = self._broker.config
         try:
             while self.partitions and not self._manager.closed:
-                active = {tp: f for tp, f in self.partitions.items() if not f.parked}
+                active = self.partitions
+                if any(f.parked for f in active.values()):
+                    active = {tp: f for tp, f in active.items() if not f.parked}
                 if not active:
                     self._wake.clear()
                     await self._wake.wait()
@@ -134,32 +141,32 @@ class ReplicaFetcher:
         """One Fetch to the leader; False when it failed (back off)."""
         cfg = self._broker.config
         wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
-        asked: dict[TP, int] = {}
-        by_topic: dict[str, list[tuple[int, Followed]]] = {}
-        for (topic, p), f in active.items():
-            lg = self._broker.logs.get(topic, p)
-            if lg is None:
-                continue
-            asked[(topic, p)] = lg.log_end_offset
-            by_topic.setdefault(topic, []).append((p, f))
-        if not asked:
-            return False
         logs = self._broker.logs
         full = self._session_id == 0
         held = self._held
-        if not full:  # only what the leader's session does not already hold
-            by_topic = {t: kept for t, parts in by_topic.items()
-                        if (kept := [(p, f) for p, f in parts
-                                     if held.get((t, p)) != (f.topic_id, asked[(t, p)],
-                                                             f.leader_epoch)])}
+        # One pass: every fetched partition's log end, and (outside a full fetch) only those
+        # whose offset or epoch the leader's session does not already hold, by topic.
+        asked: dict[TP, int] = {}
+        by_topic: dict[str, list[tuple[int, Followed]]] = {}
+        for tp, f in active.items():
+            lg = logs.get(*tp)
+            if lg is None:
+                continue
+            end = asked[tp] = lg.log_end_offset
+            if full or held.get(tp) != (f.topic_id, end, f.leader_epoch):
+                by_topic.setdefault(tp[0], []).append((tp[1], f))
+        if not asked:
+            return False
+        same_set = held.keys() == asked.keys()
         forgotten: dict[uuid.UUID, list[int]] = {}
-        if not full:
+        if not full and not same_set:
             for (t, p), (tid, _, _) in held.items():
                 if (t, p) not in asked:
                     forgotten.setdefault(tid, []).append(p)
         sent = {(t, p): (f.topic_id, asked[(t, p)], f.leader_epoch)
                 for t, parts in by_topic.items() for p, f in parts}
         epoch = self._epoch
+        max_bytes = int(cfg.get("replica.fetch.max.bytes"))
 
         def build(version: int) -> Any:
             m = request_module(FETCH, version)
@@ -172,8 +179,7 @@ class ReplicaFetcher:
                     fps.append(make(
                         m.FetchPartition, partition=p, current_leader_epoch=f.leader_epoch,
                         fetch_offset=asked[(topic, p)], last_fetched_epoch=lg.latest_epoch,
-                        log_start_offset=lg.log_start_offset,
-                        partition_max_bytes=int(cfg.get("replica.fetch.max.bytes"))))
+                        log_start_offset=lg.log_start_offset, partition_max_bytes=max_bytes))
                 topics.append(make(m.FetchTopic, topic=topic, topic_id=parts[0][1].topic_id,
                                    partitions=tuple(fps)))
             return make(m.FetchRequest, replica_id=self._manager.node_id,
@@ -220,10 +226,11 @@ class ReplicaFetcher:
             self._epoch = INITIAL_EPOCH + 1 if self._session_id else INITIAL_EPOCH
         else:
             held.update(sent)
-            for tp in [tp for tp in held if tp not in asked]:
-                del held[tp]
+            if not same_set:
+                for tp in [tp for tp in held if tp not in asked]:
+                    del held[tp]
             self._epoch = 1 if self._epoch >= 2**31 - 1 else self._epoch + 1
-        by_id = {f.topic_id: tp[0] for tp, f in active.items()}
+        by_id = self._topic_names
         progressed = True
         for tr in resp.responses:
             topic = by_id.get(tr.topic_id) if tr.topic_id is not None else tr.topic

@@ -27,6 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 UNKNOWN = -1
+REPLICA_WAKE = "replica-fetch"
+
+
+def replica_wake_key(topic: str, partition: int) -> tuple[str, str, int]:
+    """The ``Watch`` key a follower's parked fetch of ``topic``-``partition`` waits on at its
+    leader: notified when records are appended there (``ReplicaManager``), not when only the
+    high watermark moves."""
+    return (REPLICA_WAKE, topic, partition)
 
 
 @dataclass(slots=True)

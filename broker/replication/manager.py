@@ -36,7 +36,7 @@ from broker.config import topic_config_value
 from broker.inter_broker import inter_broker_rpc_for
 from broker.replication.fetch_session import FetchSessions
 from broker.replication.fetcher import ReplicaFetcher
-from broker.replication.leader_state import PartitionLeader
+from broker.replication.leader_state import PartitionLeader, replica_wake_key
 from cluster.view import NO_LEADER, TopicRecord
 
 if TYPE_CHECKING:
@@ -209,16 +209,19 @@ class ReplicaManager:
         return lg.log_end_offset
 
     def follower_fetched(self, topic: str, partition: int, replica: int, fetch_offset: int,
-                         lg: PartitionLog) -> None:
-        """Follower ``replica`` fetches ``topic``-``partition`` at ``fetch_offset``."""
+                         lg: PartitionLog, now_ms: int | None = None) -> None:
+        """Follower ``replica`` fetches ``topic``-``partition`` at ``fetch_offset`` (at
+        ``now_ms`` on the broker's monotonic clock; read here when not given)."""
         tp = (topic, partition)
         st = self.leaders.get(tp)
         if st is None:
             return
         st.follower_fetched(replica, fetch_offset, lg.log_end_offset,
-                            self._broker.clock.monotonic_ms())
+                            self._broker.clock.monotonic_ms() if now_ms is None else now_ms)
         self._advance(tp, st, lg)
-        if st.pending_isr is None and st.expand_due():
+        # Only the fetching replica's own progress can make an expansion due (the high
+        # watermark never goes back): an ISR member's fetch needs no check.
+        if st.pending_isr is None and replica not in st.isr and st.expand_due():
             self._isr_wake.set()
 
     def follower_high_watermark(self, tp: TP, leader_hw: int, lg: PartitionLog) -> None:
@@ -239,8 +242,13 @@ class ReplicaManager:
     def _on_append(self, topic: str, partition: int) -> None:
         tp = (topic, partition)
         st = self.leaders.get(tp)
-        if st is not None and (lg := self._broker.logs.get(topic, partition)) is not None:
-            self._advance(tp, st, lg)
+        if st is not None:
+            # Followers' parked fetches wait for new records only (``replica_wake_key``): a
+            # high watermark that moves does not end a follower's long poll (as Kafka's
+            # DelayedFetch), so waking them for it was a pass over their sessions for nothing.
+            self._broker.logs.watch.notify(replica_wake_key(topic, partition))
+            if (lg := self._broker.logs.get(topic, partition)) is not None:
+                self._advance(tp, st, lg)
 
     def _advance(self, tp: TP, st: PartitionLeader, lg: PartitionLog) -> None:
         if not st.advance(lg.log_end_offset):
@@ -300,12 +308,28 @@ class ReplicaManager:
         if st.high_watermark >= end_offset:
             return ErrorCode.none if st.in_sync_count() >= self._min_isr(topic) \
                 else ErrorCode.not_enough_replicas_after_append
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[ErrorCode] = loop.create_future()
         self._waiters.setdefault(tp, []).append((end_offset, fut))
+        # The timeout answers the future itself: the waiter resumes straight from it (one
+        # loop turn after the high watermark moves, not three through wait_for's wrapping).
+        timer = loop.call_later(timeout_s, _settle, fut, ErrorCode.request_timed_out)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return ErrorCode.request_timed_out
+            return await fut
+        finally:
+            timer.cancel()
+
+    async def wait_replicated_all(self, parts: list[tuple[str, int, int]],
+                                  timeout_s: float) -> list[ErrorCode]:
+        """``wait_replicated`` for each (topic, partition, end offset) of one produce, within
+        one ``timeout_s`` in all; the codes in the same order."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        codes = []
+        for topic, partition, end in parts:
+            codes.append(await self.wait_replicated(topic, partition, end,
+                                                    max(deadline - loop.time(), 0.001)))
+        return codes
 
     def _fail_waiters(self, tp: TP, code: ErrorCode) -> None:
         for _offset, fut in self._waiters.pop(tp, ()):
@@ -388,6 +412,11 @@ class ReplicaManager:
             log.info("%s-%d: ISR %s from %s to %s (leader epoch %d)", *tp, what, list(pa.isr),
                      list(isr), st.leader_epoch)
         return bool(ok)
+
+
+def _settle(fut: asyncio.Future[ErrorCode], code: ErrorCode) -> None:
+    if not fut.done():
+        fut.set_result(code)
 
 
 def _checkpoint_all(logs: list[PartitionLog]) -> None:

@@ -34,6 +34,7 @@ import asyncio
 from typing import Any
 
 from broker.replication.fetch_session import SessionPartition
+from broker.replication.leader_state import replica_wake_key
 
 from kio.schema.errors import ErrorCode
 
@@ -41,7 +42,6 @@ from broker.authz import CLUSTER, Operation
 from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import endpoint_entries, moved_leader
-from broker.log.watch import wait_for_any
 from broker.wire_limits import YIELD_EVERY
 from protocol.codec import response_module
 from protocol.messages import make
@@ -86,9 +86,22 @@ async def replica_fetch(ctx: RequestContext, req: Any, replica: int) -> Any:
         remaining = deadline - clock.monotonic_ms()
         if read.total >= req.min_bytes or read.errors or remaining <= 0 or not read.keys:
             return read.answer(m, session.id if session is not None else 0)
-        fut = broker.logs.watch.watch(dict.fromkeys(read.keys))
-        await wait_for_any(fut, remaining / 1000)
+        fut = broker.logs.watch.watch([replica_wake_key(t, p) for t, p in read.keys])
+        # As ``wait_for_any``, with the timeout settling the watch future itself: the fetch
+        # resumes one loop turn after an append, not three through wait_for and shield.
+        timer = asyncio.get_running_loop().call_later(remaining / 1000, _wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            if not fut.done():
+                fut.cancel()
         await asyncio.sleep(0)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def _entries(ctx: RequestContext, req: Any, session: Any
@@ -181,6 +194,7 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
     out = _Read()
     budget = max_bytes
     done = 0
+    now = broker.clock.monotonic_ms()
     for e in entries:
         done += 1
         if done % YIELD_EVERY == 0:
@@ -215,8 +229,8 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
         end = lg.log_end_offset
         if named is not None:
             last_epoch = e.last_fetched_epoch
-            if last_epoch >= 0 and (e.topic_id if by_id else e.request_topic, p) in named \
-                    and not (last_epoch == lg.latest_epoch and offset <= end):
+            if last_epoch >= 0 and not (last_epoch == lg.latest_epoch and offset <= end) \
+                    and (e.topic_id if by_id else e.request_topic, p) in named:
                 epoch, epoch_end = lg.end_offset_for_epoch(last_epoch)
                 if epoch != last_epoch or epoch_end < offset:
                     out.errors = True  # answer now: the follower must truncate first
@@ -224,7 +238,7 @@ async def _read(ctx: RequestContext, m: Any, entries: list[SessionPartition],
                                       lg.log_start_offset, diverging_epoch=make(
                                           m.EpochEndOffset, epoch=epoch, end_offset=epoch_end)))
                     continue
-            rep.follower_fetched(topic, p, replica, offset, lg)  # type: ignore[union-attr]
+            rep.follower_fetched(topic, p, replica, offset, lg, now)  # type: ignore[union-attr]
         hw = st.high_watermark
         log_start = lg.log_start_offset
         if not full and offset == end and hw == e.sent_high_watermark \
