@@ -349,7 +349,10 @@ class TransactionService:
         try:
             await asyncio.wait([entry[1]], timeout=wait_ms / 1000)
         finally:
-            if entry in queue:  # not taken: never run twice, never run for a cancelled caller
+            # Not taken (``_complete`` takes the id's whole queue out of ``_after_markers``
+            # before running it): never run twice, never run for a cancelled caller. A taken
+            # entry runs in the Complete record's event whatever its caller does now.
+            if self._after_markers.get(transactional_id) is queue and entry in queue:
                 queue.remove(entry)
                 if not queue and self._after_markers.get(transactional_id) is queue:
                     del self._after_markers[transactional_id]
@@ -416,7 +419,7 @@ class TransactionService:
                     written.set_result(None)
                 # The id's requests that waited for the markers run right after the Complete
                 # record, in its event: one append and one fsync for all (``_write``).
-                waiting = self._after_markers.pop(meta.transactional_id, [])
+                waiting = tuple(self._after_markers.pop(meta.transactional_id, ()))
                 outs = await self.runtime.write_many(partition, [
                     lambda shard, now: shard.complete(meta.transactional_id, meta.producer_id,
                                                       meta.producer_epoch, meta.state, now),

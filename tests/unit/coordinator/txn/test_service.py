@@ -241,3 +241,31 @@ async def test_a_prepare_reported_while_the_previous_task_completes_still_gets_i
         markers.gate.set()
         await until(lambda: svc.markers_pending() == 0)
         assert markers.written == [("a", 0, pid, 0, True), ("b", 0, pid, 0, False)]
+
+
+async def test_a_request_taken_with_the_complete_record_is_answered_by_it_whatever_its_caller(
+        tmp_path: Path) -> None:
+    """Once the markers are written, the id's waiting requests are taken into the Complete
+    record's event: a caller that gives up then leaves its request to run there once (not
+    taken back), and every other caller gets its own request's answer. A chaos soak lost a
+    transaction's completion to this: the taken-back entry shifted the answers by one."""
+    markers = FakeMarkers()
+    markers.gate = asyncio.Event()
+    async with service(tmp_path, markers, **{"transaction.end.wait.ms": 30_000}) as svc:
+        out = await svc.init_producer_id("t9", 60_000, None)
+        await svc.add_partitions("t9", out.producer_id, 0, [("a", 0)])
+        assert (await svc.end_txn("t9", out.producer_id, 0, True)).error is E.none
+        stale = asyncio.ensure_future(svc.add_partitions("t9", out.producer_id, 7, [("x", 0)]))
+        good = asyncio.ensure_future(svc.add_partitions("t9", out.producer_id, 0, [("b", 0)]))
+        await until(lambda: len(svc._after_markers.get("t9", ())) == 2)
+        markers.gate.set()
+        while "t9" in svc._after_markers:  # until taken: the event is then under way
+            await asyncio.sleep(0)
+        stale.cancel()
+        assert await good is E.none
+        await until(lambda: state(svc, "t9") is TxnState.ONGOING)
+        meta = svc.describe("t9")
+        assert not isinstance(meta, E) and meta.partitions == {("b", 0)}
+        # The markers' task completed: a new transaction ends and completes as usual.
+        assert (await svc.end_txn("t9", out.producer_id, 0, True)).error is E.none
+        await until(lambda: state(svc, "t9") is TxnState.COMPLETE_COMMIT)
