@@ -72,7 +72,9 @@ class MetricsBroker(BrokerProcess):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
             try:
+                # The metrics endpoint opens before the Kafka listener binds: wait for both.
                 scrape(self)
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
             except OSError:
                 time.sleep(0.05)
