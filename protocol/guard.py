@@ -55,8 +55,13 @@ class _TooMany(Exception):
     """Internal: an array count that cannot fit (turned into MalformedRequestError)."""
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Slow path of an unsigned varint (the generated code inlines the one-byte case)."""
+def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos`` and the position after it (the generated code inlines the
+    one-byte case and calls this for the rest).
+
+    Raises:
+        MalformedRequestError: longer than 5 bytes. IndexError: past the end of ``buf``.
+    """
     result = shift = 0
     while True:
         b = buf[pos]
@@ -87,7 +92,7 @@ class _Gen:
         self.lines: list[str] = []
         self.names: dict[tuple[type, CountPaths], str] = {}
         self.min_sizes: dict[type, int] = {}
-        self.env: dict[str, Any] = {"_uv": _uvarint, "_too_many": _too_many, "_end": _check_end,
+        self.env: dict[str, Any] = {"_uv": uvarint, "_too_many": _too_many, "_end": _check_end,
                                     "_I16": _I16.unpack_from, "_I32": _I32.unpack_from,
                                     "Malformed": MalformedRequestError}
 

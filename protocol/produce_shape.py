@@ -20,37 +20,27 @@ from __future__ import annotations
 
 import struct
 
+from protocol.errors import MalformedRequestError
+from protocol.guard import uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _FIRST_FLEXIBLE = 9
 _FIRST_TOPIC_ID = 13
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint longer than 5 bytes")
-
-
 def _skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
+    count, pos = uvarint(buf, pos)
     for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
+        _tag, pos = uvarint(buf, pos)
+        size, pos = uvarint(buf, pos)
         pos += size
     return pos
 
 
 def _skip_string(buf: bytes, pos: int, flexible: bool) -> int:
     if flexible:
-        size, pos = _uvarint(buf, pos)
+        size, pos = uvarint(buf, pos)
         return pos + max(size - 1, 0)
     size = int(_I16.unpack_from(buf, pos)[0])
     return pos + 2 + max(size, 0)
@@ -62,7 +52,7 @@ def lists_more_than(frame: bytes, most: int) -> bool:
     ``most`` steps."""
     try:
         return _count(frame, most) > most
-    except (IndexError, ValueError, struct.error):
+    except (IndexError, ValueError, MalformedRequestError, struct.error):
         return True
 
 
@@ -77,7 +67,7 @@ def _count(buf: bytes, most: int) -> int:
         pos = _skip_tags(buf, pos)
     pos = _skip_string(buf, pos, flexible) + 6  # transactional id, acks, timeout
     if flexible:
-        topics, pos = _uvarint(buf, pos)
+        topics, pos = uvarint(buf, pos)
         topics -= 1
     else:
         (topics,) = _I32.unpack_from(buf, pos)
@@ -89,7 +79,7 @@ def _count(buf: bytes, most: int) -> int:
             return seen
         pos = pos + 16 if version >= _FIRST_TOPIC_ID else _skip_string(buf, pos, flexible)
         if flexible:
-            partitions, pos = _uvarint(buf, pos)
+            partitions, pos = uvarint(buf, pos)
             partitions -= 1
         else:
             (partitions,) = _I32.unpack_from(buf, pos)
@@ -100,7 +90,7 @@ def _count(buf: bytes, most: int) -> int:
             seen += 1
             pos += 4  # index
             if flexible:
-                size, pos = _uvarint(buf, pos)
+                size, pos = uvarint(buf, pos)
                 pos = _skip_tags(buf, pos + max(size - 1, 0))
             else:
                 (size,) = _I32.unpack_from(buf, pos)
