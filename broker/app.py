@@ -104,6 +104,9 @@ class Broker(TopicAdmin):
         self.metrics = BrokerMetrics(self)
         self.metrics_server: MetricsServer | None = None
         self.started = False
+        # What a shutdown is doing, for the line the shutdown deadline logs if it fires
+        # (broker/shutdown_deadline.py).
+        self.stop_step = "stopping"
         # Set when a storage failure ends the broker: why, and the process exit status.
         self.fatal: str | None = None
         self.exit_code = 0
@@ -202,8 +205,10 @@ class Broker(TopicAdmin):
 
     async def stop(self) -> None:
         if self.metrics_server is not None:
+            self.stop_step = "closing the metrics endpoint"
             await self.metrics_server.stop()
             self.metrics_server = None
+        self.stop_step = "stopping its background tasks"
         for t in [*self._tasks, *self._side_tasks]:
             t.cancel()
         for t in [*self._tasks, *self._side_tasks]:
@@ -213,16 +218,21 @@ class Broker(TopicAdmin):
                 pass
         self._tasks.clear()
         if self.replication is not None:
+            self.stop_step = "stopping replication"
             await self.replication.close()
         if self.member is not None:
+            self.stop_step = "leaving the cluster (etcd)"
             await self.member.close()
         if self.started:
+            self.stop_step = "closing the coordinators (their last state writes)"
             await close_coordinators(self)
+            self.stop_step = "closing the logs (flushing them to disk)"
             await asyncio.to_thread(self.cleaner.stop)
             await asyncio.to_thread(self.producers.close)
             if self.logs.removals:  # deleted topics' directories still being removed
                 await asyncio.gather(*self.logs.removals, return_exceptions=True)
             await asyncio.to_thread(self.logs.close)
+        self.stop_step = "ending its event loop"
         self.started = False
 
     async def _start_metrics_server(self) -> None:

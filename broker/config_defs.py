@@ -177,6 +177,12 @@ _BROKER_DEFS: list[ConfigDef] = [
               "would exceed it gets SHARE_SESSION_LIMIT_REACHED.", at_least(1)),
     ConfigDef("shutdown.timeout.ms", "long", 5000,
               "How long a graceful shutdown waits for in-flight requests.", at_least(0)),
+    ConfigDef("shutdown.force.timeout.ms", "long", 60_000,
+              "Shoal extension: the longest a shutdown may take after SIGTERM or SIGINT, "
+              "controlled shutdown included; a broker still stopping then logs the step it was "
+              "in and exits at once with status 1 (as after kill -9, nothing acknowledged is "
+              "lost). Keep it above controlled.shutdown.timeout.ms plus shutdown.timeout.ms.",
+              at_least(1000)),
     ConfigDef("compression.type", "string", "producer",
               "Only 'producer' (keep batches as produced) is supported.", one_of("producer")),
     ConfigDef("offsets.topic.num.partitions", "int", 50,

@@ -37,6 +37,7 @@ from broker.security.sasl import SaslConfigError
 from broker.security.scram_store import ScramArg, ScramError, parse_add_scram
 from broker.security.metrics_web import WebConfigError
 from broker.security.tls import TlsConfigError
+from broker.shutdown_deadline import ShutdownDeadline
 from cluster.errors import ClusterStoreError
 
 
@@ -99,11 +100,14 @@ def listening_line(name: str, protocol: str, host: str, port: int) -> str:
 
 
 async def run_broker(config: BrokerConfig, ready_file: str | None = None,
-                     add_scram: Sequence[ScramArg] = (), log_format: str = "plain") -> int:
+                     add_scram: Sequence[ScramArg] = (), log_format: str = "plain",
+                     deadline: ShutdownDeadline | None = None) -> int:
     """Run until a signal (returns 0) or a storage failure (returns the broker's exit code).
     ``add_scram`` credentials are stored when the broker starts (``--add-scram``). Each
     listener's address is printed on stdout, or logged as an ``event: listening`` record when
-    ``log_format`` is ``json`` so that stdout and stderr carry only JSON lines."""
+    ``log_format`` is ``json`` so that stdout and stderr carry only JSON lines. ``deadline``
+    is armed when the shutdown starts (``shutdown.force.timeout.ms``); the caller disarms it
+    once the event loop is closed."""
     # Lazy: imported here, not at the top: `shoal topics ...` and the other CLI verbs load this module
     # for the broker subcommand's options and should not pay for importing the whole broker.
     from broker.app import Broker
@@ -135,11 +139,15 @@ async def run_broker(config: BrokerConfig, ready_file: str | None = None,
             print(f"shoal: {line}", flush=True)
     await stop.wait()
     broker = server.broker
+    if deadline is not None:
+        deadline.where = lambda: broker.stop_step
+        deadline.arm(asyncio.get_running_loop())
     if broker.fatal is None:
         logging.getLogger("shoal").info("shutting down (signal received)")
         if broker.member is not None and broker.config.get("controlled.shutdown.enable"):
             from broker.cluster_admin import controlled_shutdown  # lazy: as Broker above
 
+            broker.stop_step = "in its controlled shutdown (waiting for etcd and the controller)"
             await controlled_shutdown(
                 broker.member, broker.config.get("controlled.shutdown.timeout.ms") / 1000)
     reclaim.cancel()
@@ -203,8 +211,12 @@ def run_broker_command(args: argparse.Namespace) -> int:
             pass
     raise_open_file_limit()
     tune_malloc()
+    # Armed by run_broker when a signal starts the shutdown; disarmed only once asyncio.run has
+    # returned, so that its own teardown (cancelling tasks, joining executor threads) is bounded.
+    deadline = ShutdownDeadline(config.get("shutdown.force.timeout.ms") / 1000)
     try:
-        code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format))
+        code = asyncio.run(run_broker(config, args.ready_file, add_scram, args.log_format,
+                                      deadline))
     except (TlsConfigError, SaslConfigError, WebConfigError) as exc:
         print(f"shoal: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -215,6 +227,8 @@ def run_broker_command(args: argparse.Namespace) -> int:
                     "another port (--listen HOST:PORT, --metrics-listen, make run PORT=N)")
         print(f"shoal: could not start: {exc}{hint}", file=sys.stderr)
         return 1
+    finally:
+        deadline.disarm()
     return code
 
 

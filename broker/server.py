@@ -205,6 +205,7 @@ class Server:
 
     async def stop(self) -> None:
         timeout = self.broker.config.get("shutdown.timeout.ms") / 1000
+        self.broker.stop_step = "closing its listeners and waiting for in-flight requests"
         if self._sweeper is not None:
             self._sweeper.cancel()
             try:

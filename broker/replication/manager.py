@@ -297,10 +297,12 @@ class ReplicaManager:
         """Wait until the high watermark reaches ``end_offset`` (the log end just after the
         append): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR fell below
         ``min.insync.replicas`` meanwhile), NOT_LEADER_OR_FOLLOWER (leadership moved) or
-        REQUEST_TIMED_OUT."""
+        REQUEST_TIMED_OUT. Once the manager is closed (the broker is stopping: its listeners
+        are closed, so no follower can fetch), every write is answered NOT_LEADER_OR_FOLLOWER
+        at once: none can be confirmed any more, and its client retries on the next leader."""
         tp = (topic, partition)
         st = self.leaders.get(tp)
-        if st is None:
+        if st is None or self.closed:
             return ErrorCode.not_leader_or_follower
         lg = self._broker.logs.get(topic, partition)
         if lg is not None:

@@ -65,9 +65,14 @@ class Committer(Generic[S]):
                 self._on_flush_failure(ctx, exc)
             return
         if self.replicated is not None and not await self.replicated(ctx.number, target):
-            # No longer the leader: nothing past the last commit is answered; unloading the
-            # partition (leadership moved) fails the writes still waiting.
+            # No longer the leader (or the broker is stopping): nothing past the last commit
+            # can be confirmed here any more. The writes waiting are answered NOT_COORDINATOR
+            # now, as unloading the partition would (their clients find the new coordinator);
+            # waiting for the unload instead deadlocks a shutdown whose own last write waits
+            # here before the unload can come.
             ctx.flush_task = None
+            ctx.fail_pending(CoordinatorFailure(
+                ErrorCode.not_coordinator, "this broker no longer leads the partition"))
             return
         ctx.flush_task = None
         ctx.stats.flushes += 1

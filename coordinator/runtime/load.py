@@ -118,11 +118,19 @@ class PartitionLoader(Generic[S]):
         if ctx.task is not None:
             ctx.task.cancel()
             await asyncio.gather(ctx.task, return_exceptions=True)
+        if self._committer.replicated is not None and ctx.flush_task is not None:
+            # Its replicated wait may never end (followers gone); what it waits for is failed
+            # below anyway.
+            ctx.flush_task.cancel()
         for task in (ctx.load_task, ctx.flush_task, ctx.prune_task):
             if task is not None:
                 await asyncio.gather(task, return_exceptions=True)
-        if self._state.fsync and ctx.pending and ctx.pending[-1].end_offset > ctx.committed:
+        if (self._state.fsync and self._committer.replicated is None and ctx.pending
+                and ctx.pending[-1].end_offset > ctx.committed):
             # Appended but not yet fsynced: one last flush so their responses can still be sent.
+            # Not for a replicated partition: there a write is answered only once the in-sync
+            # replicas have it, and what is still pending now they never confirmed (a new
+            # leader may not have it), so it is failed below with the rest.
             target = ctx.log.log_end_offset
             try:
                 await asyncio.get_running_loop().run_in_executor(self._state.io_pool, ctx.log.sync_data)

@@ -388,3 +388,48 @@ async def test_close_flushes_what_was_appended_then_refuses(tmp_path: Path) -> N
     after = await rt.write(0, put("b", "1"))
     assert isinstance(after, CoordinatorFailure) and after.error == ErrorCode.not_coordinator
     lg.close()
+
+
+async def test_writes_the_replicas_cannot_confirm_fail_at_once(tmp_path: Path) -> None:
+    """A replicated partition this broker stopped leading (or a stopping broker): the waiting
+    writes get NOT_COORDINATOR when the replicated wait says so, not only at the unload, and a
+    write made by the closing code itself cannot deadlock the close."""
+    lg = open_log(tmp_path / "p0")
+    rt = kv_runtime()
+    await rt.load(0, lg)
+    leading = True
+
+    async def replicated(_partition: int, _offset: int) -> bool:
+        return leading
+
+    rt.replicated = replicated
+    assert await rt.write(0, put("a", "1")) == "ok"
+    leading = False
+    lost = await asyncio.wait_for(rt.write(0, put("b", "1")), 5)
+    assert isinstance(lost, CoordinatorFailure) and lost.error == ErrorCode.not_coordinator
+    assert await rt.read(0, lambda s: s.committed_view()) == {"a": "1"}
+    await asyncio.wait_for(rt.close(), 5)
+    lg.close()
+
+
+async def test_close_does_not_answer_unreplicated_writes_as_committed(tmp_path: Path) -> None:
+    """At close, a write of a replicated partition still waiting for its in-sync replicas is
+    failed, not answered after a last local fsync: a new leader may not have it."""
+    lg = open_log(tmp_path / "p0")
+    rt = kv_runtime()
+    await rt.load(0, lg)
+    confirm = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def replicated(_partition: int, _offset: int) -> bool:
+        asked.set()
+        await confirm.wait()
+        return True
+
+    rt.replicated = replicated
+    w = asyncio.create_task(rt.write(0, put("a", "1")))
+    await asked.wait()
+    await rt.close()
+    out = await w
+    assert isinstance(out, CoordinatorFailure) and out.error == ErrorCode.not_coordinator
+    lg.close()
