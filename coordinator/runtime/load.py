@@ -29,6 +29,10 @@ from coordinator.runtime.runtime_state import RuntimeState
 from coordinator.runtime.scheduling import Scheduler
 from storage.log import PartitionLogLike
 
+#: How long an unload waits for the in-sync replicas to confirm the last writes before failing
+#: them (NOT_COORDINATOR; their clients retry on the new coordinator).
+FINAL_CONFIRM_S = 1.0
+
 log = logging.getLogger("shoal.coordinator.runtime")
 
 
@@ -112,6 +116,17 @@ class PartitionLoader(Generic[S]):
                   summary.records, ctx.stats.load_ms)
         return summary
 
+    async def _confirmed(self, ctx: PartitionState[S], target: int) -> bool:
+        """Whether the records below ``target`` may be committed at unload: always without
+        replication; else if the replicated wait says so within ``FINAL_CONFIRM_S``."""
+        replicated = self._committer.replicated
+        if replicated is None:
+            return True
+        try:
+            return await asyncio.wait_for(replicated(ctx.number, target), FINAL_CONFIRM_S)
+        except asyncio.TimeoutError:
+            return False
+
     async def _shutdown(self, ctx: PartitionState[S]) -> None:
         ctx.status = PartitionStatus.CLOSED
         self._scheduler.disarm(ctx)
@@ -125,12 +140,8 @@ class PartitionLoader(Generic[S]):
         for task in (ctx.load_task, ctx.flush_task, ctx.prune_task):
             if task is not None:
                 await asyncio.gather(task, return_exceptions=True)
-        if (self._state.fsync and self._committer.replicated is None and ctx.pending
-                and ctx.pending[-1].end_offset > ctx.committed):
+        if self._state.fsync and ctx.pending and ctx.pending[-1].end_offset > ctx.committed:
             # Appended but not yet fsynced: one last flush so their responses can still be sent.
-            # Not for a replicated partition: there a write is answered only once the in-sync
-            # replicas have it, and what is still pending now they never confirmed (a new
-            # leader may not have it), so it is failed below with the rest.
             target = ctx.log.log_end_offset
             try:
                 await asyncio.get_running_loop().run_in_executor(self._state.io_pool, ctx.log.sync_data)
@@ -140,7 +151,11 @@ class PartitionLoader(Generic[S]):
             except Exception:
                 log.exception("%s partition %d: final flush failed", self._state.name, ctx.number)
             else:
-                self._committer.commit(ctx, target)
+                # A replicated partition's writes are answered only once the in-sync replicas
+                # have them (a new leader may lack the rest); the replicated wait answers at
+                # once for one replica, or for a broker that no longer leads or is stopping.
+                if await self._confirmed(ctx, target):
+                    self._committer.commit(ctx, target)
         closed = CoordinatorFailure(ErrorCode.not_coordinator, "the coordinator is shutting down")
         ctx.fail_pending(closed)
         ctx.fail_inbox(closed)
