@@ -340,6 +340,8 @@ class EosWorker(Worker):
         self.out_partitions = out_partitions
         self.c: Consumer | None = None
         self.p: Producer | None = None
+        # The consumer's group metadata, read once per consumer (see step).
+        self.group_metadata: object | None = None
 
     def clone(self) -> Worker:
         return EosWorker(self.journal, self.bootstrap, self.out_partitions)
@@ -372,7 +374,7 @@ class EosWorker(Worker):
         old consumer leaves its group in a thread of its own: close() has no deadline."""
         if self.c is not None:
             threading.Thread(target=self.c.close, daemon=True, name="eos-close").start()
-        self.c, self.p = None, None
+        self.c, self.p, self.group_metadata = None, None, None
 
     def step(self) -> None:
         try:
@@ -394,9 +396,17 @@ class EosWorker(Worker):
             ends: dict[int, int] = {}
             for m in msgs:
                 ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
+            # consumer_group_metadata() holds the GIL too while it waits on that thread, and
+            # librdkafka 2.16's main thread can deadlock on its own locks after a leader change
+            # (OffsetForLeaderEpoch handling against a broker thread failing a connection): one
+            # such call then froze the whole test process (no thread, not even the supervisor,
+            # could run). So it is read once per consumer, after it first got records (it has
+            # joined); a rebalance since fails the transaction, and a new consumer reads it anew.
+            if self.group_metadata is None:
+                self.group_metadata = c.consumer_group_metadata()
             self.call(step, p.send_offsets_to_transaction,
                       [TopicPartition(IN, part, end) for part, end in sorted(ends.items())],
-                      c.consumer_group_metadata(), 30)
+                      self.group_metadata, 30)
             step = "commit_transaction"
             self.call(step, p.commit_transaction, 30)
         except KafkaException as e:

@@ -20,6 +20,7 @@ each partition went without an acknowledged produce is printed and written to a 
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
@@ -169,12 +170,28 @@ def _unaccepted(j: Journal, target: set[str]) -> dict[str, list[int]]:
         return {v: j.share_deliveries.get(v, []) for v in sorted(target - j.share_accept_sent)[:5]}
 
 
+# A soak still running after this long is frozen (see test_chaos_soak_keeps_every_promise).
+FREEZE_S = 960
+
+
 @pytest.mark.chaos
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("rf", REPLICATION)
 def test_chaos_soak_keeps_every_promise(chaos_cluster: Cluster, seed: int, report_path: Path,
                                         rf: int) -> None:
     cluster = chaos_cluster
+    # The timeout mark needs the main thread to run Python; a client library call that waits
+    # while holding the GIL freezes the whole process (it happened: see EosWorker.step). This
+    # watchdog thread of the interpreter's own needs no GIL: it prints every thread's stack
+    # and ends the process, so CI fails with the reason instead of waiting for its own limit.
+    faulthandler.dump_traceback_later(FREEZE_S, exit=True)
+    try:
+        _soak(cluster, seed, report_path, rf)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _soak(cluster: Cluster, seed: int, report_path: Path, rf: int) -> None:
     rng = random.Random(seed)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for f in admin.create_topics([NewTopic(IN, IN_PARTITIONS, rf),
