@@ -104,14 +104,6 @@ def produce_worker(p: dict[str, Any], out: Any) -> None:
 # Share consumer
 
 
-MAX_RECREATE = 8  # fresh ShareConsumers a worker may try against KAFKA-19846 (1/2 each)
-
-
-def _is_unknown_server_error(msg: Any) -> bool:
-    err = msg.error()
-    return err is not None and err.code() == -1  # KafkaError.UNKNOWN: UNKNOWN_SERVER_ERROR
-
-
 def share_consume_worker(p: dict[str, Any], counter: Any, ready: Any, seen: Any, go: Any,
                          stop: Any, out: Any) -> None:
     """A confluent_kafka.ShareConsumer (``p['mode']``: implicit or explicit acknowledgement).
@@ -144,7 +136,7 @@ def share_consume_worker(p: dict[str, Any], counter: Any, ready: Any, seen: Any,
         consumer.subscribe([p["topic"]])
         deadline = t_go + p["timeout"]
         accept = AcknowledgeType.ACCEPT
-        fresh_total = redelivered = errors = deliveries = recreated = 0
+        fresh_total = redelivered = errors = deliveries = 0
         first_error = None
         t_first = t_last = None
         lat = array("q")
@@ -160,21 +152,6 @@ def share_consume_worker(p: dict[str, Any], counter: Any, ready: Any, seen: Any,
                 continue
             recv_ns = time.monotonic_ns()
             fresh = 0
-            if (deliveries == 0 and recreated < MAX_RECREATE
-                    and any(_is_unknown_server_error(m) for m in msgs)):
-                # Apache Kafka 4.1.0's KAFKA-19846: it parses the member id as URL-safe base64,
-                # so a librdkafka member id holding '+' or '/' (about half) gets
-                # UNKNOWN_SERVER_ERROR on every ShareFetch and never a record. A consumer that
-                # has had nothing yet starts again with a new member id (counted in
-                # `recreated`); Shoal never answers this, so its runs are unchanged.
-                errors += len(msgs)
-                first_error = first_error or str(msgs[0].error())
-                consumer.close()
-                consumer = None
-                consumer = ShareConsumer(conf)
-                consumer.subscribe([p["topic"]])
-                recreated += 1
-                continue
             for msg in msgs:
                 if msg.error() is not None:
                     errors += 1
@@ -218,7 +195,7 @@ def share_consume_worker(p: dict[str, Any], counter: Any, ready: Any, seen: Any,
         consumer = None
         out.put({"ok": True, "index": idx, "records": fresh_total, "redelivered": redelivered,
                  "deliveries": deliveries, "errors": errors, "first_error": first_error,
-                 "recreated": recreated, "t_go": t_go, "t_first": t_first, "t_last": t_last, "t_stop": t_stop,
+                 "t_go": t_go, "t_first": t_first, "t_last": t_last, "t_stop": t_stop,
                  "t_closed": time.monotonic(), "polls": polls,
                  "latencies_ns": lat.tobytes() if latency else None})
     except Exception:  # noqa: BLE001
