@@ -123,20 +123,20 @@ class Target:
         return out
 
 
-def produce(bootstrap: str, topic: str, n: int) -> None:
+def produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     time.sleep(0.5)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
                   "batch.num.messages": 10000})
     value = b"x" * 1024
-    for _ in range(n):
+    for i in range(n):
         while True:
             try:
-                p.produce(topic, value, partition=0)
+                p.produce(topic, value, partition=i % partitions)
                 break
             except BufferError:
                 p.poll(0.01)
@@ -161,11 +161,12 @@ def new_group(bootstrap: str, group: str) -> None:
 
 
 def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
-              timeout: float = 180) -> dict[str, Any]:
+              timeout: float = 180, partitions: int = 1) -> dict[str, Any]:
     """One run of the Java program against ``target``; the figures of that run."""
     group = f"jbench-{uuid.uuid4().hex[:8]}"
     new_group(target.bootstrap, group)
-    cmd = [shutil.which("java") or "java", "-XX:+UseSerialGC", "-Xss512k", "-cp", cp,
+    cmd = [shutil.which("java") or "java", "-XX:+UseSerialGC", "-Xss512k",
+           f"-Dpartitions={partitions}", "-cp", cp,
            "ShareConsumeBench", target.bootstrap, target.topic, group, str(consumers), mode,
            str(records), str(timeout)]
     if target.metrics_url is None:  # Apache Kafka: its counters through JMX
@@ -302,20 +303,20 @@ def _f(r: dict[str, Any], key: str, digits: int) -> str:
 
 
 def run(targets: list[Target], cp: str, records: int, rounds: int,
-        shapes: list[tuple[int, str]]) -> dict[str, Any]:
+        shapes: list[tuple[int, str]], partitions: int = 1) -> dict[str, Any]:
     for t in targets:
         t.topic = f"jbench-{uuid.uuid4().hex[:8]}"
-        produce(t.bootstrap, t.topic, records)
+        produce(t.bootstrap, t.topic, records, partitions)
     for t in targets:  # untimed warm-up: JIT, first share group, internal topics
-        run_shape(cp, t, 4, "explicit", records)
+        run_shape(cp, t, 4, "explicit", records, partitions=partitions)
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for consumers, mode in shapes:
-        shape = f"1x{consumers} {mode}"
+        shape = f"{partitions}x{consumers} {mode}"
         raw[shape] = {t.name: [] for t in targets}
         for i in range(rounds):
             order = targets if i % 2 == 0 else list(reversed(targets))
             for t in order:
-                r = run_shape(cp, t, consumers, mode, records)
+                r = run_shape(cp, t, consumers, mode, records, partitions=partitions)
                 raw[shape][t.name].append(r)
                 if not r["complete"]:
                     print(f"  {shape} {t.name}: stalled at {r['records']:,} records "
@@ -343,6 +344,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies --records")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shapes", default="", help="e.g. 1:implicit,8:explicit (default: all six)")
+    ap.add_argument("--partitions", type=int, default=1,
+                    help="partitions of the topic (records spread round-robin); default 1")
     ap.add_argument("--kafka", action="store_true",
                     help="also run against Apache Kafka 4.1.0 (peer-kafka, started and stopped)")
     ap.add_argument("--kafka-running", action="store_true",
@@ -385,14 +388,14 @@ def main() -> None:
         elif args.kafka_running:
             targets.append(Target("kafka", "127.0.0.1:19092",
                                   int(PEER_PID.read_text().split()[0]), None))
-        res = run(targets, cp, records, args.rounds, shapes)
+        res = run(targets, cp, records, args.rounds, shapes, args.partitions)
     finally:
         if broker is not None:
             broker.stop()
         if args.kafka:
             stop_kafka()
     res["table"] = table(res["summary"], [t.name for t in targets])
-    print(f"\nKafkaShareConsumer, 1 partition, {records:,} x 1 KiB, medians of {args.rounds} "
+    print(f"\nKafkaShareConsumer, {args.partitions} partition(s), {records:,} x 1 KiB, medians of {args.rounds} "
           "alternating rounds (min-max)\n")
     print(res["table"])
     if args.json:

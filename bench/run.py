@@ -90,7 +90,7 @@ from bench.procs import (
     stop_everything,
 )
 from bench.profiling import Profiler, choose
-from bench.scenarios import SHARE_VARIANTS, Settings, System
+from bench.scenarios import SHARE_VARIANTS, Settings, ShareVariant, System, parse_shape
 
 report.ROWS += (authz_overhead.REPORT_ROWS + cluster.REPORT_ROWS + consumer_groups.REPORT_ROWS
                 + replication.REPORT_ROWS
@@ -130,6 +130,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="do not flush dirty pages to disk before each scenario")
     ap.add_argument("--keep-topics", action="store_true",
                     help="leave the benchmark's topics on --bootstrap brokers")
+    ap.add_argument("--shapes", default="", metavar="PxC{e|i}[,...]",
+                    help="extra (b) variants, e.g. 1x4e,1x8i,16x1i (partitions x consumers, "
+                    "explicit or implicit), run after the selected b1..b4, named b1x4e etc.")
+    ap.add_argument("--warmup", action="store_true",
+                    help="before the (b) variants, one untimed 1x8 explicit round on each "
+                    "broker (a cold JVM broker spends several times its warm CPU per record)")
     args = ap.parse_args(argv)
     if args.scale <= 0:
         ap.error("--scale must be > 0")
@@ -142,6 +148,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             if n not in sel:
                 sel.append(n)
     args.selected = [k for k in ALL if k in sel] if sel else list(ALL)
+    for text in (x.strip() for x in args.shapes.split(",") if x.strip()):
+        try:
+            v = parse_shape(text)
+        except ValueError as e:
+            ap.error(str(e))
+        SHARE_VARIANTS[v.name] = v
+        CLIENT_SIDE.add(v.name)
+        if v.name not in args.selected:
+            args.selected.append(v.name)
     if args.no_local and not args.bootstrap:
         ap.error("--no-local needs at least one --bootstrap")
     return args
@@ -176,6 +191,7 @@ def _dirty_mb() -> float | None:
 
 
 SETTLE = True  # set from --no-settle
+WARMUP = False  # set from --warmup
 
 
 def _settle() -> dict[str, Any]:
@@ -278,6 +294,13 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
                 scenarios.dataset(settings, system, SHARE_VARIANTS[k].partitions)
             except Exception:  # noqa: BLE001 - scenario_b reports it again
                 _log(f"  pre-produce for {k} failed: {traceback.format_exc(limit=3)}")
+    if b_keys and WARMUP:
+        v = ShareVariant("warmup", 1, 8, "explicit")
+        _log(f"[{system.name}] untimed warm-up: share-consume {settings.records():,} records, "
+             f"{v.title}")
+        res["warmup"] = _attempt(functools.partial(scenarios.scenario_b, settings, system, v),
+                                 "warmup")
+        _log(f"  warmup: {_brief('warmup', res['warmup'])}")
     if b_keys and profiler is not None:
         profiler.start()
     try:
@@ -347,8 +370,8 @@ def run_client_scenarios(settings: Settings, system: System, selected: list[str]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    global SETTLE
-    SETTLE = args.settle
+    global SETTLE, WARMUP
+    SETTLE, WARMUP = args.settle, args.warmup
     install_signal_cleanup()
     t_start = time.monotonic()
     run_id = time.strftime("%Y%m%d-%H%M%S")

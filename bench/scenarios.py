@@ -64,6 +64,16 @@ SHARE_VARIANTS = {
 A_PARTITIONS = 4  # scenario (a)'s topic is reused as b2's data set
 
 
+def parse_shape(text: str) -> ShareVariant:
+    """``PxC`` + ``e``/``i`` (e.g. ``1x4e``: 1 partition x 4 consumers, explicit) as an extra
+    (b) variant named ``b1x4e`` (``bench.run --shapes``)."""
+    body, mode = text[:-1], {"e": "explicit", "i": "implicit"}.get(text[-1:])
+    parts, _, consumers = body.partition("x")
+    if mode is None or not parts.isdigit() or not consumers.isdigit():
+        raise ValueError(f"shape {text!r}: want PxC plus e or i, e.g. 1x4e or 16x2i")
+    return ShareVariant(f"b{text}", int(parts), int(consumers), mode)
+
+
 @dataclass
 class System:
     """A broker the client-side scenarios run against."""

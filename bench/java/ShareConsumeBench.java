@@ -30,7 +30,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * Args: bootstrap topic group consumers implicit|explicit records timeout_s [jmx_pid]
  *
  * Starts {@code consumers} KafkaShareConsumers (one thread each, client defaults for fetch
- * sizes and waits) on a topic of one partition holding offsets 0..records-1, in a share group
+ * sizes and waits) on a topic of one partition holding offsets 0..records-1 (or, with
+ * -Dpartitions=N, record i at offset i / N of partition i % N), in a share group
  * that reads from the earliest offset. Explicit mode ACCEPTs every record (sent with the next
  * poll). Prints JSON lines on stdout: {"event":"first",...} when the first record arrives (the
  * driver samples the broker's CPU and counters then), {"event":"done",...} once every offset was
@@ -49,6 +50,7 @@ public final class ShareConsumeBench {
         int records = Integer.parseInt(args[5]);
         long timeoutMs = (long) (Double.parseDouble(args[6]) * 1000);
         Jmx jmx = args.length > 7 ? Jmx.attach(args[7]) : null;
+        int partitions = Integer.getInteger("partitions", 1);  // -Dpartitions=N (java_share.py)
 
         AtomicLongArray seen = new AtomicLongArray(records / 64 + 1);
         AtomicInteger distinct = new AtomicInteger();
@@ -94,7 +96,8 @@ public final class ShareConsumeBench {
                     delivered.addAndGet(got.count());
                     int fresh = 0;
                     for (ConsumerRecord<byte[], byte[]> r : got) {
-                        long off = r.offset();
+                        // Record i went to partition i % partitions at offset i / partitions.
+                        long off = r.offset() * partitions + r.partition();
                         if (off >= 0 && off < records) {
                             int w = (int) (off >>> 6);
                             long bit = 1L << (off & 63);
