@@ -14,8 +14,8 @@ kill -9. Seconds from the kill to:
 
 - ``lease_s``: etcd no longer holds the victim's registration (its lease lapsed; polled in
   etcd every 10 ms);
-- ``left_view_s``: a surviving broker's Metadata no longer lists the victim (etcd's watch
-  reached it);
+- ``left_view_s``: a surviving broker's DescribeCluster no longer lists the victim (etcd's
+  watch reached it);
 - ``new_leader_s``: that Metadata names another leader of the partition (the controller's
   election reached it);
 - ``leading_s``: the new leader's log says it leads the partition (its log's clock);
@@ -174,7 +174,8 @@ def _watch_view(bootstrap: str, topic: str, victim: int, seen: dict[str, float],
     the live brokers and ``topic``-0 led by another broker; note when each was first seen."""
     while not stop.is_set() and not {"left_view_s", "new_leader_s"} <= seen.keys():
         try:
-            _, live, leaders = metadata(bootstrap, [topic], timeout=1)
+            _, _, leaders = metadata(bootstrap, [topic], timeout=1)
+            live = _live(bootstrap)
         except Exception:  # noqa: BLE001 - a busy broker: try again
             live, leaders = {victim}, {}
         now = time.monotonic()
@@ -183,6 +184,20 @@ def _watch_view(bootstrap: str, topic: str, victim: int, seen: dict[str, float],
         if leaders.get(topic, {}).get(0, victim) not in (victim, -1):
             seen.setdefault("new_leader_s", now)
         stop.wait(0.02)
+
+
+def _live(bootstrap: str) -> set[int]:
+    """The live brokers in one broker's DescribeCluster answer (Metadata may list a broker that
+    just left for a few seconds more: cluster/metadata.py)."""
+    from client.blocking import open_connection
+    from protocol import codec
+
+    host, _, port = bootstrap.rpartition(":")
+    m = codec.request_module(60, 0)
+    with open_connection(host, int(port), 1, "bench-failover-probe") as conn:
+        resp = conn.call(60, 0, m.DescribeClusterRequest(
+            include_cluster_authorized_operations=False))
+    return {int(b.broker_id) for b in resp.brokers}
 
 
 def _watch_etcd(endpoint: str, key: bytes, seen: dict[str, float],
