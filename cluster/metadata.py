@@ -37,7 +37,7 @@ __all__ = ["DEPARTED_GRACE_S", "NO_LEADER", "ClusterMetadata", "EtcdMetadata", "
 # How long a broker that left (its etcd session ended) is still listed in Metadata answers (see
 # the module doc): longer than a client's metadata refresh interval (librdkafka rescans every
 # second) plus the election that follows the departure.
-DEPARTED_GRACE_S = 3.0
+DEPARTED_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
