@@ -9,8 +9,8 @@ starts etcd and 3 brokers (``bench/cluster_procs.py``, the brokers' defaults unl
 
 Each run: a new topic of 1 partition at replication factor 3 takes a record every ~20 ms
 (acks=all, idempotent, bootstrapped from the two brokers that survive) while a ShareConsumer of
-a new group reads it; once the consumer has records, the partition's leader is killed with
-kill -9. Seconds from the kill to:
+a new group reads it; once the consumer has records, and a random 0-2 s later (anywhere in the
+victim's etcd renewal cycle), the partition's leader is killed with kill -9. Seconds from the kill to:
 
 - ``lease_s``: etcd no longer holds the victim's registration (its lease lapsed; polled in
   etcd every 10 ms);
@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -48,6 +49,9 @@ from typing import Any
 from bench.cluster_procs import Etcd, Member, metadata, until
 
 TARGET_FAILOVER_S = 10.0
+# The kill comes at a random moment up to this long after the consumer has records: the
+# default broker.heartbeat.interval.ms, so it lands anywhere in the victim's renewal cycle.
+KILL_JITTER_S = 2.0
 STAGES = ("lease_s", "left_view_s", "new_leader_s", "leading_s", "first_ack_s", "seconds")
 
 
@@ -112,6 +116,8 @@ def failover_run(boot: str, members: list[Member], topic: str, group: str,
                           "client.id": "failover-consumer", **debug})
     cons.subscribe([topic])
     seq = got_before = 0
+    rng = random.Random()
+    kill_at: float | None = None
     killed_at: float | None = None
     killed_wall = 0.0
     first_after: float | None = None
@@ -140,7 +146,11 @@ def failover_run(boot: str, members: list[Member], topic: str, group: str,
                     first_after = time.monotonic()
                 else:
                     got_before += 1
-            if killed_at is None and seq >= 100 and got_before:
+            if kill_at is None and seq >= 100 and got_before:
+                # A random moment in the victim's renewal cycle: the run's own steps take about
+                # the same time each run, and would otherwise kill at about the same phase.
+                kill_at = time.monotonic() + rng.uniform(0, KILL_JITTER_S)
+            if killed_at is None and kill_at is not None and time.monotonic() >= kill_at:
                 victim.kill9()
                 killed_at, killed_wall = time.monotonic(), time.time()
                 for w in watchers:
