@@ -262,8 +262,9 @@ class EtcdClusterStore:
         if self._keeper is not None:
             self._keeper.stop()
         keeper = self._keeper = LeaseKeeper(
-            self.endpoints, first, self._lease.id, ttl, interval, loop, self._lease_expired,
-            LOOP_STALL_LIMIT_S, node_id=self.registration.node_id)
+            self.endpoints, first, self._lease.id, ttl, interval, loop,
+            lambda: self._lease_expired(keeper), LOOP_STALL_LIMIT_S,
+            node_id=self.registration.node_id)
         keeper.start()
         if not any(t.get_name() == "etcd loop beat" for t in self._tasks if not t.done()):
             self._spawn(self._beat(interval), "etcd loop beat")
@@ -279,8 +280,11 @@ class EtcdClusterStore:
                 self._keeper.beat()
             await asyncio.sleep(interval)
 
-    def _lease_expired(self) -> None:
-        """(On the loop) etcd let the lease lapse: register again, with a new lease."""
+    def _lease_expired(self, keeper: LeaseKeeper) -> None:
+        """(On the loop) etcd let ``keeper``'s lease lapse: register again, with a new lease
+        (unless that keeper was replaced or stopped meanwhile)."""
+        if keeper is not self._keeper or keeper.stopped:
+            return
         registration, self.registration = self.registration, None
         self._keeper = None
         if registration is None or self.client is None:
