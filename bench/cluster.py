@@ -65,7 +65,7 @@ CPU figures). ``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` in the environment profiles ev
 each measured phase into ``DIR/broker-<pid>.pstats`` (the phases log their pids); the CPU
 figures of such a run are inflated by the profiler.
 
-Session settings are the brokers' defaults (``broker.session.timeout.ms`` 9,000: a killed
+Session settings are the brokers' defaults (``broker.session.timeout.ms`` 6,000: a killed
 broker's registration lapses after it, and a restarted one waits its old registration out),
 so the recovery figures are what a default cluster shows. ``--override`` applies to every
 broker of both phases.

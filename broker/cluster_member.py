@@ -88,6 +88,8 @@ class ClusterMember:
             session_timeout_ms=cfg.get("broker.session.timeout.ms"),
             heartbeat_interval_ms=cfg.get("broker.heartbeat.interval.ms"))
         self.metadata = EtcdMetadata(self.node_id, self.store.view)
+        self.store.add_listener(
+            lambda kind: self.metadata.brokers_changed() if kind == "broker" else None)
         self._tasks: list[asyncio.Task[None]] = []
         self._follow_wake = asyncio.Event()
         # Internal topics not created yet: name -> (partitions, configs), filled in as the

@@ -40,11 +40,16 @@ _BROKER_DEFS: list[ConfigDef] = [
               "HOST:PORT,...) holding the cluster's metadata; empty runs one broker on its own."),
     ConfigDef("cluster.etcd.prefix", "string", "/shoal",
               "Shoal extension: the etcd key prefix of this cluster (one cluster per prefix)."),
-    ConfigDef("broker.session.timeout.ms", "int", 9000,
+    ConfigDef("broker.session.timeout.ms", "int", 6000,
               "A cluster member that stops renewing its etcd session for this long leaves "
-              "Metadata and its partitions go offline.", at_least(2000)),
+              "Metadata and the partitions it led move to another in-sync replica (or go "
+              "offline). It bounds how long a killed leader's partitions wait (Kafka's default "
+              "is 9000); the renewals run in a thread of their own, so a busy broker keeps its "
+              "session. Shorter means faster failover but a session lost to a shorter etcd "
+              "or network outage.", at_least(2000)),
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000,
-              "How often a cluster member renews its etcd session.", at_least(100)),
+              "How often a cluster member renews its etcd session (a failed renewal is "
+              "retried at once, on a new connection).", at_least(100)),
     ConfigDef("broker.rack", "string", "",
               "Rack of this broker; new partitions are spread over racks."),
     ConfigDef("listeners", "string", "PLAINTEXT://127.0.0.1:9092",

@@ -3,9 +3,11 @@
 etcd gives the consensus; this module only uses its primitives:
 
 - **Leases for liveness.** A broker registers ``brokers/<node.id>`` under a lease of
-  ``broker.session.timeout.ms`` and renews it every ``broker.heartbeat.interval.ms``. A broker
-  that stops renewing (killed, partitioned away) leaves the view when etcd expires the lease; one
-  that shuts down revokes it and leaves at once.
+  ``broker.session.timeout.ms`` and renews it every ``broker.heartbeat.interval.ms`` from a
+  thread of its own (``cluster/lease_keeper.py``: a busy event loop does not delay renewals). A
+  broker that stops renewing (killed, partitioned away, its loop hung for LOOP_STALL_LIMIT_S)
+  leaves the view when etcd expires the lease; one that shuts down revokes it and leaves at
+  once.
 - **Compare-and-swap for every change.** Creating a key compares its create revision with 0;
   changing one compares its mod revision with the one the change was computed from. A lost race
   is an answer (``False``), never a silent overwrite.
@@ -36,6 +38,7 @@ from cluster.errors import (
     DuplicateNodeIdError,
     TooManyChangesError,
 )
+from cluster.lease_keeper import LeaseKeeper
 from cluster.view import (
     BrokerRegistration,
     ClusterView,
@@ -64,6 +67,10 @@ GRPC_OPTIONS = {"grpc.keepalive_time_ms": 6000, "grpc.keepalive_timeout_ms": 300
                 "grpc.max_reconnect_backoff_ms": 2000}
 # The longest ``close`` waits for the watch and renewal tasks, and for the client to close.
 CLOSE_TIMEOUT_S = 5
+# An event loop that has not turned for this long is hung: the lease keeper stops renewing so
+# the other brokers take over (``cluster/lease_keeper.py``). Loop stalls shorter than this keep
+# the session, however short the session timeout.
+LOOP_STALL_LIMIT_S = 30.0
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
@@ -101,7 +108,7 @@ class EtcdClusterStore:
     """
 
     def __init__(self, endpoints: Sequence[tuple[str, int]], prefix: str = "/shoal",
-                 session_timeout_ms: int = 9000, heartbeat_interval_ms: int = 2000) -> None:
+                 session_timeout_ms: int = 6000, heartbeat_interval_ms: int = 2000) -> None:
         self.endpoints = list(endpoints)
         self.keys = Keys(prefix)
         self.view = ClusterView(self.keys)
@@ -111,14 +118,13 @@ class EtcdClusterStore:
         self.endpoint: tuple[str, int] | None = None
         self.registration: BrokerRegistration | None = None
         self._lease: aetcd.Lease | None = None
+        self._keeper: LeaseKeeper | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listeners: list[Callable[[str], None]] = []
         self._view_changed = asyncio.Event()
-        self._lease_lost = False
         # Health, for metrics and logs: the watch is following etcd; the last lease renewal
         # succeeded.
         self.watch_ok = False
-        self.session_ok = False
 
     # -- connection --------------------------------------------------------------------------
 
@@ -154,6 +160,9 @@ class EtcdClusterStore:
     async def close(self) -> None:
         """Stop the watch and the lease renewal and revoke the lease, so this broker leaves the
         view (and gives up the controller role) at once instead of after its session timeout."""
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         for t in self._tasks:
             t.cancel()
         if self._tasks:  # bounded: a stuck etcd call must not hold up a shutdown
@@ -225,9 +234,7 @@ class EtcdClusterStore:
             await asyncio.sleep(0.25)
             await etcd.refresh_lease(self._lease.id)  # ours must outlive the wait
         self.registration = registration
-        self._lease_lost = False
-        self.session_ok = True
-        self._spawn(self._keep_alive(), "lease renewal")
+        self._start_keeper(ttl)
         log.info("registered as node %d in etcd %s (session timeout %d s)",
                  registration.node_id, self._where(), ttl)
 
@@ -245,34 +252,56 @@ class EtcdClusterStore:
                        lease=self._lease)
         self.registration = registration
 
-    async def _keep_alive(self) -> None:
-        """Renew the lease; a lapsed lease (etcd says TTL 0) is a lost session: register again."""
+    def _start_keeper(self, ttl: int) -> None:
+        """Renew the lease from a thread of its own (``LeaseKeeper``), with a task that tells
+        it the event loop still turns."""
+        assert self._lease is not None and self.registration is not None
+        loop = asyncio.get_running_loop()
         interval = self.heartbeat_interval_ms / 1000
-        warned = False
+        first = self.endpoints.index(self.endpoint) if self.endpoint in self.endpoints else 0
+        if self._keeper is not None:
+            self._keeper.stop()
+        keeper = self._keeper = LeaseKeeper(
+            self.endpoints, first, self._lease.id, ttl, interval, loop,
+            lambda: self._lease_expired(keeper), LOOP_STALL_LIMIT_S,
+            node_id=self.registration.node_id)
+        keeper.start()
+        if not any(t.get_name() == "etcd loop beat" for t in self._tasks if not t.done()):
+            self._spawn(self._beat(interval), "etcd loop beat")
+
+    @property
+    def session_ok(self) -> bool:
+        """The last renewal of this broker's etcd session succeeded."""
+        return self._keeper is not None and self._keeper.ok
+
+    async def _beat(self, interval: float) -> None:
         while True:
+            if self._keeper is not None:
+                self._keeper.beat()
             await asyncio.sleep(interval)
-            assert self._lease is not None and self.client is not None
+
+    def _lease_expired(self, keeper: LeaseKeeper) -> None:
+        """(On the loop) etcd let ``keeper``'s lease lapse: register again, with a new lease
+        (unless that keeper was replaced or stopped meanwhile)."""
+        if keeper is not self._keeper or keeper.stopped:
+            return
+        registration, self.registration = self.registration, None
+        self._keeper = None
+        if registration is None or self.client is None:
+            return
+        log.warning("node %d: this broker's etcd session expired (its registration and any "
+                    "leaderships moved); registering again", registration.node_id)
+        self._spawn(self._register_again(registration), "registering again")
+
+    async def _register_again(self, registration: BrokerRegistration) -> None:
+        while True:
             try:
-                reply = await asyncio.wait_for(self.client.refresh_lease(self._lease.id),
-                                               RPC_TIMEOUT_S)
-            except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.session_ok = False
-                if not warned:
-                    log.warning("cannot renew this broker's etcd session at %s (%s); it "
-                                "ends %d ms after the last renewal unless etcd comes back",
-                                self._where(), type(e).__name__, self.session_timeout_ms)
-                    warned = True
-                continue
-            warned = False
-            self.session_ok = reply is not None and reply.TTL > 0
-            if reply is None or reply.TTL <= 0:
-                self._lease_lost = True
-                log.warning("this broker's etcd session expired; registering again")
-                registration, self.registration = self.registration, None
-                self._tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
-                if registration is not None:
-                    await self.register(registration)
+                await asyncio.wait_for(self.register(registration), 3 * RPC_TIMEOUT_S)
                 return
+            except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
+                log.warning("node %d: registering again in etcd %s failed (%s); retrying in "
+                            "1 s", registration.node_id, self._where(), type(e).__name__)
+                await asyncio.sleep(1)
 
     # -- controller election -------------------------------------------------------------------
 
@@ -533,7 +562,8 @@ class EtcdClusterStore:
     # -- helpers -------------------------------------------------------------------------------
 
     def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
-        task = asyncio.ensure_future(coro)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        task = asyncio.get_running_loop().create_task(coro, name=what)
         task.add_done_callback(lambda t: _log_end(t, what))
         self._tasks.append(task)
 

@@ -12,18 +12,32 @@ ask; they never look at etcd or at a ``ClusterView`` directly. Two implementatio
 Endpoints are per listener name (``listeners`` / ``advertised.listeners``): a client is told the
 address of the listener it connected through, and brokers call each other on
 ``inter.broker.listener.name``.
+
+**A broker that just left stays listed in Metadata** (``metadata_nodes``) for
+``DEPARTED_GRACE_S``, though it leads nothing and ``live_nodes`` no longer has it. A client
+that reads, in one answer, both a partition's new leader and its old leader's departure can
+drop the old broker after moving the partition off it and take the partition along
+(librdkafka 2.x decommissions a broker missing from Metadata; the partition ends up with no
+broker until its next refresh, a second later). Listed a little longer, the old broker is
+dropped in a later answer, once nothing is delegated to it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from cluster.view import NO_LEADER, ClusterView
+from cluster.view import NO_LEADER, BrokerRegistration, ClusterView
 
-__all__ = ["NO_LEADER", "ClusterMetadata", "EtcdMetadata", "LocalMetadata", "Node",
-           "PartitionInfo"]
+__all__ = ["DEPARTED_GRACE_S", "NO_LEADER", "ClusterMetadata", "EtcdMetadata", "LocalMetadata",
+           "Node", "PartitionInfo"]
+
+# How long a broker that left (its etcd session ended) is still listed in Metadata answers (see
+# the module doc): longer than a client's metadata refresh interval (librdkafka rescans every
+# second) plus the election that follows the departure.
+DEPARTED_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,11 @@ class ClusterMetadata(Protocol):
 
     def live_nodes(self, listener: str) -> list[Node]:
         """The live brokers that have ``listener``, by node id."""
+        ...
+
+    def metadata_nodes(self, listener: str) -> list[Node]:
+        """The brokers a Metadata answer lists: the live ones, and those that left less than
+        ``DEPARTED_GRACE_S`` ago (module doc), by node id."""
         ...
 
     def node(self, node_id: int, listener: str) -> Node | None:
@@ -112,6 +131,9 @@ class LocalMetadata:
         node = self.node(self._node_id, listener)
         return [node] if node is not None else []
 
+    def metadata_nodes(self, listener: str) -> list[Node]:
+        return self.live_nodes(listener)
+
     def node(self, node_id: int, listener: str) -> Node | None:
         if node_id != self._node_id or listener not in self._endpoints:
             return None
@@ -134,13 +156,31 @@ class LocalMetadata:
 
 
 class EtcdMetadata:
-    """A cluster member's answers, read from the watched ``ClusterView``."""
+    """A cluster member's answers, read from the watched ``ClusterView``. Call
+    ``brokers_changed`` after every broker change the view applies (it notes departures, on
+    ``clock``, for ``metadata_nodes``)."""
 
     clustered = True
 
-    def __init__(self, node_id: int, view: ClusterView) -> None:
+    def __init__(self, node_id: int, view: ClusterView,
+                 clock: Callable[[], float] = time.monotonic,
+                 departed_grace_s: float = DEPARTED_GRACE_S) -> None:
         self._node_id = node_id
         self._view = view
+        self._clock = clock
+        self._grace = departed_grace_s
+        self._known: dict[int, BrokerRegistration] = dict(view.brokers)
+        self._departed: dict[int, tuple[BrokerRegistration, float]] = {}
+
+    def brokers_changed(self) -> None:
+        now = self._clock()
+        brokers = self._view.brokers
+        for n, reg in self._known.items():
+            if n not in brokers:
+                self._departed[n] = (reg, now)
+        for n in brokers:
+            self._departed.pop(n, None)
+        self._known = dict(brokers)
 
     @property
     def node_id(self) -> int:
@@ -149,6 +189,23 @@ class EtcdMetadata:
     def live_nodes(self, listener: str) -> list[Node]:
         out = []
         for reg in self._view.live_brokers():
+            e = reg.endpoint(listener)
+            if e is not None:
+                out.append(Node(reg.node_id, e.host, e.port, reg.rack))
+        return out
+
+    def metadata_nodes(self, listener: str) -> list[Node]:
+        now = self._clock()
+        regs = self._view.live_brokers()
+        if self._departed:
+            for n, (reg, left_at) in list(self._departed.items()):
+                if now - left_at >= self._grace:
+                    del self._departed[n]
+                elif n not in self._view.brokers:
+                    regs.append(reg)
+            regs.sort(key=lambda r: r.node_id)
+        out = []
+        for reg in regs:
             e = reg.endpoint(listener)
             if e is not None:
                 out.append(Node(reg.node_id, e.host, e.port, reg.rack))

@@ -28,8 +28,9 @@ def listener_name(ctx: RequestContext) -> str:
 
 
 def broker_entries(ctx: RequestContext, m: Any, entry_type: str, **extra: Any) -> tuple[Any, ...]:
-    """The live brokers for a Metadata/DescribeCluster answer: this one alone, or every live
-    cluster member on the request's listener."""
+    """The brokers for a Metadata/DescribeCluster answer: this one alone, or every live
+    cluster member on the request's listener (for Metadata, also one that left seconds ago:
+    ``ClusterMetadata.metadata_nodes``)."""
     broker = ctx.broker
     id_field = "node_id" if entry_type == "MetadataResponseBroker" else "broker_id"
     cls = getattr(m, entry_type)
@@ -37,9 +38,13 @@ def broker_entries(ctx: RequestContext, m: Any, entry_type: str, **extra: Any) -
         host, port = ctx.advertised
         return (make(cls, **{id_field: broker.node_id}, host=host, port=port, rack=None,
                      **extra),)
+    # Metadata also lists, for a few seconds, a broker that just left (cluster/metadata.py:
+    # clients move its partitions before they drop it); DescribeCluster only the live ones.
+    nodes = (broker.cluster.metadata_nodes if entry_type == "MetadataResponseBroker"
+             else broker.cluster.live_nodes)(listener_name(ctx))
     return tuple(make(cls, **{id_field: n.node_id}, host=n.host, port=n.port, rack=n.rack,
                       **extra)
-                 for n in broker.cluster.live_nodes(listener_name(ctx)))
+                 for n in nodes)
 
 
 def leader_problem(ctx: RequestContext, topic: str, partition: int) -> ErrorCode | None:

@@ -187,6 +187,11 @@ async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
     if is_renew or req.max_records <= 0 or req.max_bytes <= 0:
         return top(ErrorCode.none, None, *_responses(m, ctx, unknown, acks, (), full=epoch == 0))
 
+    if not session.partitions:
+        # Nothing to fetch: answered at once, as Kafka's SharePartitionManager does. librdkafka
+        # opens its session with a broker a partition just moved to before it adds the
+        # partition; waiting MaxWaitMs here delayed every move (a failover) by 500 ms.
+        return top(ErrorCode.none, None, *_responses(m, ctx, unknown, acks, (), full=epoch == 0))
     mode = AcquireMode(acquire_mode)
     deadline = broker.clock.monotonic_ms() + max_wait_ms
     order = list(session.partitions)

@@ -36,6 +36,15 @@ async def member(etcd, node_id: int | None = None, session_ms: int = 3000) -> Et
     return store
 
 
+def stop_renewing(store: EtcdClusterStore) -> None:
+    """As a kill -9 would: the lease renewals (a thread of their own) and the tasks stop, and
+    nothing is revoked."""
+    if store._keeper is not None:
+        store._keeper.stop()
+    for t in store._tasks:
+        t.cancel()
+
+
 async def test_brokers_see_each_other_and_a_closed_broker_leaves_at_once(etcd):
     one, two = await member(etcd, 1), await member(etcd, 2)
     try:
@@ -55,9 +64,7 @@ async def test_a_broker_that_stops_renewing_leaves_within_its_session_timeout(et
     watcher, dying = await member(etcd), await member(etcd, 7, session_ms=2000)
     try:
         await watcher.wait_for(lambda: 7 in watcher.view.brokers, 5)
-        # As a kill -9 would: renewals stop, nothing is revoked.
-        for t in dying._tasks:
-            t.cancel()
+        stop_renewing(dying)
         started = time.monotonic()
         await watcher.wait_for(lambda: 7 not in watcher.view.brokers, 10)
         assert time.monotonic() - started < 2 + 2.5
@@ -65,6 +72,43 @@ async def test_a_broker_that_stops_renewing_leaves_within_its_session_timeout(et
         dying._lease = None
         await dying.close()
         await watcher.close()
+
+
+async def test_a_broker_whose_event_loop_stalls_keeps_its_session(etcd):
+    # The renewals run in a thread of their own: a loop blocked for longer than the session
+    # timeout (a long synchronous step on a loaded machine) does not cost the broker its
+    # registration, so its partitions do not move.
+    busy = await member(etcd, 8, session_ms=2000)
+    try:
+        key = busy.keys.broker(8)
+        before = await busy.client.get(key)
+        time.sleep(3.5)  # the loop (and every task of this broker) is stuck
+        after = await busy.client.get(key)
+        assert after is not None and after.create_revision == before.create_revision
+        assert busy.registration is not None and busy.session_ok
+    finally:
+        await busy.close()
+
+
+async def test_a_broker_whose_event_loop_hangs_gives_its_session_up(etcd, monkeypatch):
+    # A loop that does not turn for LOOP_STALL_LIMIT_S is hung: renewals stop, the lease
+    # lapses and the other brokers see the broker leave (then it registers again once it
+    # turns).
+    monkeypatch.setattr("cluster.etcd_store.LOOP_STALL_LIMIT_S", 1.0)
+    hung = await member(etcd, 9, session_ms=2000)
+    try:
+        key = hung.keys.broker(9)
+        before = await hung.client.get(key)
+        time.sleep(4.5)
+        assert await hung.client.get(key) is None or (
+            (await hung.client.get(key)).create_revision != before.create_revision)
+        await hung.wait_for(lambda: 9 in hung.view.brokers and hung.registration is not None
+                            and hung.view.brokers[9].incarnation
+                            == hung.registration.incarnation, 10)
+        again = await hung.client.get(key)
+        assert again is not None and again.create_revision != before.create_revision
+    finally:
+        await hung.close()
 
 
 async def test_a_duplicate_node_id_is_refused_while_the_first_broker_lives(etcd):
@@ -82,8 +126,7 @@ async def test_a_duplicate_node_id_is_refused_while_the_first_broker_lives(etcd)
 
 async def test_a_restarted_broker_waits_out_its_own_stale_registration(etcd):
     old = await member(etcd, 4, session_ms=2000)
-    for t in old._tasks:  # killed: the registration stays until its lease lapses
-        t.cancel()
+    stop_renewing(old)  # killed: the registration stays until its lease lapses
     old._lease = None
     await old.close()
     again = await member(etcd)
@@ -214,8 +257,7 @@ async def test_the_controller_takes_a_dead_brokers_partitions_offline_and_back(e
         assert await ctl.create_topic(TopicRecord(
             "t", "id", (PartitionAssignment((1,), 1, 0, (1,)), PartitionAssignment((2,), 2, 0, (2,)))))
         await ctl.wait_for(lambda: ctl.view.controller_id() == 1 and "t" in ctl.view.topics, 5)
-        for t in other._tasks:  # killed: renewals stop
-            t.cancel()
+        stop_renewing(other)  # killed
         other._lease = None
         await ctl.wait_for(lambda: ctl.view.topics["t"].partitions[1].leader == -1, 10)
         assert ctl.view.topics["t"].partitions[1].leader_epoch == 1

@@ -222,6 +222,17 @@ def test_forgotten_partition_leaves_the_session(mk) -> None:
     assert [(r.first_offset, r.last_offset) for r in part(resp, 0).acquired_records] == [(0, 9)]
 
 
+def test_a_session_with_no_partition_is_answered_at_once(mk) -> None:
+    # librdkafka opens its share session with a broker a partition just moved to (a failover)
+    # before adding the partition; as on Kafka, that empty fetch is not held for MaxWaitMs
+    # (here far beyond the client's 10 s timeout), so the consumer adds the partition at once.
+    a = mk()
+    resp = a.fetch(partitions=(), max_wait_ms=60_000)
+    assert resp.error_code == ErrorCode.none and resp.responses == ()
+    resp = a.fetch(partitions=(0,), max_wait_ms=2000)
+    assert [(r.first_offset, r.last_offset) for r in part(resp, 0).acquired_records] == [(0, 9)]
+
+
 # -- acknowledgement validation -----------------------------------------------------------------
 
 ACK_CASES = [

@@ -44,3 +44,27 @@ def test_a_member_answers_per_listener_and_a_dead_leader_is_no_leader() -> None:
     assert md.partition("t", 1) == PartitionInfo(NO_LEADER, 0, (3,), (3,), offline_replicas=(3,))
     assert md.is_leader("t", 0) and not md.is_leader("t", 1)
     assert not EtcdMetadata(2, _view()).is_leader("t", 0)
+
+
+def test_a_broker_that_left_stays_in_metadata_answers_for_a_grace_period_only() -> None:
+    # Clients move a partition to its new leader before they drop the old broker (librdkafka
+    # drops a broker missing from Metadata, and would take the partition along): Metadata
+    # lists a broker that left for a few seconds; it leads nothing meanwhile, and the other
+    # answers (live brokers, endpoints for KIP-951 hints, DescribeCluster) drop it at once.
+    view, now = _view(), [100.0]
+    md = EtcdMetadata(2, view, clock=lambda: now[0], departed_grace_s=3.0)
+    view.apply_delete(view.keys.broker(1), 3)
+    md.brokers_changed()
+    assert [n.node_id for n in md.live_nodes("PLAINTEXT")] == [2]
+    assert md.node(1, "PLAINTEXT") is None and md.partition("t", 0).leader == NO_LEADER
+    now[0] = 102.9
+    assert md.metadata_nodes("PLAINTEXT") == [Node(1, "127.0.0.1", 9001, "rack1"),
+                                              Node(2, "127.0.0.1", 9002, "rack2")]
+    now[0] = 103.0
+    assert [n.node_id for n in md.metadata_nodes("PLAINTEXT")] == [2]
+    # Back (registered again): live, and listed as such.
+    reg = BrokerRegistration(1, (Endpoint("PLAINTEXT", "127.0.0.1", 9001, "PLAINTEXT"),),
+                             "rack1", "j")
+    view.apply_put(view.keys.broker(1), reg.to_json(), 4, 4)
+    md.brokers_changed()
+    assert [n.node_id for n in md.metadata_nodes("PLAINTEXT")] == [1, 2]
