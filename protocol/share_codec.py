@@ -52,7 +52,7 @@ def _string(out: bytearray, value: str | bytes | None) -> None:
 
 
 def _ms(td: Any) -> int:
-    return round(td.total_seconds() * 1000)
+    return round(float(td.total_seconds()) * 1000)
 
 
 def _top(out: bytearray, body: Any, lock_timeout: bool) -> None:
