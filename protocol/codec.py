@@ -23,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
-from protocol import guard, nulls
+from protocol import guard, nulls, share_codec
 from protocol.errors import LocalProtocolError, MalformedRequestError, UnsupportedApiError
 from protocol.headers import response_header_version
 
@@ -99,8 +99,10 @@ def _response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     except Exception as exc:
         raise LocalProtocolError(f"no response schema for api {api_key} v{api_version}") from exc
     response_type = _payload_type(module, "Response")
+    # The share RPCs' responses (one per consumer poll) have direct writers (same bytes).
+    direct = share_codec.WRITERS.get((api_key, api_version))
     return _ResponseCodec(
-        entity_writer(response_type),
+        direct or entity_writer(response_type),
         response_header_version(api_key, response_type.__flexible__),
         response_type,
     )

@@ -80,16 +80,28 @@ class LeaderNotes:
     def __init__(self, ctx: RequestContext, m: Any) -> None:
         self._ctx, self._m = ctx, m
         self._nodes: dict[int, Node] = {}
+        self._local: Any = None  # this broker, epoch 0: one (immutable) value per response
 
     def leader(self, topic_id: Any, partition: int, error: Any = ErrorCode.none) -> Any:
         broker = self._ctx.broker
-        if not broker.cluster.clustered:
-            return self._m.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
+        cluster = broker.cluster
+        if not cluster.clustered:
+            local = self._local
+            if local is None:
+                local = self._local = self._m.LeaderIdAndEpoch(leader_id=broker.node_id,
+                                                               leader_epoch=0)
+            return local
         topic = broker.topics.by_id(topic_id)
         if topic is None:
             return self._m.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+        if error != ErrorCode.not_leader_or_follower:
+            # The endpoint only goes out for a partition that moved: skip its lookup.
+            info = cluster.partition(topic.name, partition)
+            if info is None or info.leader == NO_LEADER:
+                return self._m.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+            return self._m.LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
         leader, epoch, node = current_leader(self._ctx, topic.name, partition)
-        if error == ErrorCode.not_leader_or_follower and node is not None:
+        if node is not None:
             self._nodes[leader] = node
         return self._m.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
 

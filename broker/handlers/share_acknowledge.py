@@ -26,7 +26,6 @@ from broker.handlers._routing import LeaderNotes
 from broker.handlers.share_fetch import max_session_partitions
 from broker.share.service import ShareService, request_problem, top_level
 from protocol.codec import response_module
-from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.handlers._requests import ShareAcknowledgeRequest
@@ -92,8 +91,8 @@ async def _share_acknowledge(ctx: RequestContext, req: ShareAcknowledgeRequest) 
     notes = LeaderNotes(ctx, m)
     by_topic: dict[Any, list[Any]] = {}
     for (topic_id, p), ack in acks.items():
-        by_topic.setdefault(topic_id, []).append(make(
-            m.PartitionData, partition_index=p, error_code=ack.error,
+        by_topic.setdefault(topic_id, []).append(m.PartitionData(  # same fields in v1 and v2
+            partition_index=p, error_code=ack.error,
             error_message=ack.message if ack.error != ErrorCode.none else None,
             current_leader=notes.leader(topic_id, p, ack.error)))
     return top(ErrorCode.none, None, tuple(

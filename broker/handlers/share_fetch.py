@@ -52,7 +52,6 @@ from persister.api import SharePartitionKey
 from broker.wire_limits import YIELD_EVERY, EncodeOffLoop
 from protocol.codec import response_module
 from protocol.record_batch import CorruptRecordError, iter_batches
-from protocol.messages import make
 
 if TYPE_CHECKING:
     from broker.handlers._requests import ShareFetchRequest
@@ -164,20 +163,26 @@ async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
         if error != ErrorCode.none or session is None:
             return top(error)
         if epoch != -1:
+            held = session.partitions
             forgotten = {(ft.topic_id, p) for ft in req.forgotten_topics_data
                          for p in ft.partitions}
-            size = len((session.partitions.keys() | requested.keys()) - forgotten)
-            if size > cap:
-                return top(ErrorCode.share_session_limit_reached, _over_cap_message(size, cap))
-            for tp in requested:
-                session.partitions[tp] = None
-            for tp in forgotten:
-                session.partitions.pop(tp, None)
+            if forgotten or any(tp not in held for tp in requested):
+                size = len((held.keys() | requested.keys()) - forgotten)
+                if size > cap:
+                    return top(ErrorCode.share_session_limit_reached,
+                               _over_cap_message(size, cap))
+                for tp in requested:
+                    held[tp] = None
+                for tp in forgotten:
+                    held.pop(tp, None)
+            elif len(held) > cap:  # the usual request: the session's partitions, unchanged
+                return top(ErrorCode.share_session_limit_reached,
+                           _over_cap_message(len(held), cap))
             session.bump()
 
     refused = _refused_topics(ctx, session.partitions, requested)
-    acks = await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew,
-                                     refused)
+    acks = (await svc.acknowledge_all(group, member, req.topics, ctx.api_version, is_renew,
+                                      refused) if has_acks else {})
 
     if epoch == -1:
         svc.sessions.close(group, member)
@@ -246,6 +251,7 @@ async def _share_fetch(ctx: RequestContext, req: ShareFetchRequest) -> Any:
 
 
 _NOT_AUTHORIZED = (ErrorCode.topic_authorization_failed, b"", [])
+_NOTHING = (ErrorCode.none, b"", ())
 
 
 def _refused_topics(ctx: RequestContext, session_partitions: Any, requested: Any
@@ -363,17 +369,18 @@ def _responses(m: Any, ctx: RequestContext, results: dict, acks: dict[Any, AckRe
     notes = LeaderNotes(ctx, m)
     keys = list(dict.fromkeys([*(order if full else ()), *results, *acks]))
     by_topic: dict[uuid.UUID, list[Any]] = {}
+    partition_data, acquired_records = m.PartitionData, m.AcquiredRecords
     for tp in keys:
-        error, data, acquired = results.get(tp, (ErrorCode.none, b"", []))
+        error, data, acquired = results.get(tp, _NOTHING)
         ack = acks.get(tp)
-        by_topic.setdefault(tp[0], []).append(make(
-            m.PartitionData, partition_index=tp[1], error_code=error, error_message=None,
+        by_topic.setdefault(tp[0], []).append(partition_data(  # same fields in v1 and v2
+            partition_index=tp[1], error_code=error, error_message=None,
             acknowledge_error_code=(ack.error.value if ack else 0),
             acknowledge_error_message=(ack.message if ack and ack.error != ErrorCode.none else None),
             current_leader=notes.leader(tp[0], tp[1], error), records=data,
-            acquired_records=tuple(m.AcquiredRecords(first_offset=a.first_offset,
-                                                     last_offset=a.last_offset,
-                                                     delivery_count=a.delivery_count)
+            acquired_records=tuple(acquired_records(first_offset=a.first_offset,
+                                                    last_offset=a.last_offset,
+                                                    delivery_count=a.delivery_count)
                                    for a in acquired)))
     return tuple(m.ShareFetchableTopicResponse(topic_id=t, partitions=tuple(ps))
                  for t, ps in by_topic.items()), notes.endpoints()

@@ -4,7 +4,11 @@ its parked ShareFetches wait on.
 Two kinds of ``loop.call_later`` handle, at most one of each per share-partition:
 
 - the partition's deadline (``SharePartition.next_deadline``: a lock expiry or the end of a
-  redelivery backoff), re-armed only when the deadline changes;
+  redelivery backoff). A handle due at or before the new deadline is kept: it fires early, the
+  manager's ``on_deadline`` finds nothing due (``SharePartition.on_timer`` acts only on what is
+  due) and arms the deadline of that moment. So the common move, the earliest lock acknowledged
+  and the deadline moving later, costs no cancel and no new handle per request; only an earlier
+  deadline (or None) replaces the handle;
 - a deferred start-offset write: an acknowledgement moved the start offset past what its
   write said, and the write follows within ``START_WRITE_DELAY_S`` unless a later
   acknowledgement's write has told it by then.
@@ -43,14 +47,16 @@ class PartitionTimers:
         self._start_writes: dict[SharePartitionKey, asyncio.TimerHandle] = {}
 
     def arm(self, key: SharePartitionKey, deadline: int | None) -> None:
-        """Fire ``on_deadline(key)`` at ``deadline`` (ms); None cancels the partition's timer."""
+        """Fire ``on_deadline(key)`` at ``deadline`` (ms) or earlier (a handle armed for an
+        earlier deadline is kept; see the module docstring); None cancels the partition's
+        timer."""
         current = self._deadlines.get(key)
         if deadline is None:
             if current is not None:
                 current[1].cancel()
                 del self._deadlines[key]
             return
-        if current is not None and current[0] == deadline:
+        if current is not None and current[0] <= deadline:
             return
         if current is not None:
             current[1].cancel()

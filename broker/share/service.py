@@ -184,6 +184,10 @@ class ShareService:
                         p.acknowledgement_batches, version, is_renew)
         if not jobs:
             return denied
+        if len(jobs) == 1:  # the common case: no task and no gathering future for one partition
+            ((tp, job),) = jobs.items()
+            result = await job
+            return {tp: result, **denied} if denied else {tp: result}
         results = await asyncio.gather(*jobs.values())
         return {**dict(zip(jobs.keys(), results)), **denied}
 
