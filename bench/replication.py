@@ -44,7 +44,7 @@ from typing import Any
 
 from bench import clients, report
 from bench.cluster_procs import Etcd, Member, in_sync, metadata, until
-from bench.failover import TARGET_FAILOVER_S, failover_run
+from bench.failover import TARGET_FAILOVER_S, create_topic, failover_run
 from bench.procs import CTX, start_process
 from bench.scenarios import Settings, System, _collect, _share_figures, run_share_consumers
 
@@ -101,19 +101,6 @@ def latency_producer_worker(p: dict[str, Any], out: Any) -> None:
         out.put({"ok": False, "error": traceback.format_exc(limit=5)})
 
 
-def _create(bootstrap: str, topic: str, partitions: int, rf: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
-    until(f"topic {topic} in sync", lambda: _in_sync(admin, topic, rf), 60)
-
-
-def _in_sync(admin: Any, topic: str, rf: int) -> bool:
-    md = admin.list_topics(topic, timeout=5).topics.get(topic)
-    return md is not None and bool(md.partitions) and all(
-        p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values())
-
-
 def _produce_round(bootstrap: str, topic: str, n: int,
                    partitions: int = PARTITIONS) -> dict[str, Any]:
     out = CTX.Queue()
@@ -140,7 +127,7 @@ def produce_and_consume(settings: Settings, boot: str, members: list[Member]) ->
     try:
         for i, rf in enumerate((1, 3, 1, 3)):
             topic = settings.topic(f"rf{rf}-{i}")
-            _create(boot, topic, PARTITIONS, rf)
+            create_topic(boot, topic, PARTITIONS, rf)
             settings.log(f"  [replication] round {i + 1}: {n:,} records to RF {rf}")
             rounds[rf].append(_produce_round(boot, topic, n))
             results, _, t_go = run_share_consumers(
@@ -187,7 +174,7 @@ def catch_up(settings: Settings, boot: str, members: list[Member]) -> dict[str, 
     from confluent_kafka.admin import AdminClient
 
     topic = settings.topic("catchup")
-    _create(boot, topic, 1, 3)
+    create_topic(boot, topic, 1, 3)
     admin = AdminClient({"bootstrap.servers": boot})
     # A broker just restarted by the failover step may not know the new topic yet.
     part = until(f"{topic} in the metadata", lambda: admin.list_topics(
