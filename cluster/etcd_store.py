@@ -234,6 +234,7 @@ class EtcdClusterStore:
             await asyncio.sleep(0.25)
             await etcd.refresh_lease(self._lease.id)  # ours must outlive the wait
         self.registration = registration
+        self._view_changed.set()  # waiters may read the registration beside the view
         self._start_keeper(ttl)
         log.info("registered as node %d in etcd %s (session timeout %d s)",
                  registration.node_id, self._where(), ttl)
@@ -251,6 +252,7 @@ class EtcdClusterStore:
         await etcd.put(self.keys.broker(registration.node_id), registration.to_json(),
                        lease=self._lease)
         self.registration = registration
+        self._view_changed.set()
 
     def _start_keeper(self, ttl: int) -> None:
         """Renew the lease from a thread of its own (``LeaseKeeper``), with a task that tells
@@ -286,6 +288,7 @@ class EtcdClusterStore:
         if keeper is not self._keeper or keeper.stopped:
             return
         registration, self.registration = self.registration, None
+        self._view_changed.set()
         self._keeper = None
         if registration is None or self.client is None:
             return
@@ -552,7 +555,8 @@ class EtcdClusterStore:
             await self._view_changed.wait()
 
     async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> None:
-        """Wait until ``condition()`` holds on the view.
+        """Wait until ``condition()`` holds on the view. It is checked again after every change
+        of the view and of this broker's own ``registration``, so it may read both.
 
         Raises:
             TimeoutError: it did not within ``timeout_s``.
