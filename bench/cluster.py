@@ -178,6 +178,10 @@ def _throughput(settings: Settings, label: str, bootstraps: list[str], pids: lis
     fig["proc_each"] = [counts_delta(c0, proc_counts(pid)) for c0, pid in zip(counts0, pids)]
     after = [scrape(p) for p in metrics_ports]
     fig["rpc"] = rpc = rpc_figures(before, after)
+    if sum(rpc["share_fetch_bytes"]):
+        # Above the record size: whole batches sent to a consumer that acquired part of them.
+        rpc["share_fetch_bytes_per_record"] = round(sum(rpc["share_fetch_bytes"])
+                                                    / fig["records"], 1)
     if sum(rpc["share_fetch_requests"]):
         rpc["records_per_share_fetch"] = round(fig["records"] / sum(rpc["share_fetch_requests"]),
                                                1)
@@ -274,6 +278,7 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
     fetches = delta("shoal_share_fetch_requests_total")
     parked = delta("shoal_share_fetch_parked_total")
     empty = delta("shoal_share_fetch_empty_responses_total")
+    fetch_bytes = delta("shoal_share_fetch_bytes_total")
     writes = delta("shoal_share_state_write_duration_seconds_count")
     flushes = delta("shoal_bench_state_flushes_total", op="WRITE")
     over = delta("shoal_bench_state_flush_over_one_total", op="WRITE")
@@ -292,6 +297,7 @@ def rpc_figures(before: list[list[Sample]], after: list[list[Sample]]) -> dict[s
         "share_acknowledge_with_acks": acks,
         "share_fetch_requests": fetches, "share_fetch_with_acks": fetch_acks,
         "share_fetch_parked": parked, "share_fetch_empty": empty,
+        "share_fetch_bytes": fetch_bytes,
         "ack_batches": batches, "share_state_writes": writes,
         "persister_write_flushes": sum(flushes), "persister_write_requests": sum(flush_reqs),
         "most_writes_to_one_destination_in_a_flush": most,

@@ -103,27 +103,46 @@ def compile_program(classes: Path) -> str:
 
 
 class Target:
-    """A broker under test: its bootstrap, its process id and how to read its counters."""
+    """A broker under test: its bootstrap, its process id and how to read its counters.
 
-    def __init__(self, name: str, bootstrap: str, pid: int, metrics_url: str | None) -> None:
+    ``more`` adds brokers of the same cluster as (pid, metrics URL) pairs: their CPU and
+    counters are summed with the first one's (``bench/cluster_java.py``)."""
+
+    def __init__(self, name: str, bootstrap: str, pid: int, metrics_url: str | None,
+                 more: list[tuple[int, str]] | None = None) -> None:
         self.name, self.bootstrap, self.pid, self.metrics_url = name, bootstrap, pid, metrics_url
+        self.pids = [pid, *(p for p, _ in more or ())]
+        self.metrics_urls = [] if metrics_url is None else [metrics_url,
+                                                            *(u for _, u in more or ())]
         self.topic = ""
         self.profiled = False  # bench.profiled_broker: profile between "first" and "done"
 
+    def cpu(self) -> tuple[float, float, int] | None:
+        """``cpu_seconds`` summed over the target's broker processes; None if one is gone."""
+        each = [cpu_seconds(pid) for pid in self.pids]
+        if any(c is None for c in each):
+            return None
+        return (sum(c[0] for c in each if c), sum(c[1] for c in each if c),
+                sum(c[2] for c in each if c))
+
     def counters(self) -> dict[str, float]:
-        if self.metrics_url is None:
+        if not self.metrics_urls:
             return {}
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as resp:
-            text = resp.read().decode()
         out = dict.fromkeys(SHOAL_COUNTERS, 0.0)
-        for line in text.splitlines():
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in out:
-                out[name] += float(line.rsplit(" ", 1)[1])
+        for url in self.metrics_urls:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+            for line in text.splitlines():
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                if name in out:
+                    out[name] += float(line.rsplit(" ", 1)[1])
         return out
 
 
-def produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> None:
+def produce(bootstrap: str, topic: str, n: int, partitions: int = 1,
+            config: dict[str, Any] | None = None) -> None:
+    """Create ``topic`` and write record i to partition i % ``partitions`` (``config``:
+    producer settings over the defaults here)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -131,7 +150,7 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     time.sleep(0.5)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                  "batch.num.messages": 10000})
+                  "batch.num.messages": 10000, **(config or {})})
     value = b"x" * 1024
     for i in range(n):
         while True:
@@ -182,10 +201,11 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
                 continue
             ev = json.loads(line)
             if ev["event"] in ("first", "done"):
-                marks[ev["event"]] = (time.monotonic(), cpu_seconds(target.pid),
+                marks[ev["event"]] = (time.monotonic(), target.cpu(),
                                       target.counters(), ev["records"])
                 if target.profiled:
-                    os.kill(target.pid, signal.SIGUSR1 if ev["event"] == "first" else signal.SIGUSR2)
+                    for pid in target.pids:
+                        os.kill(pid, signal.SIGUSR1 if ev["event"] == "first" else signal.SIGUSR2)
             elif ev["event"] == "result":
                 result = ev
         proc.wait(60)
