@@ -21,9 +21,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32
 
-from protocol import guard, nulls, share_codec
+from protocol import guard, nulls, share_codec, share_state_codec
 from protocol.errors import LocalProtocolError, MalformedRequestError, UnsupportedApiError
 from protocol.headers import response_header_version
 
@@ -99,8 +98,10 @@ def _response_codec(api_key: int, api_version: int) -> _ResponseCodec:
     except Exception as exc:
         raise LocalProtocolError(f"no response schema for api {api_key} v{api_version}") from exc
     response_type = _payload_type(module, "Response")
-    # The share RPCs' responses (one per consumer poll) have direct writers (same bytes).
-    direct = share_codec.WRITERS.get((api_key, api_version))
+    # The share RPCs' responses (one per consumer poll) and WriteShareGroupState's (one per
+    # persister flush on a cluster) have direct writers (same bytes).
+    direct = (share_codec.WRITERS.get((api_key, api_version))
+              or share_state_codec.RESPONSE_WRITERS.get((api_key, api_version)))
     return _ResponseCodec(
         direct or entity_writer(response_type),
         response_header_version(api_key, response_type.__flexible__),
@@ -270,14 +271,14 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int,
 
 
 @lru_cache(maxsize=None)
-def _client_request_codec(api_key: int, api_version: int) -> tuple[type, Any, Any]:
-    """(header type, header writer, body writer) of a request a client sends (looked up once:
-    kio's module lookup and the type scan cost ~25 us, and the broker's inter-broker client
-    sends a request per share-state flush)."""
+def _client_request_codec(api_key: int, api_version: int) -> tuple[bool, Any]:
+    """(flexible header, body writer) of a request a client sends (looked up once: kio's
+    module lookup and the type scan cost ~25 us, and the broker's inter-broker client sends a
+    request per share-state flush). WriteShareGroupState has a direct body writer."""
     module = load_payload_module(api_key, api_version, EntityType.request)
     request_type = _payload_type(module, "Request")
-    header_type = RequestHeaderV2 if request_type.__flexible__ else RequestHeaderV1
-    return header_type, entity_writer(header_type), entity_writer(request_type)
+    direct = share_state_codec.REQUEST_WRITERS.get((api_key, api_version))
+    return bool(request_type.__flexible__), direct or entity_writer(request_type)
 
 
 @lru_cache(maxsize=None)
@@ -293,16 +294,11 @@ def _client_response_codec(api_key: int, api_version: int) -> tuple[int, Any]:
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: Any) -> bytes:
     """Encode a typed request into a size-prefixed frame (the clients' and the tests')."""
-    header_type, write_header, write_body = _client_request_codec(api_key, api_version)
-    header = header_type(
-        request_api_key=i16(api_key),
-        request_api_version=i16(api_version),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
+    flexible, write_body = _client_request_codec(api_key, api_version)
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
-    write_header(buf, header)
+    buf.write(share_state_codec.request_header(api_key, api_version, correlation_id, client_id,
+                                               flexible))
     write_body(buf, body)
     data = buf.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
