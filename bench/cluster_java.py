@@ -12,17 +12,26 @@ ShareFetch to it. This module measures the same comparison with that client:
   ``bench/cluster.py``'s RF 1 cluster), all started once and kept running;
 - rounds alternate the systems (one, three, three, one, ...) after one untimed round on each.
   Each round produces N x 1 KiB records (record i to partition i % 12) into a new topic of 12
-  partitions, in log batches of 500 records on both systems (``PRODUCER``), and runs ``bench/java/ShareConsumeBench.java`` with 6 consumers (threads of one
-  JVM) of a new share group, explicit ACCEPT of every record;
+  partitions, in log batches of 500 records on both systems (``bench.cluster.PRE_PRODUCE``),
+  and runs ``bench/java/ShareConsumeBench.java`` with 6 consumers (threads of one JVM) of a new
+  share group, explicit ACCEPT of every record;
 - per round, between the first record and the last first delivery: records/s and the brokers'
-  CPU per delivered record (``/proc/<pid>/stat`` utime + stime, summed over the three), the
-  ShareFetch and ShareAcknowledge requests per record; the report gives the median over the
+  CPU per delivered record (``/proc/<pid>/stat`` utime + stime, summed over the brokers), the
+  ShareFetch, ShareAcknowledge and inter-broker requests; the report gives the median over the
   rounds of each, and the ratio of the medians (target <= 1.2).
 
-    .venv/bin/python -m bench.cluster_java --records 300000 --rounds 3
+Two comparisons tell where a cluster's extra CPU goes: ``--brokers 1`` makes the "cluster" a
+single etcd member (cluster mode without a second process), and ``--control`` adds ``split``:
+as many independent single brokers, no etcd, each taking its share of the partitions, the
+consumers (a JVM each) and the records, all at once (the cluster's split of the work over
+processes, without the cluster; ``split_cpu_ratio``).
+
+    .venv/bin/python -m bench.cluster_java --records 300000 --rounds 3 [--control] [--work DIR]
 
 ``SHOAL_BENCH_CLUSTER_PROFILE=DIR`` profiles every broker over each measured round, as in
-``bench/cluster.py`` (a broker's file holds its last round).
+``bench/cluster.py`` (cProfile; its file accumulates the rounds), ``SHOAL_BENCH_PYSPY=DIR``
+samples them with py-spy (``bench/java_share.py``); ``--work DIR`` keeps the brokers' data
+directories and logs.
 
 ``make bench-cluster`` runs it after the cluster scenario. Needs etcd (``make etcd``) and the
 Java clients (``make java-clients``).
@@ -38,31 +47,64 @@ import statistics
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench import java_share
-from bench.cluster import CONSUMERS, INTERNAL_RF1, PARTITIONS, PROFILE_ENV, TARGET_CPU_RATIO
+from bench.cluster import (
+    CONSUMERS,
+    INTERNAL_RF1,
+    PARTITIONS,
+    PRE_PRODUCE,
+    PROFILE_ENV,
+    TARGET_CPU_RATIO,
+)
 from bench.cluster_procs import WRAPPER, Etcd, Member, metadata, until
 from bench.procs import ShoalBroker, free_port
 
 BROKERS = 3
 
 
-# Log batches of the same size on both systems. Left to linger alone, a producer writing to
-# three brokers sends smaller batches (about 640 records of 1 KiB against 950 to one broker),
-# and the share path's cost goes per batch: acquisitions, acknowledgements and state writes.
-PRODUCER = {"batch.num.messages": 500, "linger.ms": 200}
-
-
 def _round(cp: str, target: java_share.Target, records: int) -> dict[str, Any]:
     target.topic = f"jcluster-{uuid.uuid4().hex[:8]}"
-    java_share.produce(target.bootstrap, target.topic, records, PARTITIONS, PRODUCER)
+    java_share.produce(target.bootstrap, target.topic, records, PARTITIONS, PRE_PRODUCE)
     out = java_share.run_shape(cp, target, CONSUMERS, "explicit", records,
                                timeout=60 + records / 2_000, partitions=PARTITIONS)
     if out.get("fetches"):
         out["acknowledge_requests_per_fetch"] = round(
             out.get("acknowledge_requests", 0) / out["fetches"], 3)
+        # Share-state RPCs and the rest the brokers sent each other, per ShareFetch.
+        out["inter_broker_requests_per_fetch"] = round(
+            out.get("inter_broker_requests", 0) / out["fetches"], 3)
+    return out
+
+
+def _split_round(cp: str, targets: list[java_share.Target], records: int) -> dict[str, Any]:
+    """The control: the same workload split over independent single brokers, run at once
+    (each its own topic of PARTITIONS / n partitions, CONSUMERS / n consumers in a JVM of its
+    own, records / n records); the brokers' CPU per record and the rates, summed."""
+    n = len(targets)
+    share = records // n
+    share -= share % (PARTITIONS // n)
+
+    def one(target: java_share.Target) -> dict[str, Any]:
+        target.topic = f"jsplit-{uuid.uuid4().hex[:8]}"
+        java_share.produce(target.bootstrap, target.topic, share, PARTITIONS // n, PRE_PRODUCE)
+        return java_share.run_shape(cp, target, CONSUMERS // n, "explicit", share,
+                                    timeout=60 + share / 2_000, partitions=PARTITIONS // n)
+
+    with ThreadPoolExecutor(n) as pool:
+        each = list(pool.map(one, targets))
+    cpu = [r.get("cpu_us_per_record") for r in each]
+    out: dict[str, Any] = {"complete": all(r.get("complete") for r in each),
+                           "records": sum(r.get("records", 0) for r in each), "each": each}
+    if out["complete"] and all(c is not None for c in cpu):
+        out["cpu_us_per_record"] = sum(c for c in cpu if c is not None) / n  # equal shares
+        out["rate"] = sum(r["rate"] for r in each)
+        out["fetches"] = sum(r["fetches"] for r in each)
+        out["records_per_fetch"] = out["records"] / max(out["fetches"], 1)
+        out["acknowledge_requests"] = sum(r.get("acknowledge_requests", 0) for r in each)
     return out
 
 
@@ -71,8 +113,13 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def run(records: int, rounds: int, work: Path, log: Any = print) -> dict[str, Any]:
-    """Start both systems, alternate the rounds, return the figures."""
+def run(records: int, rounds: int, work: Path, log: Any = print,
+        brokers: int = BROKERS, control: bool = False) -> dict[str, Any]:
+    """Start both systems, alternate the rounds, return the figures. ``brokers=1`` makes the
+    "cluster" one etcd member: the cluster-mode code paths without a second process.
+    ``control`` adds a third system, ``split``: ``brokers`` independent single brokers that
+    share the workload (``_split_round``), i.e. the cluster's split of the work over processes
+    without the cluster."""
     with tempfile.TemporaryDirectory() as classes:
         cp = java_share.compile_program(Path(classes))
         single_metrics = free_port()
@@ -82,13 +129,21 @@ def run(records: int, rounds: int, work: Path, log: Any = print) -> dict[str, An
         etcd = Etcd(work / "etcd", work / "etcd.log")
         secret = secrets.token_hex(16)  # the inter-broker password, the same on every member
         members = [Member(work, i, etcd, secret, dict(INTERNAL_RF1))
-                   for i in range(1, BROKERS + 1)]
+                   for i in range(1, brokers + 1)]
+        split_ports = [free_port() for _ in range(brokers if control else 0)]
+        split = [ShoalBroker(work / f"split-{i}", work / f"split-{i}.log",
+                             {"metrics.listen": f"127.0.0.1:{port}",
+                              "metrics.render.cache.ms": "0"}, wrapper=WRAPPER)
+                 for i, port in enumerate(split_ports)]
         try:
+            for b in split:
+                b.start()
             single.start()
             etcd.start()
             for m in members:
                 m.start()
-            until("3 live brokers", lambda: len(metadata(members[0].bootstrap)[1]) == BROKERS)
+            until(f"{brokers} live brokers",
+                  lambda: len(metadata(members[0].bootstrap)[1]) == brokers)
             systems = {
                 "single": java_share.Target(
                     "single", single.bootstrap, single.pid,
@@ -98,39 +153,54 @@ def run(records: int, rounds: int, work: Path, log: Any = print) -> dict[str, An
                     f"http://127.0.0.1:{members[0].metrics_port}/metrics",
                     [(m.pid, f"http://127.0.0.1:{m.metrics_port}/metrics")
                      for m in members[1:]])}
-            for target in systems.values():  # bench/cluster_broker.py profiles on signals
+            splits = [java_share.Target(f"split-{i}", b.bootstrap, b.pid,
+                                        f"http://127.0.0.1:{port}/metrics")
+                      for i, (b, port) in enumerate(zip(split, split_ports, strict=True))]
+            for target in [*systems.values(), *splits]:  # cluster_broker.py: profile on signals
                 target.profiled = bool(os.environ.get(PROFILE_ENV))
-            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
-            for name, target in systems.items():  # untimed: warm paths, first group
+            names = ["single", "cluster", *(["split"] if control else [])]
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+
+            def one_round(name: str, n: int) -> dict[str, Any]:
+                if name == "split":
+                    return _split_round(cp, splits, n)
+                return _round(cp, systems[name], n)
+
+            for name in names:  # untimed: warm paths, first group
                 log(f"[cluster-java] warm-up round on {name}")
-                _round(cp, target, max(records // 10, 12_000))
+                one_round(name, max(records // 10, 12_000))
             order = [n for i in range(rounds)
-                     for n in (("single", "cluster") if i % 2 == 0 else ("cluster", "single"))]
+                     for n in (names if i % 2 == 0 else names[::-1])]
             for name in order:
-                got = _round(cp, systems[name], records)
+                got = one_round(name, records)
                 runs[name].append(got)
                 log(f"[cluster-java] {name}: {got.get('rate') or 0:,.0f} rec/s, broker CPU "
                     f"{got.get('cpu_us_per_record') or 0:.2f} us/record, "
                     f"{got.get('records_per_fetch') or 0:.0f} records per ShareFetch, "
-                    f"{got.get('acknowledge_requests', 0):.0f} ShareAcknowledge")
+                    f"{got.get('acknowledge_requests', 0):.0f} ShareAcknowledge, "
+                    f"{got.get('inter_broker_requests', 0):.0f} inter-broker requests")
         finally:
             for m in members:
                 m.stop()
             etcd.stop()
             single.stop()
+            for b in split:
+                b.stop()
     fig: dict[str, Any] = {"records": records, "rounds": rounds, "partitions": PARTITIONS,
-                           "consumers": CONSUMERS, "brokers": BROKERS, "client": "java",
+                           "consumers": CONSUMERS, "brokers": brokers, "client": "java",
                            "target_cpu_ratio": TARGET_CPU_RATIO, "runs": runs}
     for name in runs:
         fig[name] = {key: _median(runs[name], key) for key in (
             "rate", "cpu_us_per_record", "records_per_fetch", "fetches_per_record",
-            "acknowledge_requests_per_fetch", "empty_pct")}
+            "acknowledge_requests_per_fetch", "inter_broker_requests_per_fetch", "empty_pct")}
     s, c = fig["single"]["cpu_us_per_record"], fig["cluster"]["cpu_us_per_record"]
     if s and c:
         fig["cpu_ratio"] = round(c / s, 3)
         fig["cpu_verdict"] = "met" if fig["cpu_ratio"] <= TARGET_CPU_RATIO else "missed"
     if fig["single"]["rate"] and fig["cluster"]["rate"]:
         fig["rate_ratio"] = round(fig["cluster"]["rate"] / fig["single"]["rate"], 3)
+    if control and s and fig["split"]["cpu_us_per_record"]:
+        fig["split_cpu_ratio"] = round(fig["split"]["cpu_us_per_record"] / s, 3)
     return fig
 
 
@@ -140,13 +210,25 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=None,
                     help="records = 300,000 x SCALE (overrides --records)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--brokers", type=int, default=BROKERS,
+                    help="cluster members (1: cluster mode on one broker, for comparison)")
+    ap.add_argument("--control", action="store_true",
+                    help="also run the workload split over as many independent brokers")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="keep the brokers' data and logs here (default: a temporary directory)")
     args = ap.parse_args()
     records = int(300_000 * args.scale) if args.scale else args.records
     records -= records % PARTITIONS
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="shoal-cluster-java-") as work:
-        fig = run(records, args.rounds, Path(work))
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+        fig = run(records, args.rounds, args.work, brokers=args.brokers,
+                  control=args.control)
+    else:
+        with tempfile.TemporaryDirectory(prefix="shoal-cluster-java-") as work:
+            fig = run(records, args.rounds, Path(work), brokers=args.brokers,
+                      control=args.control)
     fig["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps({k: v for k, v in fig.items() if k != "runs"}, indent=1))
     if args.out:

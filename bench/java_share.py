@@ -60,7 +60,8 @@ PEER_PID = Path(os.environ.get("PEER_KAFKA_ROOT", "/tmp/peer-kafka")) / "peer.pi
 SHAPES = [(1, "implicit"), (1, "explicit"), (4, "implicit"), (4, "explicit"),
           (8, "implicit"), (8, "explicit")]
 SHOAL_COUNTERS = ("shoal_share_fetch_requests_total", "shoal_share_fetch_empty_responses_total",
-                  "shoal_share_fetch_parked_total", "shoal_share_acknowledge_requests_total")
+                  "shoal_share_fetch_parked_total", "shoal_share_acknowledge_requests_total",
+                  "shoal_inter_broker_requests_total")
 
 
 def cpu_seconds(pid: int) -> tuple[float, float, int] | None:
@@ -193,6 +194,7 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     track_popen(proc)  # type: ignore[arg-type]
     marks: dict[str, tuple[float, float | None, dict[str, float], int]] = {}
+    spies: list[subprocess.Popen[bytes]] = []
     result: dict[str, Any] = {}
     try:
         assert proc.stdout is not None
@@ -203,6 +205,7 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
             if ev["event"] in ("first", "done"):
                 marks[ev["event"]] = (time.monotonic(), target.cpu(),
                                       target.counters(), ev["records"])
+                spies = _py_spy(target, spies, ev["event"])
                 if target.profiled:
                     for pid in target.pids:
                         os.kill(pid, signal.SIGUSR1 if ev["event"] == "first" else signal.SIGUSR2)
@@ -245,6 +248,7 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
         out["empty_pct"] = 100 * d["shoal_share_fetch_empty_responses_total"] / max(fetches, 1)
         out["parked_pct"] = 100 * d["shoal_share_fetch_parked_total"] / max(fetches, 1)
         out["acknowledge_requests"] = d["shoal_share_acknowledge_requests_total"]
+        out["inter_broker_requests"] = d["shoal_inter_broker_requests_total"]  # a cluster's
     else:
         jmx = result.get("jmx", {})
         fetches = sum(v for k, v in jmx.items()
@@ -255,6 +259,31 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
     out["fetches_per_record"] = fetches / n
     out["records_per_fetch"] = n / max(fetches, 1)
     return out
+
+
+def _py_spy(target: Target, spies: list[subprocess.Popen[bytes]],
+            event: str) -> list[subprocess.Popen[bytes]]:
+    """With ``SHOAL_BENCH_PYSPY=DIR``: sample every broker of ``target`` with py-spy from the
+    first record ("first") to the last ("done"), into ``DIR/<name>-<pid>.txt`` (raw format,
+    one line per distinct stack with its sample count; a later round overwrites)."""
+    out_dir = os.environ.get("SHOAL_BENCH_PYSPY")
+    if not out_dir:
+        return spies
+    if event == "first":
+        exe = shutil.which("py-spy", path=str(ROOT / ".venv" / "bin")) or "py-spy"
+        return [subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "250",
+                                  "--nonblocking", "--format", "raw", "--function", "-o",
+                                  os.path.join(out_dir, f"{target.name}-{pid}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for pid in target.pids]
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+    return []
 
 
 def _avg(total: float | None, consumers: int) -> float | None:

@@ -133,15 +133,17 @@ def _failed(results: list[dict[str, Any]], expected: int, what: str) -> str | No
 
 
 def produce(settings: Settings, system: System, topic: str, count: int, partitions: int,
-            producers: int = 1) -> dict[str, Any]:
-    """``producers`` processes share ``count`` records; returns the aggregate rate."""
+            producers: int = 1, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``producers`` processes share ``count`` records; returns the aggregate rate. ``config``:
+    producer settings over ``clients.THROUGHPUT_PRODUCER``."""
     out = CTX.Queue()
     share = [count // producers + (1 if i < count % producers else 0) for i in range(producers)]
     timeout = 60 + count / 2_000
     procs = [start_process(clients.produce_worker,
                            {"bootstrap": system.bootstrap, "topic": topic, "count": share[i],
                             "partitions": partitions, "size": RECORD_SIZE, "index": i,
-                            "timeout": timeout}, out, name=f"producer-{i}")
+                            "timeout": timeout, "config": config or {}}, out,
+                           name=f"producer-{i}")
              for i in range(producers)]
     try:
         results = _collect(out, producers, timeout + 30)
@@ -158,7 +160,7 @@ def produce(settings: Settings, system: System, topic: str, count: int, partitio
             "rate": round(count / secs, 1),
             "mb_per_s": round(count * RECORD_SIZE / secs / 2**20, 2),
             "errors": sum(r["errors"] for r in results),
-            "producer_config": clients.THROUGHPUT_PRODUCER}
+            "producer_config": {**clients.THROUGHPUT_PRODUCER, **(config or {})}}
 
 
 def scenario_a(settings: Settings, system: System) -> dict[str, Any]:

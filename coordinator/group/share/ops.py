@@ -269,8 +269,6 @@ class ShareGroupOps(GroupServiceBase):
 
     # -- share state of deleted topics (Kafka's DeletingTopics in record 15)
 
-    # -- share state of deleted topics (Kafka's DeletingTopics in record 15)
-
     def _start_deletions(self, dels: Sequence[ShareStateDeletion]) -> None:
         for d in dels:
             self._spawn(self._delete_state(d))
