@@ -61,7 +61,9 @@ SHAPES = [(1, "implicit"), (1, "explicit"), (4, "implicit"), (4, "explicit"),
           (8, "implicit"), (8, "explicit")]
 SHOAL_COUNTERS = ("shoal_share_fetch_requests_total", "shoal_share_fetch_empty_responses_total",
                   "shoal_share_fetch_parked_total", "shoal_share_acknowledge_requests_total",
-                  "shoal_inter_broker_requests_total")
+                  "shoal_inter_broker_requests_total",
+                  "shoal_share_acquisition_lock_timeouts_total",
+                  "shoal_share_partition_acquired_records")
 
 
 def cpu_seconds(pid: int) -> tuple[float, float, int] | None:
@@ -220,8 +222,12 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
     if result and "done" in marks and ("first" not in marks or not result["complete"]):
         # Stalled (no record for 20 s, see ShareConsumeBench) or timed out: reported apart,
         # left out of the medians.
+        k_end = marks["done"][2]
         return {"complete": False, "records": result["records"], "rate": None,
-                "empty_poll_pct": 100 * result["empty_polls"] / max(result["polls"], 1)}
+                "empty_poll_pct": 100 * result["empty_polls"] / max(result["polls"], 1),
+                # A stall with records still acquired waits for their acquisition locks.
+                "acquired_at_stall": k_end.get("shoal_share_partition_acquired_records"),
+                "lock_timeouts": k_end.get("shoal_share_acquisition_lock_timeouts_total")}
     if not result or "first" not in marks or "done" not in marks:
         err = proc.stderr.read()[-3000:] if proc.stderr else ""
         raise RuntimeError(f"{target.name} {consumers}x{mode}: no result (exit {proc.returncode})"
@@ -249,6 +255,7 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
         out["parked_pct"] = 100 * d["shoal_share_fetch_parked_total"] / max(fetches, 1)
         out["acknowledge_requests"] = d["shoal_share_acknowledge_requests_total"]
         out["inter_broker_requests"] = d["shoal_inter_broker_requests_total"]  # a cluster's
+        out["lock_timeouts"] = d["shoal_share_acquisition_lock_timeouts_total"]
     else:
         jmx = result.get("jmx", {})
         fetches = sum(v for k, v in jmx.items()
