@@ -27,7 +27,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.config import TOPIC_CONFIGS, ConfigError, parse_value, topic_config_value
-from broker.log.topics import Topic, TopicError, topic_name_problem
+from broker.log.topics import INTERNAL_TOPICS, Topic, TopicError, topic_name_problem
 from broker.resources import partition_budget_problem
 from coordinator.host import PartitionLogLike
 from storage.log_dir import describe
@@ -189,7 +189,8 @@ class TopicAdmin:
         Raises:
             TopicError: the topic does not fit the open-file limit or could not be created.
         """
-        if not self.config.get("auto.create.topics.enable") or topic_name_problem(name):
+        if (not self.config.get("auto.create.topics.enable") or topic_name_problem(name)
+                or name in INTERNAL_TOPICS):  # their coordinators create them, with their configs
             return None
         partitions = self.config.get("num.partitions")
         self.check_partition_budget(partitions)

@@ -4,7 +4,10 @@ Single broker: every partition is led by this node, with itself as the only repl
 Internal topics are listed only when asked for by name (Kafka hides them from "all topics").
 Unknown topics are auto-created when the broker allows it (``auto.create.topics.enable``, with
 ``num.partitions`` partitions) and the request does (v4+ flag); a creation refused (open-file
-limit) or failed answers that topic with the error code and creates nothing.
+limit) or failed answers that topic with the error code and creates nothing. The internal topics
+are never auto-created here (UNKNOWN_TOPIC_OR_PARTITION until they exist): their coordinators
+create them when first needed, with their own partition counts and configs, which an ordinary
+topic of ``num.partitions`` would pre-empt for good (placement depends on the count).
 Lookups by topic id (v10+) answer UNKNOWN_TOPIC_ID when the id is unknown.
 
 Authorization (``broker/authz.py``), as Kafka's: a listing of all topics leaves out those the
@@ -35,7 +38,7 @@ from broker.context import RequestContext
 from broker.handlers._common import NO_THROTTLE
 from broker.handlers._routing import broker_entries
 from broker.wire_limits import YIELD_EVERY, Steps, run_steps, run_steps_async
-from broker.log.topics import Topic, topic_name_problem
+from broker.log.topics import INTERNAL_TOPICS, Topic, topic_name_problem
 from cluster.metadata import NO_LEADER, ClusterMetadata
 from protocol.codec import response_module
 from protocol.messages import make
@@ -161,16 +164,19 @@ def _answer(ctx: RequestContext, req: MetadataRequest) -> Steps[Any]:
                 topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, name))
                 continue
             t = broker.topics.get(name)
-            if (t is None and allow_auto and broker.config.get("auto.create.topics.enable")
+            # The coordinators create their internal topics with their own partition counts and
+            # configs when first needed; a Metadata request never makes one an ordinary topic.
+            may_create = allow_auto and name not in INTERNAL_TOPICS
+            if (t is None and may_create and broker.config.get("auto.create.topics.enable")
                     and not topic_name_problem(name) and not _may_create(ctx, name)):
                 topics.append(_error_entry(m, ErrorCode.topic_authorization_failed, name))
                 continue
-            if t is None and allow_auto and broker.member is not None:
+            if t is None and may_create and broker.member is not None:
                 if broker.config.get("auto.create.topics.enable") and not topic_name_problem(name):
                     pending.append((len(topics), name))
                     topics.append(None)
                     continue
-            if t is None and allow_auto:
+            if t is None and may_create:
                 try:
                     t = broker.auto_create(name)
                 except TopicError as exc:

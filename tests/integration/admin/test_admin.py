@@ -544,12 +544,18 @@ def test_internal_topics_are_protected(fresh_broker) -> None:
     a = admin(b.bootstrap)
     internal = "__consumer_offsets"
     with RawClient(b.bootstrap) as c:
-        # Created the way coordinators do on first use (Metadata auto-create of a known name).
         m = RawClient.request_module(3, 12)
-        md = c.call(3, 12, request(3, 12, topics=(m.MetadataRequestTopic(
-            name=internal, topic_id=uuid.UUID(int=0)),), allow_auto_topic_creation=True,
-            include_topic_authorized_operations=False))
-        assert md.topics[0].error_code == ErrorCode.none and md.topics[0].is_internal
+
+        def metadata() -> Any:
+            return c.call(3, 12, request(3, 12, topics=(m.MetadataRequestTopic(
+                name=internal, topic_id=uuid.UUID(int=0)),), allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False)).topics[0]
+
+        # A single broker's group coordinator made it at start, with its own partition count
+        # (a cluster makes it on first use: tests/integration/cluster/test_cluster_share_groups).
+        md = metadata()
+        assert md.error_code == ErrorCode.none and md.is_internal
+        assert len(md.partitions) == 50  # offsets.topic.num.partitions, not num.partitions
         dr = c.call(21, 2, request(21, 2, timeout=timedelta(seconds=T),
                                    topics=_delete_records_topic(internal, ((0, 0),))))
         assert dr.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception

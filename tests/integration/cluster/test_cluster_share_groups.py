@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client.blocking import open_connection
+from coordinator.group.placement import partition_for_group
 from coordinator.share.service import partition_for_key
 from persister.api import SharePartitionKey
 from protocol import codec
@@ -64,13 +65,56 @@ def _topic_id(bootstrap: str, topic: str) -> uuid.UUID:
     return t.topic_id
 
 
+def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
+    return {p: m.leader for p, m in admin.list_topics(topic, timeout=T)
+            .topics[topic].partitions.items()}
+
+
+def _exists(admin: AdminClient, topic: str) -> bool:
+    got = admin.list_topics(topic, timeout=T).topics.get(topic)
+    return got is not None and got.error is None and bool(got.partitions)
+
+
+def _group_placed_apart(admin: AdminClient, cluster: Cluster, topic: str,
+                        leaders: dict[int, int]) -> str:
+    """A share group id whose group coordinator and some share-partition's share coordinator
+    sit on brokers other than that partition's leader.
+
+    Where they sit follows from hashes of the group id (Kafka's rules: ``partition_for_group``,
+    ``partition_for_key``); with consecutive partitions hashing to consecutive state partitions,
+    a given name can put every share coordinator on its partition's own broker. So a first
+    share group makes the internal topics, and the name is chosen from where their partitions
+    lead."""
+    # Asking for it by name (librdkafka allows auto-creation) does not make it an ordinary
+    # topic of num.partitions: the share coordinator creates it, with its own count.
+    assert not _exists(admin, "__share_group_state")
+    warm = share_consumer(cluster.bootstrap, "warm-up", topic, explicit=True)
+    try:
+        deadline = time.monotonic() + T
+        while not _exists(admin, "__share_group_state"):
+            assert time.monotonic() < deadline, "no __share_group_state after a share group joined"
+            warm.poll(0.2)
+    finally:
+        warm.close()
+    tid = _topic_id(cluster.brokers[0].bootstrap, topic)
+    state, offsets = _leaders(admin, "__share_group_state"), _leaders(admin, "__consumer_offsets")
+    assert len(state) == 6  # share.coordinator.state.topic.num.partitions of this cluster
+    for i in range(500):
+        group = f"workers-{i}"
+        coordinator = offsets[partition_for_group(group, len(offsets))]
+        if any(state[partition_for_key(SharePartitionKey(group, tid, p), len(state))]
+               != leaders[p] != coordinator for p in leaders):
+            return group
+    raise AssertionError(f"no group id of 500 is placed apart: {state}, {offsets}, {leaders}")
+
+
 def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster: Cluster) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("work", 12, 1)])["work"].result(T)
-    leaders = {p: m.leader for p, m in admin.list_topics("work", timeout=T)
-               .topics["work"].partitions.items()}
+    leaders = _leaders(admin, "work")
     assert Counter(leaders.values()) == {1: 4, 2: 4, 3: 4}
-    consumers = [share_consumer(cluster.brokers[i % 3].bootstrap, "workers", "work",
+    group = _group_placed_apart(admin, cluster, "work", leaders)
+    consumers = [share_consumer(cluster.brokers[i % 3].bootstrap, group, "work",
                                 explicit=True) for i in range(6)]
     # The members join first: the share-partitions start at the end of the (empty) log, as
     # share.auto.offset.reset=latest says, so everything produced next is delivered.
@@ -106,18 +150,18 @@ def test_six_share_consumers_read_a_twelve_partition_topic_exactly_once(cluster:
     # initialisation over the group coordinator's client.
     tid = _topic_id(cluster.brokers[0].bootstrap, "work")
     (group_coordinator,) = _coordinators(cluster.brokers[1].bootstrap, GROUP_KEY,
-                                         ["workers"]).values()
+                                         [group]).values()
     # FindCoordinator(SHARE) is an inter-broker call (CLUSTER_ACTION): the share coordinator of
     # a key is the leader of its __share_group_state partition.
     n_state = len(state.partitions)
     share_coordinators = {p: state.partitions[partition_for_key(
-        SharePartitionKey("workers", tid, p), n_state)].leader for p in range(12)}
+        SharePartitionKey(group, tid, p), n_state)].leader for p in range(12)}
     remote = [p for p in range(12)
               if share_coordinators[p] != leaders[p] != group_coordinator]
     assert remote, (leaders, share_coordinators, group_coordinator)
 
     # Nothing is left to deliver: a new member of the group gets no record again.
-    late = share_consumer(cluster.bootstrap, "workers", "work", explicit=True)
+    late = share_consumer(cluster.bootstrap, group, "work", explicit=True)
     try:
         again = []
         deadline = time.monotonic() + 5
