@@ -71,8 +71,10 @@ def _leaders(admin: AdminClient, topic: str) -> dict[int, int]:
 
 
 def _exists(admin: AdminClient, topic: str) -> bool:
+    """``topic`` exists and every partition of it has a leader."""
     got = admin.list_topics(topic, timeout=T).topics.get(topic)
-    return got is not None and got.error is None and bool(got.partitions)
+    return (got is not None and got.error is None and bool(got.partitions)
+            and all(m.leader >= 0 for m in got.partitions.values()))
 
 
 def _group_placed_apart(admin: AdminClient, cluster: Cluster, topic: str,
@@ -87,11 +89,13 @@ def _group_placed_apart(admin: AdminClient, cluster: Cluster, topic: str,
     lead."""
     # Asking for it by name (librdkafka allows auto-creation) does not make it an ordinary
     # topic of num.partitions: the share coordinator creates it, with its own count.
-    assert not _exists(admin, "__share_group_state")
+    asked = admin.list_topics("__share_group_state", timeout=T).topics.get("__share_group_state")
+    assert asked is None or asked.error is not None, asked
     warm = share_consumer(cluster.bootstrap, "warm-up", topic, explicit=True)
     try:
         deadline = time.monotonic() + T
-        while not _exists(admin, "__share_group_state"):
+        while not (_exists(admin, "__share_group_state")
+                   and _exists(admin, "__consumer_offsets")):
             assert time.monotonic() < deadline, "no __share_group_state after a share group joined"
             warm.poll(0.2)
     finally:
