@@ -66,6 +66,20 @@ from bench.procs import ShoalBroker, free_port
 BROKERS = 3
 
 
+class _PlainBroker(ShoalBroker):
+    """A single broker (no etcd) through the counting wrapper, with its metrics endpoint."""
+
+    def __init__(self, work: Path, name: str) -> None:
+        self.name, self.metrics_port = name, free_port()
+        super().__init__(work / name, work / f"{name}.log",
+                         {"metrics.listen": f"127.0.0.1:{self.metrics_port}",
+                          "metrics.render.cache.ms": "0"}, wrapper=WRAPPER)
+
+    def target(self) -> java_share.Target:
+        return java_share.Target(self.name, self.bootstrap, self.pid,
+                                 f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+
 def _round(cp: str, target: java_share.Target, records: int) -> dict[str, Any]:
     target.topic = f"jcluster-{uuid.uuid4().hex[:8]}"
     java_share.produce(target.bootstrap, target.topic, records, PARTITIONS, PRE_PRODUCE)
@@ -122,40 +136,28 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
     without the cluster."""
     with tempfile.TemporaryDirectory() as classes:
         cp = java_share.compile_program(Path(classes))
-        single_metrics = free_port()
-        single = ShoalBroker(work / "single", work / "single.log",
-                             {"metrics.listen": f"127.0.0.1:{single_metrics}",
-                              "metrics.render.cache.ms": "0"}, wrapper=WRAPPER)
+        single = _PlainBroker(work, "single")
+        split = [_PlainBroker(work, f"split-{i}") for i in range(brokers if control else 0)]
         etcd = Etcd(work / "etcd", work / "etcd.log")
         secret = secrets.token_hex(16)  # the inter-broker password, the same on every member
         members = [Member(work, i, etcd, secret, dict(INTERNAL_RF1))
                    for i in range(1, brokers + 1)]
-        split_ports = [free_port() for _ in range(brokers if control else 0)]
-        split = [ShoalBroker(work / f"split-{i}", work / f"split-{i}.log",
-                             {"metrics.listen": f"127.0.0.1:{port}",
-                              "metrics.render.cache.ms": "0"}, wrapper=WRAPPER)
-                 for i, port in enumerate(split_ports)]
         try:
-            for b in split:
+            for b in (single, *split):
                 b.start()
-            single.start()
             etcd.start()
             for m in members:
                 m.start()
             until(f"{brokers} live brokers",
                   lambda: len(metadata(members[0].bootstrap)[1]) == brokers)
             systems = {
-                "single": java_share.Target(
-                    "single", single.bootstrap, single.pid,
-                    f"http://127.0.0.1:{single_metrics}/metrics"),
+                "single": single.target(),
                 "cluster": java_share.Target(
                     "cluster", ",".join(m.bootstrap for m in members), members[0].pid,
                     f"http://127.0.0.1:{members[0].metrics_port}/metrics",
                     [(m.pid, f"http://127.0.0.1:{m.metrics_port}/metrics")
                      for m in members[1:]])}
-            splits = [java_share.Target(f"split-{i}", b.bootstrap, b.pid,
-                                        f"http://127.0.0.1:{port}/metrics")
-                      for i, (b, port) in enumerate(zip(split, split_ports, strict=True))]
+            splits = [b.target() for b in split]
             for target in [*systems.values(), *splits]:  # cluster_broker.py: profile on signals
                 target.profiled = bool(os.environ.get(PROFILE_ENV))
             names = ["single", "cluster", *(["split"] if control else [])]
@@ -183,8 +185,7 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
             for m in members:
                 m.stop()
             etcd.stop()
-            single.stop()
-            for b in split:
+            for b in (single, *split):
                 b.stop()
     fig: dict[str, Any] = {"records": records, "rounds": rounds, "partitions": PARTITIONS,
                            "consumers": CONSUMERS, "brokers": brokers, "client": "java",

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import PAGE_TICKS, ROOT, ShoalBroker, free_port, track_popen, untrack_popen
+from bench.profiling import find_py_spy
 
 SOURCE = Path(__file__).resolve().parent / "java" / "ShareConsumeBench.java"
 SUMS = ROOT / "tests" / "integration" / "java" / "jars.sha256"
@@ -277,7 +278,7 @@ def _py_spy(target: Target, spies: list[subprocess.Popen[bytes]],
     if not out_dir:
         return spies
     if event == "first":
-        exe = shutil.which("py-spy", path=str(ROOT / ".venv" / "bin")) or "py-spy"
+        exe = find_py_spy() or "py-spy"
         return [subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "250",
                                   "--nonblocking", "--format", "raw", "--function", "-o",
                                   os.path.join(out_dir, f"{target.name}-{pid}.txt")],

@@ -291,14 +291,28 @@ def _client_response_codec(api_key: int, api_version: int) -> tuple[int, Any]:
     return pos, entity_reader(resp_type)
 
 
+_REQUEST_HEAD = struct.Struct(">hhih")  # RequestApiKey, RequestApiVersion, CorrelationId, len
+
+
+def request_header(api_key: int, api_version: int, correlation_id: int,
+                   client_id: str | None, flexible: bool) -> bytes:
+    """Request header v2 (``flexible``: with empty tagged fields) or v1, the bytes kio writes
+    (tests/unit/protocol/test_share_state_codec.py): ``client_id`` is a nullable, non-compact
+    string in both. Written directly: kio's writer validated every field through its phantom
+    types, a few microseconds per request the broker's inter-broker client sends."""
+    data = b"" if client_id is None else client_id.encode()
+    head = _REQUEST_HEAD.pack(api_key, api_version, correlation_id,
+                              -1 if client_id is None else len(data))
+    return head + data + b"\x00" if flexible else head + data
+
+
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                    body: Any) -> bytes:
     """Encode a typed request into a size-prefixed frame (the clients' and the tests')."""
     flexible, write_body = _client_request_codec(api_key, api_version)
     buf = io.BytesIO()
     buf.write(b"\x00\x00\x00\x00")
-    buf.write(share_state_codec.request_header(api_key, api_version, correlation_id, client_id,
-                                               flexible))
+    buf.write(request_header(api_key, api_version, correlation_id, client_id, flexible))
     write_body(buf, body)
     data = buf.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)

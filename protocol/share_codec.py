@@ -34,20 +34,21 @@ _ZERO_UUID = bytes(16)
 _NO_TAGS = b"\x00"
 
 
-def _uvarint(out: bytearray, value: int) -> None:
+def uvarint(out: bytearray, value: int) -> None:
+    """Append ``value`` as an unsigned varint (also protocol/share_state_codec.py)."""
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
 
 
-def _string(out: bytearray, value: str | bytes | None) -> None:
+def compact_string(out: bytearray, value: str | bytes | None) -> None:
     """A nullable compact string (null is length 0, else length + 1)."""
     if value is None:
         out.append(0)
         return
     data = value.encode() if isinstance(value, str) else value
-    _uvarint(out, len(data) + 1)
+    uvarint(out, len(data) + 1)
     out += data
 
 
@@ -57,7 +58,7 @@ def _ms(td: Any) -> int:
 
 def _top(out: bytearray, body: Any, lock_timeout: bool) -> None:
     out += _TOP.pack(_ms(body.throttle_time), body.error_code.value)
-    _string(out, body.error_message)
+    compact_string(out, body.error_message)
     if lock_timeout:
         out += _I32.pack(_ms(body.acquisition_lock_timeout))
 
@@ -67,12 +68,12 @@ def _leader(out: bytearray, leader: Any) -> None:
 
 
 def _endpoints(out: bytearray, endpoints: Any) -> None:
-    _uvarint(out, len(endpoints) + 1)
+    uvarint(out, len(endpoints) + 1)
     for e in endpoints:
         out += _I32.pack(e.node_id)
-        _string(out, e.host)
+        compact_string(out, e.host)
         out += _I32.pack(e.port)
-        _string(out, e.rack)
+        compact_string(out, e.rack)
         out.append(0)
 
 
@@ -85,27 +86,27 @@ def write_share_fetch(buf: Any, body: Any) -> None:
     out = bytearray()
     _top(out, body, True)
     responses = body.responses
-    _uvarint(out, len(responses) + 1)
+    uvarint(out, len(responses) + 1)
     for t in responses:
         out += _uuid(t.topic_id)
         partitions = t.partitions
-        _uvarint(out, len(partitions) + 1)
+        uvarint(out, len(partitions) + 1)
         for p in partitions:
             out += _PARTITION_HEAD.pack(p.partition_index, p.error_code.value)
-            _string(out, p.error_message)
+            compact_string(out, p.error_message)
             out += _H.pack(p.acknowledge_error_code)
-            _string(out, p.acknowledge_error_message)
+            compact_string(out, p.acknowledge_error_message)
             _leader(out, p.current_leader)
             records = p.records
             if records is None:
                 raise TypeError("Unexpectedly received None value")  # as kio: not nullable
-            _uvarint(out, len(records) + 1)
+            uvarint(out, len(records) + 1)
             if records:
                 buf.write(bytes(out))
                 out.clear()
                 buf.write(records if type(records) is bytes else bytes(records))
             acquired = p.acquired_records
-            _uvarint(out, len(acquired) + 1)
+            uvarint(out, len(acquired) + 1)
             for a in acquired:
                 out += _ACQUIRED.pack(a.first_offset, a.last_offset, a.delivery_count, 0)
             out.append(0)
@@ -120,14 +121,14 @@ def write_share_acknowledge(buf: Any, body: Any) -> None:
     out = bytearray()
     _top(out, body, hasattr(body, "acquisition_lock_timeout"))
     responses = body.responses
-    _uvarint(out, len(responses) + 1)
+    uvarint(out, len(responses) + 1)
     for t in responses:
         out += _uuid(t.topic_id)
         partitions = t.partitions
-        _uvarint(out, len(partitions) + 1)
+        uvarint(out, len(partitions) + 1)
         for p in partitions:
             out += _PARTITION_HEAD.pack(p.partition_index, p.error_code.value)
-            _string(out, p.error_message)
+            compact_string(out, p.error_message)
             _leader(out, p.current_leader)
             out.append(0)
         out.append(0)

@@ -1,21 +1,19 @@
-"""Direct writers for WriteShareGroupState (85) v0-1 and for the request header of every request
-Shoal's own clients send.
+"""Direct writers for WriteShareGroupState (85) v0-1.
 
 On a cluster, a share-partition leader whose share coordinator is on another broker sends a
 WriteShareGroupState per persister flush, about one per acknowledgement batch, and that broker
 answers it: both ends are per-request cost on the share path. kio's generic writer walks the
 schema field by field and validates every integer through its phantom types; with the header
 that was about a third of a share-state RPC's CPU on both brokers. These writers produce the
-same bytes from the same kio objects with a few ``struct`` packs.
+same bytes from the same kio objects with a few ``struct`` packs (``protocol.codec`` writes
+the request header the same way).
 
 Contract:
 - ``write_write_state_request(buf, body)`` takes a ``WriteShareGroupStateRequest`` of version 0
   or 1 (kio's classes; only v1 carries DeliveryCompleteCount), ``write_write_state_response``
   a ``WriteShareGroupStateResponse`` (the same in both versions), and call ``buf.write`` with
   exactly the bytes kio's ``entity_writer`` writes;
-- ``request_header(api_key, api_version, correlation_id, client_id, flexible)`` is the bytes of
-  request header v2 (``flexible``) or v1, as kio writes them;
-- tests/unit/protocol/test_share_state_codec.py compares all three with kio on generated values.
+- tests/unit/protocol/test_share_state_codec.py compares both with kio on generated values.
   A value that does not fit its field raises ``struct.error`` / ``OverflowError``, as kio's
   writer raises on it.
 
@@ -27,8 +25,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-_HEAD = struct.Struct(">hhi")        # RequestApiKey, RequestApiVersion, CorrelationId
-_H = struct.Struct(">h")
+from protocol.share_codec import compact_string, uvarint
+
 _PARTITION_V0 = struct.Struct(">iiiq")   # Partition, StateEpoch, LeaderEpoch, StartOffset
 _PARTITION_V1 = struct.Struct(">iiiqi")  # ... DeliveryCompleteCount
 _BATCH = struct.Struct(">qqbhB")     # FirstOffset, LastOffset, DeliveryState, DeliveryCount, tags
@@ -36,48 +34,15 @@ _RESULT = struct.Struct(">ih")       # Partition, ErrorCode
 _ZERO_UUID = bytes(16)
 
 
-def _uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _compact_string(out: bytearray, value: str | None) -> None:
-    """A nullable compact string (null is length 0, else length + 1)."""
-    if value is None:
-        out.append(0)
-        return
-    data = value.encode()
-    _uvarint(out, len(data) + 1)
-    out += data
-
-
-def request_header(api_key: int, api_version: int, correlation_id: int,
-                   client_id: str | None, flexible: bool) -> bytes:
-    """Request header v2 (``flexible``: with empty tagged fields) or v1; ``client_id`` is a
-    nullable (non-compact) string in both."""
-    out = bytearray(_HEAD.pack(api_key, api_version, correlation_id))
-    if client_id is None:
-        out += _H.pack(-1)
-    else:
-        data = client_id.encode()
-        out += _H.pack(len(data))
-        out += data
-    if flexible:
-        out.append(0)
-    return bytes(out)
-
-
 def _write_state_request(buf: Any, body: Any, v1: bool) -> None:
     out = bytearray()
-    _compact_string(out, body.group_id)
+    compact_string(out, body.group_id)
     topics = body.topics
-    _uvarint(out, len(topics) + 1)
+    uvarint(out, len(topics) + 1)
     for t in topics:
         out += _ZERO_UUID if t.topic_id is None else t.topic_id.bytes
         partitions = t.partitions
-        _uvarint(out, len(partitions) + 1)
+        uvarint(out, len(partitions) + 1)
         for p in partitions:
             if v1:
                 out += _PARTITION_V1.pack(p.partition, p.state_epoch, p.leader_epoch,
@@ -86,7 +51,7 @@ def _write_state_request(buf: Any, body: Any, v1: bool) -> None:
                 out += _PARTITION_V0.pack(p.partition, p.state_epoch, p.leader_epoch,
                                           p.start_offset)
             batches = p.state_batches
-            _uvarint(out, len(batches) + 1)
+            uvarint(out, len(batches) + 1)
             for b in batches:
                 out += _BATCH.pack(b.first_offset, b.last_offset, b.delivery_state,
                                    b.delivery_count, 0)
@@ -110,14 +75,14 @@ def write_write_state_response(buf: Any, body: Any) -> None:
     """Write a WriteShareGroupStateResponse v0/v1 body (see the module docstring)."""
     out = bytearray()
     results = body.results
-    _uvarint(out, len(results) + 1)
+    uvarint(out, len(results) + 1)
     for t in results:
         out += _ZERO_UUID if t.topic_id is None else t.topic_id.bytes
         partitions = t.partitions
-        _uvarint(out, len(partitions) + 1)
+        uvarint(out, len(partitions) + 1)
         for p in partitions:
             out += _RESULT.pack(p.partition, p.error_code.value)
-            _compact_string(out, p.error_message)
+            compact_string(out, p.error_message)
             out.append(0)
         out.append(0)
     out.append(0)

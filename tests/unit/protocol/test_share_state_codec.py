@@ -90,8 +90,8 @@ def test_request_header_bytes_are_kios(api_key: int, api_version: int, correlati
     kio = _kio_bytes(header_type, header_type(
         request_api_key=i16(api_key), request_api_version=i16(api_version),
         correlation_id=i32(correlation_id), client_id=client_id))
-    assert share_state_codec.request_header(api_key, api_version, correlation_id, client_id,
-                                            flexible) == kio
+    assert codec.request_header(api_key, api_version, correlation_id, client_id,
+                                flexible) == kio
 
 
 @pytest.mark.parametrize("version", [0, 1])
