@@ -341,7 +341,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
 
     def sync_data(self) -> None:
         """fdatasync the record data of every segment written since the last flush (and the
-        directory after a roll), nothing else. Blocking; thread-safe like ``flush``.
+        directory once after a roll or a new log), nothing else. Blocking; thread-safe like
+        ``flush``.
 
         The durability point of coordinator logs on the acknowledgement path: one data sync
         instead of ``flush``'s five (data, both indexes, the recovery-point checkpoint, the
@@ -361,13 +362,18 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
                 # Duplicated under the lock: a segment may be closed (and its descriptor number
                 # reused) by the owner while we sync.
                 fds = [os.dup(seg.fd) for seg in self._segments if seg.dirty and seg.fd >= 0]
-                dir_dirty = self._dir_dirty
+                # Taken: once synced, the directory's entries are durable and later syncs need
+                # not repeat it (a coordinator log is only ever synced this way, so it used to
+                # fsync its directory on every write). A roll meanwhile marks it again.
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
                 for fd in fds:
                     fileops.OPS.fdatasync(fd)
                 if dir_dirty:
                     fsync_dir(self.directory)
             except OSError as exc:
+                with self._lock:
+                    self._dir_dirty = self._dir_dirty or dir_dirty
                 raise self.log_dir.fail(f"syncing {self._tp()} in {self.directory}", exc) from exc
             finally:
                 for fd in fds:

@@ -33,6 +33,7 @@ class FaultyOps(fileops.FileOps):
         self.short_write = 0
         self.fail_sync: int | None = None
         self.syncs = 0
+        self.fsyncs = 0  # of them, full fsyncs (a directory's, or a segment's in ``flush``)
         self.truncates: list[int] = []
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
@@ -45,6 +46,7 @@ class FaultyOps(fileops.FileOps):
 
     def fsync(self, fd: int) -> None:
         self._sync()
+        self.fsyncs += 1
         super().fsync(fd)
 
     def fdatasync(self, fd: int) -> None:
@@ -151,6 +153,27 @@ def test_a_failed_fsync_is_never_retried(tmp_path: Path, ops: FaultyOps, sync: s
     lg.close()
     assert ops.syncs == syncs
     assert lg.recovery_point == 0
+
+
+def test_sync_data_syncs_the_directory_once_after_a_roll(tmp_path: Path, ops: FaultyOps) -> None:
+    # A coordinator log is only ever synced with sync_data: its directory must be synced after
+    # the log is made or rolls (or the new segment's file may vanish in a power loss), and not
+    # again on every later write.
+    lg = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1024), T0, LogDir(tmp_path))
+    opened = ops.fsyncs
+    lg.append(batch(0), T0)
+    lg.sync_data()
+    assert ops.fsyncs == opened + 1  # the new log's directory
+    for i in range(1, 3):
+        lg.append(batch(i), T0)
+        lg.sync_data()
+    assert ops.fsyncs == opened + 1
+    while len(list((tmp_path / "t-0").glob("*.log"))) < 2:  # until the log rolls
+        lg.append(batch(9), T0)
+    lg.sync_data()
+    lg.sync_data()
+    assert ops.fsyncs == opened + 2
+    lg.close()
 
 
 def test_failed_index_write_keeps_the_append_but_takes_the_directory_offline(
