@@ -24,7 +24,11 @@ Two comparisons tell where a cluster's extra CPU goes: ``--brokers 1`` makes the
 single etcd member (cluster mode without a second process), and ``--control`` adds ``split``:
 as many independent single brokers, no etcd, each taking its share of the partitions, the
 consumers (a JVM each) and the records, all at once (the cluster's split of the work over
-processes, without the cluster; ``split_cpu_ratio``).
+processes, without the cluster; ``split_cpu_ratio``), and ``alone``: one of those brokers
+taking its share with the others idle (``alone_cpu_ratio``). So the cluster's ratio splits into
+three factors: ``alone`` / ``single``, what a broker costs per record at a third of the load;
+``split`` / ``alone``, what three such processes cost when they run at once on this machine;
+``cluster`` / ``split``, what the cluster itself adds (etcd, share-state RPCs, acknowledgements).
 
     .venv/bin/python -m bench.cluster_java --records 300000 --rounds 3 [--control] [--work DIR]
 
@@ -80,11 +84,11 @@ class _PlainBroker(ShoalBroker):
                                  f"http://127.0.0.1:{self.metrics_port}/metrics")
 
 
-def _round(cp: str, target: java_share.Target, records: int) -> dict[str, Any]:
+def _round(cp: str, target: java_share.Target, records: int, rate: float = 0) -> dict[str, Any]:
     target.topic = f"jcluster-{uuid.uuid4().hex[:8]}"
     java_share.produce(target.bootstrap, target.topic, records, PARTITIONS, PRE_PRODUCE)
     out = java_share.run_shape(cp, target, CONSUMERS, "explicit", records,
-                               timeout=60 + records / 2_000, partitions=PARTITIONS)
+                               timeout=60 + records / 2_000, partitions=PARTITIONS, rate=rate)
     if out.get("fetches"):
         out["acknowledge_requests_per_fetch"] = round(
             out.get("acknowledge_requests", 0) / out["fetches"], 3)
@@ -94,11 +98,13 @@ def _round(cp: str, target: java_share.Target, records: int) -> dict[str, Any]:
     return out
 
 
-def _split_round(cp: str, targets: list[java_share.Target], records: int) -> dict[str, Any]:
+def _split_round(cp: str, targets: list[java_share.Target], records: int,
+                 n: int | None = None, rate: float = 0) -> dict[str, Any]:
     """The control: the same workload split over independent single brokers, run at once
     (each its own topic of PARTITIONS / n partitions, CONSUMERS / n consumers in a JVM of its
-    own, records / n records); the brokers' CPU per record and the rates, summed."""
-    n = len(targets)
+    own, records / n records); the brokers' CPU per record and the rates, summed. With ``n``
+    greater than the targets, only their shares run (``alone``: one share, the rest idle)."""
+    n = n or len(targets)
     share = records // n
     share -= share % (PARTITIONS // n)
 
@@ -106,7 +112,8 @@ def _split_round(cp: str, targets: list[java_share.Target], records: int) -> dic
         target.topic = f"jsplit-{uuid.uuid4().hex[:8]}"
         java_share.produce(target.bootstrap, target.topic, share, PARTITIONS // n, PRE_PRODUCE)
         return java_share.run_shape(cp, target, CONSUMERS // n, "explicit", share,
-                                    timeout=60 + share / 2_000, partitions=PARTITIONS // n)
+                                    timeout=60 + share / 2_000, partitions=PARTITIONS // n,
+                                    rate=rate / n)
 
     with ThreadPoolExecutor(n) as pool:
         each = list(pool.map(one, targets))
@@ -114,7 +121,7 @@ def _split_round(cp: str, targets: list[java_share.Target], records: int) -> dic
     out: dict[str, Any] = {"complete": all(r.get("complete") for r in each),
                            "records": sum(r.get("records", 0) for r in each), "each": each}
     if out["complete"] and all(c is not None for c in cpu):
-        out["cpu_us_per_record"] = sum(c for c in cpu if c is not None) / n  # equal shares
+        out["cpu_us_per_record"] = sum(c for c in cpu if c is not None) / len(each)  # equal shares
         out["rate"] = sum(r["rate"] for r in each)
         out["fetches"] = sum(r["fetches"] for r in each)
         out["records_per_fetch"] = out["records"] / max(out["fetches"], 1)
@@ -128,12 +135,12 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def run(records: int, rounds: int, work: Path, log: Any = print,
-        brokers: int = BROKERS, control: bool = False) -> dict[str, Any]:
+        brokers: int = BROKERS, control: bool = False, rate: float = 0) -> dict[str, Any]:
     """Start both systems, alternate the rounds, return the figures. ``brokers=1`` makes the
     "cluster" one etcd member: the cluster-mode code paths without a second process.
-    ``control`` adds a third system, ``split``: ``brokers`` independent single brokers that
+    ``control`` adds two systems: ``split``, ``brokers`` independent single brokers that
     share the workload (``_split_round``), i.e. the cluster's split of the work over processes
-    without the cluster."""
+    without the cluster; and ``alone``, the first of them taking its share by itself."""
     with tempfile.TemporaryDirectory() as classes:
         cp = java_share.compile_program(Path(classes))
         single = _PlainBroker(work, "single")
@@ -160,13 +167,16 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
             splits = [b.target() for b in split]
             for target in [*systems.values(), *splits]:  # cluster_broker.py: profile on signals
                 target.profiled = bool(os.environ.get(PROFILE_ENV))
-            names = ["single", "cluster", *(["split"] if control else [])]
+            names = ["single", "cluster", *(["split", "alone"] if control else [])]
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
 
             def one_round(name: str, n: int) -> dict[str, Any]:
+                paced = rate if n == records else 0  # warm-up rounds run unpaced
                 if name == "split":
-                    return _split_round(cp, splits, n)
-                return _round(cp, systems[name], n)
+                    return _split_round(cp, splits, n, rate=paced)
+                if name == "alone":
+                    return _split_round(cp, splits[:1], n, len(splits), rate=paced)
+                return _round(cp, systems[name], n, paced)
 
             for name in names:  # untimed: warm paths, first group
                 log(f"[cluster-java] warm-up round on {name}")
@@ -187,7 +197,8 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
             etcd.stop()
             for b in (single, *split):
                 b.stop()
-    fig: dict[str, Any] = {"records": records, "rounds": rounds, "partitions": PARTITIONS,
+    fig: dict[str, Any] = {"records": records, "rounds": rounds, "rate": rate or None,
+                           "partitions": PARTITIONS,
                            "consumers": CONSUMERS, "brokers": brokers, "client": "java",
                            "target_cpu_ratio": TARGET_CPU_RATIO, "runs": runs}
     for name in runs:
@@ -202,6 +213,8 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
         fig["rate_ratio"] = round(fig["cluster"]["rate"] / fig["single"]["rate"], 3)
     if control and s and fig["split"]["cpu_us_per_record"]:
         fig["split_cpu_ratio"] = round(fig["split"]["cpu_us_per_record"] / s, 3)
+    if control and s and fig["alone"]["cpu_us_per_record"]:
+        fig["alone_cpu_ratio"] = round(fig["alone"]["cpu_us_per_record"] / s, 3)
     return fig
 
 
@@ -214,7 +227,11 @@ def main() -> None:
     ap.add_argument("--brokers", type=int, default=BROKERS,
                     help="cluster members (1: cluster mode on one broker, for comparison)")
     ap.add_argument("--control", action="store_true",
-                    help="also run the workload split over as many independent brokers")
+                    help="also run the workload split over as many independent brokers, and "
+                         "one of its shares alone")
+    ap.add_argument("--rate", type=float, default=0,
+                    help="pace the consumers to this many records/s in all (default: as fast "
+                         "as they go), to compare the systems at one offered load")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     ap.add_argument("--work", type=Path, default=None,
                     help="keep the brokers' data and logs here (default: a temporary directory)")
@@ -225,11 +242,11 @@ def main() -> None:
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
         fig = run(records, args.rounds, args.work, brokers=args.brokers,
-                  control=args.control)
+                  control=args.control, rate=args.rate)
     else:
         with tempfile.TemporaryDirectory(prefix="shoal-cluster-java-") as work:
             fig = run(records, args.rounds, Path(work), brokers=args.brokers,
-                      control=args.control)
+                      control=args.control, rate=args.rate)
     fig["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps({k: v for k, v in fig.items() if k != "runs"}, indent=1))
     if args.out:

@@ -184,12 +184,13 @@ def new_group(bootstrap: str, group: str) -> None:
 
 
 def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
-              timeout: float = 180, partitions: int = 1) -> dict[str, Any]:
-    """One run of the Java program against ``target``; the figures of that run."""
+              timeout: float = 180, partitions: int = 1, rate: float = 0) -> dict[str, Any]:
+    """One run of the Java program against ``target``; the figures of that run. ``rate``
+    (records/s over the consumers, 0 for as fast as they go) paces the consumers."""
     group = f"jbench-{uuid.uuid4().hex[:8]}"
     new_group(target.bootstrap, group)
     cmd = [shutil.which("java") or "java", "-XX:+UseSerialGC", "-Xss512k",
-           f"-Dpartitions={partitions}", "-cp", cp,
+           f"-Dpartitions={partitions}", f"-Drate={rate}", "-cp", cp,
            "ShareConsumeBench", target.bootstrap, target.topic, group, str(consumers), mode,
            str(records), str(timeout)]
     if target.metrics_url is None:  # Apache Kafka: its counters through JMX

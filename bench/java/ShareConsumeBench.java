@@ -51,6 +51,9 @@ public final class ShareConsumeBench {
         long timeoutMs = (long) (Double.parseDouble(args[6]) * 1000);
         Jmx jmx = args.length > 7 ? Jmx.attach(args[7]) : null;
         int partitions = Integer.getInteger("partitions", 1);  // -Dpartitions=N (java_share.py)
+        // -Drate=N: consume at most N records/s over all consumers (each thread paces itself to
+        // its share by sleeping after a poll), so systems can be compared at one offered load.
+        double perThreadRate = Double.parseDouble(System.getProperty("rate", "0")) / consumers;
 
         AtomicLongArray seen = new AtomicLongArray(records / 64 + 1);
         AtomicInteger distinct = new AtomicInteger();
@@ -86,6 +89,7 @@ public final class ShareConsumeBench {
             boolean explicit = mode.equals("explicit");
             Thread t = new Thread(() -> {
                 c.subscribe(List.of(topic));
+                long paceStart = 0, paced = 0;
                 while (!stop) {
                     ConsumerRecords<byte[], byte[]> got = c.poll(Duration.ofMillis(500));
                     polls.incrementAndGet();
@@ -94,6 +98,21 @@ public final class ShareConsumeBench {
                         continue;
                     }
                     delivered.addAndGet(got.count());
+                    if (perThreadRate > 0) {
+                        if (paceStart == 0) {
+                            paceStart = System.nanoTime();
+                        }
+                        paced += got.count();
+                        long dueNs = paceStart + (long) (paced / perThreadRate * 1e9);
+                        long ahead = dueNs - System.nanoTime();
+                        if (ahead > 0) {
+                            try {
+                                Thread.sleep(ahead / 1_000_000, (int) (ahead % 1_000_000));
+                            } catch (InterruptedException e) {
+                                return;
+                            }
+                        }
+                    }
                     int fresh = 0;
                     for (ConsumerRecord<byte[], byte[]> r : got) {
                         // Record i went to partition i % partitions at offset i / partitions.
