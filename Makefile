@@ -218,12 +218,15 @@ bench-java: $(VENV)/.installed-bench java-clients
 
 ## Scenario (cluster) alone (issue 23): etcd + 3 brokers vs one broker, 12 partitions x 6 share
 ## consumers, then kill -9 recovery and controller failover (bench/cluster.py), then the same
-## CPU comparison with Kafka's Java share consumer (bench/cluster_java.py). Not part of CI
-## (.ci/run). SCALE=0.05 is a quick run (a few minutes).
+## CPU comparison with Kafka's Java share consumer (bench/cluster_java.py, with its controls:
+## the work split over independent brokers, and one share of it alone), as fast as the
+## consumers go and then paced at 60,000 records/s. Not part of CI (.ci/run). SCALE=0.05 is
+## a quick run (a few minutes).
 .PHONY: bench-cluster
 bench-cluster: $(VENV)/.installed-bench $(VENV)/.installed-cluster etcd java-clients
 	$(BIN)/python -m bench.run --only cluster,replication $(if $(SCALE),--scale $(SCALE),)
-	$(BIN)/python -m bench.cluster_java $(if $(SCALE),--scale $(SCALE),)
+	$(BIN)/python -m bench.cluster_java --control $(if $(SCALE),--scale $(SCALE),)
+	$(BIN)/python -m bench.cluster_java --control --rate 60000 $(if $(SCALE),--scale $(SCALE),)
 
 clean:
 	rm -rf $(VENV) data data-cluster .pytest_cache
