@@ -189,7 +189,9 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
     (records/s over the consumers, 0 for as fast as they go) paces the consumers."""
     group = f"jbench-{uuid.uuid4().hex[:8]}"
     new_group(target.bootstrap, group)
+    # SHOAL_BENCH_JAVA_OPTS: more JVM options, e.g. -Dstall.ms=45000 (ShareConsumeBench.java).
     cmd = [shutil.which("java") or "java", "-XX:+UseSerialGC", "-Xss512k",
+           *os.environ.get("SHOAL_BENCH_JAVA_OPTS", "").split(),
            f"-Dpartitions={partitions}", f"-Drate={rate}", "-cp", cp,
            "ShareConsumeBench", target.bootstrap, target.topic, group, str(consumers), mode,
            str(records), str(timeout)]

@@ -158,6 +158,9 @@ public final class ShareConsumeBench {
         // (the 4.1 client can livelock on a starved machine: its application threads flood
         // the background thread with events, which then sends nothing; see bench/README.md).
         long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+        // -Dstall.ms=N: give up after N ms without a new record (default 20 s; longer than the
+        // 30 s acquisition lock lets a round outlive a batch that was never acknowledged).
+        long stallNs = Long.getLong("stall.ms", 20_000L) * 1_000_000L;
         int lastCount = -1;
         long lastProgress = System.nanoTime();
         boolean complete = false;
@@ -167,7 +170,7 @@ public final class ShareConsumeBench {
             if (now != lastCount) {
                 lastCount = now;
                 lastProgress = System.nanoTime();
-            } else if (System.nanoTime() - lastProgress > 20_000_000_000L) {
+            } else if (System.nanoTime() - lastProgress > stallNs) {
                 break;
             }
         }
