@@ -470,7 +470,12 @@ public final class ShoalJavaClients {
             // Transaction version 2 ends every transaction with an epoch bump: 3 after three.
             out.put("producer_epoch", admin.describeTransactions(List.of(prefix + "-tx-id"))
                 .description(prefix + "-tx-id").get().producerEpoch());
-            out.put("group_offset", admin.listConsumerGroupOffsets(prefix + "-tx-group")
+            // requireStable: commitTransaction returns once the coordinator has decided, and
+            // the commit marker reaches the group's coordinator after (on a cluster, another
+            // broker): until then the offset is pending, and a stable read waits it out
+            // (UNSTABLE_OFFSET_COMMIT, retried by the client) where a plain read misses it.
+            out.put("group_offset", admin.listConsumerGroupOffsets(prefix + "-tx-group",
+                    new org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions().requireStable(true))
                 .partitionsToOffsetAndMetadata().get().get(new TopicPartition(topic, 0)).offset());
         }
         for (String iso : List.of("read_committed", "read_uncommitted")) {
