@@ -363,8 +363,8 @@ class PartitionLog(LogReads, LogRetention, LogCompaction, LogAbortedTxns, LogRep
                 # reused) by the owner while we sync.
                 fds = [os.dup(seg.fd) for seg in self._segments if seg.dirty and seg.fd >= 0]
                 # Taken: once synced, the directory's entries are durable and later syncs need
-                # not repeat it (a coordinator log is only ever synced this way, so it used to
-                # fsync its directory on every write). A roll meanwhile marks it again.
+                # not repeat it (coordinator logs are synced this way and rarely flushed, so
+                # each write used to fsync their directory). A roll meanwhile marks it again.
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
                 for fd in fds:
