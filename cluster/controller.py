@@ -28,6 +28,7 @@ from cluster.election import (
     elect_preferred,
     rebalance_targets,
 )
+from cluster.cancellation import raise_if_cancelling
 from cluster.etcd_store import EtcdClusterStore
 from cluster.view import NO_LEADER, ClusterView, TopicRecord
 
@@ -61,6 +62,7 @@ async def run_controller(store: EtcdClusterStore,
         except asyncio.CancelledError:
             raise
         except Exception as e:  # etcd unreachable, or a lapsed session: campaign again
+            raise_if_cancelling()  # unless the error was a cancellation aetcd swallowed
             log.warning("controller duties interrupted (%s: %s); campaigning again in 1 s",
                         type(e).__name__, e)
             await asyncio.sleep(1)

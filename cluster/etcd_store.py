@@ -38,6 +38,7 @@ from cluster.errors import (
     DuplicateNodeIdError,
     TooManyChangesError,
 )
+from cluster.cancellation import raise_if_cancelling
 from cluster.lease_keeper import LeaseKeeper
 from cluster.view import (
     BrokerRegistration,
@@ -96,6 +97,7 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
 # MAX_TXN_OPS bounds the whole (a request needing more is refused before it reaches etcd).
 TXN_CHUNK = 100
 MAX_TXN_OPS = 2000
+
 
 
 class EtcdClusterStore:
@@ -302,6 +304,7 @@ class EtcdClusterStore:
                 await asyncio.wait_for(self.register(registration), 3 * RPC_TIMEOUT_S)
                 return
             except (aetcd.ClientError, asyncio.TimeoutError, OSError) as e:
+                raise_if_cancelling()
                 log.warning("node %d: registering again in etcd %s failed (%s); retrying in "
                             "1 s", registration.node_id, self._where(), type(e).__name__)
                 await asyncio.sleep(1)
@@ -517,10 +520,12 @@ class EtcdClusterStore:
                 finally:
                     with contextlib.suppress(Exception):
                         await watch.cancel()
+                raise_if_cancelling()
                 raise ConnectionError("the watch stream ended")
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                raise_if_cancelling()
                 self.watch_ok = False
                 if broken_since is None:
                     broken_since = loop.time()
