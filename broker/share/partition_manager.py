@@ -375,11 +375,9 @@ class SharePartitionManager:
         outcome = sp.acknowledge(member_id, batches, self._broker.clock.now_ms())
         if outcome.error != ErrorCode.none or outcome.token is None:
             self._after(sp)
-            if outcome.error != ErrorCode.none and log.isEnabledFor(logging.DEBUG):
-                topic, p = self._names[key]
-                log.debug("acknowledgement of offsets %s by member %s of group %s refused for "
-                          "%s-%d: %s (%s)", [(f, t) for f, t, _k in batches], member_id,
-                          key.group_id, topic, p, outcome.error.name, outcome.error_message)
+            if outcome.error != ErrorCode.none:  # batches: (first, last, types) as asked
+                log.debug("acknowledgement %s by member %s refused for group %s %s-%d: %s",
+                          batches, member_id, key.group_id, *self._names[key], outcome.error.name)
             return outcome.error, outcome.error_message
         assert outcome.write is not None
         result = await self._persist(outcome.write)
