@@ -205,7 +205,10 @@ public final class ShoalJavaClients {
         setup(topic, 1, group, Map.of("share.record.lock.duration.ms", "1000"));
         produce(topic, 0, List.of("held"));
         Map<String, Object> out = new LinkedHashMap<>();
-        try (KafkaShareConsumer<String, String> a = shareConsumer(group, "explicit", Map.of());
+        // The holder's fetches wait at most 100 ms: a fetch of its still waiting on the broker when
+        // the lock runs out would take the record again (delivery 2) and hold it another second.
+        try (KafkaShareConsumer<String, String> a = shareConsumer(group, "explicit",
+                 Map.of("fetch.max.wait.ms", "100"));
              KafkaShareConsumer<String, String> b = shareConsumer(group, "explicit", Map.of())) {
             a.subscribe(List.of(topic));
             List<ConsumerRecord<String, String>> held = collectShare(a, 1, T.toMillis());
