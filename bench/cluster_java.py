@@ -24,7 +24,9 @@ Two comparisons tell where a cluster's extra CPU goes: ``--brokers 1`` makes the
 single etcd member (cluster mode without a second process), and ``--control`` adds ``split``:
 as many independent single brokers, no etcd, each taking its share of the partitions, the
 consumers (a JVM each) and the records, all at once (the cluster's split of the work over
-processes, without the cluster; ``split_cpu_ratio``), and ``alone``: one of those brokers
+processes, without the cluster; ``split_cpu_ratio``); ``split1``, the same split with all the
+consumers in one JVM as the cluster's are (the cluster's own mix of processes on the machine,
+``split1_cpu_ratio``); and ``alone``: one of those brokers
 taking its share with the others idle (``alone_cpu_ratio``). So the cluster's ratio splits into
 three factors: ``alone`` / ``single``, what a broker costs per record at a third of the load;
 ``split`` / ``alone``, what three such processes cost when they run at once on this machine;
@@ -129,6 +131,27 @@ def _split_round(cp: str, targets: list[java_share.Target], records: int,
     return out
 
 
+def _split_one_jvm_round(cp: str, targets: list[java_share.Target], records: int,
+                         rate: float = 0) -> dict[str, Any]:
+    """The control with the cluster's process mix: the workload split over the independent
+    brokers as in ``_split_round``, but all CONSUMERS in one JVM (consumer i reads broker
+    i % n), as the cluster's consumers are; the brokers' CPU summed per delivered record."""
+    n = len(targets)
+    share = records // n
+    share -= share % (PARTITIONS // n)
+    topic = f"jsplit1-{uuid.uuid4().hex[:8]}"
+    for t in targets:
+        java_share.produce(t.bootstrap, topic, share, PARTITIONS // n, PRE_PRODUCE)
+    first = targets[0]
+    assert first.metrics_url is not None
+    both = java_share.Target("split1", first.bootstrap, first.pid, first.metrics_url,
+                             [(t.pid, t.metrics_url or "") for t in targets[1:]])
+    both.topic, both.profiled = topic, first.profiled
+    return java_share.run_shape(cp, both, CONSUMERS, "explicit", share * n,
+                                timeout=60 + records / 2_000, partitions=PARTITIONS // n,
+                                rate=rate, bootstraps=[t.bootstrap for t in targets])
+
+
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in runs if r.get("complete") and r.get(key) is not None]
     return statistics.median(values) if values else None
@@ -167,13 +190,15 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
             splits = [b.target() for b in split]
             for target in [*systems.values(), *splits]:  # cluster_broker.py: profile on signals
                 target.profiled = bool(os.environ.get(PROFILE_ENV))
-            names = ["single", "cluster", *(["split", "alone"] if control else [])]
+            names = ["single", "cluster", *(["split", "split1", "alone"] if control else [])]
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
 
             def one_round(name: str, n: int) -> dict[str, Any]:
                 paced = rate if n == records else 0  # warm-up rounds run unpaced
                 if name == "split":
                     return _split_round(cp, splits, n, rate=paced)
+                if name == "split1":
+                    return _split_one_jvm_round(cp, splits, n, rate=paced)
                 if name == "alone":
                     return _split_round(cp, splits[:1], n, len(splits), rate=paced)
                 return _round(cp, systems[name], n, paced)
@@ -213,6 +238,8 @@ def run(records: int, rounds: int, work: Path, log: Any = print,
         fig["rate_ratio"] = round(fig["cluster"]["rate"] / fig["single"]["rate"], 3)
     if control and s and fig["split"]["cpu_us_per_record"]:
         fig["split_cpu_ratio"] = round(fig["split"]["cpu_us_per_record"] / s, 3)
+    if control and s and fig["split1"]["cpu_us_per_record"]:
+        fig["split1_cpu_ratio"] = round(fig["split1"]["cpu_us_per_record"] / s, 3)
     if control and s and fig["alone"]["cpu_us_per_record"]:
         fig["alone_cpu_ratio"] = round(fig["alone"]["cpu_us_per_record"] / s, 3)
     return fig

@@ -184,15 +184,20 @@ def new_group(bootstrap: str, group: str) -> None:
 
 
 def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
-              timeout: float = 180, partitions: int = 1, rate: float = 0) -> dict[str, Any]:
+              timeout: float = 180, partitions: int = 1, rate: float = 0,
+              bootstraps: list[str] | None = None) -> dict[str, Any]:
     """One run of the Java program against ``target``; the figures of that run. ``rate``
-    (records/s over the consumers, 0 for as fast as they go) paces the consumers."""
+    (records/s over the consumers, 0 for as fast as they go) paces the consumers.
+    ``bootstraps``: independent brokers (not a cluster) holding ``records / n`` records each;
+    consumer i reads from broker i % n (``-Dbootstraps``, ShareConsumeBench.java)."""
     group = f"jbench-{uuid.uuid4().hex[:8]}"
-    new_group(target.bootstrap, group)
+    for bootstrap in bootstraps or [target.bootstrap]:
+        new_group(bootstrap, group)
     # SHOAL_BENCH_JAVA_OPTS: more JVM options, e.g. -Dstall.ms=45000 (ShareConsumeBench.java).
     cmd = [shutil.which("java") or "java", "-XX:+UseSerialGC", "-Xss512k",
            *os.environ.get("SHOAL_BENCH_JAVA_OPTS", "").split(),
-           f"-Dpartitions={partitions}", f"-Drate={rate}", "-cp", cp,
+           f"-Dpartitions={partitions}", f"-Drate={rate}",
+           *([f"-Dbootstraps={','.join(bootstraps)}"] if bootstraps else []), "-cp", cp,
            "ShareConsumeBench", target.bootstrap, target.topic, group, str(consumers), mode,
            str(records), str(timeout)]
     if target.metrics_url is None:  # Apache Kafka: its counters through JMX
@@ -228,6 +233,8 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
         # left out of the medians.
         k_end = marks["done"][2]
         return {"complete": False, "records": result["records"], "rate": None,
+                "ack_failures": result.get("ack_failures", 0),
+                "ack_failure_lines": _ack_failure_lines(proc),
                 "empty_poll_pct": 100 * result["empty_polls"] / max(result["polls"], 1),
                 # A stall with records still acquired waits for their acquisition locks.
                 "acquired_at_stall": k_end.get("shoal_share_partition_acquired_records"),
@@ -242,6 +249,8 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
         "records": result["records"], "complete": result["complete"],
         "rate": result["rate"], "redelivered": result["delivered"] - result["records"],
         "incl_join_s": result["incl_join_seconds"],
+        "ack_failures": result.get("ack_failures", 0),  # the client's commit callback
+        "ack_failure_lines": _ack_failure_lines(proc) if result.get("ack_failures") else [],
         "empty_poll_pct": 100 * result["empty_polls"] / max(result["polls"], 1),
         "client_fetches": result["client"].get("fetch-total"),
         "client_fetch_latency_avg_ms": _avg(result["client"].get("fetch-latency-avg"), consumers),
@@ -270,6 +279,12 @@ def run_shape(cp: str, target: Target, consumers: int, mode: str, records: int,
     out["fetches_per_record"] = fetches / n
     out["records_per_fetch"] = n / max(fetches, 1)
     return out
+
+
+def _ack_failure_lines(proc: subprocess.Popen[str]) -> list[str]:
+    """The "ack failure" lines ShareConsumeBench wrote on stderr (it writes at most 20)."""
+    text = proc.stderr.read() if proc.stderr else ""
+    return [line for line in text.splitlines() if line.startswith("ack failure")]
 
 
 def _py_spy(target: Target, spies: list[subprocess.Popen[bytes]],

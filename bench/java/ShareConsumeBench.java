@@ -39,6 +39,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * with the client's share-fetch metrics summed over the consumers. With jmx_pid (a local Kafka
  * broker JVM) it also attaches to that JVM and adds the deltas of its share-fetch MBeans between
  * "first" and "done".
+ *
+ * With -Dbootstraps=B0,B1,... (independent brokers, each holding records / n records of the
+ * topic in the layout above) consumer i reads from broker i % n, and record j of broker k counts
+ * as record k * (records / n) + j: one JVM spread over brokers that are not a cluster.
  */
 public final class ShareConsumeBench {
     static volatile boolean stop;
@@ -54,12 +58,18 @@ public final class ShareConsumeBench {
         // -Drate=N: consume at most N records/s over all consumers (each thread paces itself to
         // its share by sleeping after a poll), so systems can be compared at one offered load.
         double perThreadRate = Double.parseDouble(System.getProperty("rate", "0")) / consumers;
+        String spread = System.getProperty("bootstraps");  // a cluster's bootstrap has commas too
+        String[] bootstraps = spread == null ? new String[] {bootstrap} : spread.split(",");
+        int perBroker = records / bootstraps.length;
 
         AtomicLongArray seen = new AtomicLongArray(records / 64 + 1);
         AtomicInteger distinct = new AtomicInteger();
         AtomicLong delivered = new AtomicLong();
         AtomicLong polls = new AtomicLong();
         AtomicLong emptyPolls = new AtomicLong();
+        // Acknowledgements the client reports as failed (its commit callback): how many, and the
+        // first few with their partitions, offsets and exception on stderr.
+        AtomicLong ackFailures = new AtomicLong();
         long[] firstNs = {0};
         long[] lastNs = {0};
         Map<String, Double> jmxFirst = new TreeMap<>();
@@ -69,7 +79,8 @@ public final class ShareConsumeBench {
         long started = System.nanoTime();
         for (int i = 0; i < consumers; i++) {
             Properties p = new Properties();
-            p.put("bootstrap.servers", bootstrap);
+            p.put("bootstrap.servers", bootstraps[i % bootstraps.length]);
+            long base = (long) (i % bootstraps.length) * perBroker;
             p.put("group.id", group);
             p.put("client.id", group + "-" + i);
             p.put("share.acknowledgement.mode", mode);
@@ -86,6 +97,17 @@ public final class ShareConsumeBench {
             KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(
                 p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
             all.add(c);
+            String who = group + "-" + i;
+            c.setAcknowledgementCommitCallback((offsets, exception) -> {
+                if (exception == null) {
+                    return;
+                }
+                long n = ackFailures.incrementAndGet();
+                if (n <= 20) {
+                    System.err.println("ack failure " + n + " at consumer " + who + ", "
+                        + System.currentTimeMillis() + " ms: " + exception + " for " + offsets);
+                }
+            });
             boolean explicit = mode.equals("explicit");
             Thread t = new Thread(() -> {
                 c.subscribe(List.of(topic));
@@ -116,7 +138,7 @@ public final class ShareConsumeBench {
                     int fresh = 0;
                     for (ConsumerRecord<byte[], byte[]> r : got) {
                         // Record i went to partition i % partitions at offset i / partitions.
-                        long off = r.offset() * partitions + r.partition();
+                        long off = base + r.offset() * partitions + r.partition();
                         if (off >= 0 && off < records) {
                             int w = (int) (off >>> 6);
                             long bit = 1L << (off & 63);
@@ -203,6 +225,7 @@ public final class ShareConsumeBench {
         sb.append(",\"delivered\":").append(delivered.get());
         sb.append(",\"polls\":").append(polls.get());
         sb.append(",\"empty_polls\":").append(emptyPolls.get());
+        sb.append(",\"ack_failures\":").append(ackFailures.get());
         sb.append(",\"seconds\":").append(fmt(span));
         sb.append(",\"rate\":").append(fmt(distinct.get() / span));
         sb.append(",\"incl_join_seconds\":").append(fmt((endNs - started) / 1e9));
