@@ -220,13 +220,15 @@ bench-java: $(VENV)/.installed-bench java-clients
 ## consumers, then kill -9 recovery and controller failover (bench/cluster.py), then the same
 ## CPU comparison with Kafka's Java share consumer (bench/cluster_java.py, with its controls:
 ## the work split over independent brokers, and one share of it alone), as fast as the
-## consumers go and then paced at 60,000 records/s. Not part of CI (.ci/run). SCALE=0.05 is
+## consumers go and then paced at 60,000 records/s, then what one request and one share-state
+## write over the wire cost (bench/request_cost.py). Not part of CI (.ci/run). SCALE=0.05 is
 ## a quick run (a few minutes).
 .PHONY: bench-cluster
 bench-cluster: $(VENV)/.installed-bench $(VENV)/.installed-cluster etcd java-clients
 	$(BIN)/python -m bench.run --only cluster,replication $(if $(SCALE),--scale $(SCALE),)
 	$(BIN)/python -m bench.cluster_java --control $(if $(SCALE),--scale $(SCALE),)
 	$(BIN)/python -m bench.cluster_java --control --rate 60000 $(if $(SCALE),--scale $(SCALE),)
+	$(BIN)/python -m bench.request_cost
 
 clean:
 	rm -rf $(VENV) data data-cluster .pytest_cache
