@@ -36,7 +36,7 @@ from typing import Any
 
 import uvloop
 
-from bench.procs import PAGE_TICKS, ShoalBroker, stop_everything
+from bench.procs import PAGE_TICKS, ShoalBroker, recv_exact, stop_everything
 
 _METADATA = 3
 _NO_TOPICS = struct.pack(">ib", 0, 0)  # Metadata v4: no topics, no auto-creation
@@ -49,19 +49,9 @@ def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> byte
     return struct.pack(">i", len(message)) + message
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        out += chunk
-    return bytes(out)
-
-
 def _read_response(sock: socket.socket) -> None:
-    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-    _read_exactly(sock, size)
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    recv_exact(sock, size)
 
 
 def _broker_cpu(pid: int) -> tuple[float, float]:
